@@ -1,0 +1,1 @@
+# Shader list: dcp_shader(<symbol> <source> [DEFINES...])

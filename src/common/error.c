@@ -1,0 +1,54 @@
+/* Thread-local last-error message and the status names. */
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { DCP_ERROR_MAX = 1024 };
+static _Thread_local char last_error[DCP_ERROR_MAX];
+
+const char *dcp_status_string(dcp_status status)
+{
+    switch (status) {
+    case DCP_OK: return "DCP_OK";
+    case DCP_ERR_INVALID_ARGUMENT: return "DCP_ERR_INVALID_ARGUMENT";
+    case DCP_ERR_UNSUPPORTED: return "DCP_ERR_UNSUPPORTED";
+    case DCP_ERR_NO_DEVICE: return "DCP_ERR_NO_DEVICE";
+    case DCP_ERR_VULKAN: return "DCP_ERR_VULKAN";
+    case DCP_ERR_OUT_OF_MEMORY: return "DCP_ERR_OUT_OF_MEMORY";
+    case DCP_ERR_OUT_OF_PAGES: return "DCP_ERR_OUT_OF_PAGES";
+    case DCP_ERR_IO: return "DCP_ERR_IO";
+    case DCP_ERR_FORMAT: return "DCP_ERR_FORMAT";
+    case DCP_ERR_CONFIG: return "DCP_ERR_CONFIG";
+    case DCP_ERR_MPI: return "DCP_ERR_MPI";
+    case DCP_ERR_INTERNAL: return "DCP_ERR_INTERNAL";
+    }
+    return "DCP_ERR_UNKNOWN";
+}
+
+const char *dcp_last_error(void) { return last_error; }
+
+void dcp_clear_error(void) { last_error[0] = '\0'; }
+
+dcp_status dcp_fail(dcp_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+dcp_status dcp_fail_context(dcp_status status, const char *fmt, ...)
+{
+    char prefix[DCP_ERROR_MAX];
+    char old[DCP_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_error, sizeof old);
+    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    return status;
+}

@@ -1,0 +1,43 @@
+/* Shared helpers for the CMocka tests. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *dcp_test_shared_path(const char *relative)
+{
+    static char buf[4096];
+    const char *dir = getenv("DCP_SHARED_DIR");
+    snprintf(buf, sizeof buf, "%s/%s", dir && *dir ? dir : "../shared", relative);
+    return buf;
+}
+
+char *dcp_test_read_file(const char *path, size_t *size_out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    if (size_out) *size_out = (size_t)n;
+    return buf;
+}
+
+uint64_t dcp_test_rng_next(dcp_test_rng *rng)
+{
+    uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi)
+{
+    double u = (double)(dcp_test_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(lo + (hi - lo) * u);
+}

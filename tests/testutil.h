@@ -1,0 +1,26 @@
+/* Shared helpers for the CMocka tests: paths to ../shared, deterministic random data. */
+#ifndef DCP_TESTUTIL_H
+#define DCP_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Path of a file under the shared folder (DCP_SHARED_DIR, set by CTest; default ../shared).
+ * Returns a pointer to a static buffer. */
+const char *dcp_test_shared_path(const char *relative);
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated); fails the test if it cannot. */
+char *dcp_test_read_file(const char *path, size_t *size_out);
+
+/* SplitMix64: deterministic random numbers for test data. */
+typedef struct dcp_test_rng {
+    uint64_t state;
+} dcp_test_rng;
+uint64_t dcp_test_rng_next(dcp_test_rng *rng);
+/* Uniform in [lo, hi). */
+float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi);
+
+#endif
