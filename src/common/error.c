@@ -49,6 +49,13 @@ dcp_status dcp_fail_context(dcp_status status, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, last_error, sizeof old);
-    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    size_t n = strlen(prefix);
+    if (n > sizeof last_error - 3) n = sizeof last_error - 3;
+    memcpy(last_error, prefix, n);
+    memcpy(last_error + n, ": ", 2);
+    size_t rest = sizeof last_error - n - 3;
+    size_t m = strnlen(old, rest);
+    memcpy(last_error + n + 2, old, m);
+    last_error[n + 2 + m] = '\0';
     return status;
 }

@@ -1,0 +1,80 @@
+/* Attention kernels on one device: paged flash-decoding over a KV pool, and the exact log-sum-exp
+ * merge of partial states. Both produce a partial state (O normalised, f32; LSE natural log, f32);
+ * an empty key set gives O = 0, LSE = -inf.
+ *
+ * Plan, then run: a dcp_decode_plan holds the per-step host decisions (chunking, block tables,
+ * workspace); recording only reads it. Not thread-safe: one thread per plan. */
+#ifndef DCPVK_ATTN_H
+#define DCPVK_ATTN_H
+
+#include <stdint.h>
+
+#include "dcpvk/kv.h"
+#include "dcpvk/status.h"
+#include "dcpvk/vk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dcp_decode_plan dcp_decode_plan;
+
+typedef struct dcp_decode_config {
+    uint32_t batch;             /* sequences per step (no default; >= 1) */
+    uint32_t q_heads;           /* Hq, a multiple of the pool's kv_heads (no default) */
+    uint32_t max_blocks;        /* block-table entries per sequence (no default; >= 1) */
+    float scale;                /* softmax scale; 0 (default): 1/sqrt(head_dim) */
+    uint32_t chunk_tokens;      /* tokens per split-KV chunk; 0 (default): chosen per step */
+    uint32_t target_workgroups; /* parallelism the chunking aims at; 0 (default): by device type */
+} dcp_decode_config;
+
+#define DCP_DECODE_CONFIG_DEFAULT {0, 0, 0, 0.0f, 0, 0}
+
+/* Creates a plan for decoding over pool (which must outlive the plan). Checks the shapes against
+ * the pool and the device (shared memory, workgroup size). */
+dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *config,
+                                  dcp_decode_plan **out);
+void dcp_decode_plan_destroy(dcp_decode_plan *plan);
+
+/* Sets the step's sequences: lengths [batch] tokens, block_tables [batch][max_blocks] page ids
+ * (entries past a sequence's last page are ignored). Validates every used entry against the pool
+ * and every length against max_blocks * page_size, then uploads them (synchronous) and chooses
+ * the chunking. On failure the plan keeps its previous state. */
+dcp_status dcp_decode_plan_set(dcp_decode_plan *plan, const uint32_t *lengths,
+                               const uint32_t *block_tables);
+
+/* Split-KV chunks per sequence chosen by the last dcp_decode_plan_set, and their size in tokens. */
+uint32_t dcp_decode_plan_chunks(const dcp_decode_plan *plan);
+uint32_t dcp_decode_plan_chunk_tokens(const dcp_decode_plan *plan);
+
+/* Records the decode: q [batch][q_heads][head_dim] f32 at q_offset; writes o [batch][q_heads]
+ * [head_dim] f32 and lse [batch][q_heads] f32. Buffers must be on the plan's device. When the
+ * plan has several chunks it records the chunk pass, a barrier and the merge. The caller orders
+ * writes of q before and reads of o/lse after with dcp_cmd_barrier. */
+dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *plan, dcp_buffer *q,
+                             uint64_t q_offset, dcp_buffer *o, uint64_t o_offset, dcp_buffer *lse,
+                             uint64_t lse_offset);
+
+/* Records the merge of `parts` partial states per row: part p of row r is
+ * o_in[p * o_part_stride + r * head_dim ...] (f32, floats) and lse_in[p * lse_part_stride + r].
+ * Writes o_out [rows][head_dim] f32 and lse_out [rows] f32. NaN or +inf LSE counts as empty.
+ * parts in 1..32767, head_dim a multiple of 4. Offsets are in bytes. */
+typedef struct dcp_merge_args {
+    uint32_t parts, rows, head_dim;
+    uint32_t o_part_stride, lse_part_stride; /* floats */
+    dcp_buffer *o_in;
+    uint64_t o_in_offset;
+    dcp_buffer *lse_in;
+    uint64_t lse_in_offset;
+    dcp_buffer *o_out;
+    uint64_t o_out_offset;
+    dcp_buffer *lse_out;
+    uint64_t lse_out_offset;
+} dcp_merge_args;
+
+dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,145 @@
+/* dcp-vk devices: a context owns a Vulkan instance and a list of logical devices; each device owns
+ * its dispatch table, queue, command pool, descriptor pools, pipeline cache and pipelines.
+ *
+ * Threading: a context and its devices may be used from one thread at a time; distinct contexts are
+ * independent. */
+#ifndef DCPVK_VK_H
+#define DCPVK_VK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcpvk/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dcp_context dcp_context;
+typedef struct dcp_device dcp_device;
+
+typedef struct dcp_context_config {
+    /* Comma-separated physical-device indices, e.g. "0,0,1". A repeated index creates another
+     * logical device on the same physical device. NULL: $DCP_VK_DEVICES, else every physical
+     * device once. */
+    const char *devices;
+    /* Khronos validation layer: 1 on, 0 off, -1 (default) from $DCP_VK_VALIDATION (off if unset).
+     * Validation messages are printed to stderr and counted (dcp_context_validation_count). */
+    int validation;
+    /* Robust buffer access: 1 on, 0 off, -1 (default) on whenever validation is on. */
+    int robust_access;
+} dcp_context_config;
+
+#define DCP_CONTEXT_CONFIG_DEFAULT {NULL, -1, -1}
+
+enum { DCP_MAX_HEAPS = 16 };
+
+/* What dcp-vk records about one device (all values read from the driver). */
+typedef struct dcp_device_info {
+    int physical_index;              /* index in vkEnumeratePhysicalDevices order */
+    int logical_index;               /* index of this device in its context */
+    char name[256];                  /* deviceName */
+    char driver_name[256];           /* VkPhysicalDeviceDriverProperties::driverName */
+    char driver_info[256];           /* driverInfo (driver version string) */
+    const char *type;                /* "discrete-gpu", "integrated-gpu", "cpu", ... */
+    uint32_t vendor_id, device_id;
+    uint32_t api_version;            /* VK_MAKE_API_VERSION encoding */
+    uint32_t driver_version;         /* vendor encoding */
+    uint8_t device_uuid[16];
+    uint32_t subgroup_size;          /* invocations */
+    uint32_t subgroup_arithmetic;    /* 1 if compute shaders have subgroup arithmetic ops */
+    uint64_t max_storage_buffer_range; /* bytes */
+    uint64_t max_allocation_size;    /* bytes */
+    uint64_t max_buffer_size;        /* bytes (maintenance4; else max_allocation_size) */
+    uint32_t max_shared_memory;      /* bytes per workgroup */
+    uint32_t max_workgroup_invocations;
+    uint32_t max_workgroup_size[3];
+    uint32_t max_push_constants;     /* bytes */
+    uint32_t max_storage_buffers_per_stage;
+    float timestamp_period_ns;       /* nanoseconds per timestamp tick; 0 if no timestamps */
+    uint32_t heap_count;
+    uint64_t heap_size[DCP_MAX_HEAPS];  /* bytes */
+    uint32_t heap_device_local[DCP_MAX_HEAPS];
+    uint32_t has_external_memory_host; /* VK_EXT_external_memory_host */
+    uint32_t physical_group_size;    /* physical devices in this device's Vulkan device group */
+} dcp_device_info;
+
+/* Creates the instance and the logical devices that config names. Returns DCP_ERR_NO_DEVICE when
+ * there is no Vulkan device or an index does not exist (the message lists what exists).
+ * Destroy with dcp_context_destroy. */
+dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **out);
+
+/* Waits for every device to go idle and destroys them, then the instance. NULL is allowed. Every
+ * buffer and command created from the context must be destroyed first. */
+void dcp_context_destroy(dcp_context *ctx);
+
+int dcp_context_device_count(const dcp_context *ctx);
+/* The i-th logical device (0 <= i < count); owned by the context. */
+dcp_device *dcp_context_device(const dcp_context *ctx, int i);
+/* Number of physical devices the instance sees. */
+int dcp_context_physical_device_count(const dcp_context *ctx);
+/* Validation-layer messages seen so far (warnings and errors); tests require 0. */
+uint64_t dcp_context_validation_count(const dcp_context *ctx);
+
+const dcp_device_info *dcp_device_get_info(const dcp_device *dev);
+dcp_context *dcp_device_context(const dcp_device *dev);
+
+/* Parses a device list "0,0,1" into indices. Returns DCP_ERR_INVALID_ARGUMENT naming the bad
+ * entry. *count receives the number of entries (at most max). */
+dcp_status dcp_parse_device_list(const char *list, int *indices, int max, int *count);
+
+/* ---- buffers ------------------------------------------------------------------------------- */
+
+typedef struct dcp_buffer dcp_buffer;
+
+typedef enum dcp_memory {
+    DCP_MEMORY_DEVICE = 0, /* device-local, not mapped; filled by upload or shaders */
+    DCP_MEMORY_HOST = 1,   /* host-visible, coherent, persistently mapped (dcp_buffer_map) */
+} dcp_memory;
+
+/* Creates a storage buffer of size bytes (> 0, at most the device's max storage-buffer range,
+ * since every buffer is bindable whole). Destroy with dcp_buffer_destroy before the device. */
+dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, dcp_buffer **out);
+void dcp_buffer_destroy(dcp_buffer *buf);
+uint64_t dcp_buffer_size(const dcp_buffer *buf);
+dcp_device *dcp_buffer_device(const dcp_buffer *buf);
+/* Host pointer of a DCP_MEMORY_HOST buffer; NULL for device memory. */
+void *dcp_buffer_map(dcp_buffer *buf);
+/* Synchronous copies through a staging buffer (or directly for host memory). Range-checked. */
+dcp_status dcp_buffer_upload(dcp_buffer *buf, uint64_t offset, const void *data, uint64_t size);
+dcp_status dcp_buffer_download(dcp_buffer *buf, uint64_t offset, void *data, uint64_t size);
+dcp_status dcp_buffer_fill(dcp_buffer *buf, uint64_t offset, uint64_t size, uint32_t value);
+
+/* ---- command recording and submission ------------------------------------------------------ */
+
+typedef struct dcp_cmd dcp_cmd;
+
+/* A command buffer of one device, in the recording state after creation and after reset. Owns the
+ * descriptor sets and timestamp queries of what was recorded. Destroy before its device. */
+dcp_status dcp_cmd_create(dcp_device *dev, dcp_cmd **out);
+void dcp_cmd_destroy(dcp_cmd *cmd);
+dcp_device *dcp_cmd_device(const dcp_cmd *cmd);
+/* Drops everything recorded and starts recording again. */
+dcp_status dcp_cmd_reset(dcp_cmd *cmd);
+/* Ends recording (once) and submits; dcp_cmd_wait waits for completion. A submitted command may
+ * be submitted again after it completed (the recording is kept). */
+dcp_status dcp_cmd_submit(dcp_cmd *cmd);
+dcp_status dcp_cmd_wait(dcp_cmd *cmd);
+/* Submit and wait. */
+dcp_status dcp_cmd_run(dcp_cmd *cmd);
+
+/* Full memory barrier between compute and transfer work recorded before and after it. */
+void dcp_cmd_barrier(dcp_cmd *cmd);
+dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_buffer *dst,
+                        uint64_t dst_offset, uint64_t size);
+dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
+                        uint32_t value);
+/* Records a timestamp and returns its slot in *slot (at most 64 per recording). */
+dcp_status dcp_cmd_timestamp(dcp_cmd *cmd, uint32_t *slot);
+/* After completion: nanoseconds between timestamp slots a and b. */
+dcp_status dcp_cmd_elapsed_ns(dcp_cmd *cmd, uint32_t a, uint32_t b, double *ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,44 @@
+/* Push constants of the attention shaders (paged_decode, lse_merge), shared by C and GLSL. */
+#ifndef DCP_ATTN_PARAMS_H
+#define DCP_ATTN_PARAMS_H
+#include "common/params_begin.h"
+
+/* Maximum number of storage buffers (segments) one KV page pool spans; each segment is at most
+ * the device's maxStorageBufferRange. */
+#define DCP_KV_MAX_SEGMENTS 64
+
+/* paged_decode: one workgroup per (chunk, kv head x head-split, sequence). */
+DCP_PARAMS_STRUCT(dcp_paged_decode_params) {
+    DCP_U32 batch;            /* sequences */
+    DCP_U32 q_heads;          /* Hq: query heads per sequence */
+    DCP_U32 kv_heads;         /* Hkv: KV heads stored in the pool */
+    DCP_U32 page_size;        /* B: tokens per page */
+    DCP_U32 chunk_tokens;     /* tokens per workgroup chunk */
+    DCP_U32 num_chunks;       /* chunks per sequence (grid x) */
+    DCP_U32 bt_stride;        /* block-table entries per sequence */
+    DCP_U32 pages_per_segment;/* pages in each pool segment */
+    DCP_U32 total_pages;      /* pages in the pool; larger entries are never read */
+    DCP_U32 direct;           /* 1: write final O/LSE (num_chunks == 1); 0: write per-chunk partials */
+    DCP_F32 scale;            /* softmax scale applied to q.k */
+};
+DCP_PARAMS_END(dcp_paged_decode_params)
+
+/* lse_merge: merges `parts` partial states per row; part p of row r sits at
+ * o_in[p * o_part_stride + r * head_dim ...], lse_in[p * lse_part_stride + r]. */
+DCP_PARAMS_STRUCT(dcp_lse_merge_params) {
+    DCP_U32 parts;            /* P */
+    DCP_U32 rows;             /* (sequence, head) pairs */
+    DCP_U32 head_dim;         /* D, multiple of 4 */
+    DCP_U32 o_part_stride;    /* floats between parts in o_in */
+    DCP_U32 lse_part_stride;  /* floats between parts in lse_in */
+};
+DCP_PARAMS_END(dcp_lse_merge_params)
+
+/* stream_read: the yardstick streaming-read shader of the benchmark; sums words [0, words). */
+DCP_PARAMS_STRUCT(dcp_stream_read_params) {
+    DCP_U32 words;            /* 32-bit words to read (multiple of 4) */
+    DCP_U32 words_per_group;  /* words each workgroup reads */
+};
+DCP_PARAMS_END(dcp_stream_read_params)
+
+#endif

@@ -1,0 +1,210 @@
+/* Paged flash-decoding: the plan (chunking, block tables, workspace) and its recording. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_internal.h"
+#include "common/error.h"
+#include "dcpvk/attn.h"
+#include "vk/pipelines.h"
+
+/* Longest chunk one workgroup scans: bounds each invocation's loop iterations (Mesa 22 lavapipe
+ * ends loops after 65,535 iterations) and each dispatch's duration (GPU watchdogs). */
+enum { DCP_DECODE_MAX_CHUNK = 2048, DCP_DECODE_MIN_CHUNK = 256, DCP_DECODE_MAX_PARTS = 32767 };
+
+struct dcp_decode_plan {
+    dcp_kv_pool *pool;
+    dcp_device *dev;
+    dcp_decode_config cfg;
+    uint32_t wg;          /* workgroup size */
+    uint32_t hg;          /* query heads per workgroup */
+    uint32_t chunks;      /* chunks per sequence */
+    uint32_t chunk_tokens;
+    dcp_buffer *bt;       /* [batch][max_blocks] u32 */
+    dcp_buffer *lens;     /* [batch] u32 */
+    dcp_buffer *work_o;   /* [chunks][batch][Hq][D] f32 partials */
+    dcp_buffer *work_lse; /* [chunks][batch][Hq] f32 */
+    uint64_t work_cap;    /* chunks the workspace holds */
+};
+
+static uint64_t shared_bytes(uint32_t wg, uint32_t hg, uint32_t dq)
+{
+    /* Mirrors the shared arrays of shaders/paged_decode.comp. */
+    return 16ull * hg * dq + 4ull * hg * wg * 3 + 8ull * wg + 16ull * hg * wg;
+}
+
+dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c, dcp_decode_plan **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(pool);
+    dcp_device *dev = dcp_kv_pool_device(pool);
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    if (c->batch == 0 || c->max_blocks == 0)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "decode plan: batch (%u) and max_blocks (%u) must be >= 1",
+                        c->batch, c->max_blocks);
+    if (c->q_heads == 0 || c->q_heads % pc->kv_heads)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "decode plan: %u query heads is not a multiple of the pool's %u KV heads",
+                        c->q_heads, pc->kv_heads);
+    uint32_t wg = dcp_attn_workgroup_size(dev);
+    uint32_t dq = pc->head_dim / 4;
+    if (dq > wg)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "decode plan: head dim %u needs a workgroup of %u on device %d",
+                        pc->head_dim, dq, info->logical_index);
+    /* Heads per workgroup: the largest divisor of the group size (at most 8) whose shared memory fits. */
+    uint32_t group = c->q_heads / pc->kv_heads;
+    uint32_t hg = 0;
+    for (uint32_t h = group < 8 ? group : 8; h >= 1; h--)
+        if (group % h == 0 && shared_bytes(wg, h, dq) <= info->max_shared_memory) {
+            hg = h;
+            break;
+        }
+    if (hg == 0)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "decode plan: head dim %u needs %llu bytes of shared memory, device %d (%s) has %u",
+                        pc->head_dim, (unsigned long long)shared_bytes(wg, 1, dq), info->logical_index,
+                        info->name, info->max_shared_memory);
+    if (c->chunk_tokens > DCP_DECODE_MAX_CHUNK)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "decode plan: chunk_tokens %u exceeds %d (bounds each workgroup's work)",
+                        c->chunk_tokens, DCP_DECODE_MAX_CHUNK);
+    dcp_decode_plan *p = calloc(1, sizeof *p);
+    if (!p) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    p->pool = pool;
+    p->dev = dev;
+    p->cfg = *c;
+    if (p->cfg.scale == 0.0f) p->cfg.scale = 1.0f / sqrtf((float)pc->head_dim);
+    p->wg = wg;
+    p->hg = hg;
+    p->chunks = 1;
+    p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
+    DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_DEVICE, &p->bt));
+    DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * 4, DCP_MEMORY_DEVICE, &p->lens));
+    DCP_TRY(dcp_buffer_fill(p->bt, 0, dcp_buffer_size(p->bt), 0));
+    DCP_TRY(dcp_buffer_fill(p->lens, 0, dcp_buffer_size(p->lens), 0));
+    *out = p;
+    return DCP_OK;
+fail:
+    dcp_decode_plan_destroy(p);
+    return st;
+}
+
+void dcp_decode_plan_destroy(dcp_decode_plan *p)
+{
+    if (!p) return;
+    dcp_buffer_destroy(p->bt);
+    dcp_buffer_destroy(p->lens);
+    dcp_buffer_destroy(p->work_o);
+    dcp_buffer_destroy(p->work_lse);
+    free(p);
+}
+
+uint32_t dcp_decode_plan_chunks(const dcp_decode_plan *p) { return p->chunks; }
+uint32_t dcp_decode_plan_chunk_tokens(const dcp_decode_plan *p) { return p->chunk_tokens; }
+
+dcp_status dcp_decode_plan_set(dcp_decode_plan *p, const uint32_t *lengths, const uint32_t *bt)
+{
+    dcp_status st = DCP_OK;
+    const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
+    const dcp_decode_config *c = &p->cfg;
+    uint64_t cover = (uint64_t)c->max_blocks * pc->page_size;
+    uint32_t max_len = 0;
+    for (uint32_t b = 0; b < c->batch; b++) {
+        if (lengths[b] > cover)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "decode: sequence %u has length %u but its block table covers only %llu "
+                            "tokens (%u blocks of %u)",
+                            b, lengths[b], (unsigned long long)cover, c->max_blocks, pc->page_size);
+        uint32_t used = (uint32_t)(((uint64_t)lengths[b] + pc->page_size - 1) / pc->page_size);
+        for (uint32_t i = 0; i < used; i++) {
+            uint32_t page = bt[(uint64_t)b * c->max_blocks + i];
+            if (page >= pc->num_pages)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "decode: sequence %u block-table entry %u is page %u, outside the pool "
+                                "of %u pages",
+                                b, i, page, pc->num_pages);
+        }
+        if (lengths[b] > max_len) max_len = lengths[b];
+    }
+
+    /* Chunking: enough workgroups to fill the device, each chunk at most DCP_DECODE_MAX_CHUNK. */
+    const dcp_device_info *info = dcp_device_get_info(p->dev);
+    uint32_t target = c->target_workgroups;
+    if (!target) target = strcmp(info->type, "cpu") == 0 ? 16 : 1024;
+    uint64_t per_chunk_wgs = (uint64_t)c->batch * (c->q_heads / p->hg);
+    uint32_t chunk = c->chunk_tokens;
+    if (!chunk) {
+        uint64_t want = (target + per_chunk_wgs - 1) / per_chunk_wgs;
+        uint64_t len = max_len ? max_len : 1;
+        chunk = (uint32_t)((len + want - 1) / want);
+        if (chunk < DCP_DECODE_MIN_CHUNK) chunk = DCP_DECODE_MIN_CHUNK;
+        if (chunk > DCP_DECODE_MAX_CHUNK) chunk = DCP_DECODE_MAX_CHUNK;
+        chunk = (chunk + p->wg - 1) / p->wg * p->wg;
+    }
+    uint32_t chunks = max_len ? (uint32_t)(((uint64_t)max_len + chunk - 1) / chunk) : 1;
+    if (chunks > DCP_DECODE_MAX_PARTS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "decode: %u tokens in chunks of %u give %u chunks, more than %d", max_len, chunk,
+                        chunks, DCP_DECODE_MAX_PARTS);
+    if (chunks > 1 && chunks > p->work_cap) {
+        dcp_buffer_destroy(p->work_o);
+        dcp_buffer_destroy(p->work_lse);
+        p->work_o = p->work_lse = NULL;
+        p->work_cap = 0;
+        uint64_t rows = (uint64_t)c->batch * c->q_heads;
+        DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * pc->head_dim * 4, DCP_MEMORY_DEVICE, &p->work_o));
+        DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
+        p->work_cap = chunks;
+    }
+    DCP_TRY(dcp_buffer_upload(p->bt, 0, bt, (uint64_t)c->batch * c->max_blocks * 4));
+    DCP_TRY(dcp_buffer_upload(p->lens, 0, lengths, (uint64_t)c->batch * 4));
+    p->chunks = chunks;
+    p->chunk_tokens = chunk;
+    return DCP_OK;
+fail:
+    return st;
+}
+
+dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer *q, uint64_t q_offset,
+                             dcp_buffer *o, uint64_t o_offset, dcp_buffer *lse, uint64_t lse_offset)
+{
+    dcp_status st = DCP_OK;
+    const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
+    const dcp_decode_config *c = &p->cfg;
+    uint64_t rows = (uint64_t)c->batch * c->q_heads;
+    int direct = p->chunks == 1;
+    dcp_binding b[5 + DCP_KV_MAX_SEGMENTS];
+    b[0] = (dcp_binding){q, q_offset, rows * pc->head_dim * 4};
+    b[1] = (dcp_binding){p->bt, 0, 0};
+    b[2] = (dcp_binding){p->lens, 0, 0};
+    if (direct) {
+        b[3] = (dcp_binding){o, o_offset, rows * pc->head_dim * 4};
+        b[4] = (dcp_binding){lse, lse_offset, rows * 4};
+    } else {
+        b[3] = (dcp_binding){p->work_o, 0, p->chunks * rows * pc->head_dim * 4};
+        b[4] = (dcp_binding){p->work_lse, 0, p->chunks * rows * 4};
+    }
+    uint32_t nseg = dcp_kv_pool_segment_count(p->pool);
+    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
+        b[5 + s] = (dcp_binding){dcp_kv_pool_segment(p->pool, s < nseg ? s : 0), 0, 0};
+    dcp_paged_decode_params pp = {
+        .batch = c->batch, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
+        .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,
+        .pages_per_segment = dcp_kv_pool_pages_per_segment(p->pool), .total_pages = pc->num_pages,
+        .direct = (uint32_t)direct, .scale = c->scale};
+    uint32_t spec[3] = {p->wg, p->hg, pc->head_dim};
+    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_PAGED_DECODE_F16 : DCP_PIPE_PAGED_DECODE_F32;
+    DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &pp, p->chunks, c->q_heads / p->hg, c->batch));
+    if (!direct) {
+        dcp_cmd_barrier(cmd); /* paged_decode partials -> lse_merge */
+        dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = pc->head_dim,
+                            .o_part_stride = (uint32_t)(rows * pc->head_dim), .lse_part_stride = (uint32_t)rows,
+                            .o_in = p->work_o, .lse_in = p->work_lse, .o_out = o, .o_out_offset = o_offset,
+                            .lse_out = lse, .lse_out_offset = lse_offset};
+        DCP_TRY(dcp_lse_merge_record(cmd, &m));
+    }
+    return DCP_OK;
+fail:
+    return st;
+}

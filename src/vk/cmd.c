@@ -1,0 +1,192 @@
+/* Command buffers: recording state, barriers, copies, timestamps, submission and waiting. This is
+ * the one module that submits to a queue and waits. */
+#include <stdlib.h>
+
+#include "vk/internal.h"
+
+enum { DCP_MAX_TIMESTAMPS = 64 };
+
+dcp_status dcp_cmd_create(dcp_device *dev, dcp_cmd **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    dcp_cmd *c = calloc(1, sizeof *c);
+    if (!c) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    c->dev = dev;
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = dev->cmd_pool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    DCP_VK_TRY(dev, dev->vk.vkAllocateCommandBuffers(dev->device, &ai, &c->cb));
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    DCP_VK_TRY(dev, dev->vk.vkCreateFence(dev->device, &fi, NULL, &c->fence));
+    if (dev->timestamp_valid_bits) {
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                    .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = DCP_MAX_TIMESTAMPS};
+        DCP_VK_TRY(dev, dev->vk.vkCreateQueryPool(dev->device, &qi, NULL, &c->queries));
+    }
+    DCP_TRY(dcp_cmd_reset(c));
+    *out = c;
+    return DCP_OK;
+fail:
+    dcp_cmd_destroy(c);
+    return st;
+}
+
+static void free_sets(dcp_cmd *c)
+{
+    for (uint32_t i = 0; i < c->set_count; i++)
+        c->dev->vk.vkFreeDescriptorSets(c->dev->device, c->dev->desc_pools[c->sets[i].pool], 1, &c->sets[i].set);
+    c->set_count = 0;
+}
+
+void dcp_cmd_destroy(dcp_cmd *c)
+{
+    if (!c) return;
+    dcp_device *dev = c->dev;
+    if (c->pending) dev->vk.vkWaitForFences(dev->device, 1, &c->fence, VK_TRUE, UINT64_MAX);
+    free_sets(c);
+    free(c->sets);
+    if (c->queries) dev->vk.vkDestroyQueryPool(dev->device, c->queries, NULL);
+    if (c->fence) dev->vk.vkDestroyFence(dev->device, c->fence, NULL);
+    if (c->cb) dev->vk.vkFreeCommandBuffers(dev->device, dev->cmd_pool, 1, &c->cb);
+    free(c);
+}
+
+dcp_device *dcp_cmd_device(const dcp_cmd *c) { return c->dev; }
+
+dcp_status dcp_cmd_reset(dcp_cmd *c)
+{
+    dcp_status st = DCP_OK;
+    dcp_device *dev = c->dev;
+    if (c->pending) DCP_TRY(dcp_cmd_wait(c));
+    free_sets(c);
+    DCP_VK_TRY(dev, dev->vk.vkResetCommandBuffer(c->cb, 0));
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    DCP_VK_TRY(dev, dev->vk.vkBeginCommandBuffer(c->cb, &bi));
+    c->recording = 1;
+    c->query_count = 0;
+    if (c->queries) dev->vk.vkCmdResetQueryPool(c->cb, c->queries, 0, DCP_MAX_TIMESTAMPS);
+    return DCP_OK;
+fail:
+    c->recording = 0;
+    return st;
+}
+
+dcp_status dcp_cmd_submit(dcp_cmd *c)
+{
+    dcp_status st = DCP_OK;
+    dcp_device *dev = c->dev;
+    if (c->pending)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: command submitted twice without a wait",
+                        dev->info.logical_index);
+    if (c->recording) {
+        DCP_VK_TRY(dev, dev->vk.vkEndCommandBuffer(c->cb));
+        c->recording = 0;
+    }
+    DCP_VK_TRY(dev, dev->vk.vkResetFences(dev->device, 1, &c->fence));
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
+                       .pCommandBuffers = &c->cb};
+    DCP_VK_TRY(dev, dev->vk.vkQueueSubmit(dev->queue, 1, &si, c->fence));
+    c->pending = 1;
+    return DCP_OK;
+fail:
+    return st;
+}
+
+dcp_status dcp_cmd_wait(dcp_cmd *c)
+{
+    dcp_status st = DCP_OK;
+    dcp_device *dev = c->dev;
+    if (!c->pending) return DCP_OK;
+    c->pending = 0;
+    DCP_VK_TRY(dev, dev->vk.vkWaitForFences(dev->device, 1, &c->fence, VK_TRUE, UINT64_MAX));
+    return DCP_OK;
+fail:
+    return st;
+}
+
+dcp_status dcp_cmd_run(dcp_cmd *c)
+{
+    dcp_status st = dcp_cmd_submit(c);
+    if (st != DCP_OK) return st;
+    return dcp_cmd_wait(c);
+}
+
+void dcp_cmd_barrier(dcp_cmd *c)
+{
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    c->dev->vk.vkCmdPipelineBarrier(c->cb, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static dcp_status check_copy(const dcp_cmd *c, const dcp_buffer *b, uint64_t off, uint64_t size)
+{
+    if (!c->recording)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: command is not recording",
+                        c->dev->info.logical_index);
+    if (b->dev != c->dev)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: buffer belongs to device %d",
+                        c->dev->info.logical_index, b->dev->info.logical_index);
+    if (off > b->size || size > b->size - off)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "device %d: range [%llu, %llu) outside the %llu-byte buffer",
+                        c->dev->info.logical_index, (unsigned long long)off,
+                        (unsigned long long)(off + size), (unsigned long long)b->size);
+    return DCP_OK;
+}
+
+dcp_status dcp_cmd_copy(dcp_cmd *c, dcp_buffer *src, uint64_t src_offset, dcp_buffer *dst,
+                        uint64_t dst_offset, uint64_t size)
+{
+    dcp_status st = check_copy(c, src, src_offset, size);
+    if (st == DCP_OK) st = check_copy(c, dst, dst_offset, size);
+    if (st != DCP_OK || size == 0) return st;
+    VkBufferCopy r = {src_offset, dst_offset, size};
+    c->dev->vk.vkCmdCopyBuffer(c->cb, src->buffer, dst->buffer, 1, &r);
+    return DCP_OK;
+}
+
+dcp_status dcp_cmd_fill(dcp_cmd *c, dcp_buffer *dst, uint64_t offset, uint64_t size, uint32_t value)
+{
+    dcp_status st = check_copy(c, dst, offset, size);
+    if (st != DCP_OK || size == 0) return st;
+    if (offset % 4 || size % 4)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "fill offset %llu and size %llu must be multiples of 4",
+                        (unsigned long long)offset, (unsigned long long)size);
+    c->dev->vk.vkCmdFillBuffer(c->cb, dst->buffer, offset, size, value);
+    return DCP_OK;
+}
+
+dcp_status dcp_cmd_timestamp(dcp_cmd *c, uint32_t *slot)
+{
+    if (!c->queries)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "device %d (%s): the compute queue has no timestamps",
+                        c->dev->info.logical_index, c->dev->info.name);
+    if (c->query_count >= DCP_MAX_TIMESTAMPS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "more than %d timestamps in one recording",
+                        DCP_MAX_TIMESTAMPS);
+    *slot = c->query_count++;
+    c->dev->vk.vkCmdWriteTimestamp(c->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, c->queries, *slot);
+    return DCP_OK;
+}
+
+dcp_status dcp_cmd_elapsed_ns(dcp_cmd *c, uint32_t a, uint32_t b, double *ns)
+{
+    dcp_status st = DCP_OK;
+    dcp_device *dev = c->dev;
+    if (a >= c->query_count || b >= c->query_count)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "timestamp slot out of range");
+    uint64_t t[2];
+    DCP_VK_TRY(dev, dev->vk.vkGetQueryPoolResults(dev->device, c->queries, a, 1, sizeof t[0], &t[0],
+                                                  sizeof t[0], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    DCP_VK_TRY(dev, dev->vk.vkGetQueryPoolResults(dev->device, c->queries, b, 1, sizeof t[1], &t[1],
+                                                  sizeof t[1], VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    uint64_t mask = dev->timestamp_valid_bits >= 64 ? ~0ull : ((1ull << dev->timestamp_valid_bits) - 1);
+    *ns = (double)((t[1] - t[0]) & mask) * dev->info.timestamp_period_ns;
+    return DCP_OK;
+fail:
+    return st;
+}

@@ -1,0 +1,404 @@
+/* Instance and logical devices: device-list parsing, properties, queues, pools, caches. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk/internal.h"
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                     VkDebugUtilsMessageTypeFlagsEXT types,
+                                                     const VkDebugUtilsMessengerCallbackDataEXT *data,
+                                                     void *user)
+{
+    dcp_context *ctx = user;
+    if (severity & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                    VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)) {
+        ctx->validation_count++;
+        fprintf(stderr, "dcp-vk: validation %s: %s\n",
+                (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) ? "error" : "warning",
+                data && data->pMessage ? data->pMessage : "(no message)");
+    }
+    (void)types;
+    return VK_FALSE;
+}
+
+dcp_status dcp_parse_device_list(const char *list, int *indices, int max, int *count)
+{
+    *count = 0;
+    const char *p = list;
+    while (*p) {
+        char *end = NULL;
+        while (*p == ' ') p++;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1024)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "device list \"%s\": entry %d is not a device index (expected "
+                            "comma-separated integers such as 0,0,1)",
+                            list, *count);
+        if (*count >= max)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device list \"%s\": more than %d devices",
+                            list, max);
+        indices[(*count)++] = (int)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') {
+            p++;
+            if (!*p)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device list \"%s\": trailing comma", list);
+        } else if (*p) {
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "device list \"%s\": unexpected '%c' (expected comma-separated integers)",
+                            list, *p);
+        }
+    }
+    if (*count == 0)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device list is empty");
+    return DCP_OK;
+}
+
+static const char *type_name(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+    }
+}
+
+static int has_extension(const VkExtensionProperties *exts, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(exts[i].extensionName, name) == 0) return 1;
+    return 0;
+}
+
+static void device_destroy(dcp_device *dev)
+{
+    if (!dev) return;
+    if (dev->device) {
+        dev->vk.vkDeviceWaitIdle(dev->device);
+        dcp_cmd_destroy(dev->transfer_cmd);
+        dcp_buffer_destroy(dev->staging);
+        dcp_device_destroy_pipelines(dev);
+        for (uint32_t i = 0; i < dev->desc_pool_count; i++)
+            dev->vk.vkDestroyDescriptorPool(dev->device, dev->desc_pools[i], NULL);
+        if (dev->pipeline_cache) dev->vk.vkDestroyPipelineCache(dev->device, dev->pipeline_cache, NULL);
+        if (dev->cmd_pool) dev->vk.vkDestroyCommandPool(dev->device, dev->cmd_pool, NULL);
+        dev->vk.vkDestroyDevice(dev->device, NULL);
+    }
+    free(dev->desc_pools);
+    free(dev);
+}
+
+static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phys_index,
+                                int logical_index, int robust, dcp_device **out)
+{
+    dcp_status st = DCP_OK;
+    VkExtensionProperties *exts = NULL;
+    VkQueueFamilyProperties *qf = NULL;
+    dcp_device *dev = calloc(1, sizeof *dev);
+    if (!dev) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory creating a device");
+    dev->ctx = ctx;
+    dev->phys = phys;
+    dcp_vk_instance_table *vk = &ctx->vk;
+    dcp_device_info *info = &dev->info;
+    info->physical_index = phys_index;
+    info->logical_index = logical_index;
+
+    /* Properties. */
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                              .pNext = &drv};
+    VkPhysicalDeviceIDProperties idp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES,
+                                        .pNext = &sub};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
+                                                 .pNext = &idp};
+    VkPhysicalDeviceProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
+    vk->vkGetPhysicalDeviceProperties2(phys, &props);
+    const VkPhysicalDeviceLimits *lim = &props.properties.limits;
+    snprintf(info->name, sizeof info->name, "%s", props.properties.deviceName);
+    snprintf(info->driver_name, sizeof info->driver_name, "%s", drv.driverName);
+    snprintf(info->driver_info, sizeof info->driver_info, "%s", drv.driverInfo);
+    info->type = type_name(props.properties.deviceType);
+    info->vendor_id = props.properties.vendorID;
+    info->device_id = props.properties.deviceID;
+    info->api_version = props.properties.apiVersion;
+    info->driver_version = props.properties.driverVersion;
+    memcpy(info->device_uuid, idp.deviceUUID, 16);
+    info->subgroup_size = sub.subgroupSize;
+    info->subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                                (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
+    info->max_storage_buffer_range = lim->maxStorageBufferRange;
+    info->max_allocation_size = m3.maxMemoryAllocationSize;
+    info->max_buffer_size = m3.maxMemoryAllocationSize;
+    info->max_shared_memory = lim->maxComputeSharedMemorySize;
+    info->max_workgroup_invocations = lim->maxComputeWorkGroupInvocations;
+    memcpy(info->max_workgroup_size, lim->maxComputeWorkGroupSize, sizeof info->max_workgroup_size);
+    info->max_push_constants = lim->maxPushConstantsSize;
+    info->max_storage_buffers_per_stage = lim->maxPerStageDescriptorStorageBuffers;
+    vk->vkGetPhysicalDeviceMemoryProperties(phys, &dev->mem_props);
+    info->heap_count = dev->mem_props.memoryHeapCount < DCP_MAX_HEAPS ? dev->mem_props.memoryHeapCount
+                                                                      : DCP_MAX_HEAPS;
+    for (uint32_t i = 0; i < info->heap_count; i++) {
+        info->heap_size[i] = dev->mem_props.memoryHeaps[i].size;
+        info->heap_device_local[i] =
+            (dev->mem_props.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0;
+    }
+    info->physical_group_size = 1;
+
+    if (VK_API_VERSION_MINOR(info->api_version) < 2 && VK_API_VERSION_MAJOR(info->api_version) == 1) {
+        st = dcp_fail(DCP_ERR_UNSUPPORTED, "device %d (%s): Vulkan %u.%u, dcp-vk needs 1.2",
+                      logical_index, info->name, VK_API_VERSION_MAJOR(info->api_version),
+                      VK_API_VERSION_MINOR(info->api_version));
+        goto fail;
+    }
+    if (!info->subgroup_arithmetic) {
+        st = dcp_fail(DCP_ERR_UNSUPPORTED,
+                      "device %d (%s): compute shaders lack subgroup arithmetic operations",
+                      logical_index, info->name);
+        goto fail;
+    }
+
+    /* Features. */
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vk->vkGetPhysicalDeviceFeatures2(phys, &f2);
+    if (!f2.features.shaderStorageBufferArrayDynamicIndexing ||
+        !f12.shaderStorageBufferArrayNonUniformIndexing) {
+        st = dcp_fail(DCP_ERR_UNSUPPORTED,
+                      "device %d (%s): needs shaderStorageBufferArrayNonUniformIndexing (paged KV "
+                      "pools span several storage buffers)",
+                      logical_index, info->name);
+        goto fail;
+    }
+    VkPhysicalDeviceVulkan12Features en12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+        .shaderStorageBufferArrayNonUniformIndexing = VK_TRUE,
+        .hostQueryReset = f12.hostQueryReset,
+        .timelineSemaphore = f12.timelineSemaphore,
+    };
+    VkPhysicalDeviceFeatures2 en = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &en12};
+    en.features.shaderStorageBufferArrayDynamicIndexing = VK_TRUE;
+    en.features.robustBufferAccess = robust && f2.features.robustBufferAccess;
+    en.features.shaderInt64 = f2.features.shaderInt64;
+
+    /* Extensions. */
+    uint32_t next = 0;
+    vk->vkEnumerateDeviceExtensionProperties(phys, NULL, &next, NULL);
+    exts = calloc(next ? next : 1, sizeof *exts);
+    if (!exts) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+    vk->vkEnumerateDeviceExtensionProperties(phys, NULL, &next, exts);
+    const char *enable[4];
+    uint32_t nenable = 0;
+    if (has_extension(exts, next, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
+        enable[nenable++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+        info->has_external_memory_host = 1;
+    }
+
+    /* A compute queue (prefer a compute-only family). */
+    uint32_t nqf = 0;
+    vk->vkGetPhysicalDeviceQueueFamilyProperties(phys, &nqf, NULL);
+    qf = calloc(nqf ? nqf : 1, sizeof *qf);
+    if (!qf) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+    vk->vkGetPhysicalDeviceQueueFamilyProperties(phys, &nqf, qf);
+    uint32_t family = UINT32_MAX;
+    for (uint32_t i = 0; i < nqf; i++) {
+        if (!(qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) continue;
+        if (family == UINT32_MAX || !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) family = i;
+    }
+    if (family == UINT32_MAX) {
+        st = dcp_fail(DCP_ERR_UNSUPPORTED, "device %d (%s): no compute queue", logical_index, info->name);
+        goto fail;
+    }
+    dev->queue_family = family;
+    dev->timestamp_valid_bits = qf[family].timestampValidBits;
+    info->timestamp_period_ns = dev->timestamp_valid_bits ? lim->timestampPeriod : 0.0f;
+
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                   .queueFamilyIndex = family, .queueCount = 1, .pQueuePriorities = &prio};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &en,
+                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
+                              .enabledExtensionCount = nenable, .ppEnabledExtensionNames = enable};
+    DCP_VK_TRY(dev, vk->vkCreateDevice(phys, &dci, NULL, &dev->device));
+    dcp_vk_load_device(vk, dev->device, &dev->vk);
+    dev->vk.vkGetDeviceQueue(dev->device, family, 0, &dev->queue);
+
+    VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = family};
+    DCP_VK_TRY(dev, dev->vk.vkCreateCommandPool(dev->device, &cpi, NULL, &dev->cmd_pool));
+    VkPipelineCacheCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    DCP_VK_TRY(dev, dev->vk.vkCreatePipelineCache(dev->device, &pci, NULL, &dev->pipeline_cache));
+
+    free(exts);
+    free(qf);
+    *out = dev;
+    return DCP_OK;
+fail:
+    free(exts);
+    free(qf);
+    device_destroy(dev);
+    *out = NULL;
+    return st;
+}
+
+static int env_flag(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    return strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "false") != 0;
+}
+
+dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **out)
+{
+    dcp_status st = DCP_OK;
+    dcp_context_config defaults = DCP_CONTEXT_CONFIG_DEFAULT;
+    VkPhysicalDevice *phys = NULL;
+    VkLayerProperties *layers = NULL;
+    VkPhysicalDeviceGroupProperties *groups = NULL;
+    if (!config) config = &defaults;
+    *out = NULL;
+    dcp_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory creating a context");
+    DCP_TRY(dcp_vk_loader_open(&ctx->vk, &ctx->loader));
+
+    ctx->validation = config->validation >= 0 ? config->validation : env_flag("DCP_VK_VALIDATION", 0);
+    int robust = config->robust_access >= 0 ? config->robust_access
+                                            : env_flag("DCP_VK_ROBUST", ctx->validation);
+
+    const char *layer_names[1];
+    const char *ext_names[1];
+    uint32_t nlayers = 0, nexts = 0;
+    if (ctx->validation) {
+        uint32_t n = 0;
+        ctx->vk.vkEnumerateInstanceLayerProperties(&n, NULL);
+        layers = calloc(n ? n : 1, sizeof *layers);
+        if (!layers) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+        ctx->vk.vkEnumerateInstanceLayerProperties(&n, layers);
+        int found = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (strcmp(layers[i].layerName, "VK_LAYER_KHRONOS_validation") == 0) found = 1;
+        if (!found) {
+            st = dcp_fail(DCP_ERR_UNSUPPORTED,
+                          "validation requested (DCP_VK_VALIDATION) but VK_LAYER_KHRONOS_validation "
+                          "is not installed (Debian: vulkan-validationlayers)");
+            goto fail;
+        }
+        layer_names[nlayers++] = "VK_LAYER_KHRONOS_validation";
+        ext_names[nexts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    }
+    uint32_t loader_version = VK_API_VERSION_1_0;
+    if (ctx->vk.vkEnumerateInstanceVersion) ctx->vk.vkEnumerateInstanceVersion(&loader_version);
+    if (loader_version < VK_API_VERSION_1_2) {
+        st = dcp_fail(DCP_ERR_UNSUPPORTED, "the Vulkan loader supports %u.%u; dcp-vk needs 1.2",
+                      VK_API_VERSION_MAJOR(loader_version), VK_API_VERSION_MINOR(loader_version));
+        goto fail;
+    }
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "dcp-vk",
+                             .pEngineName = "dcp-vk", .apiVersion = VK_API_VERSION_1_2};
+    VkDebugUtilsMessengerCreateInfoEXT dmi = {
+        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        .pfnUserCallback = on_validation,
+        .pUserData = ctx};
+    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                .pNext = ctx->validation ? &dmi : NULL,
+                                .pApplicationInfo = &app,
+                                .enabledLayerCount = nlayers, .ppEnabledLayerNames = layer_names,
+                                .enabledExtensionCount = nexts, .ppEnabledExtensionNames = ext_names};
+    DCP_VK_TRY(NULL, ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance));
+    dcp_vk_load_instance(&ctx->vk, ctx->instance);
+    if (ctx->validation)
+        DCP_VK_TRY(NULL, ctx->vk.vkCreateDebugUtilsMessengerEXT(ctx->instance, &dmi, NULL, &ctx->messenger));
+
+    uint32_t nphys = 0;
+    DCP_VK_TRY(NULL, ctx->vk.vkEnumeratePhysicalDevices(ctx->instance, &nphys, NULL));
+    if (nphys == 0) {
+        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan physical device (install a driver, e.g. Debian "
+                                         "mesa-vulkan-drivers for lavapipe)");
+        goto fail;
+    }
+    phys = calloc(nphys, sizeof *phys);
+    if (!phys) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+    DCP_VK_TRY(NULL, ctx->vk.vkEnumeratePhysicalDevices(ctx->instance, &nphys, phys));
+    ctx->physical_count = (int)nphys;
+
+    int indices[256];
+    int count = 0;
+    const char *list = config->devices;
+    if (!list || !*list) list = getenv("DCP_VK_DEVICES");
+    if (list && *list) {
+        DCP_TRY(dcp_parse_device_list(list, indices, 256, &count));
+        for (int i = 0; i < count; i++)
+            if (indices[i] >= (int)nphys) {
+                st = dcp_fail(DCP_ERR_NO_DEVICE,
+                              "device list \"%s\": device %d does not exist (this machine has %u "
+                              "physical device%s: 0..%u)",
+                              list, indices[i], nphys, nphys == 1 ? "" : "s", nphys - 1);
+                goto fail;
+            }
+    } else {
+        count = (int)(nphys < 256 ? nphys : 256);
+        for (int i = 0; i < count; i++) indices[i] = i;
+    }
+
+    /* Vulkan device groups: how many physical devices share a group with each one. */
+    uint32_t ngroups = 0;
+    ctx->vk.vkEnumeratePhysicalDeviceGroups(ctx->instance, &ngroups, NULL);
+    groups = calloc(ngroups ? ngroups : 1, sizeof *groups);
+    if (!groups) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+    for (uint32_t i = 0; i < ngroups; i++) groups[i].sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_GROUP_PROPERTIES;
+    ctx->vk.vkEnumeratePhysicalDeviceGroups(ctx->instance, &ngroups, groups);
+
+    ctx->devices = calloc((size_t)count, sizeof *ctx->devices);
+    if (!ctx->devices) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+    for (int i = 0; i < count; i++) {
+        DCP_TRY(device_create(ctx, phys[indices[i]], indices[i], i, robust, &ctx->devices[i]));
+        ctx->device_count = i + 1;
+        for (uint32_t g = 0; g < ngroups; g++)
+            for (uint32_t k = 0; k < groups[g].physicalDeviceCount; k++)
+                if (groups[g].physicalDevices[k] == phys[indices[i]])
+                    ctx->devices[i]->info.physical_group_size = groups[g].physicalDeviceCount;
+    }
+    free(phys);
+    free(layers);
+    free(groups);
+    *out = ctx;
+    return DCP_OK;
+fail:
+    free(phys);
+    free(layers);
+    free(groups);
+    dcp_context_destroy(ctx);
+    return st;
+}
+
+void dcp_context_destroy(dcp_context *ctx)
+{
+    if (!ctx) return;
+    for (int i = 0; i < ctx->device_count; i++) device_destroy(ctx->devices[i]);
+    free(ctx->devices);
+    if (ctx->messenger) ctx->vk.vkDestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
+    if (ctx->instance) ctx->vk.vkDestroyInstance(ctx->instance, NULL);
+    dcp_vk_loader_close(ctx->loader);
+    free(ctx);
+}
+
+int dcp_context_device_count(const dcp_context *ctx) { return ctx->device_count; }
+dcp_device *dcp_context_device(const dcp_context *ctx, int i)
+{
+    return (i >= 0 && i < ctx->device_count) ? ctx->devices[i] : NULL;
+}
+int dcp_context_physical_device_count(const dcp_context *ctx) { return ctx->physical_count; }
+uint64_t dcp_context_validation_count(const dcp_context *ctx) { return ctx->validation_count; }
+const dcp_device_info *dcp_device_get_info(const dcp_device *dev) { return &dev->info; }
+dcp_context *dcp_device_context(const dcp_device *dev) { return dev->ctx; }

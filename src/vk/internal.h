@@ -1,0 +1,125 @@
+/* Private definitions of the Vulkan layer: dispatch tables, devices, buffers, commands. */
+#ifndef DCP_VK_INTERNAL_H
+#define DCP_VK_INTERNAL_H
+
+#include <vulkan/vulkan.h>
+
+#include "common/error.h"
+#include "dcpvk/vk.h"
+#include "vk/pipelines.h"
+
+/* Per-instance function table (global + instance-level entry points). */
+typedef struct dcp_vk_instance_table {
+    PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+#define DCP_VK_GLOBAL(name) PFN_##name name;
+#define DCP_VK_INSTANCE(name) PFN_##name name;
+#include "vk/functions.def"
+} dcp_vk_instance_table;
+
+/* Per-device function table: owned by one dcp_device, loaded with vkGetDeviceProcAddr. */
+typedef struct dcp_vk_device_table {
+#define DCP_VK_DEVICE(name) PFN_##name name;
+#include "vk/functions.def"
+} dcp_vk_device_table;
+
+/* Loads the Vulkan loader and the global entry points (volk-style). */
+dcp_status dcp_vk_loader_open(dcp_vk_instance_table *t, void **lib_handle);
+void dcp_vk_loader_close(void *lib_handle);
+void dcp_vk_load_instance(dcp_vk_instance_table *t, VkInstance instance);
+void dcp_vk_load_device(const dcp_vk_instance_table *it, VkDevice device, dcp_vk_device_table *dt);
+
+/* Translates a VkResult into a status and a message naming the device and the call. */
+dcp_status dcp_vk_check(VkResult r, const dcp_device *dev, const char *call);
+const char *dcp_vk_result_string(VkResult r);
+
+#define DCP_VK_TRY(dev, call)                                                                      \
+    do {                                                                                           \
+        VkResult vr_ = (call);                                                                     \
+        if (vr_ != VK_SUCCESS) {                                                                   \
+            st = dcp_vk_check(vr_, (dev), #call);                                                  \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+typedef struct dcp_pipeline_entry {
+    dcp_pipeline_id id;
+    uint32_t spec[DCP_MAX_SPEC];
+    uint32_t spec_count;
+    VkPipeline pipeline;
+} dcp_pipeline_entry;
+
+struct dcp_device {
+    dcp_context *ctx;
+    dcp_device_info info;
+    VkPhysicalDevice phys;
+    VkDevice device;
+    dcp_vk_device_table vk;
+    uint32_t queue_family;
+    VkQueue queue;
+    VkCommandPool cmd_pool;
+    VkPipelineCache pipeline_cache;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    uint32_t timestamp_valid_bits;
+    /* Descriptor pools: a chain, a new pool is added when the last one is full. */
+    VkDescriptorPool *desc_pools;
+    uint32_t desc_pool_count;
+    /* Per pipeline id: set layout and pipeline layout (created with the first pipeline). */
+    VkDescriptorSetLayout set_layouts[DCP_PIPELINE_COUNT];
+    VkPipelineLayout pipe_layouts[DCP_PIPELINE_COUNT];
+    VkShaderModule modules[DCP_PIPELINE_COUNT];
+    /* Created pipelines, one per (id, specialization values). */
+    dcp_pipeline_entry *pipelines;
+    uint32_t pipeline_count, pipeline_cap;
+    /* Staging buffer for uploads and downloads (grown on demand). */
+    dcp_buffer *staging;
+    dcp_cmd *transfer_cmd;
+};
+
+struct dcp_context {
+    void *loader;
+    dcp_vk_instance_table vk;
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    uint64_t validation_count;
+    int validation;
+    int physical_count;
+    dcp_device **devices;
+    int device_count;
+};
+
+struct dcp_buffer {
+    dcp_device *dev;
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    uint64_t size;
+    dcp_memory kind;
+    void *mapped;
+};
+
+typedef struct dcp_cmd_set {
+    VkDescriptorSet set;
+    uint32_t pool;
+} dcp_cmd_set;
+
+struct dcp_cmd {
+    dcp_device *dev;
+    VkCommandBuffer cb;
+    VkFence fence;
+    int recording;  /* 1 while commands may be recorded */
+    int pending;    /* 1 between submit and wait */
+    dcp_cmd_set *sets;
+    uint32_t set_count, set_cap;
+    VkQueryPool queries;
+    uint32_t query_count;
+};
+
+/* Memory type index with all of `required` flags (preferring `preferred` too), or UINT32_MAX. */
+uint32_t dcp_vk_memory_type(const dcp_device *dev, uint32_t type_bits, VkMemoryPropertyFlags required,
+                            VkMemoryPropertyFlags preferred);
+
+/* Device-level internals used by cmd.c / pipeline.c. */
+dcp_status dcp_device_alloc_set(dcp_device *dev, VkDescriptorSetLayout layout, VkDescriptorSet *set,
+                                uint32_t *pool_index);
+void dcp_device_destroy_pipelines(dcp_device *dev);
+
+#endif

@@ -1,0 +1,30 @@
+/* Vulkan helpers for the tests: one context per test group, validation on, zero messages required. */
+#ifndef DCP_VKUTIL_H
+#define DCP_VKUTIL_H
+
+#include "dcpvk/vk.h"
+#include "testutil.h"
+
+/* Creates a context from $DCP_VK_DEVICES with the validation layer on (fails the test if that is
+ * impossible: a missing device is a failure, never a skip). */
+dcp_context *dcp_test_context(void);
+/* Asserts that the validation layer said nothing, then destroys the context. */
+void dcp_test_context_done(dcp_context *ctx);
+
+/* Tolerances, one table for all tests: |O - O_ref| <= o_abs; |LSE - LSE_ref| <= lse_rel * (1 + |LSE_ref|). */
+#define DCP_TOL_O_ABS 1e-4
+#define DCP_TOL_LSE_REL 1e-5
+
+/* Compares n values of a partial state against the reference; names `what` on failure.
+ * -inf must match -inf exactly. Returns the max abs error seen. */
+double dcp_test_check_o(const char *what, const float *got, const float *want, uint64_t n);
+double dcp_test_check_lse(const char *what, const float *got, const float *want, uint64_t n);
+
+#define DCP_ASSERT_OK(expr)                                                                        \
+    do {                                                                                           \
+        dcp_status st_ = (expr);                                                                   \
+        if (st_ != DCP_OK)                                                                         \
+            fail_msg("%s failed: %s: %s", #expr, dcp_status_string(st_), dcp_last_error());       \
+    } while (0)
+
+#endif
