@@ -4,10 +4,7 @@
 
 #include "vk/internal.h"
 
-#include "lse_merge.h"
-#include "paged_decode_f16.h"
-#include "paged_decode_f32.h"
-#include "stream_read.h"
+#include "dcp_spv_all.h"
 
 static const dcp_pipeline_desc table[DCP_PIPELINE_COUNT] = {
 #define DCP_PIPELINE(id, spv, push, nspec, ...)                                                    \
