@@ -1,0 +1,402 @@
+/* dcp-vk-gguf: inspect GGUF files (metadata, tensor directory, text or JSON), run their tokenizer
+ * both ways, and make the project's deterministic test models. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/model_config.h"
+#include "dcpvk/tokenizer.h"
+
+enum { ABBREV = 8 };
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dcp-vk-gguf FILE [--json] [--full]\n"
+            "       dcp-vk-gguf FILE --tokenize TEXT [--bos] [--special]\n"
+            "       dcp-vk-gguf FILE --detokenize IDS [--special]\n"
+            "       dcp-vk-gguf --make-model OUT.gguf [model options]\n"
+            "\n"
+            "  FILE                print the metadata (arrays longer than %d elements abbreviated)\n"
+            "                      and the tensor directory\n"
+            "  --json              print them as one JSON object instead\n"
+            "  --full              print whole arrays (default: abbreviated)\n"
+            "  --tokenize TEXT     print the token ids of TEXT on one line, space-separated\n"
+            "  --bos               with --tokenize: prepend BOS (default: off)\n"
+            "  --special           --tokenize: match control tokens like <s> in TEXT;\n"
+            "                      --detokenize: show control tokens (default: off)\n"
+            "  --detokenize IDS    print the text of IDS (space- or comma-separated)\n"
+            "  --make-model OUT    write a deterministic test model (GGUF v3, built-in vocabulary)\n"
+            "\n"
+            "model options (with --make-model):\n"
+            "  --arch NAME         architecture (default llama; the only one so far)\n"
+            "  --name NAME         general.name (default dcp-vk-test)\n"
+            "  --n-embd N          embedding size (default 256)\n"
+            "  --n-layer N         layers (default 4)\n"
+            "  --n-head N          query heads (default 16)\n"
+            "  --n-head-kv N       KV heads, divides --n-head (default 8)\n"
+            "  --head-dim N        head size, 0 = n-embd / n-head (default 16)\n"
+            "  --n-ff N            FFN hidden size (default 768)\n"
+            "  --n-ctx N           context length (default 4096)\n"
+            "  --rms-eps X         RMS norm epsilon (default 1e-5)\n"
+            "  --rope-base X       RoPE frequency base (default 10000)\n"
+            "  --type T            matrix weight type: f32, f16 or q8_0 (default f32)\n"
+            "  --seed N            random seed (default 1234)\n"
+            "\n"
+            "Errors print a message on stderr and exit with status 1.\n",
+            ABBREV);
+}
+
+static int die(const char *what)
+{
+    fprintf(stderr, "dcp-vk-gguf: %s%s%s\n", what, dcp_last_error()[0] ? ": " : "", dcp_last_error());
+    return 1;
+}
+
+static int bad_usage(const char *msg, const char *arg)
+{
+    fprintf(stderr, "dcp-vk-gguf: %s%s%s (see --help)\n", msg, arg ? " " : "", arg ? arg : "");
+    return 1;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') return false;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u32(const char *s, uint32_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(s, &v) || v > 0xffffffffu) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* ---- printing ------------------------------------------------------------------------------ */
+
+/* Prints a string: text mode quotes with C escapes; JSON mode with JSON escapes. */
+static void put_str(const char *s, size_t n, bool json)
+{
+    putchar('"');
+    for (size_t i = 0; i < n; ++i) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c < 0x20 || c == 0x7f) printf(json ? "\\u%04x" : "\\x%02x", c);
+        else if (c >= 0x80 && json) {
+            /* pass valid UTF-8 through; replace invalid bytes */
+            size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+            bool ok = k && k <= n - i;
+            for (size_t j = 1; ok && j < k; ++j) ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
+            if (ok) {
+                fwrite(s + i, 1, k, stdout);
+                i += k - 1;
+            } else {
+                fputs("\\ufffd", stdout);
+            }
+        } else putchar(c);
+    }
+    putchar('"');
+}
+
+static void put_float(double v, bool json)
+{
+    if (json && !isfinite(v)) fputs("null", stdout);
+    else printf("%.9g", v);
+}
+
+static void put_scalar(const dcp_gguf_kv *kv, bool json)
+{
+    switch (kv->type) {
+    case DCP_GGUF_TYPE_UINT8:
+    case DCP_GGUF_TYPE_UINT16:
+    case DCP_GGUF_TYPE_UINT32:
+    case DCP_GGUF_TYPE_UINT64: printf("%llu", (unsigned long long)kv->v.u64); break;
+    case DCP_GGUF_TYPE_INT8:
+    case DCP_GGUF_TYPE_INT16:
+    case DCP_GGUF_TYPE_INT32:
+    case DCP_GGUF_TYPE_INT64: printf("%lld", (long long)kv->v.i64); break;
+    case DCP_GGUF_TYPE_FLOAT32:
+    case DCP_GGUF_TYPE_FLOAT64: put_float(kv->v.f64, json); break;
+    case DCP_GGUF_TYPE_BOOL: fputs(kv->v.b ? "true" : "false", stdout); break;
+    case DCP_GGUF_TYPE_STRING: put_str(kv->str, (size_t)kv->str_len, json); break;
+    default: fputs("?", stdout); break;
+    }
+}
+
+static void put_elem(const dcp_gguf_kv *kv, uint64_t i, bool json)
+{
+    const char *s;
+    size_t n;
+    uint64_t u;
+    int64_t v;
+    double f;
+    switch (kv->array_type) {
+    case DCP_GGUF_TYPE_STRING:
+        if (dcp_gguf_array_string(kv, i, &s, &n) == DCP_OK) put_str(s, n, json);
+        break;
+    case DCP_GGUF_TYPE_FLOAT32:
+    case DCP_GGUF_TYPE_FLOAT64:
+        if (dcp_gguf_array_float(kv, i, &f) == DCP_OK) put_float(f, json);
+        break;
+    case DCP_GGUF_TYPE_BOOL:
+        if (dcp_gguf_array_uint(kv, i, &u) == DCP_OK) fputs(u ? "true" : "false", stdout);
+        break;
+    case DCP_GGUF_TYPE_UINT8:
+    case DCP_GGUF_TYPE_UINT16:
+    case DCP_GGUF_TYPE_UINT32:
+    case DCP_GGUF_TYPE_UINT64:
+        if (dcp_gguf_array_uint(kv, i, &u) == DCP_OK) printf("%llu", (unsigned long long)u);
+        break;
+    default:
+        if (dcp_gguf_array_int(kv, i, &v) == DCP_OK) printf("%lld", (long long)v);
+        break;
+    }
+}
+
+static void put_array(const dcp_gguf_kv *kv, bool json, bool full)
+{
+    uint64_t n = kv->array_len, shown = full || n <= 2 * ABBREV ? n : ABBREV;
+    if (json && shown < n)
+        printf("{\"array_type\": \"%s\", \"length\": %llu, \"first\": ", dcp_gguf_type_name(kv->array_type),
+               (unsigned long long)n);
+    putchar('[');
+    for (uint64_t i = 0; i < shown; ++i) {
+        if (i) fputs(", ", stdout);
+        put_elem(kv, i, json);
+    }
+    if (shown < n) fputs(json ? "]}" : ", ...]", stdout);
+    else putchar(']');
+}
+
+static void put_shape(const dcp_gguf_tensor *t)
+{
+    putchar('[');
+    for (uint32_t d = 0; d < t->n_dims; ++d) printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
+    putchar(']');
+}
+
+static void print_text(const dcp_gguf *g, bool full)
+{
+    printf("file: %s\n", dcp_gguf_name(g));
+    printf("GGUF version %u, %llu bytes, alignment %llu, tensor data at offset %llu\n",
+           dcp_gguf_version(g), (unsigned long long)dcp_gguf_file_size(g),
+           (unsigned long long)dcp_gguf_alignment(g), (unsigned long long)dcp_gguf_data_offset(g));
+    printf("\nmetadata (%llu keys):\n", (unsigned long long)dcp_gguf_kv_count(g));
+    for (uint64_t i = 0; i < dcp_gguf_kv_count(g); ++i) {
+        const dcp_gguf_kv *kv = dcp_gguf_kv_at(g, i);
+        if (kv->type == DCP_GGUF_TYPE_ARRAY) {
+            printf("  %-40s array[%s; %llu] = ", kv->key, dcp_gguf_type_name(kv->array_type),
+                   (unsigned long long)kv->array_len);
+            put_array(kv, false, full);
+        } else {
+            printf("  %-40s %-7s = ", kv->key, dcp_gguf_type_name(kv->type));
+            put_scalar(kv, false);
+        }
+        putchar('\n');
+    }
+    printf("\ntensors (%llu):\n", (unsigned long long)dcp_gguf_tensor_count(g));
+    if (dcp_gguf_tensor_count(g))
+        printf("  %5s  %-32s %-6s %-24s %12s %12s\n", "#", "name", "type", "shape (ne)", "offset", "bytes");
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); ++i) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
+        char shape[96];
+        int k = snprintf(shape, sizeof shape, "[");
+        for (uint32_t d = 0; d < t->n_dims && k < (int)sizeof shape; ++d)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
+        if (k < (int)sizeof shape) snprintf(shape + k, sizeof shape - (size_t)k, "]");
+        printf("  %5llu  %-32s %-6s %-24s %12llu %12llu%s\n", (unsigned long long)i, t->name,
+               dcp_ggml_type_name(t->type), shape, (unsigned long long)t->offset,
+               (unsigned long long)t->size, dcp_ggml_type_supported(t->type) ? "" : "  (unsupported type)");
+    }
+    dcp_model_config mc;
+    if (dcp_gguf_kv_find(g, "general.architecture") && dcp_gguf_tensor_count(g)) {
+        if (dcp_model_config_read(g, &mc) == DCP_OK)
+            printf("\nhyperparameters: arch %s, n_embd %u, n_layer %u, n_head %u, n_head_kv %u, "
+                   "head_dim %u, n_ff %u, n_ctx_train %u, n_vocab %u, n_rot %u, rms_eps %g, "
+                   "rope_freq_base %g\n", mc.arch_name, mc.n_embd, mc.n_layer, mc.n_head,
+                   mc.n_head_kv, mc.head_dim, mc.n_ff, mc.n_ctx_train, mc.n_vocab, mc.n_rot,
+                   (double)mc.rms_eps, (double)mc.rope_freq_base);
+        else
+            printf("\nhyperparameters: not read (%s)\n", dcp_last_error());
+    }
+}
+
+static void print_json(const dcp_gguf *g, bool full)
+{
+    printf("{\"file\": ");
+    put_str(dcp_gguf_name(g), strlen(dcp_gguf_name(g)), true);
+    printf(", \"version\": %u, \"size\": %llu, \"alignment\": %llu, \"data_offset\": %llu,\n",
+           dcp_gguf_version(g), (unsigned long long)dcp_gguf_file_size(g),
+           (unsigned long long)dcp_gguf_alignment(g), (unsigned long long)dcp_gguf_data_offset(g));
+    printf(" \"metadata\": {");
+    for (uint64_t i = 0; i < dcp_gguf_kv_count(g); ++i) {
+        const dcp_gguf_kv *kv = dcp_gguf_kv_at(g, i);
+        printf("%s\n  ", i ? "," : "");
+        put_str(kv->key, strlen(kv->key), true);
+        printf(": {\"type\": \"%s\", \"value\": ", dcp_gguf_type_name(kv->type));
+        if (kv->type == DCP_GGUF_TYPE_ARRAY) put_array(kv, true, full);
+        else put_scalar(kv, true);
+        putchar('}');
+    }
+    printf("\n },\n \"tensors\": [");
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); ++i) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
+        printf("%s\n  {\"name\": ", i ? "," : "");
+        put_str(t->name, strlen(t->name), true);
+        printf(", \"type\": \"%s\", \"shape\": ", dcp_ggml_type_name(t->type));
+        put_shape(t);
+        printf(", \"offset\": %llu, \"size\": %llu}", (unsigned long long)t->offset, (unsigned long long)t->size);
+    }
+    printf("\n ]\n}\n");
+}
+
+/* ---- commands ------------------------------------------------------------------------------ */
+
+static int tokenize(const dcp_gguf *g, const char *text, bool bos, bool special)
+{
+    dcp_tokenizer *t;
+    int32_t *ids;
+    size_t n;
+    if (dcp_tokenizer_create(g, &t) != DCP_OK) return die("cannot load the tokenizer");
+    unsigned flags = (bos ? DCP_TOKENIZE_ADD_BOS : 0) | (special ? DCP_TOKENIZE_PARSE_SPECIAL : 0);
+    if (dcp_tokenizer_encode(t, text, strlen(text), flags, &ids, &n) != DCP_OK) {
+        dcp_tokenizer_destroy(t);
+        return die("tokenize");
+    }
+    for (size_t i = 0; i < n; ++i) printf("%s%d", i ? " " : "", (int)ids[i]);
+    putchar('\n');
+    free(ids);
+    dcp_tokenizer_destroy(t);
+    return 0;
+}
+
+static int detokenize(const dcp_gguf *g, const char *list, bool special)
+{
+    dcp_tokenizer *t;
+    dcp_detokenizer *d;
+    const char *piece;
+    size_t len;
+    int rc = 0;
+    if (dcp_tokenizer_create(g, &t) != DCP_OK) return die("cannot load the tokenizer");
+    if (dcp_detokenizer_create(t, special ? DCP_DECODE_SPECIAL : 0, &d) != DCP_OK) {
+        dcp_tokenizer_destroy(t);
+        return die("detokenize");
+    }
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') ++p;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < -2147483647L || v > 2147483647L) {
+            fflush(stdout);
+            rc = bad_usage("--detokenize: not a token id:", p);
+            goto out;
+        }
+        p = end;
+        if (dcp_detokenizer_push(d, (int32_t)v, &piece, &len) != DCP_OK) {
+            fflush(stdout);
+            rc = die("detokenize");
+            goto out;
+        }
+        fwrite(piece, 1, len, stdout);
+    }
+    if (dcp_detokenizer_flush(d, &piece, &len) == DCP_OK) fwrite(piece, 1, len, stdout);
+    putchar('\n');
+out:
+    dcp_detokenizer_destroy(d);
+    dcp_tokenizer_destroy(t);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL;
+    bool json = false, full = false, bos = false, special = false;
+    dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+    bool model_opt = false;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+#define NEEDS_VALUE                                                                                 \
+    do {                                                                                           \
+        if (!v) return bad_usage("missing value for", a);                                          \
+        ++i;                                                                                       \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--full")) full = true;
+        else if (!strcmp(a, "--bos")) bos = true;
+        else if (!strcmp(a, "--special")) special = true;
+        else if (!strcmp(a, "--tokenize")) { NEEDS_VALUE; tok_text = v; }
+        else if (!strcmp(a, "--detokenize")) { NEEDS_VALUE; detok = v; }
+        else if (!strcmp(a, "--make-model")) { NEEDS_VALUE; make = v; }
+        else if (!strcmp(a, "--arch")) { NEEDS_VALUE; mc.arch = v; model_opt = true; }
+        else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; }
+        else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_embd); model_opt = true; }
+        else if (!strcmp(a, "--n-layer")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_layer); model_opt = true; }
+        else if (!strcmp(a, "--n-head")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head); model_opt = true; }
+        else if (!strcmp(a, "--n-head-kv")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head_kv); model_opt = true; }
+        else if (!strcmp(a, "--head-dim")) { NEEDS_VALUE; ok = parse_u32(v, &mc.head_dim); model_opt = true; }
+        else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ff); model_opt = true; }
+        else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ctx); model_opt = true; }
+        else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = parse_u64(v, &mc.seed); model_opt = true; }
+        else if (!strcmp(a, "--rms-eps") || !strcmp(a, "--rope-base")) {
+            NEEDS_VALUE;
+            char *end;
+            double x = strtod(v, &end);
+            ok = *v && !*end && x > 0 && isfinite(x);
+            if (!strcmp(a, "--rms-eps")) mc.rms_eps = (float)x;
+            else mc.rope_base = (float)x;
+            model_opt = true;
+        } else if (!strcmp(a, "--type")) {
+            NEEDS_VALUE;
+            ok = dcp_ggml_type_from_name(v, &mc.weight_type) == DCP_OK;
+            model_opt = true;
+        } else if (a[0] == '-' && a[1]) return bad_usage("unknown option", a);
+        else if (!file) file = a;
+        else return bad_usage("more than one FILE:", a);
+        if (!ok) return bad_usage("bad value for", a);
+#undef NEEDS_VALUE
+    }
+
+    if (make) {
+        if (file || tok_text || detok || json) return bad_usage("--make-model takes no FILE, --tokenize, --detokenize or --json", NULL);
+        if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) return die("--make-model");
+        printf("wrote %s\n", make);
+        return 0;
+    }
+    if (model_opt) return bad_usage("model options need --make-model", NULL);
+    if (!file) return bad_usage("no FILE given", NULL);
+    if (tok_text && detok) return bad_usage("--tokenize and --detokenize exclude each other", NULL);
+
+    dcp_gguf *g;
+    if (dcp_gguf_open(file, &g) != DCP_OK) return die("cannot read GGUF file");
+    int rc = 0;
+    if (tok_text) rc = tokenize(g, tok_text, bos, special);
+    else if (detok) rc = detokenize(g, detok, special);
+    else if (json) print_json(g, full);
+    else print_text(g, full);
+    dcp_gguf_close(g);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "dcp-vk-gguf: cannot write output: %s\n", strerror(errno));
+        rc = 1;
+    }
+    return rc;
+}

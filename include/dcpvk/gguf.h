@@ -1,0 +1,273 @@
+/* GGUF model files: a checked, memory-mapped reader, a GGUF v3 writer, and the maker of the
+ * project's own deterministic test models.
+ *
+ * The reader never trusts the file: every count, string length, array length, shape, offset and
+ * tensor extent is checked against the file size and against overflow before it is used. Errors
+ * return DCP_ERR_FORMAT (or DCP_ERR_UNSUPPORTED for a valid but unsupported feature) and leave a
+ * dcp_last_error() message naming the file, the byte offset and what was wrong.
+ *
+ * Byte order: little-endian files only (GGUF versions 2 and 3). */
+#ifndef DCPVK_GGUF_H
+#define DCPVK_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcpvk/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- value and tensor types ------------------------------------------------------------------ */
+
+/* GGUF metadata value types (the numbers are the on-disk codes). */
+typedef enum dcp_gguf_type {
+    DCP_GGUF_TYPE_UINT8 = 0,
+    DCP_GGUF_TYPE_INT8 = 1,
+    DCP_GGUF_TYPE_UINT16 = 2,
+    DCP_GGUF_TYPE_INT16 = 3,
+    DCP_GGUF_TYPE_UINT32 = 4,
+    DCP_GGUF_TYPE_INT32 = 5,
+    DCP_GGUF_TYPE_FLOAT32 = 6,
+    DCP_GGUF_TYPE_BOOL = 7,
+    DCP_GGUF_TYPE_STRING = 8,
+    DCP_GGUF_TYPE_ARRAY = 9,
+    DCP_GGUF_TYPE_UINT64 = 10,
+    DCP_GGUF_TYPE_INT64 = 11,
+    DCP_GGUF_TYPE_FLOAT64 = 12,
+    DCP_GGUF_TYPE_COUNT = 13,
+} dcp_gguf_type;
+
+/* Tensor element types (ggml type codes). Only F32, F16, BF16 and Q8_0 can be read as data; the
+ * others are known by name and size so that a directory can be listed and checked, and reading
+ * their data fails with DCP_ERR_UNSUPPORTED naming the type. */
+typedef enum dcp_ggml_type {
+    DCP_GGML_TYPE_F32 = 0,
+    DCP_GGML_TYPE_F16 = 1,
+    DCP_GGML_TYPE_Q4_0 = 2,
+    DCP_GGML_TYPE_Q4_1 = 3,
+    DCP_GGML_TYPE_Q5_0 = 6,
+    DCP_GGML_TYPE_Q5_1 = 7,
+    DCP_GGML_TYPE_Q8_0 = 8,
+    DCP_GGML_TYPE_Q8_1 = 9,
+    DCP_GGML_TYPE_Q2_K = 10,
+    DCP_GGML_TYPE_Q3_K = 11,
+    DCP_GGML_TYPE_Q4_K = 12,
+    DCP_GGML_TYPE_Q5_K = 13,
+    DCP_GGML_TYPE_Q6_K = 14,
+    DCP_GGML_TYPE_Q8_K = 15,
+    DCP_GGML_TYPE_IQ2_XXS = 16,
+    DCP_GGML_TYPE_IQ2_XS = 17,
+    DCP_GGML_TYPE_IQ3_XXS = 18,
+    DCP_GGML_TYPE_IQ1_S = 19,
+    DCP_GGML_TYPE_IQ4_NL = 20,
+    DCP_GGML_TYPE_IQ3_S = 21,
+    DCP_GGML_TYPE_IQ2_S = 22,
+    DCP_GGML_TYPE_IQ4_XS = 23,
+    DCP_GGML_TYPE_I8 = 24,
+    DCP_GGML_TYPE_I16 = 25,
+    DCP_GGML_TYPE_I32 = 26,
+    DCP_GGML_TYPE_I64 = 27,
+    DCP_GGML_TYPE_F64 = 28,
+    DCP_GGML_TYPE_IQ1_M = 29,
+    DCP_GGML_TYPE_BF16 = 30,
+    DCP_GGML_TYPE_TQ1_0 = 34,
+    DCP_GGML_TYPE_TQ2_0 = 35,
+    DCP_GGML_TYPE_MXFP4 = 39,
+} dcp_ggml_type;
+
+/* Q8_0 block: 32 weights = d * qs[i], d stored as IEEE half. 34 bytes, no padding. */
+enum { DCP_Q8_0_BLOCK = 32, DCP_Q8_0_BYTES = 34 };
+
+/* Name of a metadata value type ("uint32", "string", ...), or "unknown". Thread-safe. */
+const char *dcp_gguf_type_name(dcp_gguf_type type);
+
+/* Name of a ggml type ("F32", "Q4_K", ...), or NULL when the code is not a known ggml type.
+ * Thread-safe. */
+const char *dcp_ggml_type_name(dcp_ggml_type type);
+
+/* Looks up a ggml type by name (case-insensitive, e.g. "q8_0"). Returns DCP_ERR_INVALID_ARGUMENT
+ * for an unknown name. */
+dcp_status dcp_ggml_type_from_name(const char *name, dcp_ggml_type *out);
+
+/* Block layout of a ggml type: *block_elems elements are stored in *block_bytes bytes. Returns
+ * false (outputs 0) for an unknown code. Thread-safe. */
+bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *block_bytes);
+
+/* True for the types whose data dcp-vk reads: F32, F16, BF16, Q8_0. */
+bool dcp_ggml_type_supported(dcp_ggml_type type);
+
+/* Converts n elements of a supported type to f32. n must be a multiple of the block size.
+ * src: n elements of `type` (any alignment); dst: [n] f32. Thread-safe. */
+dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint64_t n);
+
+/* Converts n f32 values to F32, F16, BF16 or Q8_0 (round to nearest even; Q8_0 scale = max|x|/127
+ * per block). n must be a multiple of the block size. dst: dcp_ggml_row_size(type, n) bytes. */
+dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
+
+/* ---- reader --------------------------------------------------------------------------------- */
+
+/* An open GGUF file. Created by dcp_gguf_open / dcp_gguf_open_memory, destroyed by
+ * dcp_gguf_close. All pointers it hands out (keys, strings, tensor data) stay valid until close.
+ * Read-only after open, so concurrent readers are safe. */
+typedef struct dcp_gguf dcp_gguf;
+
+/* One metadata key/value. Scalars are widened: unsigned integers to u64, signed to i64, floats to
+ * f64. Strings are copied, NUL-terminated, and may contain NUL bytes (use the length). */
+typedef struct dcp_gguf_kv {
+    const char *key;            /* NUL-terminated */
+    dcp_gguf_type type;         /* value type; DCP_GGUF_TYPE_ARRAY for arrays */
+    uint64_t offset;            /* file offset of the key/value record, bytes */
+    union {
+        uint64_t u64;           /* UINT8/16/32/64 */
+        int64_t i64;            /* INT8/16/32/64 */
+        double f64;             /* FLOAT32/64 */
+        bool b;                 /* BOOL */
+    } v;
+    const char *str;            /* STRING: NUL-terminated copy */
+    uint64_t str_len;           /* STRING: bytes, without the terminator */
+    dcp_gguf_type array_type;   /* ARRAY: element type (never ARRAY) */
+    uint64_t array_len;         /* ARRAY: elements */
+    const void *array_data;     /* ARRAY of numbers/bools: raw little-endian elements, unaligned */
+} dcp_gguf_kv;
+
+/* One tensor of the directory. */
+typedef struct dcp_gguf_tensor {
+    const char *name;           /* NUL-terminated */
+    dcp_ggml_type type;
+    uint32_t n_dims;            /* 1..4 */
+    uint64_t ne[4];             /* elements per dimension; ne[0] is contiguous; unused dims = 1 */
+    uint64_t n_elements;
+    uint64_t offset;            /* bytes, relative to the data section (a multiple of alignment) */
+    uint64_t size;              /* bytes */
+    const void *data;           /* mapped bytes [size] (read-only) */
+} dcp_gguf_tensor;
+
+/* Opens and checks a GGUF file, memory-mapping it read-only. On failure *out is NULL and
+ * dcp_last_error() names the file, offset and problem. */
+dcp_status dcp_gguf_open(const char *path, dcp_gguf **out);
+
+/* Same over bytes in memory (borrowed: data must outlive the handle). `name` is used in errors. */
+dcp_status dcp_gguf_open_memory(const void *data, size_t size, const char *name, dcp_gguf **out);
+
+/* Unmaps and frees. NULL is allowed. */
+void dcp_gguf_close(dcp_gguf *g);
+
+const char *dcp_gguf_name(const dcp_gguf *g);      /* path or name given at open */
+uint32_t dcp_gguf_version(const dcp_gguf *g);      /* 2 or 3 */
+uint64_t dcp_gguf_file_size(const dcp_gguf *g);    /* bytes */
+uint64_t dcp_gguf_alignment(const dcp_gguf *g);    /* bytes; general.alignment or 32 */
+uint64_t dcp_gguf_data_offset(const dcp_gguf *g);  /* file offset of the tensor data section */
+
+/* Metadata: count, lookup by index (0..count-1, in file order) and by key. */
+uint64_t dcp_gguf_kv_count(const dcp_gguf *g);
+const dcp_gguf_kv *dcp_gguf_kv_at(const dcp_gguf *g, uint64_t index);
+/* Returns the kv with that key, or NULL when absent. */
+const dcp_gguf_kv *dcp_gguf_kv_find(const dcp_gguf *g, const char *key);
+
+/* Typed getters by key. A missing key or a value that does not convert gives DCP_ERR_FORMAT with
+ * a message naming the key and file; *out is left unchanged on failure.
+ * get_uint: any integer type holding a non-negative value; get_int: any integer type that fits
+ * int64; get_float: FLOAT32/FLOAT64 or any integer; get_string: pointer valid until close. */
+dcp_status dcp_gguf_get_uint(const dcp_gguf *g, const char *key, uint64_t *out);
+dcp_status dcp_gguf_get_int(const dcp_gguf *g, const char *key, int64_t *out);
+dcp_status dcp_gguf_get_float(const dcp_gguf *g, const char *key, double *out);
+dcp_status dcp_gguf_get_bool(const dcp_gguf *g, const char *key, bool *out);
+dcp_status dcp_gguf_get_string(const dcp_gguf *g, const char *key, const char **out, size_t *len);
+
+/* Array elements (kv->type must be ARRAY, i < kv->array_len; else DCP_ERR_INVALID_ARGUMENT).
+ * Numeric elements are widened like scalars; string elements are NUL-terminated copies. */
+dcp_status dcp_gguf_array_uint(const dcp_gguf_kv *kv, uint64_t i, uint64_t *out);
+dcp_status dcp_gguf_array_int(const dcp_gguf_kv *kv, uint64_t i, int64_t *out);
+dcp_status dcp_gguf_array_float(const dcp_gguf_kv *kv, uint64_t i, double *out);
+dcp_status dcp_gguf_array_string(const dcp_gguf_kv *kv, uint64_t i, const char **out, size_t *len);
+
+/* Tensor directory, in file order. */
+uint64_t dcp_gguf_tensor_count(const dcp_gguf *g);
+const dcp_gguf_tensor *dcp_gguf_tensor_at(const dcp_gguf *g, uint64_t index);
+/* Returns the tensor with that name, or NULL. */
+const dcp_gguf_tensor *dcp_gguf_tensor_find(const dcp_gguf *g, const char *name);
+
+/* Reads a tensor as f32 into dst [n_elements]. DCP_ERR_UNSUPPORTED (naming the tensor and its
+ * type) for types other than F32/F16/BF16/Q8_0. */
+dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, float *dst);
+
+/* ---- writer ---------------------------------------------------------------------------------- */
+
+/* Builds a GGUF v3 file in memory and writes it. Created by dcp_gguf_writer_create, destroyed by
+ * dcp_gguf_writer_destroy. Keys and tensors are written in the order they were added; all inputs
+ * are copied. Not thread-safe. */
+typedef struct dcp_gguf_writer dcp_gguf_writer;
+
+/* alignment: bytes, a power of two (0 = 32). A value other than 32 is also written as
+ * general.alignment. */
+dcp_status dcp_gguf_writer_create(uint32_t alignment, dcp_gguf_writer **out);
+void dcp_gguf_writer_destroy(dcp_gguf_writer *w);
+
+/* Scalars. A duplicated key gives DCP_ERR_INVALID_ARGUMENT. */
+dcp_status dcp_gguf_writer_set_uint(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, uint64_t v);
+dcp_status dcp_gguf_writer_set_int(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, int64_t v);
+dcp_status dcp_gguf_writer_set_float(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, double v);
+dcp_status dcp_gguf_writer_set_bool(dcp_gguf_writer *w, const char *key, bool v);
+dcp_status dcp_gguf_writer_set_string(dcp_gguf_writer *w, const char *key, const char *s, size_t len);
+/* Numeric/bool array: n elements of elem_type, packed little-endian, in `data`. */
+dcp_status dcp_gguf_writer_set_array(dcp_gguf_writer *w, const char *key, dcp_gguf_type elem_type,
+                                     const void *data, uint64_t n);
+/* String array; lens may be NULL (then strlen is used). */
+dcp_status dcp_gguf_writer_set_string_array(dcp_gguf_writer *w, const char *key,
+                                            const char *const *strs, const size_t *lens, uint64_t n);
+/* Copies one key/value exactly (same type) from an open file. */
+dcp_status dcp_gguf_writer_copy_kv(dcp_gguf_writer *w, const dcp_gguf_kv *kv);
+
+/* Adds a tensor: data holds the packed bytes for ne (row size from the type's block layout);
+ * size must equal that. ne[0] must be a multiple of the block size. */
+dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
+                                      uint32_t n_dims, const uint64_t *ne, const void *data,
+                                      uint64_t size);
+
+/* Writes the file (to path.tmp, then renamed over path). DCP_ERR_IO on failure. */
+dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path);
+
+/* ---- the project's deterministic test models ------------------------------------------------ */
+
+/* Shapes of a generated model. Weights are drawn from a SplitMix64 stream seeded by `seed`,
+ * uniform in [-1/sqrt(fan_in), +1/sqrt(fan_in)); norm weights are 1 + U(-0.1, 0.1). The same
+ * config gives the same bytes on every machine. The vocabulary is built in (see
+ * dcp_test_model_vocab_size): <unk>, <s>, </s>, 256 byte tokens, printable ASCII characters and
+ * common English word pieces, SentencePiece style (`llama` tokenizer), padded with <unused_N>
+ * tokens to a multiple of 64. */
+typedef struct dcp_test_model_config {
+    const char *arch;         /* architecture; only "llama" for now. Default "llama" */
+    const char *name;         /* general.name. Default "dcp-vk-test" */
+    uint32_t n_embd;          /* embedding size. Default 256 */
+    uint32_t n_layer;         /* blocks. Default 4 */
+    uint32_t n_head;          /* query heads. Default 16 */
+    uint32_t n_head_kv;       /* KV heads (divides n_head). Default 8 */
+    uint32_t head_dim;        /* per head; 0 = n_embd / n_head. Default 16 */
+    uint32_t n_ff;            /* FFN hidden size. Default 768 */
+    uint32_t n_ctx;           /* context_length. Default 4096 */
+    float rms_eps;            /* RMS norm epsilon. Default 1e-5 */
+    float rope_base;          /* RoPE frequency base. Default 10000 */
+    dcp_ggml_type weight_type;/* F32, F16 or Q8_0 for matrices (norms stay F32). Default F32 */
+    uint64_t seed;            /* Default 1234 */
+} dcp_test_model_config;
+
+#define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \
+    { "llama", "dcp-vk-test", 256, 4, 16, 8, 16, 768, 4096, 1e-5f, 10000.0f, DCP_GGML_TYPE_F32, 1234 }
+
+/* Number of tokens of the built-in vocabulary. */
+uint32_t dcp_test_model_vocab_size(void);
+
+/* Generates a test model and writes it to path as GGUF v3. cfg NULL = defaults. Checks the
+ * config (DCP_ERR_INVALID_ARGUMENT naming the field). Thread-safe. */
+dcp_status dcp_gguf_make_test_model(const char *path, const dcp_test_model_config *cfg);
+
+/* Same, into a writer the caller then writes or inspects (the caller destroys it). */
+dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_writer **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

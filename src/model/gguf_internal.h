@@ -1,0 +1,45 @@
+/* Private layout of an open GGUF file (include/dcpvk/gguf.h), shared by the reader, the writer
+ * (dcp_gguf_writer_copy_kv) and the tokenizer loader. */
+#ifndef DCP_MODEL_GGUF_INTERNAL_H
+#define DCP_MODEL_GGUF_INTERNAL_H
+
+#include "dcpvk/gguf.h"
+
+/* An element of a string array: kv->array_data points to [array_len] of these. */
+typedef struct dcp_gguf_str {
+    const char *s;  /* NUL-terminated copy */
+    uint64_t len;   /* bytes, without the terminator */
+} dcp_gguf_str;
+
+/* Chunked string arena: every string copied out of the file lives here until close. */
+typedef struct dcp_gguf_chunk {
+    struct dcp_gguf_chunk *next;
+    size_t used, cap;
+    char data[];
+} dcp_gguf_chunk;
+
+struct dcp_gguf {
+    char *name;               /* path or caller's name, for messages */
+    const uint8_t *base;      /* file bytes [size] */
+    uint64_t size;
+    void *map;                /* mmap'd region (NULL for open_memory) */
+    uint32_t version;
+    uint64_t alignment;
+    uint64_t data_offset;
+    uint64_t n_kv;
+    dcp_gguf_kv *kvs;         /* [n_kv] */
+    uint64_t n_tensors;
+    dcp_gguf_tensor *tensors; /* [n_tensors] */
+    uint32_t *kv_hash;        /* open addressing, kv index + 1 (0 = empty) [kv_hash_cap] */
+    uint64_t kv_hash_cap;
+    uint32_t *tensor_hash;    /* same for tensor names [tensor_hash_cap] */
+    uint64_t tensor_hash_cap;
+    dcp_gguf_chunk *chunks;   /* string arena */
+    void **allocs;            /* string-array tables, freed at close [n_allocs] */
+    uint64_t n_allocs, cap_allocs;
+};
+
+/* Size in bytes of one element of a numeric/bool value type (0 for STRING/ARRAY/unknown). */
+uint32_t dcp_gguf_type_size(dcp_gguf_type type);
+
+#endif

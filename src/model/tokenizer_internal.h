@@ -1,0 +1,69 @@
+/* Private layout of a tokenizer (include/dcpvk/tokenizer.h), shared by the loader/decoder
+ * (tokenizer.c), SentencePiece (tokenizer_spm.c) and byte-level BPE (tokenizer_bpe.c). */
+#ifndef DCP_MODEL_TOKENIZER_INTERNAL_H
+#define DCP_MODEL_TOKENIZER_INTERNAL_H
+
+#include "dcpvk/tokenizer.h"
+
+typedef enum tok_pre {
+    TOK_PRE_DEFAULT = 0,
+    TOK_PRE_LLAMA3 = 1,
+    TOK_PRE_DEEPSEEK_LLM = 2,
+    TOK_PRE_GPT2 = 3,
+} tok_pre;
+
+enum { TOK_MAX_REGEX = 8 };
+
+/* Open-addressing string -> int table (value + 1 stored; 0 = empty). */
+typedef struct tok_map {
+    const char **keys;  /* [cap] borrowed */
+    uint32_t *lens;     /* [cap] */
+    int32_t *vals;      /* [cap] value + 1 */
+    uint64_t cap;
+} tok_map;
+
+/* A growable array of token ids. */
+typedef struct tok_ids {
+    int32_t *v;
+    size_t n, cap;
+} tok_ids;
+
+struct dcp_tokenizer {
+    dcp_tokenizer_kind kind;
+    tok_pre pre;
+    const char *pre_name;
+    uint32_t n_vocab;
+    char *text_buf;         /* all token texts, NUL-separated */
+    const char **text;      /* [n_vocab] */
+    uint32_t *len;          /* [n_vocab] bytes */
+    float *score;           /* [n_vocab] */
+    uint8_t *type;          /* [n_vocab] dcp_token_type */
+    tok_map by_text;        /* text -> id (a later duplicate wins) */
+    int32_t bos, eos, unk;
+    bool add_bos, add_space_prefix, ignore_merges;
+    int32_t byte_id[256];   /* SPM: id of <0xNN>, -1 if absent */
+    int32_t *special;       /* ids matched in raw text, longest text first [n_special] */
+    uint32_t n_special;
+    /* BPE */
+    char *merge_buf;        /* merge strings "a b", NUL-separated */
+    tok_map merges;         /* "a b" -> rank */
+    void *regex[TOK_MAX_REGEX]; /* pcre2_code * */
+    unsigned n_regex;
+};
+
+bool tok_ids_push(tok_ids *ids, int32_t id);
+int32_t tok_map_get(const tok_map *m, const char *s, size_t n);
+/* Length of the UTF-8 sequence introduced by byte c (1 for invalid leads). */
+size_t tok_utf8_len(unsigned char c);
+
+/* Encoders of one raw-text fragment, appending to out. */
+dcp_status tok_spm_encode(const dcp_tokenizer *t, const char *text, size_t len, tok_ids *out);
+dcp_status tok_bpe_encode(const dcp_tokenizer *t, const char *text, size_t len, tok_ids *out);
+/* BPE setup: compiles the pre-tokenizer regexes; teardown frees them. */
+dcp_status tok_bpe_init(dcp_tokenizer *t);
+void tok_bpe_free(dcp_tokenizer *t);
+/* Decodes one byte-level BPE token text into raw bytes (appending to out[*n], out has room for
+ * len bytes). */
+void tok_bpe_decode_text(const char *s, size_t len, char *out, size_t *n);
+
+#endif
