@@ -610,6 +610,7 @@ dcp_status dcp_detokenizer_push(dcp_detokenizer *d, int32_t id, const char **tex
         if (!d->started && t->add_space_prefix && !(d->flags & DCP_DECODE_KEEP_LEADING_SPACE) &&
             k && p[0] == ' ')
             ++p, --k;
+        if (sl) d->started = true; /* even when the dropped space was all of this piece */
         ok = emit_bytes(d, p, k, &m, false);
     } else if (ty == DCP_TOKEN_USER_DEFINED) {
         ok = emit_bytes(d, s, sl, &m, false);
