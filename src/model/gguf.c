@@ -386,11 +386,20 @@ static dcp_status check_extents(dcp_gguf *g)
     uint64_t data_bytes = g->data_offset <= g->size ? g->size - g->data_offset : 0;
     for (uint64_t i = 0; i < g->n_tensors; ++i) {
         const dcp_gguf_tensor *t = &g->tensors[i];
-        if (t->offset > data_bytes || t->size > data_bytes - t->offset)
-            return dcp_fail(DCP_ERR_FORMAT, "%s: offset %llu: tensor %s: data [%llu, %llu+%llu) "
-                            "extends past end of file (size %llu)", g->name,
-                            (ull)g->data_offset, t->name, (ull)(g->data_offset + t->offset),
-                            (ull)(g->data_offset + t->offset), (ull)t->size, (ull)g->size);
+        if (t->offset > data_bytes || t->size > data_bytes - t->offset) {
+            /* absolute [start, end); the sums may wrap for hostile offsets, so say so */
+            uint64_t start = g->data_offset + t->offset;
+            bool wraps = t->offset > UINT64_MAX - g->data_offset || t->size > UINT64_MAX - start;
+            char range[96];
+            if (wraps)
+                snprintf(range, sizeof range, "%llu + %llu, + %llu (beyond 2^64)",
+                         (ull)g->data_offset, (ull)t->offset, (ull)t->size);
+            else
+                snprintf(range, sizeof range, "%llu, %llu", (ull)start, (ull)(start + t->size));
+            return dcp_fail(DCP_ERR_FORMAT, "%s: offset %llu: tensor %s: data [%s) extends past end "
+                            "of file (size %llu)", g->name, (ull)g->data_offset, t->name, range,
+                            (ull)g->size);
+        }
         g->tensors[i].data = g->base + g->data_offset + t->offset;
     }
     idx = malloc((g->n_tensors + 1) * sizeof *idx);
