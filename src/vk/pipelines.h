@@ -8,6 +8,7 @@
 
 #include "dcpvk/vk.h"
 #include "attn/attn_params.h"
+#include "model/model_params.h"
 
 #define DCP_MAX_SPEC 8
 #define DCP_MAX_BINDINGS 8

@@ -1,0 +1,112 @@
+/* Llama-family model on one device (TP = 1, DCP = 1): device weights, run state (KV cache pages,
+ * attention plans, activations, one command buffer) and the forward pass (batched causal prefill
+ * and single-token decode), plus the host sampler.
+ *
+ * Model state is config (dcp_model_config, read from GGUF by include/dcpvk/model_config.h) /
+ * weights (dcp_llama_weights) / run state (dcp_llama_state), each created and destroyed on its
+ * own. A forward call records the whole step (every layer, the output head and the argmax) into
+ * one command buffer and submits it once.
+ *
+ * Threading: one thread at a time per run state; weights are read-only after creation. */
+#ifndef DCPVK_MODEL_H
+#define DCPVK_MODEL_H
+
+#include <stdint.h>
+
+#include "dcpvk/dtype.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/model_config.h"
+#include "dcpvk/status.h"
+#include "dcpvk/vk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- weights ------------------------------------------------------------------------------- */
+
+typedef struct dcp_llama_weights dcp_llama_weights;
+
+/* Called while weights load: done / total bytes uploaded so far. */
+typedef void (*dcp_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+/* Uploads the weights of a `llama` GGUF (described by cfg, from dcp_model_config_read) to dev.
+ * Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see src/model/ops.h); Q|K|V
+ * and gate|up are fused into one matrix each (converted to F32 when their types differ); norms
+ * become F32; a missing output.weight means it is tied to token_embd.weight. Errors name the
+ * tensor: missing (DCP_ERR_FORMAT), wrong shape (DCP_ERR_FORMAT), unsupported type
+ * (DCP_ERR_UNSUPPORTED). progress may be NULL. g, cfg and dev must outlive nothing: the weights
+ * copy what they need; dev must outlive the weights. Destroy with dcp_llama_weights_destroy. */
+dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
+                                    dcp_progress_fn progress, void *user, dcp_llama_weights **out);
+void dcp_llama_weights_destroy(dcp_llama_weights *w);
+const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w);
+/* Bytes of device memory the weights use. */
+uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w);
+
+/* ---- run state ----------------------------------------------------------------------------- */
+
+typedef struct dcp_llama_config {
+    uint32_t n_ctx;         /* tokens of context (KV capacity); 0 (default): min(model's, 4096) */
+    uint32_t block_size;    /* tokens per KV page (default 16) */
+    dcp_dtype kv_dtype;     /* KV cache element type (default f16) */
+    uint32_t prefill_chunk; /* prompt tokens per prefill step (default 128) */
+} dcp_llama_config;
+
+#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128}
+
+typedef struct dcp_llama_state dcp_llama_state;
+
+/* Creates the run state of one sequence over w (which must outlive it): one KV page pool per
+ * layer, attention plans for decode and prefill, activations. Destroy with
+ * dcp_llama_state_destroy. */
+dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config,
+                                  dcp_llama_state **out);
+void dcp_llama_state_destroy(dcp_llama_state *s);
+/* Forgets the sequence (position back to 0). */
+void dcp_llama_state_reset(dcp_llama_state *s);
+/* Tokens processed so far (the position of the next token). */
+uint32_t dcp_llama_state_pos(const dcp_llama_state *s);
+/* The context capacity in tokens (config n_ctx after defaults). */
+uint32_t dcp_llama_state_n_ctx(const dcp_llama_state *s);
+/* Bytes of the KV cache pools (K and V, all layers). */
+uint64_t dcp_llama_state_kv_bytes(const dcp_llama_state *s);
+
+/* Runs tokens [n] at positions pos .. pos+n-1 (prefill in chunks of prefill_chunk tokens, causal;
+ * n == 1 is a decode step) and advances the position. On success, if logits is not NULL it
+ * receives the last token's logits [n_vocab] f32, and if next is not NULL the argmax of those
+ * logits (ties: smallest id). Errors: a token id outside the vocabulary or a context overflow
+ * (DCP_ERR_INVALID_ARGUMENT; nothing is run), Vulkan failures. */
+dcp_status dcp_llama_forward(dcp_llama_state *s, const int32_t *tokens, uint32_t n, float *logits,
+                             int32_t *next);
+
+/* ---- sampling (host) ----------------------------------------------------------------------- */
+
+/* Sampling runs on the host over the downloaded logits: it needs a sort (top-k / top-p) of one
+ * row per step, which is a few dozen microseconds on the CPU for vocabularies of 10^5 while the
+ * logits download is one small copy; greedy decoding uses the device argmax and downloads
+ * nothing but the id. */
+typedef struct dcp_sampler_config {
+    float temperature;  /* 0 (default): greedy argmax; > 0: softmax(logits / temperature) */
+    uint32_t top_k;     /* keep the k most likely tokens; 0 (default): all */
+    float top_p;        /* keep the smallest set with probability >= top_p; 1 (default): all */
+    uint64_t seed;      /* random stream seed (default 0); same seed and config: same choices */
+} dcp_sampler_config;
+
+#define DCP_SAMPLER_CONFIG_DEFAULT {0.0f, 0, 1.0f, 0}
+
+typedef struct dcp_sampler dcp_sampler;
+
+/* DCP_ERR_INVALID_ARGUMENT for temperature < 0, top_p outside (0, 1]. Destroy with
+ * dcp_sampler_destroy. */
+dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
+void dcp_sampler_destroy(dcp_sampler *s);
+/* True when the sampler is greedy (the caller may use the device argmax instead of logits). */
+int dcp_sampler_is_greedy(const dcp_sampler *s);
+/* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream. */
+int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

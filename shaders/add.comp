@@ -1,0 +1,21 @@
+#version 450
+// add: y[i] = a[i] + b[i], i < n, f32 (y may alias a or b: each invocation reads then writes its
+// own element). Residual adds inside the model step are fused into matmul (accumulate); this is
+// the stand-alone kernel.
+#extension GL_GOOGLE_include_directive : require
+#include "model/model_params.h"
+
+layout(constant_id = 0) const uint WG = 64;
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform PC { dcp_add_params p; };
+layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+
+void main()
+{
+    // 2D grid so that n may exceed 65,535 workgroups of WG.
+    const uint i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * WG + gl_LocalInvocationID.x;
+    if (i >= p.n) return;
+    y[i] = a[i] + b[i];
+}

@@ -1,0 +1,34 @@
+#version 450
+// rmsnorm: y[t][i] = x[t][i] * w[i] / sqrt(mean_i x[t][i]^2 + eps); x, w, y f32.
+// One workgroup per token row; sum of squares in f32 (subgroupAdd, then across subgroups).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "model/model_params.h"
+
+layout(constant_id = 0) const uint WG = 64;
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform PC { dcp_rmsnorm_params p; };
+layout(std430, binding = 0) readonly buffer X { float x[]; };   // [tokens][x_stride]
+layout(std430, binding = 1) readonly buffer Wt { float wt[]; }; // [n]
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };  // [tokens][y_stride]
+
+shared float part[WG];
+
+void main()
+{
+    const uint t = gl_WorkGroupID.x;
+    const uint lane = gl_LocalInvocationID.x;
+    float s = 0.0;
+    for (uint i = lane; i < p.n; i += WG) {
+        const float v = x[p.x_offset + t * p.x_stride + i];
+        s += v * v;
+    }
+    s = subgroupAdd(s);
+    if (subgroupElect()) part[gl_SubgroupID] = s;
+    barrier(); // part writes -> reads
+    float tot = 0.0;
+    for (uint k = 0u; k < gl_NumSubgroups; k++) tot += part[k];
+    const float inv = 1.0 / sqrt(tot / float(p.n) + p.eps);
+    for (uint i = lane; i < p.n; i += WG) y[t * p.y_stride + i] = x[p.x_offset + t * p.x_stride + i] * inv * wt[i];
+}

@@ -1,0 +1,62 @@
+#version 450
+// rope_store: llama "normal" RoPE on the Q and K heads of a token row and the KV-cache write.
+//   src row [q_heads + 2 kv_heads][D] f32: Q heads, then K heads, then V heads.
+//   Pair i < n_rot/2 of a Q or K head: (x0, x1) = (src[2i], src[2i+1]) becomes
+//   (x0 c - x1 s, x0 s + x1 c), (c, s) = cs[t][i] (computed on the host in double); other pairs
+//   are copied. Q goes to q_out [tokens][q_heads][D]; rotated K and plain V go to the KV page row
+//   of slot[t] (page layout K[kv_heads][page_size][D] then V, of include/dcpvk/kv.h); a slot of
+//   0xffffffff (a token another rank owns) or past the pool is not written.
+// One invocation per (token, head, pair): each writes one pair, i.e. exactly one word of an f16
+// pool, so no two invocations share a word.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_nonuniform_qualifier : require
+#include "attn/attn_params.h"
+#include "model/model_params.h"
+
+layout(constant_id = 0) const uint WG = 64;
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform PC { dcp_rope_store_params p; };
+layout(std430, binding = 0) readonly buffer Src { vec2 src[]; };    // [tokens][src_stride/2]
+layout(std430, binding = 1) readonly buffer Slot { uint slot[]; };  // [tokens]
+layout(std430, binding = 2) readonly buffer CS { vec2 cs[]; };      // [tokens][n_rot/2] (cos, sin)
+layout(std430, binding = 3) writeonly buffer QOut { vec2 q_out[]; };// [tokens][q_heads][D/2]
+#ifdef KV_F16
+layout(std430, binding = 4) writeonly buffer KV { uint data[]; } kv[DCP_KV_MAX_SEGMENTS];
+#else
+layout(std430, binding = 4) writeonly buffer KV { vec2 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+#endif
+
+void main()
+{
+    const uint t = gl_WorkGroupID.y;
+    const uint half_d = p.head_dim / 2u;
+    const uint heads = p.q_heads + 2u * p.kv_heads;
+    const uint idx = gl_GlobalInvocationID.x;
+    if (idx >= heads * half_d) return;
+    const uint h = idx / half_d;
+    const uint i = idx % half_d;
+    vec2 v = src[t * (p.src_stride / 2u) + idx];
+    if (h < p.q_heads + p.kv_heads && i < p.n_rot / 2u) {
+        const vec2 c = cs[t * (p.n_rot / 2u) + i];
+        v = vec2(v.x * c.x - v.y * c.y, v.x * c.y + v.y * c.x);
+    }
+    if (h < p.q_heads) {
+        q_out[(t * p.q_heads + h) * half_d + i] = v;
+        return;
+    }
+    const uint s = slot[t];
+    const uint page = s / p.page_size;
+    if (s == 0xffffffffu || page >= p.total_pages) return;
+    const bool is_v = h >= p.q_heads + p.kv_heads;
+    const uint kvh = h - p.q_heads - (is_v ? p.kv_heads : 0u);
+    const uint seg = page / p.pages_per_segment;
+    // Pair index inside the segment: page base, V half, head, row, pair.
+    const uint page_pairs = p.kv_heads * p.page_size * half_d;
+    const uint pi = (page % p.pages_per_segment) * 2u * page_pairs + (is_v ? page_pairs : 0u) +
+                    (kvh * p.page_size + s % p.page_size) * half_d + i;
+#ifdef KV_F16
+    kv[nonuniformEXT(seg)].data[pi] = packHalf2x16(v);
+#else
+    kv[nonuniformEXT(seg)].data[pi] = v;
+#endif
+}

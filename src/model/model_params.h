@@ -1,0 +1,89 @@
+/* Push constants of the model kernels (matmul, get_rows, rmsnorm, rope_store, swiglu, add,
+ * argmax), shared by C and GLSL. All activations are f32; element counts and strides are in
+ * elements (floats) unless a field says words. */
+#ifndef DCP_MODEL_PARAMS_H
+#define DCP_MODEL_PARAMS_H
+#include "common/params_begin.h"
+
+/* Tokens one matmul workgroup multiplies per weight load (size of the per-row accumulator array). */
+#define DCP_MATMUL_TOKENS 8
+
+/* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
+ * (GGUF row order: k contiguous). One subgroup per output row, DCP_MATMUL_TOKENS tokens per
+ * workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens / DCP_MATMUL_TOKENS)). */
+DCP_PARAMS_STRUCT(dcp_matmul_params) {
+    DCP_U32 n_out;        /* N: output features (rows of W) */
+    DCP_U32 k;            /* K: input features, multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 tokens;       /* T: rows of x and y */
+    DCP_U32 x_stride;     /* floats between rows of x, multiple of 4 */
+    DCP_U32 y_stride;     /* floats between rows of y */
+    DCP_U32 accumulate;   /* 1: y += W x (fused residual add); 0: y = W x */
+    DCP_U32 scale_offset; /* Q8_0: word offset of the f32 scales [n_out][k/32] in W; else 0 */
+    DCP_U32 x_offset;     /* floats before row 0 of x, multiple of 4 */
+};
+DCP_PARAMS_END(dcp_matmul_params)
+
+/* get_rows: y[t][:] = W[ids[t]][:] (embedding lookup), W in its dtype's layout. Grid (tokens). */
+DCP_PARAMS_STRUCT(dcp_get_rows_params) {
+    DCP_U32 k;            /* row length, multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 tokens;       /* rows to gather */
+    DCP_U32 n_rows;       /* rows of W; ids outside [0, n_rows) give a zero row */
+    DCP_U32 y_stride;     /* floats between output rows */
+    DCP_U32 scale_offset; /* Q8_0: word offset of the f32 scales in W; else 0 */
+};
+DCP_PARAMS_END(dcp_get_rows_params)
+
+/* rmsnorm: y[t][i] = x[t][i] / sqrt(mean_i(x[t][i]^2) + eps) * w[i]. One workgroup per token. */
+DCP_PARAMS_STRUCT(dcp_rmsnorm_params) {
+    DCP_U32 n;            /* features per row */
+    DCP_U32 tokens;
+    DCP_U32 x_stride;     /* floats between rows of x */
+    DCP_U32 y_stride;     /* floats between rows of y */
+    DCP_U32 x_offset;     /* floats before row 0 of x */
+    DCP_F32 eps;
+};
+DCP_PARAMS_END(dcp_rmsnorm_params)
+
+/* rope_store: one token row of src = [q_heads][D] | [kv_heads][D] (K) | [kv_heads][D] (V).
+ * Rotates adjacent pairs (2i, 2i+1), i < n_rot/2, of every Q and K head by the angle whose
+ * (cos, sin) is cs[t][i]; writes Q to q_out [tokens][q_heads][D] and, for tokens with
+ * slot[t] != 0xffffffff, rotated K and plain V into the KV page of token slot
+ * (page = slot / page_size, row = slot % page_size). Grid (ceil(heads * D/2 / WG), tokens). */
+DCP_PARAMS_STRUCT(dcp_rope_store_params) {
+    DCP_U32 tokens;
+    DCP_U32 q_heads;
+    DCP_U32 kv_heads;
+    DCP_U32 head_dim;         /* D, even */
+    DCP_U32 n_rot;            /* rotated dims per head, even, <= D */
+    DCP_U32 src_stride;       /* floats between token rows of src */
+    DCP_U32 page_size;        /* tokens per KV page */
+    DCP_U32 pages_per_segment;/* pages per pool segment */
+    DCP_U32 total_pages;      /* pages in the pool; larger slots are not written */
+};
+DCP_PARAMS_END(dcp_rope_store_params)
+
+/* swiglu: y[t][i] = silu(x[t][i]) * x[t][n + i], silu(g) = g / (1 + exp(-g)). */
+DCP_PARAMS_STRUCT(dcp_swiglu_params) {
+    DCP_U32 n;            /* hidden features (gate and up halves have n each) */
+    DCP_U32 tokens;
+    DCP_U32 x_stride;     /* floats between rows of x (>= 2n) */
+    DCP_U32 y_stride;     /* floats between rows of y */
+};
+DCP_PARAMS_END(dcp_swiglu_params)
+
+/* add: y[i] = a[i] + b[i], i < n (y may alias a or b). */
+DCP_PARAMS_STRUCT(dcp_add_params) {
+    DCP_U32 n;
+};
+DCP_PARAMS_END(dcp_add_params)
+
+/* argmax: out[r] = smallest index of the largest value of row r (NaN ignored; a row of only NaN
+ * gives 0). One workgroup per row. */
+DCP_PARAMS_STRUCT(dcp_argmax_params) {
+    DCP_U32 n;            /* values per row */
+    DCP_U32 rows;
+    DCP_U32 stride;       /* floats between rows */
+};
+DCP_PARAMS_END(dcp_argmax_params)
+
+#endif

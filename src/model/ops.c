@@ -1,0 +1,252 @@
+/* Recording of the model kernels and upload of weight matrices (see src/model/ops.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_internal.h"
+#include "common/error.h"
+#include "dcpvk/dtype.h"
+#include "model/ops.h"
+#include "vk/pipelines.h"
+
+uint32_t dcp_ops_workgroup_size(const dcp_device *dev) { return dcp_attn_workgroup_size(dev); }
+
+static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)
+{
+    if (type != DCP_GGML_TYPE_F32 && type != DCP_GGML_TYPE_F16 && type != DCP_GGML_TYPE_BF16 &&
+        type != DCP_GGML_TYPE_Q8_0) {
+        const char *n = dcp_ggml_type_name(type);
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (F32, F16, BF16, Q8_0)",
+                        what, n ? n : "unknown");
+    }
+    uint32_t align = type == DCP_GGML_TYPE_Q8_0 ? 32 : 4;
+    if (k == 0 || k % align)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: row length %u is not a positive multiple of %u", what, k, align);
+    return DCP_OK;
+}
+
+dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
+                             const void *const *data, const uint32_t *part_rows, dcp_matrix *out)
+{
+    dcp_status st = DCP_OK;
+    memset(out, 0, sizeof *out);
+    uint8_t *host = NULL;
+    DCP_TRY(check_type(type, k, "matrix upload"));
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < parts; i++) rows += part_rows[i];
+    if (rows == 0 || rows > UINT32_MAX)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "matrix upload: %llu rows", (unsigned long long)rows);
+    uint64_t elems = rows * k;
+    uint64_t bytes = type == DCP_GGML_TYPE_F32 ? elems * 4
+                     : type == DCP_GGML_TYPE_Q8_0 ? elems + elems / 32 * 4
+                                                  : elems * 2;
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    if (bytes > info->max_storage_buffer_range || bytes / 4 > UINT32_MAX)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "matrix of %llu x %u %s is %llu bytes, more than device %d's storage-buffer "
+                        "range of %llu bytes",
+                        (unsigned long long)rows, k, dcp_ggml_type_name(type), (unsigned long long)bytes,
+                        info->logical_index, (unsigned long long)info->max_storage_buffer_range);
+    host = malloc(bytes);
+    if (!host) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory (%llu bytes)", (unsigned long long)bytes);
+    if (type == DCP_GGML_TYPE_Q8_0) {
+        int8_t *qs = (int8_t *)host;
+        float *sc = (float *)(host + elems);
+        uint64_t row = 0;
+        for (uint32_t i = 0; i < parts; i++) {
+            const uint8_t *src = data[i];
+            for (uint64_t r = 0; r < part_rows[i]; r++, row++)
+                for (uint32_t b = 0; b < k / 32; b++) {
+                    const uint8_t *blk = src + (r * (k / 32) + b) * DCP_Q8_0_BYTES;
+                    uint16_t d = (uint16_t)(blk[0] | blk[1] << 8);
+                    sc[row * (k / 32) + b] = dcp_f16_to_f32(d);
+                    memcpy(qs + row * k + b * 32, blk + 2, 32);
+                }
+        }
+        out->scale_offset = (uint32_t)(elems / 4);
+    } else {
+        uint64_t row_bytes = bytes / rows, off = 0;
+        for (uint32_t i = 0; i < parts; i++) {
+            memcpy(host + off, data[i], row_bytes * part_rows[i]);
+            off += row_bytes * part_rows[i];
+        }
+    }
+    DCP_TRY(dcp_buffer_create(dev, bytes, DCP_MEMORY_DEVICE, &out->buf));
+    DCP_TRY(dcp_buffer_upload(out->buf, 0, host, bytes));
+    out->type = type;
+    out->rows = (uint32_t)rows;
+    out->k = k;
+    free(host);
+    return DCP_OK;
+fail:
+    free(host);
+    dcp_matrix_destroy(out);
+    return st;
+}
+
+void dcp_matrix_destroy(dcp_matrix *m)
+{
+    if (!m) return;
+    dcp_buffer_destroy(m->buf);
+    memset(m, 0, sizeof *m);
+}
+
+static dcp_pipeline_id matmul_pipe(dcp_ggml_type t)
+{
+    switch (t) {
+    case DCP_GGML_TYPE_F16: return DCP_PIPE_MATMUL_F16;
+    case DCP_GGML_TYPE_BF16: return DCP_PIPE_MATMUL_BF16;
+    case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_MATMUL_Q8_0;
+    default: return DCP_PIPE_MATMUL_F32;
+    }
+}
+
+static dcp_pipeline_id get_rows_pipe(dcp_ggml_type t)
+{
+    switch (t) {
+    case DCP_GGML_TYPE_F16: return DCP_PIPE_GET_ROWS_F16;
+    case DCP_GGML_TYPE_BF16: return DCP_PIPE_GET_ROWS_BF16;
+    case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_GET_ROWS_Q8_0;
+    default: return DCP_PIPE_GET_ROWS_F32;
+    }
+}
+
+static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
+                         uint32_t x_stride, dcp_buffer *y, uint32_t y_stride, uint32_t tokens,
+                         int accumulate)
+{
+    if (x_stride % 4 || x_offset % 4 || x_stride < w->k || y_stride < w->rows)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "matmul %u x %u: x offset %u / stride %u must be multiples of 4 and >= k, y stride %u >= rows",
+                        w->rows, w->k, x_offset, x_stride, y_stride);
+    if (tokens == 0) return DCP_OK;
+    uint64_t need_x = ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + w->k) * 4;
+    uint64_t need_y = ((uint64_t)(tokens - 1) * y_stride + w->rows) * 4;
+    if (need_x > dcp_buffer_size(x) || need_y > dcp_buffer_size(y))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "matmul %u x %u over %u tokens: x needs %llu bytes (has %llu), y %llu (has %llu)",
+                        w->rows, w->k, tokens, (unsigned long long)need_x,
+                        (unsigned long long)dcp_buffer_size(x), (unsigned long long)need_y,
+                        (unsigned long long)dcp_buffer_size(y));
+    dcp_device *dev = dcp_cmd_device(cmd);
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
+    if (rpw == 0) rpw = 1;
+    uint32_t spec[2] = {wg, rpw};
+    dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
+    dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,
+                           x_offset};
+    return dcp_cmd_dispatch(cmd, matmul_pipe(w->type), spec, b, &p, ceil_div(w->rows, rpw),
+                            ceil_div(tokens, DCP_MATMUL_TOKENS), 1);
+}
+
+dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,
+                           uint32_t y_stride, uint32_t tokens)
+{
+    if (tokens == 0) return DCP_OK;
+    if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
+        (uint64_t)tokens * 4 > dcp_buffer_size(ids))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "get_rows: %u rows of %u do not fit the buffers", tokens, w->k);
+    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    dcp_binding b[3] = {{w->buf, 0, 0}, {ids, 0, 0}, {y, 0, 0}};
+    dcp_get_rows_params p = {w->k, tokens, w->rows, y_stride, w->scale_offset};
+    return dcp_cmd_dispatch(cmd, get_rows_pipe(w->type), spec, b, &p, tokens, 1, 1);
+}
+
+dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                          dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
+                          uint32_t tokens, float eps)
+{
+    if (tokens == 0) return DCP_OK;
+    if (x_stride < n || y_stride < n ||
+        ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
+        ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) || (uint64_t)n * 4 > dcp_buffer_size(w))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm: %u rows of %u do not fit the buffers", tokens, n);
+    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    dcp_binding b[3] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}};
+    dcp_rmsnorm_params p = {n, tokens, x_stride, y_stride, x_offset, eps};
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM, spec, b, &p, tokens, 1, 1);
+}
+
+dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
+{
+    if (a->head_dim == 0 || a->head_dim % 2 || a->n_rot % 2 || a->n_rot > a->head_dim)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rope_store: head dim %u and rotated dims %u must be even, "
+                        "n_rot <= head dim", a->head_dim, a->n_rot);
+    uint32_t heads = a->q_heads + 2 * a->kv_heads;
+    if (a->src_stride % 2 || a->src_stride < heads * a->head_dim)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rope_store: source stride %u (need even, >= %u)",
+                        a->src_stride, heads * a->head_dim);
+    if (a->tokens == 0) return DCP_OK;
+    dcp_device *dev = dcp_cmd_device(cmd);
+    dcp_rope_store_params p = {a->tokens, a->q_heads, a->kv_heads, a->head_dim, a->n_rot, a->src_stride,
+                               1, 1, 0};
+    dcp_binding b[4 + DCP_KV_MAX_SEGMENTS];
+    b[0] = (dcp_binding){a->src, 0, 0};
+    b[1] = (dcp_binding){a->slot, 0, 0};
+    b[2] = (dcp_binding){a->cs, 0, 0};
+    b[3] = (dcp_binding){a->q_out, 0, 0};
+    dcp_pipeline_id id = DCP_PIPE_ROPE_STORE_F32;
+    if (a->pool) {
+        const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(a->pool);
+        if (pc->kv_heads != a->kv_heads || pc->head_dim != a->head_dim)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "rope_store: pool has %u KV heads of dim %u, the model step %u of dim %u",
+                            pc->kv_heads, pc->head_dim, a->kv_heads, a->head_dim);
+        p.page_size = pc->page_size;
+        p.pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool);
+        p.total_pages = pc->num_pages;
+        if (pc->dtype == DCP_DTYPE_F16) id = DCP_PIPE_ROPE_STORE_F16;
+        uint32_t nseg = dcp_kv_pool_segment_count(a->pool);
+        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
+            b[4 + s] = (dcp_binding){dcp_kv_pool_segment(a->pool, s < nseg ? s : 0), 0, 0};
+    } else {
+        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){a->q_out, 0, 0};
+    }
+    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t spec[1] = {wg};
+    return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
+}
+
+dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buffer *y,
+                         uint32_t y_stride, uint32_t n, uint32_t tokens)
+{
+    if (tokens == 0) return DCP_OK;
+    if (x_stride < 2 * n || y_stride < n || ((uint64_t)(tokens - 1) * x_stride + 2 * n) * 4 > dcp_buffer_size(x) ||
+        ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "swiglu: %u rows of %u do not fit the buffers", tokens, n);
+    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t spec[1] = {wg};
+    dcp_binding b[2] = {{x, 0, 0}, {y, 0, 0}};
+    dcp_swiglu_params p = {n, tokens, x_stride, y_stride};
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_SWIGLU, spec, b, &p, ceil_div(n, wg), tokens, 1);
+}
+
+dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b_, dcp_buffer *y, uint32_t n)
+{
+    if (n == 0) return DCP_OK;
+    if ((uint64_t)n * 4 > dcp_buffer_size(a) || (uint64_t)n * 4 > dcp_buffer_size(b_) ||
+        (uint64_t)n * 4 > dcp_buffer_size(y))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "add: %u floats do not fit the buffers", n);
+    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t spec[1] = {wg};
+    dcp_binding b[3] = {{a, 0, 0}, {b_, 0, 0}, {y, 0, 0}};
+    dcp_add_params p = {n};
+    uint32_t groups = ceil_div(n, wg), gx = groups < 65535 ? groups : 65535;
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_ADD, spec, b, &p, gx, ceil_div(groups, gx), 1);
+}
+
+dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
+                         dcp_buffer *out)
+{
+    if (rows == 0) return DCP_OK;
+    if (n == 0 || stride < n || ((uint64_t)(rows - 1) * stride + n) * 4 > dcp_buffer_size(x) ||
+        (uint64_t)rows * 4 > dcp_buffer_size(out))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "argmax: %u rows of %u do not fit the buffers", rows, n);
+    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    dcp_binding b[2] = {{x, 0, 0}, {out, 0, 0}};
+    dcp_argmax_params p = {n, rows, stride};
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_ARGMAX, spec, b, &p, rows, 1, 1);
+}

@@ -1,0 +1,77 @@
+/* Recording of the model kernels (shaders/matmul, get_rows, rmsnorm, rope_store, swiglu, add,
+ * argmax) into a caller's command buffer, and device weight matrices.
+ *
+ * Every op only records (no submit, no wait); the caller orders dependent ops with
+ * dcp_cmd_barrier. Buffers are bound whole (offset 0) so no binding offset alignment applies;
+ * row offsets go through push constants. Activations are f32. Not thread-safe per command. */
+#ifndef DCP_MODEL_OPS_H
+#define DCP_MODEL_OPS_H
+
+#include <stdint.h>
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/kv.h"
+#include "dcpvk/vk.h"
+
+/* A weight matrix on one device: rows x k, k contiguous (GGUF ne0 = k, ne1 = rows).
+ * Device layout by type: F32 [rows][k] f32; F16 / BF16 [rows][k] 16-bit; Q8_0 repacked as
+ * int8 quants [rows][k] followed (at word scale_offset) by f32 block scales [rows][k/32] (the
+ * GGUF f16 scale widened: exact). Created by dcp_matrix_create, destroyed by dcp_matrix_destroy
+ * (before the device). */
+typedef struct dcp_matrix {
+    dcp_buffer *buf;
+    dcp_ggml_type type;     /* F32, F16, BF16 or Q8_0 */
+    uint32_t rows, k;
+    uint32_t scale_offset;  /* Q8_0: words before the scales; else 0 */
+} dcp_matrix;
+
+/* Uploads the row-wise concatenation of `parts` GGUF tensors that share one type and k (part i
+ * has part_rows[i] rows, data[i] its GGUF bytes) as one matrix: fused Q|K|V or gate|up.
+ * DCP_ERR_UNSUPPORTED for another type or k not a multiple of 4 (32 for Q8_0);
+ * DCP_ERR_INVALID_ARGUMENT when the matrix exceeds the device's storage-buffer range. */
+dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
+                             const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
+void dcp_matrix_destroy(dcp_matrix *m);
+
+/* Workgroup size of the model kernels on dev: a multiple of the subgroup size, >= 64, within the
+ * device's limits (from the device properties). */
+uint32_t dcp_ops_workgroup_size(const dcp_device *dev);
+
+/* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T.
+ * x_stride, x_offset multiples of 4. accumulate != 0 adds to y (fused residual). */
+dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
+                         uint32_t x_stride, dcp_buffer *y, uint32_t y_stride, uint32_t tokens,
+                         int accumulate);
+
+/* y [tokens][y_stride] = rows ids[0..tokens) (u32) of W (embedding lookup). */
+dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,
+                           uint32_t y_stride, uint32_t tokens);
+
+/* y [tokens][y_stride] = rmsnorm(x rows from float x_offset, stride x_stride) * w [n] f32. */
+dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                          dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
+                          uint32_t tokens, float eps);
+
+/* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
+ * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
+ * 0xffffffff: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
+ * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. */
+typedef struct dcp_rope_store_args {
+    uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
+    dcp_buffer *src, *slot, *cs, *q_out;
+    dcp_kv_pool *pool;
+} dcp_rope_store_args;
+dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);
+
+/* y [tokens][y_stride] = silu(x[:, :n]) * x[:, n:2n], x [tokens][x_stride]. */
+dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buffer *y,
+                         uint32_t y_stride, uint32_t n, uint32_t tokens);
+
+/* y[i] = a[i] + b[i] for n floats (y may be a or b). */
+dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b, dcp_buffer *y, uint32_t n);
+
+/* out [rows] u32 = argmax of each row of x [rows][stride] (n values; ties: smallest index). */
+dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
+                         dcp_buffer *out);
+
+#endif

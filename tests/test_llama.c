@@ -1,0 +1,249 @@
+/* The llama model step on one device against the CPU reference and the stories260K reference
+ * tokens (../shared/models/README.md): greedy decoding from BOS reproduces the 256 reference ids,
+ * every step's logits match the double-precision reference step within 1e-4, and a batched
+ * prefill (several chunk sizes) gives the same logits and continuation as token-by-token decode. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/model_config.h"
+#include "ref/model_ref.h"
+#include "vkutil.h"
+
+/* BOS, then the 256 greedy ids of the reference. */
+static const int32_t stories_ref[257] = {
+    1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408,
+    419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426,
+    338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310, 439, 419,
+    357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267, 265, 282, 295, 433, 426, 436, 317, 286,
+    296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442,
+    391, 267, 337, 335, 364, 420, 268, 388, 432, 398, 359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13,
+    438, 310, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336,
+    432, 313, 442, 439, 423, 262, 304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263,
+    415, 294, 267, 400, 426, 436, 13, 438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432,
+    384, 358, 336, 432, 313, 442, 439, 423, 262, 304, 420, 422, 432, 357, 426, 359, 279, 292, 416, 439, 413, 409,
+    416, 327, 263, 415, 294, 267, 400, 426, 436, 320, 285, 357, 336, 432, 313, 455, 289, 439, 413, 263, 304, 420,
+    422, 432, 317, 426, 410, 448, 411, 280, 303, 281, 421, 427, 364, 426};
+
+/* Tolerance of the model-step logits against the reference (F32 weights, f32 KV). */
+#define LOGITS_TOL 1e-4
+
+typedef struct fixture {
+    dcp_context *ctx;
+    dcp_gguf *g;
+    dcp_model_config cfg;
+    dcp_llama_weights *w;
+    /* reference model */
+    float **tensors;
+    size_t n_tensors;
+    dcp_ref_llama_layer *layers;
+    dcp_ref_llama ref;
+} fixture;
+
+static const float *host_tensor(fixture *f, const char *name)
+{
+    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(f->g, name);
+    assert_non_null(t);
+    float *v = malloc(t->n_elements * sizeof *v);
+    DCP_ASSERT_OK(dcp_gguf_tensor_to_f32(f->g, t, v));
+    f->tensors = realloc(f->tensors, (f->n_tensors + 1) * sizeof *f->tensors);
+    f->tensors[f->n_tensors++] = v;
+    return v;
+}
+
+static void ref_reset(fixture *f)
+{
+    size_t n = (size_t)f->cfg.n_layer * f->ref.n_ctx * f->cfg.n_head_kv * f->cfg.head_dim;
+    memset(f->ref.k_cache, 0, n * sizeof(float));
+    memset(f->ref.v_cache, 0, n * sizeof(float));
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    f->ctx = dcp_test_context();
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &f->g));
+    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
+    DCP_ASSERT_OK(dcp_llama_weights_create(dcp_context_device(f->ctx, 0), f->g, &f->cfg, NULL, NULL, &f->w));
+    const dcp_model_config *c = &f->cfg;
+    dcp_ref_llama *r = &f->ref;
+    *r = (dcp_ref_llama){c->n_embd, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->n_ff, c->n_vocab,
+                         c->n_rot, 300, c->rms_eps, c->rope_freq_base, NULL, NULL, NULL, NULL, NULL, NULL};
+    r->tok_embd = host_tensor(f, "token_embd.weight");
+    r->output_norm = host_tensor(f, "output_norm.weight");
+    r->output = host_tensor(f, "output.weight");
+    f->layers = calloc(c->n_layer, sizeof *f->layers);
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        char n[64];
+#define T(field, suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), f->layers[l].field = host_tensor(f, n))
+        T(attn_norm, "attn_norm.weight");
+        T(wq, "attn_q.weight");
+        T(wk, "attn_k.weight");
+        T(wv, "attn_v.weight");
+        T(wo, "attn_output.weight");
+        T(ffn_norm, "ffn_norm.weight");
+        T(w_gate, "ffn_gate.weight");
+        T(w_up, "ffn_up.weight");
+        T(w_down, "ffn_down.weight");
+#undef T
+    }
+    r->layers = f->layers;
+    size_t kv = (size_t)c->n_layer * r->n_ctx * c->n_head_kv * c->head_dim;
+    r->k_cache = calloc(kv, sizeof(float));
+    r->v_cache = calloc(kv, sizeof(float));
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    dcp_llama_weights_destroy(f->w);
+    dcp_test_context_done(f->ctx);
+    dcp_gguf_close(f->g);
+    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i]);
+    free(f->tensors);
+    free(f->layers);
+    free(f->ref.k_cache);
+    free(f->ref.v_cache);
+    free(f);
+    return 0;
+}
+
+static double max_abs_diff(const float *a, const float *b, uint32_t n)
+{
+    double m = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates */
+    }
+    return m;
+}
+
+/* Greedy from BOS for 256 steps, f32 KV, block size 16: every id and every step's logits. */
+static void test_stories_greedy_matches_reference(void **state)
+{
+    fixture *f = *state;
+    const uint32_t V = f->cfg.n_vocab;
+    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    lc.kv_dtype = DCP_DTYPE_F32;
+    lc.n_ctx = 512;
+    dcp_llama_state *s;
+    DCP_ASSERT_OK(dcp_llama_state_create(f->w, &lc, &s));
+    ref_reset(f);
+    float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
+    int32_t tok = stories_ref[0];
+    double worst = 0.0;
+    for (uint32_t step = 0; step < 256; step++) {
+        int32_t next = -1;
+        DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, logits, &next));
+        dcp_ref_llama_step(&f->ref, tok, step, want);
+        double err = max_abs_diff(logits, want, V);
+        if (err > worst) worst = err;
+        if (!(err <= LOGITS_TOL)) fail_msg("step %u: logits max abs error %g > %g", step, err, LOGITS_TOL);
+        if (next != stories_ref[step + 1])
+            fail_msg("step %u: generated id %d, reference %d", step, next, stories_ref[step + 1]);
+        assert_int_equal(next, (int32_t)dcp_ref_argmax(V, want));
+        tok = next;
+    }
+    printf("stories260K: 256 greedy ids match; logits max abs error vs reference %.3g\n", worst);
+    dcp_llama_state_destroy(s);
+    free(logits);
+    free(want);
+}
+
+/* The first step's logits against the numbers of the README. */
+static void test_stories_first_logits(void **state)
+{
+    fixture *f = *state;
+    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    lc.kv_dtype = DCP_DTYPE_F32;
+    dcp_llama_state *s;
+    DCP_ASSERT_OK(dcp_llama_state_create(f->w, &lc, &s));
+    float *logits = malloc(f->cfg.n_vocab * sizeof(float));
+    int32_t bos = 1, next;
+    DCP_ASSERT_OK(dcp_llama_forward(s, &bos, 1, logits, &next));
+    assert_int_equal(next, 403);
+    static const float readme[4] = {-6.2229f, 8.4043f, -6.2237f, -6.2225f};
+    for (int i = 0; i < 4; i++) assert_true(fabsf(logits[i] - readme[i]) < 1e-3f);
+    printf("logits[0..3] %.4f %.4f %.4f %.4f, logits[403] %.4f\n", logits[0], logits[1], logits[2], logits[3],
+           logits[403]);
+    assert_true(logits[403] >= logits[1]);
+    dcp_llama_state_destroy(s);
+    free(logits);
+}
+
+/* Prefill of the first 70 reference ids in chunks of 1, 16, 70 and 128 (f16 and f32 KV), then 20
+ * greedy steps: the prefill logits match the reference and the continuation is the reference. */
+static void test_prefill_chunks(void **state)
+{
+    fixture *f = *state;
+    const uint32_t V = f->cfg.n_vocab, P = 70;
+    static const uint32_t chunks[] = {16, 70, 128, 1};
+    float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
+    ref_reset(f);
+    for (uint32_t t = 0; t < P; t++) dcp_ref_llama_step(&f->ref, stories_ref[t], t, want);
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++)
+        for (int kvt = 0; kvt < 2; kvt++) {
+            dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+            lc.kv_dtype = kvt ? DCP_DTYPE_F16 : DCP_DTYPE_F32;
+            lc.prefill_chunk = chunks[c];
+            lc.n_ctx = 128;
+            lc.block_size = kvt ? 32 : 16;
+            dcp_llama_state *s;
+            DCP_ASSERT_OK(dcp_llama_state_create(f->w, &lc, &s));
+            int32_t next;
+            DCP_ASSERT_OK(dcp_llama_forward(s, stories_ref, P, logits, &next));
+            assert_int_equal(dcp_llama_state_pos(s), P);
+            double err = max_abs_diff(logits, want, V);
+            printf("prefill of %u in chunks of %u, kv %s, block %u: logits max abs error %.3g\n", P, chunks[c],
+                   kvt ? "f16" : "f32", lc.block_size, err);
+            double tol = kvt ? 3e-2 : LOGITS_TOL; /* f16 KV rounds K and V (measured ~1e-2) */
+            if (!(err <= tol)) fail_msg("prefill chunk %u kv %s: logits error %g > %g", chunks[c],
+                                        kvt ? "f16" : "f32", err, tol);
+            for (uint32_t t = P; t < P + 20; t++) {
+                if (next != stories_ref[t])
+                    fail_msg("prefill chunk %u kv %s: position %u generated %d, reference %d", chunks[c],
+                             kvt ? "f16" : "f32", t, next, stories_ref[t]);
+                DCP_ASSERT_OK(dcp_llama_forward(s, &next, 1, NULL, &next));
+            }
+            dcp_llama_state_destroy(s);
+        }
+    free(logits);
+    free(want);
+}
+
+static void test_bad_input(void **state)
+{
+    fixture *f = *state;
+    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    lc.n_ctx = 8;
+    dcp_llama_state *s;
+    DCP_ASSERT_OK(dcp_llama_state_create(f->w, &lc, &s));
+    int32_t bad = 512;
+    assert_int_equal(dcp_llama_forward(s, &bad, 1, NULL, NULL), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "outside the vocabulary"));
+    int32_t many[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    assert_int_equal(dcp_llama_forward(s, many, 9, NULL, NULL), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "overflow the context"));
+    assert_int_equal(dcp_llama_state_pos(s), 0);
+    dcp_llama_state_destroy(s);
+    lc.block_size = 0;
+    s = NULL;
+    assert_int_equal(dcp_llama_state_create(f->w, &lc, &s), DCP_ERR_INVALID_ARGUMENT);
+    assert_null(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stories_first_logits),
+        cmocka_unit_test(test_stories_greedy_matches_reference),
+        cmocka_unit_test(test_prefill_chunks),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
