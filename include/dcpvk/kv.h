@@ -2,7 +2,10 @@
  * (segments) so that no binding exceeds the device's maxStorageBufferRange or allocation limit.
  *
  * Page layout: K[kv_heads][page_size][head_dim] followed by V[kv_heads][page_size][head_dim], in
- * the pool's dtype. Page p lives in segment p / pages_per_segment. */
+ * the pool's dtype. Page p lives in segment p / pages_per_segment.
+ *
+ * DCP: a dcp_kv_cache holds one pool per rank of a DCP group and places every token on one rank
+ * by the interleaved rule (owner, local index, local length below). */
 #ifndef DCPVK_KV_H
 #define DCPVK_KV_H
 
@@ -46,6 +49,81 @@ dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
 /* Uploads `count` whole pages starting at page `first` from data (count * page_bytes bytes, page
  * layout above, pool dtype). Synchronous. */
 dcp_status dcp_kv_pool_write_pages(dcp_kv_pool *pool, uint32_t first, uint32_t count, const void *data);
+
+/* ---- interleaved placement (DESIGN.md section 4) ------------------------------------------- */
+/* DCP size N (ranks of the group), interleave I (tokens in a row on one rank), positions and
+ * lengths in tokens. Pure functions, thread-safe. */
+
+/* Checks N >= 1, 1 <= I <= page_size and page_size % I == 0; DCP_ERR_CONFIG names what is wrong. */
+dcp_status dcp_kv_placement_check(uint32_t dcp_size, uint32_t interleave, uint32_t page_size);
+/* owner(p) = (p / I) mod N: the rank that stores position p. */
+uint32_t dcp_kv_owner(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
+/* local(p) = (p / (I*N)) * I + p mod I: index of position p inside its owner's shard. */
+uint64_t dcp_kv_local_index(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
+/* L_r: tokens rank r stores of a sequence of `length` tokens. */
+uint64_t dcp_kv_local_length(uint64_t length, uint32_t rank, uint32_t dcp_size, uint32_t interleave);
+
+/* ---- KV cache of a DCP group: per-rank page pools, free lists and per-sequence block tables --- */
+
+typedef struct dcp_kv_cache dcp_kv_cache;
+
+typedef struct dcp_kv_cache_config {
+    dcp_kv_pool_config pool; /* every rank's pool (num_pages: pages per rank) */
+    uint32_t dcp_size;       /* N: ranks in the DCP group (default 1) */
+    uint32_t first_rank;     /* group rank of local rank 0 (default 0; MPI: this process's first) */
+    uint32_t interleave;     /* I: tokens in a row on one rank, divides pool.page_size (default 1) */
+    uint32_t max_seqs;       /* sequence slots 0..max_seqs-1 (no default; >= 1) */
+    uint32_t max_blocks;     /* block-table entries per sequence and rank (no default; >= 1) */
+} dcp_kv_cache_config;
+
+#define DCP_KV_CACHE_CONFIG_DEFAULT {DCP_KV_POOL_CONFIG_DEFAULT, 1, 0, 1, 0, 0}
+
+/* Creates one pool per local rank: devices[i] holds group rank first_rank + i (local_count
+ * devices, first_rank + local_count <= dcp_size). Errors: DCP_ERR_CONFIG for a bad placement
+ * (dcp_kv_placement_check), pool errors (dcp_kv_pool_create). The devices must outlive the cache.
+ * Destroy with dcp_kv_cache_destroy. Not thread-safe. */
+dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
+                               const dcp_kv_cache_config *config, dcp_kv_cache **out);
+void dcp_kv_cache_destroy(dcp_kv_cache *cache);
+
+const dcp_kv_cache_config *dcp_kv_cache_get_config(const dcp_kv_cache *cache);
+uint32_t dcp_kv_cache_local_count(const dcp_kv_cache *cache);
+/* Pool of local rank i (owned by the cache). */
+dcp_kv_pool *dcp_kv_cache_pool(const dcp_kv_cache *cache, uint32_t local);
+
+/* Host step of appending tokens: sequence seqs[j] grows by counts[j] tokens (j < n, distinct
+ * slots). Reserves on every local rank the pages its shard needs, all or nothing: when any rank
+ * lacks pages, returns DCP_ERR_OUT_OF_PAGES naming the rank and the sequence and changes nothing.
+ * Computes each new token's destination slot on its owner (the other ranks skip it) for the next
+ * dcp_kv_cache_record_append; tokens are numbered sequence by sequence in position order. */
+dcp_status dcp_kv_cache_append(dcp_kv_cache *cache, uint32_t n, const uint32_t *seqs,
+                               const uint32_t *counts);
+/* Tokens of the last dcp_kv_cache_append (the rows k and v must hold). */
+uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *cache);
+/* Records the kv_append shader of local rank `local` on its command: writes the K and V rows of
+ * the tokens this rank owns, k and v [tokens][kv_heads][head_dim] f32 (the same on every rank),
+ * converted to the pool dtype. Uploads the slot table (synchronously) into a per-rank buffer that
+ * the recording reads: submit before the next dcp_kv_cache_append. */
+dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache, uint32_t local, dcp_buffer *k,
+                                      uint64_t k_offset, dcp_buffer *v, uint64_t v_offset);
+/* Returns every page of sequence seq on every local rank to the free lists; its length becomes 0. */
+void dcp_kv_cache_free_seq(dcp_kv_cache *cache, uint32_t seq);
+
+/* Global length of sequence seq (tokens), and the tokens / pages local rank i holds of it. */
+uint64_t dcp_kv_cache_seq_length(const dcp_kv_cache *cache, uint32_t seq);
+uint32_t dcp_kv_cache_seq_local_length(const dcp_kv_cache *cache, uint32_t local, uint32_t seq);
+/* Block table [max_blocks] page ids of seq on local rank i (entries past its pages are 0). */
+const uint32_t *dcp_kv_cache_block_table(const dcp_kv_cache *cache, uint32_t local, uint32_t seq);
+/* Pages in use / free on local rank i, and bytes in use (pages * page bytes). */
+uint32_t dcp_kv_cache_pages_used(const dcp_kv_cache *cache, uint32_t local);
+uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *cache, uint32_t local);
+uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *cache, uint32_t local);
+
+/* Slot value meaning "not stored on this rank" in slot tables. */
+#define DCP_KV_NO_SLOT 0xffffffffu
+/* Slot table of the last append on local rank i: [tokens] page * page_size + offset, or
+ * DCP_KV_NO_SLOT for tokens another rank owns. */
+const uint32_t *dcp_kv_cache_append_slots(const dcp_kv_cache *cache, uint32_t local);
 
 #ifdef __cplusplus
 }

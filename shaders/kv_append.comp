@@ -1,0 +1,48 @@
+#version 450
+// kv_append: writes new tokens' K and V rows (f32 input) into their slots of a paged pool
+// (f32, or f16 with KV_F16). One invocation per (token, KV head, 4 dims); a token whose slot is
+// 0xffffffff belongs to another rank and is skipped: only the owner writes.
+// Page layout: K[kv_heads][page_size][D] then V[kv_heads][page_size][D].
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_nonuniform_qualifier : require
+#include "attn/attn_params.h"
+#include "kv/kv_params.h"
+
+layout(constant_id = 0) const uint WG = 64;
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform PC { dcp_kv_append_params p; };
+layout(std430, binding = 0) readonly buffer Slots { uint slots[]; };  // [tokens]
+layout(std430, binding = 1) readonly buffer K { vec4 k[]; };          // [tokens][Hkv][D/4] f32
+layout(std430, binding = 2) readonly buffer V { vec4 v[]; };          // [tokens][Hkv][D/4] f32
+#ifdef KV_F16
+layout(std430, binding = 3) writeonly buffer KV { uvec2 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+void store_kv(uint seg, uint i, vec4 x)
+{
+    kv[nonuniformEXT(seg)].data[i] = uvec2(packHalf2x16(x.xy), packHalf2x16(x.zw));
+}
+#else
+layout(std430, binding = 3) writeonly buffer KV { vec4 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+void store_kv(uint seg, uint i, vec4 x) { kv[nonuniformEXT(seg)].data[i] = x; }
+#endif
+
+void main()
+{
+    uint dq = p.head_dim / 4u;
+    uint idx = gl_GlobalInvocationID.x;
+    if (idx >= p.tokens * p.kv_heads * dq) return;
+    uint t = idx / (p.kv_heads * dq);
+    uint h = (idx / dq) % p.kv_heads;
+    uint q = idx % dq;
+    uint slot = slots[t];
+    if (slot == 0xffffffffu) return;
+    uint page = slot / p.page_size;
+    if (page >= p.total_pages) return;
+    uint off = slot % p.page_size;
+    uint seg = page / p.pages_per_segment;
+    uint local_page = page % p.pages_per_segment;
+    // quads: a page holds 2 * Hkv * B * D/4 of them; K half first, V half second
+    uint half_q = p.kv_heads * p.page_size * dq;
+    uint base = local_page * 2u * half_q + (h * p.page_size + off) * dq + q;
+    store_kv(seg, base, k[idx]);
+    store_kv(seg, base + half_q, v[idx]);
+}

@@ -1,0 +1,270 @@
+/* KV cache of a DCP group (see include/dcpvk/kv.h): per local rank a page pool, a free list and
+ * per-sequence block tables; tokens placed by the interleaved rule; the kv_append recording. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_internal.h"
+#include "common/error.h"
+#include "dcpvk/kv.h"
+#include "vk/pipelines.h"
+
+typedef struct kv_rank {
+    dcp_kv_pool *pool;
+    uint32_t *free_pages; /* stack of free page ids */
+    uint32_t free_count;
+    uint32_t *bt;         /* [max_seqs][max_blocks] page ids */
+    uint32_t *pages;      /* [max_seqs] pages held per sequence */
+    uint32_t *slots;      /* [slot_cap] slot table of the last append */
+    dcp_buffer *slot_buf; /* device copy of slots */
+    uint32_t slot_buf_cap;
+} kv_rank;
+
+struct dcp_kv_cache {
+    dcp_kv_cache_config cfg;
+    uint32_t local_count;
+    kv_rank *ranks;
+    uint64_t *lengths;    /* [max_seqs] global lengths */
+    uint32_t append_tokens;
+    uint32_t slot_cap;
+};
+
+dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
+                               const dcp_kv_cache_config *c, dcp_kv_cache **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    st = dcp_kv_placement_check(c->dcp_size, c->interleave, c->pool.page_size);
+    if (st != DCP_OK) return dcp_fail_context(st, "KV cache");
+    if (local_count == 0 || c->first_rank + local_count > c->dcp_size)
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "KV cache: local ranks [%u, %u) do not fit in a DCP group of %u ranks",
+                        c->first_rank, c->first_rank + local_count, c->dcp_size);
+    if (c->max_seqs == 0 || c->max_blocks == 0)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: max_seqs (%u) and max_blocks (%u) must be >= 1",
+                        c->max_seqs, c->max_blocks);
+    dcp_kv_cache *kc = calloc(1, sizeof *kc);
+    if (!kc) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    kc->cfg = *c;
+    kc->ranks = calloc(local_count, sizeof *kc->ranks);
+    kc->lengths = calloc(c->max_seqs, sizeof *kc->lengths);
+    if (!kc->ranks || !kc->lengths) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        goto fail;
+    }
+    kc->local_count = local_count;
+    for (uint32_t i = 0; i < local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        DCP_TRY(dcp_kv_pool_create(devices[i], &c->pool, &r->pool));
+        r->free_pages = malloc((size_t)c->pool.num_pages * sizeof *r->free_pages);
+        r->bt = calloc((size_t)c->max_seqs * c->max_blocks, sizeof *r->bt);
+        r->pages = calloc(c->max_seqs, sizeof *r->pages);
+        if (!r->free_pages || !r->bt || !r->pages) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            goto fail;
+        }
+        /* Page 0 is handed out first. */
+        for (uint32_t p = 0; p < c->pool.num_pages; p++) r->free_pages[p] = c->pool.num_pages - 1 - p;
+        r->free_count = c->pool.num_pages;
+    }
+    *out = kc;
+    return DCP_OK;
+fail:
+    dcp_kv_cache_destroy(kc);
+    return st;
+}
+
+void dcp_kv_cache_destroy(dcp_kv_cache *kc)
+{
+    if (!kc) return;
+    for (uint32_t i = 0; kc->ranks && i < kc->local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        dcp_kv_pool_destroy(r->pool);
+        dcp_buffer_destroy(r->slot_buf);
+        free(r->free_pages);
+        free(r->bt);
+        free(r->pages);
+        free(r->slots);
+    }
+    free(kc->ranks);
+    free(kc->lengths);
+    free(kc);
+}
+
+const dcp_kv_cache_config *dcp_kv_cache_get_config(const dcp_kv_cache *kc) { return &kc->cfg; }
+uint32_t dcp_kv_cache_local_count(const dcp_kv_cache *kc) { return kc->local_count; }
+dcp_kv_pool *dcp_kv_cache_pool(const dcp_kv_cache *kc, uint32_t i)
+{
+    return i < kc->local_count ? kc->ranks[i].pool : NULL;
+}
+
+static uint32_t pages_for(uint64_t tokens, uint32_t page_size)
+{
+    return (uint32_t)((tokens + page_size - 1) / page_size);
+}
+
+dcp_status dcp_kv_cache_append(dcp_kv_cache *kc, uint32_t n, const uint32_t *seqs, const uint32_t *counts)
+{
+    const dcp_kv_cache_config *c = &kc->cfg;
+    const uint32_t N = c->dcp_size, I = c->interleave, B = c->pool.page_size;
+    uint64_t total = 0;
+    /* Check everything first: all or nothing. */
+    for (uint32_t j = 0; j < n; j++) {
+        if (seqs[j] >= c->max_seqs)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: sequence %u outside the %u slots", seqs[j],
+                            c->max_seqs);
+        for (uint32_t k = 0; k < j; k++)
+            if (seqs[k] == seqs[j])
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: sequence %u listed twice in one append",
+                                seqs[j]);
+        total += counts[j];
+    }
+    if (total > 0xfffffffull)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: %llu tokens in one append", (unsigned long long)total);
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        uint32_t rank = c->first_rank + i;
+        uint64_t need = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            uint64_t len = dcp_kv_cache_seq_length(kc, seqs[j]) + counts[j];
+            uint32_t pages = pages_for(dcp_kv_local_length(len, rank, N, I), B);
+            if (pages > c->max_blocks)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "KV cache: sequence %u at %llu tokens needs %u pages on rank %u, more than "
+                                "its %u block-table entries",
+                                seqs[j], (unsigned long long)len, pages, rank, c->max_blocks);
+            need += pages - r->pages[seqs[j]];
+        }
+        if (need > r->free_count)
+            return dcp_fail(DCP_ERR_OUT_OF_PAGES,
+                            "KV cache: rank %u needs %llu more pages for this append (sequence %u first) "
+                            "but has %u free of %u",
+                            rank, (unsigned long long)need, n ? seqs[0] : 0, r->free_count,
+                            c->pool.num_pages);
+    }
+    if (total > kc->slot_cap) {
+        for (uint32_t i = 0; i < kc->local_count; i++) {
+            uint32_t *s = realloc(kc->ranks[i].slots, total * sizeof *s);
+            if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            kc->ranks[i].slots = s;
+        }
+        kc->slot_cap = (uint32_t)total;
+    }
+    /* Apply: allocate pages and compute slots. */
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        uint32_t rank = c->first_rank + i;
+        uint32_t t = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t s = seqs[j];
+            uint64_t len = kc->lengths[s] + counts[j];
+            uint32_t pages = pages_for(dcp_kv_local_length(len, rank, N, I), B);
+            uint32_t *bt = r->bt + (uint64_t)s * c->max_blocks;
+            while (r->pages[s] < pages) bt[r->pages[s]++] = r->free_pages[--r->free_count];
+            for (uint64_t pos = kc->lengths[s]; pos < len; pos++, t++) {
+                if (dcp_kv_owner(pos, N, I) != rank) {
+                    r->slots[t] = DCP_KV_NO_SLOT;
+                    continue;
+                }
+                uint64_t li = dcp_kv_local_index(pos, N, I);
+                r->slots[t] = bt[li / B] * B + (uint32_t)(li % B);
+            }
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) kc->lengths[seqs[j]] += counts[j];
+    kc->append_tokens = (uint32_t)total;
+    return DCP_OK;
+}
+
+uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *kc) { return kc->append_tokens; }
+
+const uint32_t *dcp_kv_cache_append_slots(const dcp_kv_cache *kc, uint32_t i)
+{
+    return i < kc->local_count ? kc->ranks[i].slots : NULL;
+}
+
+dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *kc, uint32_t i, dcp_buffer *k,
+                                      uint64_t k_offset, dcp_buffer *v, uint64_t v_offset)
+{
+    dcp_status st = DCP_OK;
+    if (i >= kc->local_count)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: local rank %u of %u", i, kc->local_count);
+    kv_rank *r = &kc->ranks[i];
+    uint32_t T = kc->append_tokens;
+    if (T == 0) return DCP_OK;
+    dcp_device *dev = dcp_kv_pool_device(r->pool);
+    if (dcp_cmd_device(cmd) != dev)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV append: the command is not on local rank %u's device", i);
+    if (r->slot_buf_cap < T) {
+        dcp_buffer_destroy(r->slot_buf);
+        r->slot_buf = NULL;
+        r->slot_buf_cap = 0;
+        DCP_TRY(dcp_buffer_create(dev, (uint64_t)T * 4, DCP_MEMORY_DEVICE, &r->slot_buf));
+        r->slot_buf_cap = T;
+    }
+    DCP_TRY(dcp_buffer_upload(r->slot_buf, 0, r->slots, (uint64_t)T * 4));
+    const dcp_kv_pool_config *pc = &kc->cfg.pool;
+    uint64_t rows_bytes = (uint64_t)T * pc->kv_heads * pc->head_dim * 4;
+    dcp_binding b[3 + DCP_KV_MAX_SEGMENTS];
+    b[0] = (dcp_binding){r->slot_buf, 0, (uint64_t)T * 4};
+    b[1] = (dcp_binding){k, k_offset, rows_bytes};
+    b[2] = (dcp_binding){v, v_offset, rows_bytes};
+    uint32_t nseg = dcp_kv_pool_segment_count(r->pool);
+    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
+        b[3 + s] = (dcp_binding){dcp_kv_pool_segment(r->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_append_params p = {T, pc->kv_heads, pc->head_dim, pc->page_size,
+                              dcp_kv_pool_pages_per_segment(r->pool), pc->num_pages};
+    uint32_t spec[1] = {dcp_attn_workgroup_size(dev)};
+    uint64_t n = (uint64_t)T * pc->kv_heads * (pc->head_dim / 4);
+    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_KV_APPEND_F16 : DCP_PIPE_KV_APPEND_F32;
+    DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1));
+    return DCP_OK;
+fail:
+    return dcp_fail_context(st, "KV append on local rank %u", i);
+}
+
+void dcp_kv_cache_free_seq(dcp_kv_cache *kc, uint32_t s)
+{
+    if (s >= kc->cfg.max_seqs) return;
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        uint32_t *bt = r->bt + (uint64_t)s * kc->cfg.max_blocks;
+        while (r->pages[s]) {
+            r->free_pages[r->free_count++] = bt[--r->pages[s]];
+            bt[r->pages[s]] = 0;
+        }
+    }
+    kc->lengths[s] = 0;
+}
+
+uint64_t dcp_kv_cache_seq_length(const dcp_kv_cache *kc, uint32_t s)
+{
+    return s < kc->cfg.max_seqs ? kc->lengths[s] : 0;
+}
+
+uint32_t dcp_kv_cache_seq_local_length(const dcp_kv_cache *kc, uint32_t i, uint32_t s)
+{
+    return (uint32_t)dcp_kv_local_length(dcp_kv_cache_seq_length(kc, s), kc->cfg.first_rank + i,
+                                         kc->cfg.dcp_size, kc->cfg.interleave);
+}
+
+const uint32_t *dcp_kv_cache_block_table(const dcp_kv_cache *kc, uint32_t i, uint32_t s)
+{
+    if (i >= kc->local_count || s >= kc->cfg.max_seqs) return NULL;
+    return kc->ranks[i].bt + (uint64_t)s * kc->cfg.max_blocks;
+}
+
+uint32_t dcp_kv_cache_pages_used(const dcp_kv_cache *kc, uint32_t i)
+{
+    return i < kc->local_count ? kc->cfg.pool.num_pages - kc->ranks[i].free_count : 0;
+}
+
+uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *kc, uint32_t i)
+{
+    return i < kc->local_count ? kc->ranks[i].free_count : 0;
+}
+
+uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *kc, uint32_t i)
+{
+    return i < kc->local_count ? (uint64_t)dcp_kv_cache_pages_used(kc, i) * dcp_kv_pool_page_bytes(kc->ranks[i].pool)
+                               : 0;
+}
