@@ -1,0 +1,185 @@
+/* Communicator: all_gather, reduce_scatter, all_to_all, all_reduce in f32 and f16 against host
+ * results, on every in-process transport available here (hostmem, staging; devgroup must fail
+ * clearly), in place, byte counters, transport selection errors. With --mpi the same checks run
+ * over MPI (one process per rank group, ranks = processes x $DCP_VK_DEVICES). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/comm.h"
+#include "vkutil.h"
+
+static int use_mpi;
+
+static int setup(void **state)
+{
+    *state = dcp_test_context();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    dcp_test_context_done(*state);
+    return 0;
+}
+
+/* Value i of global rank g's send buffer for test `salt` (f16-exact, so f16 sums are comparable). */
+static float val(uint32_t salt, int g, uint64_t i)
+{
+    dcp_test_rng r = {((uint64_t)salt << 40) ^ ((uint64_t)g << 20) ^ i};
+    return dcp_f16_to_f32(dcp_f32_to_f16(dcp_test_rng_uniform(&r, -4.0f, 4.0f)));
+}
+
+static void put(void *p, dcp_dtype dt, uint64_t i, float x)
+{
+    if (dt == DCP_DTYPE_F32) ((float *)p)[i] = x;
+    else ((uint16_t *)p)[i] = dcp_f32_to_f16(x);
+}
+
+static float get(const void *p, dcp_dtype dt, uint64_t i)
+{
+    return dt == DCP_DTYPE_F32 ? ((const float *)p)[i] : dcp_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+enum { AG, RS, A2A, AR };
+static const char *names[4] = {"all_gather", "reduce_scatter", "all_to_all", "all_reduce"};
+
+/* Runs collective `kind` and checks every local rank's result. in_place: recv == send. */
+static void check_collective(dcp_comm *comm, int kind, dcp_dtype dt, uint64_t count, int in_place, uint32_t salt)
+{
+    const int N = dcp_comm_size(comm), L = dcp_comm_local_count(comm), first = dcp_comm_first_rank(comm);
+    const uint32_t es = dcp_dtype_size(dt);
+    uint64_t send_n = (kind == RS || kind == A2A) ? count * N : count;
+    uint64_t recv_n = (kind == AG || kind == A2A) ? count * N : count;
+    uint64_t buf_n = send_n > recv_n ? send_n : recv_n;
+    dcp_buffer *sb[16], *rb[16];
+    dcp_comm_buf send[16], recv[16];
+    void *host = malloc(buf_n * 4);
+    for (int l = 0; l < L; l++) {
+        dcp_device *dev = dcp_comm_device(comm, l);
+        DCP_ASSERT_OK(dcp_buffer_create(dev, buf_n * es + 64, DCP_MEMORY_DEVICE, &sb[l]));
+        rb[l] = sb[l];
+        if (!in_place) DCP_ASSERT_OK(dcp_buffer_create(dev, recv_n * es + 64, DCP_MEMORY_DEVICE, &rb[l]));
+        for (uint64_t i = 0; i < send_n; i++) put(host, dt, i, val(salt, first + l, i));
+        DCP_ASSERT_OK(dcp_buffer_upload(sb[l], 16, host, send_n * es));
+        send[l] = (dcp_comm_buf){sb[l], 16};
+        recv[l] = (dcp_comm_buf){rb[l], in_place ? 16 : 32};
+    }
+    uint64_t sent0 = dcp_comm_bytes_sent(comm, 0);
+    switch (kind) {
+    case AG: DCP_ASSERT_OK(dcp_comm_all_gather(send, recv, count, dt, comm)); break;
+    case RS: DCP_ASSERT_OK(dcp_comm_reduce_scatter(send, recv, count, dt, DCP_RED_SUM, comm)); break;
+    case A2A: DCP_ASSERT_OK(dcp_comm_all_to_all(send, recv, count, dt, comm)); break;
+    case AR: DCP_ASSERT_OK(dcp_comm_all_reduce(send, recv, count, dt, DCP_RED_SUM, comm)); break;
+    }
+    assert_int_equal(dcp_comm_bytes_sent(comm, 0) - sent0, (uint64_t)(N - 1) * count * es);
+    for (int l = 0; l < L; l++) {
+        int g = first + l;
+        DCP_ASSERT_OK(dcp_buffer_download(rb[l], recv[l].offset, host, recv_n * es));
+        for (uint64_t i = 0; i < recv_n; i++) {
+            float want;
+            if (kind == AG) {
+                want = val(salt, (int)(i / count), i % count);
+            } else if (kind == A2A) {
+                want = val(salt, (int)(i / count), (uint64_t)g * count + i % count);
+            } else {
+                float acc = 0.0f; /* rank order, f32 accumulation: the documented reduction */
+                for (int s = 0; s < N; s++) acc += val(salt, s, (kind == RS ? (uint64_t)g * count : 0) + i);
+                want = dt == DCP_DTYPE_F16 ? dcp_f16_to_f32(dcp_f32_to_f16(acc)) : acc;
+            }
+            float got = get(host, dt, i);
+            if (memcmp(&got, &want, 4) != 0)
+                fail_msg("%s %s %s%s: rank %d element %llu = %.9g, expected %.9g", names[kind],
+                         dcp_dtype_name(dt), dcp_transport_name(dcp_comm_transport(comm)),
+                         in_place ? " in place" : "", g, (unsigned long long)i, got, want);
+        }
+    }
+    for (int l = 0; l < L; l++) {
+        if (rb[l] != sb[l]) dcp_buffer_destroy(rb[l]);
+        dcp_buffer_destroy(sb[l]);
+    }
+    free(host);
+}
+
+static void check_all(dcp_comm *comm)
+{
+    uint32_t salt = 1;
+    for (int kind = 0; kind < 4; kind++)
+        for (int t = 0; t < 2; t++) {
+            dcp_dtype dt = t ? DCP_DTYPE_F16 : DCP_DTYPE_F32;
+            check_collective(comm, kind, dt, 37, 0, salt++);
+            check_collective(comm, kind, dt, 1, 1, salt++);
+        }
+    /* A block larger than the initial mailboxes: they grow. */
+    check_collective(comm, A2A, DCP_DTYPE_F32, 40000, 0, 99);
+}
+
+static dcp_status open_comm(dcp_context *ctx, dcp_transport t, dcp_comm **out)
+{
+    dcp_device *devs[16];
+    int n = dcp_context_device_count(ctx);
+    assert_true(n <= 16);
+    for (int i = 0; i < n; i++) devs[i] = dcp_context_device(ctx, i);
+    dcp_comm_config cfg = DCP_COMM_CONFIG_DEFAULT;
+    cfg.transport = t;
+    return use_mpi ? dcp_comm_init_mpi(devs, n, &cfg, out) : dcp_comm_init_local(devs, n, &cfg, out);
+}
+
+static void test_transports(void **state)
+{
+    const dcp_transport ts[3] = {DCP_TRANSPORT_STAGING, DCP_TRANSPORT_HOSTMEM, DCP_TRANSPORT_AUTO};
+    for (int k = 0; k < 3; k++) {
+        dcp_comm *comm = NULL;
+        DCP_ASSERT_OK(open_comm(*state, ts[k], &comm));
+        int N = dcp_comm_size(comm);
+        if (!use_mpi) assert_int_equal(N, dcp_context_device_count(*state));
+        /* lavapipe has VK_EXT_external_memory_host: auto picks hostmem in one process. */
+        if (!use_mpi && ts[k] == DCP_TRANSPORT_AUTO) assert_int_equal(dcp_comm_transport(comm), DCP_TRANSPORT_HOSTMEM);
+        if (use_mpi) assert_int_equal(dcp_comm_transport(comm), N > dcp_comm_local_count(comm) ? DCP_TRANSPORT_MPI
+                                                                                      : dcp_comm_transport(comm));
+        check_all(comm);
+        dcp_comm_destroy(comm);
+    }
+}
+
+static void test_selection_errors(void **state)
+{
+    dcp_comm *comm = NULL;
+    assert_int_equal(open_comm(*state, DCP_TRANSPORT_DEVGROUP, &comm), DCP_ERR_UNSUPPORTED);
+    assert_null(comm);
+    assert_non_null(strstr(dcp_last_error(), "devgroup"));
+    printf("devgroup here: %s\n", dcp_last_error());
+    setenv("DCP_VK_TRANSPORT", "carrier-pigeon", 1);
+    assert_int_equal(open_comm(*state, DCP_TRANSPORT_AUTO, &comm), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "carrier-pigeon"));
+    setenv("DCP_VK_TRANSPORT", "staging", 1);
+    DCP_ASSERT_OK(open_comm(*state, DCP_TRANSPORT_AUTO, &comm));
+    if (!use_mpi) assert_int_equal(dcp_comm_transport(comm), DCP_TRANSPORT_STAGING);
+    dcp_comm_destroy(comm);
+    unsetenv("DCP_VK_TRANSPORT");
+    dcp_transport t;
+    assert_int_equal(dcp_transport_parse("hostmem", &t), DCP_OK);
+    assert_int_equal(t, DCP_TRANSPORT_HOSTMEM);
+    assert_int_equal(dcp_transport_parse("x", &t), DCP_ERR_INVALID_ARGUMENT);
+    /* The same device twice. */
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_device *twice[2] = {dev, dev};
+    assert_int_equal(dcp_comm_init_local(twice, 2, NULL, &comm), DCP_ERR_INVALID_ARGUMENT);
+}
+
+int main(int argc, char **argv)
+{
+    int rank = 0, size = 1;
+    use_mpi = argc > 1 && strcmp(argv[1], "--mpi") == 0;
+    if (use_mpi && dcp_mpi_init(&argc, &argv, &rank, &size) != DCP_OK) {
+        fprintf(stderr, "dcp_mpi_init: %s\n", dcp_last_error());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_selection_errors),
+        cmocka_unit_test(test_transports),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    if (use_mpi) dcp_mpi_finalize();
+    return rc;
+}
