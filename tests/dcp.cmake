@@ -5,3 +5,12 @@ dcp_test(test_kv_cache_4dev EXE test_kv_cache ENV "DCP_VK_DEVICES=0,0,0,0")
 dcp_test(test_comm SOURCES test_comm.c vkutil.c ENV "DCP_VK_DEVICES=0")
 dcp_test(test_comm_3dev EXE test_comm ENV "DCP_VK_DEVICES=0,0,0")
 dcp_test(test_comm_4dev EXE test_comm ENV "DCP_VK_DEVICES=0,0,0,0")
+dcp_mpi_test(test_comm_mpi2 2 test_comm --mpi)
+dcp_mpi_test(test_comm_mpi4 4 test_comm --mpi)
+# Two processes with two logical devices each: in-process packing, then MPI between processes.
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  add_test(NAME test_comm_mpi2x2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+           $<TARGET_FILE:test_comm> --mpi)
+  set_tests_properties(test_comm_mpi2x2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0"
+                       TIMEOUT 900 PROCESSORS 2)
+endif()
