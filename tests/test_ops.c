@@ -1,0 +1,377 @@
+/* Model kernels against the double-precision CPU references (src/ref/model_ref.c): matmul for
+ * F32, F16, BF16 and Q8_0 weights over several shapes and token counts (plain and accumulating,
+ * with row offsets), get_rows, rmsnorm, rope_store (RoPE + KV page write, f32 and f16 pools),
+ * swiglu, add and argmax. Prints the max error of every kernel. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/dtype.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/kv.h"
+#include "model/ops.h"
+#include "ref/model_ref.h"
+#include "vkutil.h"
+
+/* Tolerances of this file: matmul |y - y_ref| <= MATMUL_REL * sum_k |w x| (f32 accumulation);
+ * rmsnorm and swiglu relative to 1 + |y_ref|; RoPE absolute (values in [-1, 1]). */
+#define MATMUL_REL 2e-6
+#define ELEM_REL 2e-6
+#define ROPE_ABS 2e-6
+
+static int setup(void **state)
+{
+    *state = dcp_test_context();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    dcp_test_context_done(*state);
+    return 0;
+}
+
+static float *rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi)
+{
+    float *v = malloc(n * sizeof *v);
+    for (uint64_t i = 0; i < n; i++) v[i] = dcp_test_rng_uniform(rng, lo, hi);
+    return v;
+}
+
+static dcp_buffer *upload(dcp_device *dev, const void *data, uint64_t bytes)
+{
+    dcp_buffer *b;
+    DCP_ASSERT_OK(dcp_buffer_create(dev, bytes, DCP_MEMORY_DEVICE, &b));
+    DCP_ASSERT_OK(dcp_buffer_upload(b, 0, data, bytes));
+    return b;
+}
+
+static void run(dcp_cmd *cmd) { DCP_ASSERT_OK(dcp_cmd_run(cmd)); }
+
+/* Encodes w [rows][k] f32 into GGUF bytes of type, uploads as a matrix, returns the dequantised
+ * values the reference uses in *deq. */
+static void make_matrix(dcp_device *dev, dcp_ggml_type type, uint32_t rows, uint32_t k, const float *w,
+                        dcp_matrix *m, float **deq)
+{
+    uint32_t be, bb;
+    assert_true(dcp_ggml_type_block(type, &be, &bb));
+    uint64_t bytes = (uint64_t)rows * k / be * bb;
+    void *raw = malloc(bytes);
+    DCP_ASSERT_OK(dcp_ggml_from_f32(type, w, raw, (uint64_t)rows * k));
+    *deq = malloc((uint64_t)rows * k * sizeof(float));
+    DCP_ASSERT_OK(dcp_ggml_to_f32(type, raw, *deq, (uint64_t)rows * k));
+    /* Two parts, to exercise the fused upload. */
+    uint32_t r0 = rows / 3, prow[2] = {r0, rows - r0};
+    const void *parts[2] = {raw, (const uint8_t *)raw + (uint64_t)r0 * k / be * bb};
+    DCP_ASSERT_OK(dcp_matrix_create(dev, type, k, r0 ? 2 : 1, r0 ? parts : parts + 1, r0 ? prow : prow + 1, m));
+    free(raw);
+}
+
+static void test_matmul(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    static const dcp_ggml_type types[4] = {DCP_GGML_TYPE_F32, DCP_GGML_TYPE_F16, DCP_GGML_TYPE_BF16,
+                                           DCP_GGML_TYPE_Q8_0};
+    static const uint32_t shapes[][3] = {/* rows, k, tokens */
+                                         {64, 64, 1}, {172, 64, 3}, {64, 160, 9}, {513, 256, 17},
+                                         {7, 4096, 2}, {1000, 128, 8}};
+    dcp_test_rng rng = {11};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    for (int ti = 0; ti < 4; ti++) {
+        double worst = 0.0;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int acc = 0; acc < 2; acc++) {
+                const uint32_t N = shapes[si][0], K = shapes[si][1], T = shapes[si][2];
+                const uint32_t xoff = acc ? 8 : 0, xs = K + (acc ? 4 : 0), ys = N + (acc ? 3 : 0);
+                float *w = rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
+                float *x = rand_floats(&rng, xoff + (uint64_t)T * xs, -1, 1);
+                float *y0 = rand_floats(&rng, (uint64_t)T * ys, -1, 1);
+                dcp_matrix m;
+                make_matrix(dev, types[ti], N, K, w, &m, &deq);
+                dcp_buffer *xb = upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
+                dcp_buffer *yb = upload(dev, y0, (uint64_t)T * ys * 4);
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, xoff, xs, yb, ys, T, acc));
+                run(cmd);
+                float *y = malloc((uint64_t)T * ys * 4);
+                DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * ys * 4));
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t n = 0; n < N; n++) {
+                        double s = acc ? y0[t * ys + n] : 0.0, mag = fabs(s);
+                        for (uint32_t k = 0; k < K; k++) {
+                            double p = (double)deq[(uint64_t)n * K + k] * x[xoff + t * xs + k];
+                            s += p;
+                            mag += fabs(p);
+                        }
+                        double err = fabs(y[t * ys + n] - s);
+                        if (err > worst) worst = err;
+                        if (!(err <= MATMUL_REL * mag + 1e-7))
+                            fail_msg("matmul %s %ux%u T %u acc %d: y[%u][%u] = %g, reference %g", dcp_ggml_type_name(types[ti]),
+                                     N, K, T, acc, t, n, y[t * ys + n], s);
+                    }
+                /* The padding columns of y are never written. */
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == y0[t * ys + n]);
+                dcp_matrix_destroy(&m);
+                dcp_buffer_destroy(xb);
+                dcp_buffer_destroy(yb);
+                free(w);
+                free(deq);
+                free(x);
+                free(y0);
+                free(y);
+            }
+        printf("matmul %s: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst);
+    }
+    dcp_cmd_destroy(cmd);
+}
+
+static void test_matrix_bad(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_matrix m;
+    uint8_t data[64] = {0};
+    const void *parts[1] = {data};
+    uint32_t rows[1] = {1};
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q4_0, 32, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "Q4_0"));
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q8_0, 16, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_F32, 6, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_null(m.buf);
+}
+
+static void test_get_rows(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    static const dcp_ggml_type types[4] = {DCP_GGML_TYPE_F32, DCP_GGML_TYPE_F16, DCP_GGML_TYPE_BF16,
+                                           DCP_GGML_TYPE_Q8_0};
+    dcp_test_rng rng = {21};
+    const uint32_t V = 97, K = 96, T = 6;
+    uint32_t ids[6] = {0, 96, 5, 5, 200 /* out of range: zero row */, 42};
+    dcp_buffer *ib = upload(dev, ids, sizeof ids);
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    for (int ti = 0; ti < 4; ti++) {
+        float *w = rand_floats(&rng, (uint64_t)V * K, -2, 2), *deq;
+        dcp_matrix m;
+        make_matrix(dev, types[ti], V, K, w, &m, &deq);
+        dcp_buffer *yb;
+        DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * (K + 4) * 4, DCP_MEMORY_DEVICE, &yb));
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &m, ib, yb, K + 4, T));
+        run(cmd);
+        float *y = malloc((uint64_t)T * (K + 4) * 4);
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * (K + 4) * 4));
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t k = 0; k < K; k++) {
+                float want = ids[t] < V ? deq[(uint64_t)ids[t] * K + k] : 0.0f;
+                if (y[t * (K + 4) + k] != want)
+                    fail_msg("get_rows %s: row %u col %u = %g, want %g", dcp_ggml_type_name(types[ti]), t, k,
+                             y[t * (K + 4) + k], want);
+            }
+        printf("get_rows %s: exact\n", dcp_ggml_type_name(types[ti]));
+        dcp_matrix_destroy(&m);
+        dcp_buffer_destroy(yb);
+        free(w);
+        free(deq);
+        free(y);
+    }
+    dcp_buffer_destroy(ib);
+    dcp_cmd_destroy(cmd);
+}
+
+static void test_rmsnorm_swiglu_add(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {31};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    static const uint32_t ns[] = {8, 64, 172, 4096};
+    double w_rms = 0, w_sw = 0;
+    for (size_t i = 0; i < 4; i++) {
+        const uint32_t n = ns[i], T = 5, xo = 3;
+        float *x = rand_floats(&rng, xo + (uint64_t)T * n, -3, 3), *w = rand_floats(&rng, n, 0.5f, 1.5f);
+        float *ref = malloc((uint64_t)T * n * 4), *y = malloc((uint64_t)T * n * 4);
+        dcp_buffer *xb = upload(dev, x, (xo + (uint64_t)T * n) * 4), *wb = upload(dev, w, n * 4), *yb;
+        DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * n * 4, DCP_MEMORY_DEVICE, &yb));
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f));
+        run(cmd);
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * n * 4));
+        dcp_ref_rmsnorm(n, T, x + xo, w, 1e-5f, ref);
+        for (uint64_t j = 0; j < (uint64_t)T * n; j++) {
+            double e = fabs(y[j] - ref[j]) / (1 + fabs(ref[j]));
+            if (e > w_rms) w_rms = e;
+            if (!(e <= ELEM_REL)) fail_msg("rmsnorm n %u: [%llu] %g vs %g", n, (unsigned long long)j, y[j], ref[j]);
+        }
+        /* swiglu over the same x seen as [T][2 * (n/2)] */
+        const uint32_t h = n / 2;
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_swiglu(cmd, xb, n, yb, h, h, T));
+        run(cmd);
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * h * 4));
+        dcp_ref_swiglu(h, T, x, ref);
+        for (uint64_t j = 0; j < (uint64_t)T * h; j++) {
+            double e = fabs(y[j] - ref[j]) / (1 + fabs(ref[j]));
+            if (e > w_sw) w_sw = e;
+            if (!(e <= ELEM_REL)) fail_msg("swiglu n %u: [%llu] %g vs %g", h, (unsigned long long)j, y[j], ref[j]);
+        }
+        /* add in place: x = x + x */
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_add(cmd, xb, xb, xb, T * n));
+        run(cmd);
+        DCP_ASSERT_OK(dcp_buffer_download(xb, 0, y, (uint64_t)T * n * 4));
+        for (uint64_t j = 0; j < (uint64_t)T * n; j++) assert_true(y[j] == x[j] + x[j]);
+        dcp_buffer_destroy(xb);
+        dcp_buffer_destroy(wb);
+        dcp_buffer_destroy(yb);
+        free(x);
+        free(w);
+        free(ref);
+        free(y);
+    }
+    printf("rmsnorm: max rel error %.3g; swiglu: max rel error %.3g; add: exact\n", w_rms, w_sw);
+    dcp_cmd_destroy(cmd);
+}
+
+static void test_rope_store(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {41};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    static const uint32_t cfgs[][4] = {/* Hq, Hkv, D, n_rot */ {8, 4, 8, 8}, {4, 1, 64, 32}, {6, 2, 128, 128}};
+    double worst = 0;
+    for (size_t ci = 0; ci < 3; ci++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            const uint32_t Hq = cfgs[ci][0], Hkv = cfgs[ci][1], D = cfgs[ci][2], R = cfgs[ci][3];
+            const uint32_t T = 7, B = 16, pages = 5, width = (Hq + 2 * Hkv) * D, stride = width + 2;
+            const float base = ci == 1 ? 500000.0f : 10000.0f;
+            float *src = rand_floats(&rng, (uint64_t)T * stride, -1, 1);
+            uint32_t pos[7] = {0, 1, 15, 16, 4999, 77, 3}, slot[7] = {0, 1, 15, 16, 79, 0xffffffffu, 40};
+            float *cs = malloc((uint64_t)T * (R / 2) * 8);
+            for (uint32_t t = 0; t < T; t++)
+                for (uint32_t i = 0; i < R / 2; i++) {
+                    double a = pos[t] * pow((double)base, -2.0 * i / R);
+                    cs[(t * (R / 2) + i) * 2] = (float)cos(a);
+                    cs[(t * (R / 2) + i) * 2 + 1] = (float)sin(a);
+                }
+            dcp_kv_pool_config pc = {Hkv, D, B, f16 ? DCP_DTYPE_F16 : DCP_DTYPE_F32, pages};
+            dcp_kv_pool *pool;
+            DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
+            dcp_buffer *sb = upload(dev, src, (uint64_t)T * stride * 4), *slb = upload(dev, slot, sizeof slot);
+            dcp_buffer *csb = upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
+            DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * Hq * D * 4, DCP_MEMORY_DEVICE, &qb));
+            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool};
+            DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+            DCP_ASSERT_OK(dcp_op_rope_store(cmd, &a));
+            run(cmd);
+            float *q = malloc((uint64_t)T * Hq * D * 4);
+            DCP_ASSERT_OK(dcp_buffer_download(qb, 0, q, (uint64_t)T * Hq * D * 4));
+            uint64_t page_bytes = dcp_kv_pool_page_bytes(pool), es = f16 ? 2 : 4;
+            uint8_t *kv = malloc(page_bytes * pages);
+            assert_int_equal(dcp_kv_pool_segment_count(pool), 1);
+            DCP_ASSERT_OK(dcp_buffer_download(dcp_kv_pool_segment(pool, 0), 0, kv, page_bytes * pages));
+            uint8_t *written = calloc(page_bytes * pages, 1);
+            float *row = malloc((uint64_t)width * 4);
+            for (uint32_t t = 0; t < T; t++) {
+                memcpy(row, src + (uint64_t)t * stride, (uint64_t)width * 4);
+                dcp_ref_rope(Hq + Hkv, D, R, pos[t], base, row);
+                for (uint32_t i = 0; i < Hq * D; i++) {
+                    double e = fabs(q[(uint64_t)t * Hq * D + i] - row[i]);
+                    if (e > worst) worst = e;
+                    if (!(e <= ROPE_ABS)) fail_msg("rope q: token %u elem %u: %g vs %g", t, i, q[t * Hq * D + i], row[i]);
+                }
+                if (slot[t] == 0xffffffffu) continue;
+                uint32_t pg = slot[t] / B, r = slot[t] % B;
+                for (uint32_t kvh = 0; kvh < Hkv; kvh++)
+                    for (uint32_t d = 0; d < D; d++)
+                        for (int isv = 0; isv < 2; isv++) {
+                            uint64_t e = (uint64_t)pg * (page_bytes / es) + (uint64_t)isv * Hkv * B * D +
+                                         ((uint64_t)kvh * B + r) * D + d;
+                            float want = row[(Hq + isv * Hkv + kvh) * D + d];
+                            float got;
+                            if (f16) {
+                                uint16_t h;
+                                memcpy(&h, kv + e * 2, 2);
+                                got = dcp_f16_to_f32(h);
+                                want = dcp_f16_to_f32(dcp_f32_to_f16(want));
+                                if (!(fabs(got - want) <= 1e-3)) /* f16 rounding of a value 1e-6 off */
+                                    fail_msg("rope_store f16: token %u kvh %u d %u %s: %g vs %g", t, kvh, d,
+                                             isv ? "V" : "K", got, want);
+                            } else {
+                                memcpy(&got, kv + e * 4, 4);
+                                double err = fabs(got - want);
+                                if (err > worst) worst = err;
+                                if (!(err <= ROPE_ABS))
+                                    fail_msg("rope_store f32: token %u kvh %u d %u %s: %g vs %g", t, kvh, d,
+                                             isv ? "V" : "K", got, want);
+                            }
+                            memset(written + e * es, 1, es);
+                        }
+            }
+            for (uint64_t b = 0; b < page_bytes * pages; b++)
+                if (!written[b] && kv[b]) fail_msg("rope_store wrote byte %llu that no stored token owns", (unsigned long long)b);
+            dcp_kv_pool_destroy(pool);
+            dcp_buffer_destroy(sb);
+            dcp_buffer_destroy(slb);
+            dcp_buffer_destroy(csb);
+            dcp_buffer_destroy(qb);
+            free(src);
+            free(cs);
+            free(q);
+            free(kv);
+            free(written);
+            free(row);
+        }
+    printf("rope_store: max abs error %.3g (q and f32 K)\n", worst);
+    dcp_cmd_destroy(cmd);
+}
+
+static void test_argmax(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {51};
+    const uint32_t n = 100003, rows = 5, stride = n + 1;
+    float *x = rand_floats(&rng, (uint64_t)rows * stride, -5, 5);
+    x[0 * stride + 70000] = 9.0f;     /* row 0: one maximum */
+    x[1 * stride + 12345] = 9.0f;     /* row 1: tie, smallest index wins */
+    x[1 * stride + 99999] = 9.0f;
+    x[1 * stride + 50] = NAN;
+    for (uint32_t i = 0; i < n; i++) x[2 * stride + i] = -INFINITY; /* row 2: all -inf -> 0 */
+    for (uint32_t i = 0; i < n; i++) x[3 * stride + i] = NAN;       /* row 3: all NaN -> 0 */
+    x[3 * stride + 777] = -1e30f;
+    x[4 * stride + n - 1] = 6.0f;     /* row 4: last element */
+    dcp_buffer *xb = upload(dev, x, (uint64_t)rows * stride * 4), *ob;
+    DCP_ASSERT_OK(dcp_buffer_create(dev, rows * 4, DCP_MEMORY_DEVICE, &ob));
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    DCP_ASSERT_OK(dcp_op_argmax(cmd, xb, n, stride, rows, ob));
+    run(cmd);
+    uint32_t got[5];
+    DCP_ASSERT_OK(dcp_buffer_download(ob, 0, got, sizeof got));
+    for (uint32_t r = 0; r < rows; r++) assert_int_equal(got[r], dcp_ref_argmax(n, x + (uint64_t)r * stride));
+    assert_int_equal(got[0], 70000);
+    assert_int_equal(got[1], 12345);
+    assert_int_equal(got[2], 0);
+    assert_int_equal(got[3], 777);
+    assert_int_equal(got[4], n - 1);
+    printf("argmax: exact\n");
+    dcp_cmd_destroy(cmd);
+    dcp_buffer_destroy(xb);
+    dcp_buffer_destroy(ob);
+    free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add),
+        cmocka_unit_test(test_rope_store),  cmocka_unit_test(test_argmax),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
