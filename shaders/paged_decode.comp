@@ -5,24 +5,33 @@
 // online softmax in fp32. It writes the normalised O and the LSE (natural log) of its chunk: the
 // final state when the sequence has one chunk (direct), else a partial that lse_merge combines.
 //
+// Work split: the workgroup is cut into clusters of C invocations (C a power of two no larger than
+// the subgroup). A cluster owns one token at a time (token slots: WG / C per workgroup); its lanes
+// split the head dim in quads, hold their quads of the HG queries in registers, and reduce the
+// dot products with subgroup shuffles. Each cluster keeps its own online-softmax state; the slots
+// are merged once at the end of the chunk. No shared memory is touched in the token loop.
+//
 // Page layout (pool of equal pages, split over up to DCP_KV_MAX_SEGMENTS buffers):
 //   page = K[kv_heads][page_size][D] followed by V[kv_heads][page_size][D], f16 or f32.
 // Work per invocation is bounded by chunk_tokens (lavapipe on Mesa 22 ends loops after 65,535
 // iterations per invocation; GPUs kill long dispatches).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_nonuniform_qualifier : require
 #include "attn/attn_params.h"
 #include "dcp_math.glsl"
 
-layout(constant_id = 0) const uint WG = 64;  // invocations; WG >= D / 4
+layout(constant_id = 0) const uint WG = 64;  // invocations, a multiple of C
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup (divides Hq / Hkv)
 layout(constant_id = 2) const uint D = 128;  // head dim, multiple of 4
+layout(constant_id = 3) const uint C = 8;    // cluster size: power of two <= subgroup size
+layout(constant_id = 4) const uint SEG_UNIFORM = 0u; // 1: a cluster is a whole subgroup
 layout(local_size_x_id = 0) in;
-const uint DQ = D / 4u;   // vec4 quads per row
-const uint R = WG / DQ;   // token groups in the V pass
-const uint NONE = 0xffffffffu;
+const uint DQ = D / 4u;              // vec4 quads per row
+const uint QPL = (DQ + C - 1u) / C;  // quads per lane
+const uint TS = WG / C;              // token slots per workgroup
 
 layout(push_constant) uniform PC { dcp_paged_decode_params p; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };          // [batch][Hq][D/4] f32
@@ -30,29 +39,30 @@ layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch]
 layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
 layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][Hq][D/4]
 layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][Hq]
+// The segment index is uniform within a cluster; when a cluster is a whole subgroup, say so to the
+// compiler (a dynamically uniform index), else index non-uniformly.
 #ifdef KV_F16
 layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_MAX_SEGMENTS];
-vec4 load_kv(uint seg, uint i)
-{
-    uvec2 w = kv[nonuniformEXT(seg)].data[i];
-    return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
-}
+vec4 unpack_kv(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 #else
 layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_MAX_SEGMENTS];
-vec4 load_kv(uint seg, uint i) { return kv[nonuniformEXT(seg)].data[i]; }
+vec4 unpack_kv(vec4 w) { return w; }
 #endif
+vec4 load_kv(uint seg, uint i)
+{
+    if (SEG_UNIFORM != 0u) return unpack_kv(kv[subgroupBroadcastFirst(seg)].data[i]);
+    return unpack_kv(kv[nonuniformEXT(seg)].data[i]);
+}
 
-shared vec4 qs[HG * DQ];        // scaled queries
-shared float ps[HG * WG];       // softmax weights of the tile's tokens
-shared uint row_seg[WG];        // segment of each tile token's page (NONE: no token)
-shared uint row_v[WG];          // quad index of each tile token's V row in its segment
-shared float red_max[HG * WG];  // per (head, subgroup) partial maxima
-shared float red_sum[HG * WG];  // per (head, subgroup) partial sums
-shared vec4 acc_s[HG * WG];     // final reduction of O over the token groups (R * DQ <= WG)
+shared float slot_m[TS];        // per-slot running max of one head
+shared float slot_l[TS];        // per-slot running sum of one head
+shared vec4 slot_o[TS * DQ];    // per-slot unnormalised O of one head
 
 void main()
 {
     const uint lane = gl_LocalInvocationID.x;
+    const uint slot = lane / C;
+    const uint k = lane % C;
     const uint chunk = gl_WorkGroupID.x;
     const uint G = p.q_heads / p.kv_heads;
     const uint splits = G / HG;
@@ -63,99 +73,109 @@ void main()
     const uint t0 = chunk * p.chunk_tokens;
     const uint t1 = min(t0 + p.chunk_tokens, len);
 
-    for (uint i = lane; i < HG * DQ; i += WG)
-        qs[i] = q[(b * p.q_heads + hq0 + i / DQ) * DQ + i % DQ] * p.scale;
-    barrier(); // qs writes -> qs reads
-
+    // This lane's quads of the HG (pre-scaled) queries.
+    vec4 qr[HG * QPL];
+    vec4 acc[HG * QPL];
     float m[HG];
     float l[HG];
-    vec4 acc[HG];
     for (uint g = 0u; g < HG; g++) {
+        for (uint i = 0u; i < QPL; i++) {
+            uint d = k + i * C;
+            qr[g * QPL + i] = d < DQ ? q[(b * p.q_heads + hq0 + g) * DQ + d] * p.scale : vec4(0.0);
+            acc[g * QPL + i] = vec4(0.0);
+        }
         m[g] = dcp_neg_inf();
         l[g] = 0.0;
-        acc[g] = vec4(0.0);
     }
     const uint page_quads = 2u * p.kv_heads * p.page_size * DQ;
     const uint v_off = p.kv_heads * p.page_size * DQ;
-    const uint rq = lane % DQ;
-    const uint rr = lane / DQ;
 
-    for (uint base = t0; base < t1; base += WG) {
-        // Scores: one invocation per token of the tile, all HG heads from one read of the K row.
-        const uint t = base + lane;
+    // Every lane runs the same number of iterations, so the shuffles see the whole subgroup. The
+    // slot's token t advances by TS; its page and offset advance without a division per token.
+    uint t = t0 + slot;
+    uint lp = t / p.page_size;
+    uint off = t % p.page_size;
+    const uint seg_mask = (1u << p.segment_shift) - 1u;
+    for (uint base = t0; base < t1; base += TS) {
         bool valid = t < t1;
-        uint seg = NONE;
+        uint seg = 0u;
         uint kq = 0u;
         if (valid) {
-            uint page = bt[b * p.bt_stride + t / p.page_size];
+            uint page = bt[b * p.bt_stride + lp];
             valid = page < p.total_pages;
-            if (valid) {
-                seg = page / p.pages_per_segment;
-                kq = (page % p.pages_per_segment) * page_quads + (kvh * p.page_size + t % p.page_size) * DQ;
-            }
+            seg = valid ? page >> p.segment_shift : 0u;
+            kq = (page & seg_mask) * page_quads + (kvh * p.page_size + off) * DQ;
+        }
+        t += TS;
+        off += TS;
+        if (off >= p.page_size) {
+            lp += off / p.page_size;
+            off %= p.page_size;
         }
         float s[HG];
         for (uint g = 0u; g < HG; g++) s[g] = 0.0;
         if (valid) {
-            for (uint d = 0u; d < DQ; d++) {
-                vec4 k = load_kv(seg, kq + d);
-                for (uint g = 0u; g < HG; g++) s[g] += dot(qs[g * DQ + d], k);
+            for (uint i = 0u; i < QPL; i++) {
+                uint d = k + i * C;
+                if (d < DQ) {
+                    vec4 kk = load_kv(seg, kq + d);
+                    for (uint g = 0u; g < HG; g++) s[g] += dot(qr[g * QPL + i], kk);
+                }
             }
         }
-        row_seg[lane] = valid ? seg : NONE;
-        row_v[lane] = kq + v_off;
-        for (uint g = 0u; g < HG; g++) {
-            float mx = subgroupMax(valid ? s[g] : dcp_neg_inf());
-            if (subgroupElect()) red_max[g * WG + gl_SubgroupID] = mx;
-        }
-        barrier(); // red_max, row_* writes -> reads
-
-        float alpha[HG];
-        for (uint g = 0u; g < HG; g++) {
-            float mt = dcp_neg_inf();
-            for (uint k = 0u; k < gl_NumSubgroups; k++) mt = max(mt, red_max[g * WG + k]);
-            float mn = max(m[g], mt);
-            alpha[g] = dcp_is_neg_inf(m[g]) ? 0.0 : exp(m[g] - mn);
-            float pr = (valid && !dcp_is_neg_inf(mn)) ? exp(s[g] - mn) : 0.0;
-            ps[g * WG + lane] = pr;
-            float sm = subgroupAdd(pr);
-            if (subgroupElect()) red_sum[g * WG + gl_SubgroupID] = sm;
-            m[g] = mn;
-        }
-        barrier(); // ps, red_sum writes -> reads
-
-        for (uint g = 0u; g < HG; g++) {
-            float ts = 0.0;
-            for (uint k = 0u; k < gl_NumSubgroups; k++) ts += red_sum[g * WG + k];
-            l[g] = l[g] * alpha[g] + ts;
-            acc[g] *= alpha[g];
-        }
-        // Values: invocation (rr, rq) adds quad rq of the V rows of tokens rr, rr + R, ...
-        if (rr < R) {
-            const uint n = min(WG, t1 - base);
-            for (uint tt = rr; tt < n; tt += R) {
-                uint sg = row_seg[tt];
-                if (sg == NONE) continue;
-                vec4 v = load_kv(sg, row_v[tt] + rq);
-                for (uint g = 0u; g < HG; g++) acc[g] += ps[g * WG + tt] * v;
+        for (uint g = 0u; g < HG; g++)
+            for (uint w = 1u; w < C; w <<= 1u) s[g] += subgroupShuffleXor(s[g], w);
+        if (valid) { // uniform within the cluster; no subgroup operation inside
+            float pr[HG];
+            for (uint g = 0u; g < HG; g++) {
+                if (s[g] > m[g]) { // a new maximum (rare after the first tokens): rescale
+                    float alpha = dcp_is_neg_inf(m[g]) ? 0.0 : exp(m[g] - s[g]);
+                    l[g] *= alpha;
+                    for (uint i = 0u; i < QPL; i++) acc[g * QPL + i] *= alpha;
+                    m[g] = s[g];
+                }
+                pr[g] = exp(s[g] - m[g]);
+                l[g] += pr[g];
+            }
+            for (uint i = 0u; i < QPL; i++) {
+                uint d = k + i * C;
+                if (d < DQ) {
+                    vec4 v = load_kv(seg, kq + v_off + d);
+                    for (uint g = 0u; g < HG; g++) acc[g * QPL + i] += pr[g] * v;
+                }
             }
         }
-        barrier(); // ps, row_*, red_* reads -> next tile's writes
     }
 
-    if (rr < R)
-        for (uint g = 0u; g < HG; g++) acc_s[(rr * HG + g) * DQ + rq] = acc[g];
-    barrier(); // acc_s writes -> reads
-
-    for (uint i = lane; i < HG * DQ; i += WG) {
-        const uint g = i / DQ;
-        const uint d = i % DQ;
-        vec4 sum = vec4(0.0);
-        for (uint r = 0u; r < R; r++) sum += acc_s[(r * HG + g) * DQ + d];
-        const float lg = l[g];
+    // Merge the token slots, one head at a time.
+    for (uint g = 0u; g < HG; g++) {
+        for (uint i = 0u; i < QPL; i++) {
+            uint d = k + i * C;
+            if (d < DQ) slot_o[slot * DQ + d] = acc[g * QPL + i];
+        }
+        if (k == 0u) {
+            slot_m[slot] = m[g];
+            slot_l[slot] = l[g];
+        }
+        barrier(); // slot_* writes -> reads
         const uint row = b * p.q_heads + hq0 + g;
         const uint orow = p.direct != 0u ? row : chunk * p.batch * p.q_heads + row;
-        o[orow * DQ + d] = lg > 0.0 ? sum / lg : vec4(0.0);
-        if (d == 0u) lse[orow] = lg > 0.0 ? m[g] + log(lg) : dcp_neg_inf();
+        for (uint d = lane; d < DQ; d += WG) {
+            float mx = dcp_neg_inf();
+            for (uint s2 = 0u; s2 < TS; s2++) mx = max(mx, slot_m[s2]);
+            vec4 sum = vec4(0.0);
+            float lsum = 0.0;
+            if (!dcp_is_neg_inf(mx)) {
+                for (uint s2 = 0u; s2 < TS; s2++) {
+                    if (dcp_is_neg_inf(slot_m[s2])) continue;
+                    float w = exp(slot_m[s2] - mx);
+                    sum += w * slot_o[s2 * DQ + d];
+                    lsum += w * slot_l[s2];
+                }
+            }
+            o[orow * DQ + d] = lsum > 0.0 ? sum / lsum : vec4(0.0);
+            if (d == 0u) lse[orow] = lsum > 0.0 ? mx + log(lsum) : dcp_neg_inf();
+        }
+        barrier(); // slot_* reads -> next head's writes
     }
 }

@@ -47,7 +47,9 @@ typedef struct dcp_device_info {
     uint32_t driver_version;         /* vendor encoding */
     uint8_t device_uuid[16];
     uint32_t subgroup_size;          /* invocations */
+    uint32_t min_subgroup_size;      /* smallest subgroup a compute dispatch may get */
     uint32_t subgroup_arithmetic;    /* 1 if compute shaders have subgroup arithmetic ops */
+    uint32_t subgroup_shuffle;       /* 1 if compute shaders have subgroup shuffles */
     uint64_t max_storage_buffer_range; /* bytes */
     uint64_t max_allocation_size;    /* bytes */
     uint64_t max_buffer_size;        /* bytes (maintenance4; else max_allocation_size) */
@@ -134,6 +136,9 @@ dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_
                         uint64_t dst_offset, uint64_t size);
 dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
                         uint32_t value);
+/* Records the yardstick streaming-read shader: reads the first `bytes` bytes (a multiple of 16) of
+ * src and writes at most 4 bytes of dst. Used by benchmarks to measure a device's shader read rate. */
+dcp_status dcp_cmd_stream_read(dcp_cmd *cmd, dcp_buffer *src, uint64_t bytes, dcp_buffer *dst);
 /* Records a timestamp and returns its slot in *slot (at most 64 per recording). */
 dcp_status dcp_cmd_timestamp(dcp_cmd *cmd, uint32_t *slot);
 /* After completion: nanoseconds between timestamp slots a and b. */

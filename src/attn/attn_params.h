@@ -16,7 +16,7 @@ DCP_PARAMS_STRUCT(dcp_paged_decode_params) {
     DCP_U32 chunk_tokens;     /* tokens per workgroup chunk */
     DCP_U32 num_chunks;       /* chunks per sequence (grid x) */
     DCP_U32 bt_stride;        /* block-table entries per sequence */
-    DCP_U32 pages_per_segment;/* pages in each pool segment */
+    DCP_U32 segment_shift;    /* log2 of the pages in each pool segment (a power of two) */
     DCP_U32 total_pages;      /* pages in the pool; larger entries are never read */
     DCP_U32 direct;           /* 1: write final O/LSE (num_chunks == 1); 0: write per-chunk partials */
     DCP_F32 scale;            /* softmax scale applied to q.k */

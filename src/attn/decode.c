@@ -18,6 +18,8 @@ struct dcp_decode_plan {
     dcp_decode_config cfg;
     uint32_t wg;          /* workgroup size */
     uint32_t hg;          /* query heads per workgroup */
+    uint32_t cluster;     /* invocations sharing one token (power of two <= subgroup) */
+    uint32_t seg_uniform; /* 1 when a cluster is always a whole subgroup */
     uint32_t chunks;      /* chunks per sequence */
     uint32_t chunk_tokens;
     dcp_buffer *bt;       /* [batch][max_blocks] u32 */
@@ -27,11 +29,15 @@ struct dcp_decode_plan {
     uint64_t work_cap;    /* chunks the workspace holds */
 };
 
-static uint64_t shared_bytes(uint32_t wg, uint32_t hg, uint32_t dq)
+static uint64_t shared_bytes(uint32_t wg, uint32_t cluster, uint32_t dq)
 {
-    /* Mirrors the shared arrays of shaders/paged_decode.comp. */
-    return 16ull * hg * dq + 4ull * hg * wg * 3 + 8ull * wg + 16ull * hg * wg;
+    /* Mirrors the shared arrays of shaders/paged_decode.comp: per token slot m, l and O. */
+    uint64_t slots = wg / cluster;
+    return slots * (8ull + 16ull * dq);
 }
+
+/* Registers the shader's per-lane arrays may take: HG * ceil(DQ / C) quads of Q and of O. */
+enum { DCP_DECODE_MAX_LANE_QUADS = 32 };
 
 dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c, dcp_decode_plan **out)
 {
@@ -49,22 +55,23 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
                         c->q_heads, pc->kv_heads);
     uint32_t wg = dcp_attn_workgroup_size(dev);
     uint32_t dq = pc->head_dim / 4;
-    if (dq > wg)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "decode plan: head dim %u needs a workgroup of %u on device %d",
-                        pc->head_dim, dq, info->logical_index);
-    /* Heads per workgroup: the largest divisor of the group size (at most 8) whose shared memory fits. */
+    /* Cluster: lanes sharing a token, a power of two covering the quads, within the subgroup. */
+    uint32_t cluster = 1;
+    while (cluster < dq && cluster * 2 <= info->min_subgroup_size && cluster * 2 <= wg) cluster *= 2;
+    uint32_t lane_quads = (dq + cluster - 1) / cluster;
+    if (shared_bytes(wg, cluster, dq) > info->max_shared_memory)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "decode plan: head dim %u needs %llu bytes of shared memory, device %d (%s) has %u",
+                        pc->head_dim, (unsigned long long)shared_bytes(wg, cluster, dq), info->logical_index,
+                        info->name, info->max_shared_memory);
+    /* Heads per workgroup: the largest divisor of the group size (at most 8) within the registers. */
     uint32_t group = c->q_heads / pc->kv_heads;
-    uint32_t hg = 0;
+    uint32_t hg = 1;
     for (uint32_t h = group < 8 ? group : 8; h >= 1; h--)
-        if (group % h == 0 && shared_bytes(wg, h, dq) <= info->max_shared_memory) {
+        if (group % h == 0 && h * lane_quads <= DCP_DECODE_MAX_LANE_QUADS) {
             hg = h;
             break;
         }
-    if (hg == 0)
-        return dcp_fail(DCP_ERR_UNSUPPORTED,
-                        "decode plan: head dim %u needs %llu bytes of shared memory, device %d (%s) has %u",
-                        pc->head_dim, (unsigned long long)shared_bytes(wg, 1, dq), info->logical_index,
-                        info->name, info->max_shared_memory);
     if (c->chunk_tokens > DCP_DECODE_MAX_CHUNK)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "decode plan: chunk_tokens %u exceeds %d (bounds each workgroup's work)",
@@ -77,6 +84,8 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     if (p->cfg.scale == 0.0f) p->cfg.scale = 1.0f / sqrtf((float)pc->head_dim);
     p->wg = wg;
     p->hg = hg;
+    p->cluster = cluster;
+    p->seg_uniform = cluster == info->subgroup_size && info->min_subgroup_size == info->subgroup_size;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
     DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_DEVICE, &p->bt));
@@ -191,9 +200,10 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
     dcp_paged_decode_params pp = {
         .batch = c->batch, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
         .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,
-        .pages_per_segment = dcp_kv_pool_pages_per_segment(p->pool), .total_pages = pc->num_pages,
+        .segment_shift = (uint32_t)__builtin_ctz(dcp_kv_pool_pages_per_segment(p->pool)),
+        .total_pages = pc->num_pages,
         .direct = (uint32_t)direct, .scale = c->scale};
-    uint32_t spec[3] = {p->wg, p->hg, pc->head_dim};
+    uint32_t spec[5] = {p->wg, p->hg, pc->head_dim, p->cluster, p->seg_uniform};
     dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_PAGED_DECODE_F16 : DCP_PIPE_PAGED_DECODE_F32;
     DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &pp, p->chunks, c->q_heads / p->hg, c->batch));
     if (!direct) {

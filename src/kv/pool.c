@@ -38,8 +38,9 @@ dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_
                         "KV pool: a page of %llu bytes exceeds device %d's binding limit of %llu bytes "
                         "(use a smaller page size)",
                         (unsigned long long)page_bytes, info->logical_index, (unsigned long long)seg_max);
-    uint64_t pps = seg_max / page_bytes;
-    if (pps > c->num_pages) pps = c->num_pages;
+    /* Pages per segment: a power of two (the shaders split page ids with a shift and a mask). */
+    uint64_t pps = 1;
+    while (pps * 2 <= seg_max / page_bytes && pps < c->num_pages) pps *= 2;
     uint64_t nseg = (c->num_pages + pps - 1) / pps;
     if (nseg > DCP_KV_MAX_SEGMENTS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,

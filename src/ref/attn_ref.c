@@ -4,6 +4,13 @@
 
 #include "ref/ref.h"
 
+/* Element i of a pool's raw bytes as a double. */
+static double element(const void *pages, dcp_dtype dtype, uint64_t i)
+{
+    if (dtype == DCP_DTYPE_F16) return dcp_f16_to_f32(((const uint16_t *)pages)[i]);
+    return ((const float *)pages)[i];
+}
+
 void dcp_ref_paged_decode(const dcp_ref_decode_args *a)
 {
     const uint32_t group = a->q_heads / a->kv_heads;
@@ -21,15 +28,15 @@ void dcp_ref_paged_decode(const dcp_ref_decode_args *a)
             for (uint32_t d = 0; d < a->head_dim; d++) acc[d] = 0.0;
             for (uint32_t t = 0; t < len; t++) {
                 uint32_t page = a->block_tables[(uint64_t)b * a->max_blocks + t / a->page_size];
-                const float *k = a->pages + page * 2 * half + kvh * head_stride + (t % a->page_size) * row;
-                const float *v = k + half;
+                const uint64_t k = (uint64_t)page * 2 * half + kvh * head_stride + (t % a->page_size) * row;
+                const uint64_t v = k + half;
                 double x = 0.0;
-                for (uint32_t d = 0; d < a->head_dim; d++) x += (double)q[d] * (double)k[d];
+                for (uint32_t d = 0; d < a->head_dim; d++) x += (double)q[d] * element(a->pages, a->dtype, k + d);
                 x *= a->scale;
                 double mn = x > m ? x : m;
                 double alpha = exp(m - mn), p = exp(x - mn);
                 l = l * alpha + p;
-                for (uint32_t d = 0; d < a->head_dim; d++) acc[d] = acc[d] * alpha + p * v[d];
+                for (uint32_t d = 0; d < a->head_dim; d++) acc[d] = acc[d] * alpha + p * element(a->pages, a->dtype, v + d);
                 m = mn;
             }
             for (uint32_t d = 0; d < a->head_dim; d++) o[d] = len ? (float)(acc[d] / l) : 0.0f;

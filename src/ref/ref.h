@@ -4,9 +4,10 @@
 
 #include <stdint.h>
 
-/* Paged attention over pages laid out as in include/dcpvk/kv.h, with K and V given as floats
- * (f16 pools: the caller passes the f16-rounded values).
- *   pages       [num_pages][2][kv_heads][page_size][head_dim] f32
+#include "dcpvk/dtype.h"
+
+/* Paged attention over pages laid out as in include/dcpvk/kv.h, read in the pool's own dtype.
+ *   pages       [num_pages][2][kv_heads][page_size][head_dim] of dtype (f32 or f16 bits)
  *   q           [batch][q_heads][head_dim] f32
  *   lengths     [batch] tokens; block_tables [batch][max_blocks] page ids
  *   o (out)     [batch][q_heads][head_dim] f32, normalised; lse (out) [batch][q_heads] f32,
@@ -15,7 +16,8 @@
 typedef struct dcp_ref_decode_args {
     uint32_t batch, q_heads, kv_heads, head_dim, page_size, max_blocks;
     float scale;
-    const float *pages;
+    dcp_dtype dtype;
+    const void *pages;
     const float *q;
     const uint32_t *lengths;
     const uint32_t *block_tables;

@@ -116,6 +116,17 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
                                         .pNext = &sub};
     VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
                                                  .pNext = &idp};
+    /* Subgroup size control is core in 1.3 (or VK_EXT_subgroup_size_control): chain it only then. */
+    VkPhysicalDeviceSubgroupSizeControlProperties ssc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
+    {
+        VkPhysicalDeviceProperties p1;
+        vk->vkGetPhysicalDeviceProperties(phys, &p1);
+        if (VK_API_VERSION_MINOR(p1.apiVersion) >= 3 || VK_API_VERSION_MAJOR(p1.apiVersion) > 1) {
+            ssc.pNext = m3.pNext;
+            m3.pNext = &ssc;
+        }
+    }
     VkPhysicalDeviceProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
     vk->vkGetPhysicalDeviceProperties2(phys, &props);
     const VkPhysicalDeviceLimits *lim = &props.properties.limits;
@@ -129,6 +140,9 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     info->driver_version = props.properties.driverVersion;
     memcpy(info->device_uuid, idp.deviceUUID, 16);
     info->subgroup_size = sub.subgroupSize;
+    info->min_subgroup_size = ssc.minSubgroupSize ? ssc.minSubgroupSize : sub.subgroupSize;
+    info->subgroup_shuffle = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                             (sub.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     info->subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
@@ -156,9 +170,9 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
                       VK_API_VERSION_MINOR(info->api_version));
         goto fail;
     }
-    if (!info->subgroup_arithmetic) {
+    if (!info->subgroup_arithmetic || !info->subgroup_shuffle) {
         st = dcp_fail(DCP_ERR_UNSUPPORTED,
-                      "device %d (%s): compute shaders lack subgroup arithmetic operations",
+                      "device %d (%s): compute shaders lack subgroup arithmetic or shuffle operations",
                       logical_index, info->name);
         goto fail;
     }

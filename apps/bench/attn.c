@@ -1,0 +1,347 @@
+/* dcp-vk-bench attn: paged flash-decoding step time and KV read rate, with the same device's
+ * streaming-read shader and vkCmdCopyBuffer rates measured in the same run as yardsticks.
+ * Sequences are spread over the devices (sequence b on device b % devices). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "common/cli.h"
+#include "common/error.h"
+#include "dcpvk/attn.h"
+#include "dcpvk/dtype.h"
+#include "dcpvk/kv.h"
+#include "ref/ref.h"
+
+typedef struct attn_opts {
+    uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters;
+    dcp_dtype dtype;
+    int verify, json;
+    const char *devices;
+} attn_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dcp-vk-bench attn [options]\n"
+            "  --ctx L            tokens per sequence (default 4096)\n"
+            "  --batch B          sequences (default 1); sequence b runs on device b %% devices\n"
+            "  --q-heads H        query heads (default 32)\n"
+            "  --kv-heads H       KV heads (default 8; divides --q-heads)\n"
+            "  --head-dim D       head dim, multiple of 4 up to 256 (default 128)\n"
+            "  --page-size P      tokens per KV page (default 16)\n"
+            "  --kv-dtype T       f16 or f32 (default f16)\n"
+            "  --iters N          timed iterations; the median is reported (default 5)\n"
+            "  --verify           compare with the CPU reference; exit 1 on a mismatch\n"
+            "  --json             one JSON object per configuration instead of text\n"
+            "  --devices LIST     comma-separated device indices (default: $DCP_VK_DEVICES, else all)\n");
+}
+
+static int parse(int argc, char **argv, attn_opts *o)
+{
+    static const char *const dtypes[] = {"f32", "f16", NULL};
+    const char *p = "dcp-vk-bench attn";
+    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int ok = 1;
+#define U32(name, field, lo, hi)                                                                   \
+    else if (strcmp(a, name) == 0) ok = (v = dcp_cli_value(p, argc, argv, &i)) && dcp_cli_u32(p, name, v, lo, hi, &o->field)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        U32("--ctx", ctx, 0, 1u << 26);
+        U32("--batch", batch, 1, 1024);
+        U32("--q-heads", q_heads, 1, 1024);
+        U32("--kv-heads", kv_heads, 1, 1024);
+        U32("--head-dim", head_dim, 4, 256);
+        U32("--page-size", page_size, 1, 4096);
+        U32("--iters", iters, 1, 1000);
+        else if (strcmp(a, "--kv-dtype") == 0) {
+            int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, dtypes) : -1;
+            ok = k >= 0;
+            if (ok) o->dtype = (dcp_dtype)k;
+        } else if (strcmp(a, "--devices") == 0) ok = (o->devices = dcp_cli_value(p, argc, argv, &i)) != NULL;
+        else if (strcmp(a, "--verify") == 0) o->verify = 1;
+        else if (strcmp(a, "--json") == 0) o->json = 1;
+        else {
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", p, a);
+            ok = 0;
+        }
+#undef U32
+        if (!ok) return -1;
+    }
+    if (o->q_heads % o->kv_heads) {
+        fprintf(stderr, "%s: --q-heads %u is not a multiple of --kv-heads %u\n", p, o->q_heads, o->kv_heads);
+        return -1;
+    }
+    return 0;
+}
+
+/* xorshift64*: fast deterministic KV contents. */
+static uint64_t next(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+/* Fills n elements with values in (-1, 1). */
+static void fill_random(void *dst, uint64_t n, dcp_dtype t, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    if (t == DCP_DTYPE_F16) {
+        uint16_t *h = dst;
+        for (uint64_t i = 0; i < n; i += 4) {
+            uint64_t r = next(&s);
+            for (uint64_t k = 0; k < 4 && i + k < n; k++) {
+                uint16_t bits = (uint16_t)(r >> (16 * k));
+                /* sign, exponent below 15 (|x| < 1), random mantissa */
+                h[i + k] = (uint16_t)((bits & 0x83ffu) | ((bits % 15u) << 10));
+            }
+        }
+    } else {
+        float *f = dst;
+        for (uint64_t i = 0; i < n; i++) f[i] = (float)((double)(next(&s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    }
+}
+
+/* One device's share: its sequences, pool, plan and command. */
+typedef struct share {
+    dcp_device *dev;
+    uint32_t n;           /* sequences */
+    uint32_t max_blocks, num_pages;
+    uint32_t *lengths, *bt;
+    void *pages;          /* host copy of the pool (kept for --verify) */
+    float *q;
+    dcp_kv_pool *pool;
+    dcp_decode_plan *plan;
+    dcp_buffer *qb, *ob, *lb;
+    dcp_cmd *cmd;
+    uint32_t ts0, ts1;
+    double *ns;
+} share;
+
+static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uint64_t seed)
+{
+    dcp_status st = DCP_OK;
+    const uint32_t P = o->page_size, D = o->head_dim;
+    for (uint32_t b = 0; b < o->batch; b++)
+        if ((int)(b % (uint32_t)ndev) == d) s->n++;
+    if (!s->n) return DCP_OK;
+    s->max_blocks = (o->ctx + P - 1) / P;
+    if (!s->max_blocks) s->max_blocks = 1;
+    s->num_pages = s->n * s->max_blocks;
+    s->lengths = malloc(s->n * sizeof *s->lengths);
+    s->bt = malloc((size_t)s->n * s->max_blocks * sizeof *s->bt);
+    uint64_t page_elems = 2ull * o->kv_heads * P * D;
+    s->pages = malloc(s->num_pages * page_elems * dcp_dtype_size(o->dtype));
+    uint64_t rows = (uint64_t)s->n * o->q_heads;
+    s->q = malloc(rows * D * sizeof(float));
+    if (!s->lengths || !s->bt || !s->pages || !s->q)
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "bench: out of host memory for %u pages", s->num_pages);
+    for (uint32_t i = 0; i < s->n; i++) s->lengths[i] = o->ctx;
+    /* Pages in a shuffled order (a real cache is fragmented). */
+    uint64_t r = seed + 17;
+    uint32_t *perm = s->bt;
+    for (uint32_t i = 0; i < s->num_pages; i++) perm[i] = i;
+    for (uint32_t i = s->num_pages - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(next(&r) % (i + 1));
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    fill_random(s->pages, s->num_pages * page_elems, o->dtype, seed);
+    fill_random(s->q, rows * D, DCP_DTYPE_F32, seed + 1);
+
+    dcp_kv_pool_config pc = {o->kv_heads, D, P, o->dtype, s->num_pages};
+    DCP_TRY(dcp_kv_pool_create(s->dev, &pc, &s->pool));
+    DCP_TRY(dcp_kv_pool_write_pages(s->pool, 0, s->num_pages, s->pages));
+    dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+    dc.batch = s->n;
+    dc.q_heads = o->q_heads;
+    dc.max_blocks = s->max_blocks;
+    DCP_TRY(dcp_decode_plan_create(s->pool, &dc, &s->plan));
+    DCP_TRY(dcp_decode_plan_set(s->plan, s->lengths, s->bt));
+    DCP_TRY(dcp_buffer_create(s->dev, rows * D * 4, DCP_MEMORY_DEVICE, &s->qb));
+    DCP_TRY(dcp_buffer_create(s->dev, rows * D * 4, DCP_MEMORY_DEVICE, &s->ob));
+    DCP_TRY(dcp_buffer_create(s->dev, rows * 4, DCP_MEMORY_DEVICE, &s->lb));
+    DCP_TRY(dcp_buffer_upload(s->qb, 0, s->q, rows * D * 4));
+    DCP_TRY(dcp_cmd_create(s->dev, &s->cmd));
+    DCP_TRY(dcp_cmd_timestamp(s->cmd, &s->ts0));
+    DCP_TRY(dcp_decode_record(s->cmd, s->plan, s->qb, 0, s->ob, 0, s->lb, 0));
+    DCP_TRY(dcp_cmd_timestamp(s->cmd, &s->ts1));
+    s->ns = calloc(o->iters, sizeof *s->ns);
+    if (!s->ns) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (!o->verify) {
+        free(s->pages);
+        s->pages = NULL;
+    }
+    return DCP_OK;
+fail:
+    return st;
+}
+
+static void share_free(share *s)
+{
+    dcp_cmd_destroy(s->cmd);
+    dcp_buffer_destroy(s->qb);
+    dcp_buffer_destroy(s->ob);
+    dcp_buffer_destroy(s->lb);
+    dcp_decode_plan_destroy(s->plan);
+    dcp_kv_pool_destroy(s->pool);
+    free(s->lengths);
+    free(s->bt);
+    free(s->pages);
+    free(s->q);
+    free(s->ns);
+}
+
+/* Compares a share's result with the reference; returns the number of mismatches. */
+static uint64_t share_verify(share *s, const attn_opts *o, double *max_o, double *max_lse)
+{
+    uint64_t rows = (uint64_t)s->n * o->q_heads, bad = 0;
+    float *o_gpu = malloc(rows * o->head_dim * 4), *l_gpu = malloc(rows * 4);
+    float *o_ref = malloc(rows * o->head_dim * 4), *l_ref = malloc(rows * 4);
+    dcp_status st = dcp_buffer_download(s->ob, 0, o_gpu, rows * o->head_dim * 4);
+    if (st == DCP_OK) st = dcp_buffer_download(s->lb, 0, l_gpu, rows * 4);
+    if (st != DCP_OK) {
+        dcp_cli_report("dcp-vk-bench attn", "reading results", st);
+        bad = 1;
+    } else {
+        dcp_ref_decode_args ra = {s->n, o->q_heads, o->kv_heads, o->head_dim, o->page_size, s->max_blocks,
+                                  1.0f / sqrtf((float)o->head_dim), o->dtype, s->pages, s->q, s->lengths,
+                                  s->bt, o_ref, l_ref};
+        dcp_ref_paged_decode(&ra);
+        for (uint64_t i = 0; i < rows * o->head_dim; i++) {
+            double e = fabs((double)o_gpu[i] - o_ref[i]);
+            if (!(e <= 1e-4)) bad++;
+            if (e > *max_o || e != e) *max_o = e;
+        }
+        for (uint64_t i = 0; i < rows; i++) {
+            if (isinf(l_ref[i])) {
+                if (!(isinf(l_gpu[i]) && l_gpu[i] < 0)) bad++;
+                continue;
+            }
+            double e = fabs((double)l_gpu[i] - l_ref[i]);
+            if (!(e <= 1e-5 * (1 + fabs(l_ref[i])))) bad++;
+            if (e > *max_lse || e != e) *max_lse = e;
+        }
+    }
+    free(o_gpu);
+    free(l_gpu);
+    free(o_ref);
+    free(l_ref);
+    return bad;
+}
+
+int dcp_bench_attn(int argc, char **argv)
+{
+    const char *prog = "dcp-vk-bench attn";
+    attn_opts o;
+    int pr = parse(argc, argv, &o);
+    if (pr) return pr > 0 ? DCP_EXIT_OK : DCP_EXIT_USAGE;
+    dcp_context_config cfg = DCP_CONTEXT_CONFIG_DEFAULT;
+    cfg.devices = o.devices;
+    dcp_context *ctx = NULL;
+    dcp_status st = dcp_context_create(&cfg, &ctx);
+    if (st != DCP_OK) {
+        dcp_cli_report(prog, "opening devices", st);
+        return st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+    }
+    int ndev = dcp_context_device_count(ctx);
+    share *sh = calloc((size_t)ndev, sizeof *sh);
+    int rc = DCP_EXIT_OK;
+    for (int d = 0; d < ndev && st == DCP_OK; d++) {
+        sh[d].dev = dcp_context_device(ctx, d);
+        st = share_setup(&sh[d], &o, d, ndev, 1000 + (uint64_t)d);
+    }
+    if (st != DCP_OK) {
+        dcp_cli_report(prog, "setting up", st);
+        rc = (st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARGUMENT) ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+        goto done;
+    }
+    /* Timed steps: every device's share submitted together; the step ends with the slowest. */
+    double *step_ns = calloc(o.iters, sizeof *step_ns);
+    for (uint32_t it = 0; it <= o.iters && st == DCP_OK; it++) { /* iteration 0 warms up */
+        for (int d = 0; d < ndev && st == DCP_OK; d++)
+            if (sh[d].n) st = dcp_cmd_submit(sh[d].cmd);
+        for (int d = 0; d < ndev && st == DCP_OK; d++)
+            if (sh[d].n) st = dcp_cmd_wait(sh[d].cmd);
+        if (it == 0) continue;
+        double worst = 0;
+        for (int d = 0; d < ndev && st == DCP_OK; d++) {
+            if (!sh[d].n) continue;
+            st = dcp_cmd_elapsed_ns(sh[d].cmd, sh[d].ts0, sh[d].ts1, &sh[d].ns[it - 1]);
+            if (sh[d].ns[it - 1] > worst) worst = sh[d].ns[it - 1];
+        }
+        step_ns[it - 1] = worst;
+    }
+    if (st != DCP_OK) {
+        dcp_cli_report(prog, "running", st);
+        rc = DCP_EXIT_RUNTIME;
+        free(step_ns);
+        goto done;
+    }
+    double step_min = step_ns[0];
+    for (uint32_t i = 1; i < o.iters; i++)
+        if (step_ns[i] < step_min) step_min = step_ns[i];
+    double step = dcp_bench_median(step_ns, (int)o.iters);
+    free(step_ns);
+    uint64_t kv_bytes = (uint64_t)o.batch * o.ctx * o.kv_heads * o.head_dim * 2 * dcp_dtype_size(o.dtype);
+    double rate = (double)kv_bytes / (step * 1e-9);
+    dcp_bench_yardsticks y = {0};
+    if (dcp_bench_measure_yardsticks(sh[0].dev, 3, &y)) {
+        rc = DCP_EXIT_RUNTIME;
+        goto done;
+    }
+    /* Devices sharing one physical device run concurrently: compare with the rate of one. */
+    double per_dev_rate = rate / (ndev < (int)o.batch ? ndev : (int)o.batch);
+    double max_o = 0, max_lse = 0;
+    uint64_t bad = 0;
+    if (o.verify)
+        for (int d = 0; d < ndev; d++)
+            if (sh[d].n) bad += share_verify(&sh[d], &o, &max_o, &max_lse);
+    const dcp_device_info *info = dcp_device_get_info(sh[0].dev);
+    if (o.json) {
+        printf("{\"bench\": \"attn\", \"device\": \"%s\", \"devices\": %d, \"ctx\": %u, \"batch\": %u, "
+               "\"q_heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, \"kv_dtype\": \"%s\", "
+               "\"iters\": %u, \"chunks\": %u, \"step_ms\": %.4f, \"step_min_ms\": %.4f, \"kv_bytes\": %llu, \"kv_read_gbps\": %.4f, "
+               "\"stream_read_gbps\": %.4f, \"copy_gbps\": %.4f, \"ratio_vs_stream_read\": %.4f, "
+               "\"ratio_vs_copy\": %.4f",
+               info->name, ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
+               dcp_dtype_name(o.dtype), o.iters, dcp_decode_plan_chunks(sh[0].plan), step * 1e-6,
+               step_min * 1e-6, (unsigned long long)kv_bytes, rate * 1e-9, y.stream_read_bps * 1e-9, y.copy_bps * 1e-9,
+               per_dev_rate / y.stream_read_bps, per_dev_rate / y.copy_bps);
+        if (o.verify)
+            printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g",
+                   bad ? "FAIL" : "ok", max_o, max_lse);
+        printf("}\n");
+    } else {
+        printf("attn: %s x%d, ctx %u, batch %u, heads %u/%u, head dim %u, page %u, %s KV, %u chunk(s)/seq\n",
+               info->name, ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
+               dcp_dtype_name(o.dtype), dcp_decode_plan_chunks(sh[0].plan));
+        printf("  step (median of %u, GPU timestamps): %.3f ms\n", o.iters, step * 1e-6);
+        printf("  KV read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per device)\n",
+               (double)kv_bytes / (1 << 20), rate * 1e-9, per_dev_rate * 1e-9);
+        printf("  yardsticks on device 0: streaming-read shader %.3f GB/s, vkCmdCopyBuffer %.3f GB/s\n",
+               y.stream_read_bps * 1e-9, y.copy_bps * 1e-9);
+        printf("  ratio: %.2f of the streaming-read shader, %.2f of vkCmdCopyBuffer\n",
+               per_dev_rate / y.stream_read_bps, per_dev_rate / y.copy_bps);
+        if (o.verify)
+            printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", bad ? "FAIL" : "ok", max_o, max_lse);
+    }
+    if (bad) {
+        fprintf(stderr, "%s: --verify: %llu value(s) differ from the CPU reference beyond tolerance\n", prog,
+                (unsigned long long)bad);
+        rc = DCP_EXIT_RUNTIME;
+    }
+done:
+    for (int d = 0; d < ndev; d++) share_free(&sh[d]);
+    free(sh);
+    dcp_context_destroy(ctx);
+    return rc;
+}

@@ -1,0 +1,58 @@
+/* Command-line helpers shared by the apps. */
+#include "common/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dcp_cli_u32(const char *prog, const char *name, const char *value, uint32_t min, uint32_t max,
+                uint32_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (errno || end == value || *end || value[0] == '-' || v < min || v > max) {
+        fprintf(stderr, "%s: option %s: '%s' is not an integer in [%u, %u]\n", prog, name, value, min, max);
+        return 0;
+    }
+    *out = (uint32_t)v;
+    return 1;
+}
+
+int dcp_cli_f32(const char *prog, const char *name, const char *value, float min, float max, float *out)
+{
+    char *end = NULL;
+    errno = 0;
+    float v = strtof(value, &end);
+    if (errno || end == value || *end || !(v >= min && v <= max)) {
+        fprintf(stderr, "%s: option %s: '%s' is not a number in [%g, %g]\n", prog, name, value, min, max);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int dcp_cli_choice(const char *prog, const char *name, const char *value, const char *const *choices)
+{
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(value, choices[i]) == 0) return i;
+    fprintf(stderr, "%s: option %s: '%s' is not allowed (allowed:", prog, name, value);
+    for (int i = 0; choices[i]; i++) fprintf(stderr, " %s", choices[i]);
+    fprintf(stderr, ")\n");
+    return -1;
+}
+
+const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: option %s needs a value (see --help)\n", prog, argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+void dcp_cli_report(const char *prog, const char *what, dcp_status st)
+{
+    fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dcp_status_string(st), dcp_last_error());
+}

@@ -1,0 +1,25 @@
+/* Command-line helpers shared by the apps: option values with clear errors, and failure output. */
+#ifndef DCP_APPS_CLI_H
+#define DCP_APPS_CLI_H
+
+#include <stdint.h>
+
+#include "dcpvk/status.h"
+
+/* Exit codes of every app. */
+enum { DCP_EXIT_OK = 0, DCP_EXIT_RUNTIME = 1, DCP_EXIT_USAGE = 2 };
+
+/* Parses an unsigned integer option value in [min, max]; on error prints
+ * "<prog>: option <name>: '<value>' is not an integer in [min, max]" and returns 0. */
+int dcp_cli_u32(const char *prog, const char *name, const char *value, uint32_t min, uint32_t max,
+                uint32_t *out);
+int dcp_cli_f32(const char *prog, const char *name, const char *value, float min, float max, float *out);
+/* Matches value against a NULL-terminated list of choices; prints the allowed values on error and
+ * returns -1, else the index. */
+int dcp_cli_choice(const char *prog, const char *name, const char *value, const char *const *choices);
+/* The value after option argv[*i] (advancing *i), or NULL after printing that it is missing. */
+const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i);
+/* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
+void dcp_cli_report(const char *prog, const char *what, dcp_status st);
+
+#endif
