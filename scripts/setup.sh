@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One-step set-up of dcp-vk on a fresh Debian 12 machine (as root), then one job:
+#   bash scripts/setup.sh run    install, build, generate text on the built-in model (TP 8, DCP 2
+#                                over logical devices of the first Vulkan device)
+#   bash scripts/setup.sh test   install, build, run the whole test suite (CTest) and the
+#                                sanitizer build of the host-only tests
+#   bash scripts/setup.sh build  install and build only
+# Environment: DCP_SKIP_APT=1 skips the package step; BUILD_DIR (default build); JOBS (default nproc).
+set -euo pipefail
+job=${1:-run}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$here/build}
+jobs=${JOBS:-$(nproc)}
+
+install_packages() {
+    [ "${DCP_SKIP_APT:-0}" = 1 ] && return 0
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    # Mesa 25 (lavapipe with Vulkan 1.4, 3-4x faster compute) comes from bookworm-backports.
+    local src=/etc/apt/sources.list.d/debian.sources
+    if [ -f "$src" ] && ! grep -q bookworm-backports "$src"; then
+        $sudo sed -i 's/^Suites: bookworm bookworm-updates$/Suites: bookworm bookworm-updates bookworm-backports/' "$src"
+    fi
+    $sudo apt-get update -q
+    $sudo apt-get install -y -q --no-install-recommends \
+        build-essential cmake pkg-config glslang-tools spirv-tools libvulkan-dev vulkan-tools \
+        vulkan-validationlayers libcmocka-dev mpich libmpich-dev libpcre2-dev
+    if grep -qs bookworm-backports "$src"; then
+        $sudo apt-get install -y -q -t bookworm-backports mesa-vulkan-drivers ||
+            $sudo apt-get install -y -q mesa-vulkan-drivers
+    else
+        $sudo apt-get install -y -q mesa-vulkan-drivers
+    fi
+}
+
+build_tree() { # build_tree DIR [cmake options...]
+    local dir=$1
+    shift
+    cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake --build "$dir" -j "$jobs"
+}
+
+install_packages
+build_tree "$build"
+case "$job" in
+build) ;;
+run)
+    # Eight logical devices on the first Vulkan device: tensor parallel 8, DCP 2.
+    if [ -x "$build/dcp-vk-run" ]; then
+        DCP_VK_DEVICES=${DCP_VK_DEVICES:-0,0,0,0,0,0,0,0} "$build/dcp-vk-run" -p "Once upon a time" -n 64 \
+            --tensor-parallel-size 8 --decode-context-parallel-size 2
+    else
+        DCP_VK_DEVICES=${DCP_VK_DEVICES:-0,0} "$build/dcp-vk-bench" attn --ctx 32768 --batch 2 \
+            --q-heads 32 --kv-heads 8 --head-dim 128 --kv-dtype f16 --verify
+    fi
+    ;;
+test)
+    (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 1200)
+    # AddressSanitizer + UBSan build of the host-only tests (GGUF reader, tokenizers, placement).
+    build_tree "$build-asan" -DDCP_SANITIZE=ON
+    (cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L host)
+    ;;
+*)
+    echo "usage: bash scripts/setup.sh run|test|build" >&2
+    exit 2
+    ;;
+esac
