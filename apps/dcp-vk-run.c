@@ -1,0 +1,296 @@
+/* dcp-vk-run: text generation from a GGUF llama-family model. Parses and validates the options,
+ * loads the model onto a Vulkan device, prefills the prompt in batches, streams the generated
+ * text, and prints the speed summary (human or JSON). See --help. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/model_config.h"
+#include "dcpvk/tokenizer.h"
+#include "dcpvk/vk.h"
+#include "run/run.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct load_progress {
+    double start;
+    int shown;
+} load_progress;
+
+/* Shows loading progress on stderr once loading has taken more than half a second. */
+static void on_progress(void *user, uint64_t done, uint64_t total)
+{
+    load_progress *p = user;
+    if (now_s() - p->start < 0.5 && !p->shown) return;
+    p->shown = 1;
+    fprintf(stderr, "\rloading model: %3.0f%% (%llu / %llu MiB)", total ? 100.0 * done / total : 100.0,
+            (unsigned long long)(done >> 20), (unsigned long long)(total >> 20));
+    if (done >= total) fprintf(stderr, "\n");
+}
+
+static void fail(const char *prog, const char *what, dcp_status st)
+{
+    fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dcp_status_string(st), dcp_last_error());
+}
+
+static void json_string(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int main(int argc, char **argv)
+{
+    const char *prog = argv[0];
+    run_options o;
+    int rc = run_parse(argc, argv, &o);
+    if (rc) return rc;
+    if (o.help) {
+        run_print_help(prog);
+        return RUN_EXIT_OK;
+    }
+    dcp_status st;
+    dcp_gguf *g = NULL;
+    dcp_tokenizer *tok = NULL;
+    dcp_context *ctx = NULL;
+    dcp_llama_weights *w = NULL;
+    dcp_llama_state *s = NULL;
+    dcp_sampler *smp = NULL;
+    dcp_detokenizer *detok = NULL;
+    int32_t *prompt = NULL, *gen = NULL;
+    float *logits = NULL;
+    char *text = NULL;
+    size_t text_len = 0, n_prompt = 0;
+    char gen_path[512] = "";
+    rc = RUN_EXIT_RUNTIME;
+
+    const char *model = o.model;
+    if (!model) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(gen_path, sizeof gen_path, "%s/dcp-vk-test-model-%ld.gguf", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+        dcp_test_model_config tc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+        if ((st = dcp_gguf_make_test_model(gen_path, &tc))) {
+            fail(prog, "generating the test model", st);
+            goto done;
+        }
+        fprintf(stderr, "%s: no -m given: using the project's generated test model (llama, %u layers, "
+                        "embedding %u, %u heads, %u KV heads, seeded random weights: the text is noise), "
+                        "written to %s\n", prog, tc.n_layer, tc.n_embd, tc.n_head, tc.n_head_kv, gen_path);
+        model = gen_path;
+    }
+    if ((st = dcp_gguf_open(model, &g))) {
+        fail(prog, "reading the model", st);
+        goto done;
+    }
+    if (gen_path[0]) remove(gen_path); /* mapped: the file may go */
+    dcp_model_config mc;
+    if ((st = dcp_model_config_read(g, &mc))) {
+        fail(prog, "reading the model's hyperparameters", st);
+        goto done;
+    }
+    if (run_validate(&o, mc.n_head, mc.n_head_kv, prog)) {
+        rc = RUN_EXIT_USAGE;
+        goto done;
+    }
+    if (o.tp > 1 || o.dcp > 1) {
+        fprintf(stderr, "%s: --tensor-parallel-size %u --decode-context-parallel-size %u is a valid configuration "
+                        "for this model, but this build runs the model step at TP 1 and DCP 1 only (multi-device "
+                        "model steps are not implemented yet)\n", prog, o.tp, o.dcp);
+        rc = RUN_EXIT_USAGE;
+        goto done;
+    }
+    if ((st = dcp_tokenizer_create(g, &tok))) {
+        fail(prog, "reading the tokenizer", st);
+        goto done;
+    }
+    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
+    cc.devices = o.devices;
+    if ((st = dcp_context_create(&cc, &ctx))) {
+        fail(prog, "creating the Vulkan devices", st);
+        rc = st == DCP_ERR_INVALID_ARGUMENT ? RUN_EXIT_USAGE : RUN_EXIT_RUNTIME;
+        goto done;
+    }
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    load_progress lp = {now_s(), 0};
+    double t_load = now_s();
+    if ((st = dcp_llama_weights_create(dev, g, &mc, on_progress, &lp, &w))) {
+        fail(prog, "loading the weights", st);
+        goto done;
+    }
+    t_load = now_s() - t_load;
+    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    lc.n_ctx = o.ctx;
+    lc.block_size = o.block_size;
+    lc.kv_dtype = strcmp(o.kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    lc.prefill_chunk = o.prefill_chunk;
+    if ((st = dcp_llama_state_create(w, &lc, &s))) {
+        fail(prog, "creating the run state", st);
+        goto done;
+    }
+    dcp_sampler_config sc = {o.temp, o.top_k, o.top_p, o.seed};
+    if ((st = dcp_sampler_create(&sc, mc.n_vocab, &smp))) {
+        fail(prog, "sampler", st);
+        rc = RUN_EXIT_USAGE;
+        goto done;
+    }
+    unsigned flags = dcp_tokenizer_wants_bos(tok) ? DCP_TOKENIZE_ADD_BOS : 0;
+    if ((st = dcp_tokenizer_encode(tok, o.prompt, strlen(o.prompt), flags, &prompt, &n_prompt))) {
+        fail(prog, "tokenizing the prompt", st);
+        goto done;
+    }
+    if (n_prompt == 0) {
+        int32_t bos = dcp_tokenizer_bos(tok);
+        free(prompt);
+        prompt = malloc(sizeof *prompt);
+        if (!prompt) goto done;
+        prompt[0] = bos >= 0 ? bos : 0;
+        n_prompt = 1;
+    }
+    uint32_t n_ctx = dcp_llama_state_n_ctx(s);
+    if (n_prompt + (size_t)o.n_predict > n_ctx) {
+        fprintf(stderr, "%s: %zu prompt tokens + %u to generate exceed the context of %u tokens (-c)\n", prog,
+                n_prompt, o.n_predict, n_ctx);
+        rc = RUN_EXIT_USAGE;
+        goto done;
+    }
+    if ((st = dcp_detokenizer_create(tok, 0, &detok))) {
+        fail(prog, "detokenizer", st);
+        goto done;
+    }
+    gen = malloc((o.n_predict + 1) * sizeof *gen);
+    logits = malloc((size_t)mc.n_vocab * sizeof *logits);
+    if (!gen || !logits) goto done;
+    int greedy = dcp_sampler_is_greedy(smp);
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    if (!o.json)
+        fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "
+                        "TP 1, DCP 1; KV %s, block %u\n", prog, model, info->name, info->driver_name, mc.n_layer,
+                mc.n_head, mc.n_head_kv, mc.n_vocab, n_prompt, o.kv_dtype, o.block_size);
+
+    /* Prompt: one batched prefill; the first generated token comes from its last logits. */
+    double t0 = now_s();
+    int32_t next = -1;
+    uint32_t n_gen = 0;
+    double t_prompt = 0, t_gen = 0;
+    if (o.n_predict > 0) {
+        if ((st = dcp_llama_forward(s, prompt, (uint32_t)n_prompt, greedy ? NULL : logits, &next))) {
+            fail(prog, "prefill", st);
+            goto done;
+        }
+    } else if ((st = dcp_llama_forward(s, prompt, (uint32_t)n_prompt, NULL, NULL))) {
+        fail(prog, "prefill", st);
+        goto done;
+    }
+    t_prompt = now_s() - t0;
+    double t1 = now_s();
+    int32_t eos = dcp_tokenizer_eos(tok);
+    while (n_gen < o.n_predict) {
+        if (!greedy) next = dcp_sampler_sample(smp, logits);
+        gen[n_gen++] = next;
+        if (next == eos) break;
+        const char *piece;
+        size_t len;
+        if ((st = dcp_detokenizer_push(detok, next, &piece, &len))) {
+            fail(prog, "detokenizing", st);
+            goto done;
+        }
+        if (len) {
+            if (o.json) {
+                char *t = realloc(text, text_len + len + 1);
+                if (!t) goto done;
+                text = t;
+                memcpy(text + text_len, piece, len);
+                text_len += len;
+            } else {
+                fwrite(piece, 1, len, stdout);
+                fflush(stdout);
+            }
+        }
+        if (n_gen == o.n_predict) break;
+        if ((st = dcp_llama_forward(s, &next, 1, greedy ? NULL : logits, &next))) {
+            fail(prog, "decode step", st);
+            goto done;
+        }
+    }
+    t_gen = now_s() - t1;
+    {
+        const char *piece;
+        size_t len;
+        if (dcp_detokenizer_flush(detok, &piece, &len) == DCP_OK && len) {
+            if (o.json) {
+                char *t = realloc(text, text_len + len + 1);
+                if (!t) goto done;
+                text = t;
+                memcpy(text + text_len, piece, len);
+                text_len += len;
+            } else {
+                fwrite(piece, 1, len, stdout);
+            }
+        }
+    }
+    /* Decode steps: every generated token but the first (which the prefill produced) ran one. */
+    uint32_t steps = n_gen > 0 ? n_gen - 1 : 0;
+    double prompt_tps = t_prompt > 0 ? n_prompt / t_prompt : 0;
+    double gen_tps = t_gen > 0 && steps ? steps / t_gen : 0;
+    uint64_t kv_bytes = dcp_llama_state_kv_bytes(s);
+    if (o.json) {
+        printf("{\"model\": ");
+        json_string(stdout, model, strlen(model));
+        printf(", \"device\": ");
+        json_string(stdout, info->name, strlen(info->name));
+        printf(", \"tensor_parallel_size\": %u, \"decode_context_parallel_size\": %u, \"dcp_comm_backend\": \"%s\", "
+               "\"interleave\": %u, \"block_size\": %u, \"kv_dtype\": \"%s\", \"prompt_tokens\": %zu, "
+               "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
+               "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
+               "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": 0, \"text\": ",
+               o.tp, o.dcp, o.backend, o.interleave, o.block_size, o.kv_dtype, n_prompt, n_gen, steps, t_prompt,
+               t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes);
+        json_string(stdout, text ? text : "", text_len);
+        printf(", \"tokens\": [");
+        for (uint32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
+        printf("]}\n");
+    } else {
+        printf("\n");
+        fflush(stdout);
+        fprintf(stderr,
+                "%s: prompt: %zu tokens in %.3f s = %.1f tokens/s; generation: %u tokens, %u decode steps in "
+                "%.3f s = %.1f tokens/s\n"
+                "%s: KV cache %.2f MiB per rank (1 rank); exchange 0 bytes per token (TP 1, DCP 1); weights "
+                "%.2f MiB loaded in %.2f s\n",
+                prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0,
+                dcp_llama_weights_bytes(w) / 1048576.0, t_load);
+    }
+    rc = RUN_EXIT_OK;
+done:
+    free(text);
+    free(gen);
+    free(logits);
+    free(prompt);
+    dcp_detokenizer_destroy(detok);
+    dcp_sampler_destroy(smp);
+    dcp_llama_state_destroy(s);
+    dcp_llama_weights_destroy(w);
+    dcp_context_destroy(ctx);
+    dcp_tokenizer_destroy(tok);
+    dcp_gguf_close(g);
+    if (gen_path[0]) remove(gen_path);
+    return rc;
+}
