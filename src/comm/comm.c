@@ -8,7 +8,10 @@
 #include "vk/hostmem.h"
 
 /* Mailbox layout of one rank's region (block stride = the call's block bytes, capacity cap):
- *   out [size][cap] at 0; in [size][cap] at size * cap; res [cap] at 2 * size * cap. */
+ *   out [size][cap] at 0; in [2 banks][size][cap] at size * cap; res [cap] at 3 * size * cap.
+ * The in area has two banks that alternate between consecutive collectives: the DCP step records
+ * the receive of one collective and the sends of the next into one submission, and with hostmem
+ * the sends write straight into the peers' in areas. */
 struct dcp_comm {
     int size, local_count, first_rank;
     dcp_transport transport;  /* HOSTMEM, STAGING or MPI */
@@ -24,6 +27,7 @@ struct dcp_comm {
     char *net_send, *net_recv;/* MPI packing buffers */
     uint64_t net_cap;
     uint64_t *bytes_sent;     /* [local_count] */
+    int send_bank, recv_bank; /* in-area banks of the next send and of the last exchange */
 };
 
 const char *dcp_transport_name(dcp_transport t)
@@ -86,7 +90,7 @@ static dcp_status alloc_mailboxes(dcp_comm *c, uint64_t cap)
 {
     dcp_status st = DCP_OK;
     cap = (cap + 255) / 256 * 256;
-    uint64_t region = (2ull * c->size + 1) * cap;
+    uint64_t region = (3ull * c->size + 1) * cap;
     if (c->transport == DCP_TRANSPORT_HOSTMEM) {
         uint64_t align = 4096;
         for (int i = 0; i < c->local_count; i++) {
@@ -236,21 +240,21 @@ static uint64_t off_out(const dcp_comm *c, int owner_local, uint64_t slot, uint6
 {
     return c->view_base[owner_local] + slot * block;
 }
-static uint64_t off_in(const dcp_comm *c, int owner_local, uint64_t slot, uint64_t block)
+static uint64_t off_in(const dcp_comm *c, int owner_local, int bank, uint64_t slot, uint64_t block)
 {
-    return c->view_base[owner_local] + (uint64_t)c->size * c->cap + slot * block;
+    return c->view_base[owner_local] + (1ull + bank) * c->size * c->cap + slot * block;
 }
 static uint64_t off_res(const dcp_comm *c, int owner_local)
 {
-    return c->view_base[owner_local] + 2ull * c->size * c->cap;
+    return c->view_base[owner_local] + 3ull * c->size * c->cap;
 }
 /* The same places as host pointers. */
 static char *host_out(const dcp_comm *c, int l, uint64_t slot, uint64_t block) { return c->host[l] + slot * block; }
-static char *host_in(const dcp_comm *c, int l, uint64_t slot, uint64_t block)
+static char *host_in(const dcp_comm *c, int l, int bank, uint64_t slot, uint64_t block)
 {
-    return c->host[l] + (uint64_t)c->size * c->cap + slot * block;
+    return c->host[l] + (1ull + bank) * c->size * c->cap + slot * block;
 }
-static char *host_res(const dcp_comm *c, int l) { return c->host[l] + 2ull * c->size * c->cap; }
+static char *host_res(const dcp_comm *c, int l) { return c->host[l] + 3ull * c->size * c->cap; }
 
 static int gathers(dcp_coll k) { return k == DCP_COLL_ALL_GATHER || k == DCP_COLL_ALL_REDUCE; }
 
@@ -265,7 +269,8 @@ dcp_status dcp_comm_record_send(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind,
         /* Straight into every peer's mailbox (all peers are local: one process). */
         for (int d = 0; d < c->size; d++) {
             uint64_t src = send.offset + (gathers(kind) ? 0 : (uint64_t)d * block);
-            DCP_TRY(dcp_cmd_copy(cmd, send.buffer, src, c->views[i], off_in(c, d, (uint64_t)g, block), block));
+            DCP_TRY(dcp_cmd_copy(cmd, send.buffer, src, c->views[i], off_in(c, d, c->send_bank, (uint64_t)g, block),
+                                 block));
         }
     } else {
         uint64_t n = gathers(kind) ? block : block * c->size;
@@ -284,7 +289,7 @@ static void reduce_sum(dcp_comm *c, int l, uint64_t count, dcp_dtype dt, uint64_
     for (uint64_t e = 0; e < count; e++) {
         float acc = 0.0f;
         for (int s = 0; s < c->size; s++) {
-            const char *p = host_in(c, l, (uint64_t)s, block);
+            const char *p = host_in(c, l, c->send_bank, (uint64_t)s, block);
             acc += dt == DCP_DTYPE_F32 ? ((const float *)p)[e] : dcp_f16_to_f32(((const uint16_t *)p)[e]);
         }
         if (dt == DCP_DTYPE_F32) ((float *)res)[e] = acc;
@@ -299,7 +304,7 @@ dcp_status dcp_comm_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dty
     if (c->transport == DCP_TRANSPORT_STAGING) {
         for (int d = 0; d < L; d++)
             for (int s = 0; s < L; s++)
-                memcpy(host_in(c, d, (uint64_t)s, block),
+                memcpy(host_in(c, d, c->send_bank, (uint64_t)s, block),
                        host_out(c, s, gathers(kind) ? 0 : (uint64_t)d, block), block);
     } else if (c->transport == DCP_TRANSPORT_MPI) {
         uint64_t need = (uint64_t)P * L * L * block;
@@ -317,7 +322,8 @@ dcp_status dcp_comm_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dty
             for (int l = 0; l < L; l++) memcpy(c->net_send + l * block, host_out(c, l, 0, block), block);
             st = c->net.allgather(c->net.ctx, c->net_send, c->net_recv, (uint64_t)L * block);
             if (st != DCP_OK) return st;
-            for (int d = 0; d < L; d++) memcpy(host_in(c, d, 0, block), c->net_recv, (uint64_t)c->size * block);
+            for (int d = 0; d < L; d++)
+                memcpy(host_in(c, d, c->send_bank, 0, block), c->net_recv, (uint64_t)c->size * block);
         } else {
             /* send [dst proc][dst local][src local][block] -> recv [src proc][dst local][src local] */
             for (int dp = 0; dp < P; dp++)
@@ -330,13 +336,15 @@ dcp_status dcp_comm_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dty
             for (int sp = 0; sp < P; sp++)
                 for (int dl = 0; dl < L; dl++)
                     for (int sl = 0; sl < L; sl++)
-                        memcpy(host_in(c, dl, (uint64_t)sp * L + sl, block),
+                        memcpy(host_in(c, dl, c->send_bank, (uint64_t)sp * L + sl, block),
                                c->net_recv + (((uint64_t)sp * L + dl) * L + sl) * block, block);
         }
     }
     /* HOSTMEM: the devices already wrote every mailbox. */
     if (kind == DCP_COLL_REDUCE_SCATTER || kind == DCP_COLL_ALL_REDUCE)
         for (int l = 0; l < L; l++) reduce_sum(c, l, count, dt, block);
+    c->recv_bank = c->send_bank;
+    c->send_bank ^= 1;
     return DCP_OK;
 }
 
@@ -346,7 +354,7 @@ dcp_status dcp_comm_record_recv(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind,
     if (kind == DCP_COLL_REDUCE_SCATTER || kind == DCP_COLL_ALL_REDUCE)
         st = dcp_cmd_copy(cmd, c->views[i], off_res(c, i), recv.buffer, recv.offset, block);
     else
-        st = dcp_cmd_copy(cmd, c->views[i], off_in(c, i, 0, block), recv.buffer, recv.offset,
+        st = dcp_cmd_copy(cmd, c->views[i], off_in(c, i, c->recv_bank, 0, block), recv.buffer, recv.offset,
                           block * (uint64_t)c->size);
     if (st != DCP_OK) return dcp_fail_context(st, "communicator receive of rank %d", c->first_rank + i);
     dcp_cmd_barrier(cmd); /* mailbox -> recv copy -> later readers of recv */
@@ -355,7 +363,7 @@ dcp_status dcp_comm_record_recv(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind,
 
 dcp_comm_buf dcp_comm_recv_area(const dcp_comm *c, int i)
 {
-    return (dcp_comm_buf){c->views[i], off_in(c, i, 0, 0)};
+    return (dcp_comm_buf){c->views[i], off_in(c, i, c->recv_bank, 0, 0)};
 }
 
 static dcp_status run_all(dcp_comm *c)

@@ -34,7 +34,9 @@ dcp_status dcp_comm_prepare(dcp_comm *c, uint64_t bytes);
 dcp_status dcp_comm_record_send(dcp_cmd *cmd, dcp_comm *c, int local, dcp_coll kind, dcp_comm_buf send,
                                 uint64_t block);
 /* Host step once every local rank's send recording has completed: moves blocks between ranks and
- * reduces (sum, rank order, f32 accumulation) for REDUCE_SCATTER / ALL_REDUCE. */
+ * reduces (sum, rank order, f32 accumulation) for REDUCE_SCATTER / ALL_REDUCE. Then flips the
+ * mailbox bank, so that the sends of the next collective may be recorded into the same submission
+ * as this collective's receive. Per collective: sends, exchange, receive, in that order. */
 dcp_status dcp_comm_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dtype dtype);
 /* Records local rank i's copy of the result into recv (a barrier orders it before later work). */
 dcp_status dcp_comm_record_recv(dcp_cmd *cmd, dcp_comm *c, int local, dcp_coll kind, dcp_comm_buf recv,

@@ -1,0 +1,362 @@
+/* The DCP attention step (see include/dcpvk/dcp.h): Q gather, local paged decode, a2a or ag_rs
+ * exchange and merge, over the local ranks of a communicator. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn/attn_internal.h"
+#include "comm/comm_internal.h"
+#include "common/error.h"
+#include "dcpvk/attn.h"
+#include "dcpvk/dcp.h"
+#include "vk/pipelines.h"
+
+typedef struct attn_rank {
+    dcp_device *dev;
+    dcp_decode_plan *plan;
+    dcp_cmd *cmd;
+    dcp_buffer *qfull;   /* [batch][N*Hl][D] f32 (gathered Q; NULL with q_replicate) */
+    dcp_buffer *o_part;  /* [batch][N*Hl][D] f32 local partial O */
+    dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
+    dcp_buffer *send;    /* a2a: [N][blk] packed messages; ag_rs: [N][batch][Hl][D] scaled O */
+    dcp_buffer *recv;    /* a2a: [N][blk] received messages; ag_rs: [N][batch][N*Hl] gathered LSE */
+} attn_rank;
+
+struct dcp_attn {
+    dcp_comm *comm;
+    dcp_kv_cache *cache;
+    dcp_attn_config cfg;
+    uint32_t N, D, NH, L;
+    attn_rank *r;
+    uint32_t *bt;        /* [batch][max_blocks] scratch */
+    uint32_t *lens;      /* [batch] scratch */
+};
+
+const char *dcp_backend_name(dcp_backend b) { return b == DCP_BACKEND_AG_RS ? "ag_rs" : "a2a"; }
+
+dcp_status dcp_backend_parse(const char *name, dcp_backend *out)
+{
+    if (name && strcmp(name, "a2a") == 0) *out = DCP_BACKEND_A2A;
+    else if (name && strcmp(name, "ag_rs") == 0) *out = DCP_BACKEND_AG_RS;
+    else return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "backend \"%s\" is not a2a or ag_rs", name ? name : "(null)");
+    return DCP_OK;
+}
+
+dcp_status dcp_group_check(uint32_t T, uint32_t N, uint32_t Hq, uint32_t Hkv)
+{
+    if (T == 0 || N == 0 || Hkv == 0 || Hq == 0)
+        return dcp_fail(DCP_ERR_CONFIG, "TP size %u, DCP size %u, %u query and %u KV heads must all be >= 1", T,
+                        N, Hq, Hkv);
+    if (T % N)
+        return dcp_fail(DCP_ERR_CONFIG, "TP size %u is not a multiple of the DCP size %u (T %% N must be 0)", T, N);
+    if (Hq % Hkv)
+        return dcp_fail(DCP_ERR_CONFIG, "%u query heads is not a multiple of %u KV heads", Hq, Hkv);
+    if (N > 1 && N > T / Hkv)
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "DCP size %u exceeds TP size / KV heads = %u / %u (each DCP group must hold the same "
+                        "KV heads)",
+                        N, T, Hkv);
+    if (N > 1 && (Hq / Hkv) % N)
+        return dcp_fail(DCP_ERR_CONFIG, "query heads per KV head (%u / %u) is not a multiple of the DCP size %u",
+                        Hq, Hkv, N);
+    return DCP_OK;
+}
+
+void dcp_group_of(uint32_t tp_rank, uint32_t N, uint32_t *group, uint32_t *first)
+{
+    *group = tp_rank / N;
+    *first = *group * N;
+}
+
+void dcp_attn_destroy(dcp_attn *a)
+{
+    if (!a) return;
+    for (uint32_t i = 0; a->r && i < a->L; i++) {
+        attn_rank *r = &a->r[i];
+        dcp_cmd_destroy(r->cmd);
+        dcp_decode_plan_destroy(r->plan);
+        dcp_buffer_destroy(r->qfull);
+        dcp_buffer_destroy(r->o_part);
+        dcp_buffer_destroy(r->lse_part);
+        dcp_buffer_destroy(r->send);
+        dcp_buffer_destroy(r->recv);
+    }
+    free(a->r);
+    free(a->bt);
+    free(a->lens);
+    free(a);
+}
+
+/* Bytes of one a2a message: O [batch][Hl][D] then LSE [batch][Hl], f32. */
+static uint64_t a2a_block(const dcp_attn *a)
+{
+    return (uint64_t)a->cfg.batch * a->cfg.heads_local * (a->D + 1) * 4;
+}
+
+dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_config *c, dcp_attn **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    const dcp_kv_cache_config *kc = dcp_kv_cache_get_config(cache);
+    uint32_t N = (uint32_t)dcp_comm_size(comm);
+    uint32_t L = (uint32_t)dcp_comm_local_count(comm);
+    if (kc->dcp_size != N || dcp_kv_cache_local_count(cache) != L || kc->first_rank != (uint32_t)dcp_comm_first_rank(comm))
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "DCP step: the communicator (%u ranks, local %u from %d) and the KV cache (DCP size %u, "
+                        "local %u from %u) disagree",
+                        N, L, dcp_comm_first_rank(comm), kc->dcp_size, dcp_kv_cache_local_count(cache), kc->first_rank);
+    for (uint32_t i = 0; i < L; i++)
+        if (dcp_kv_pool_device(dcp_kv_cache_pool(cache, i)) != dcp_comm_device(comm, (int)i))
+            return dcp_fail(DCP_ERR_CONFIG, "DCP step: local rank %u's pool and communicator use different devices", i);
+    if (c->backend == DCP_BACKEND_A2A && N == 1)
+        return dcp_fail(DCP_ERR_CONFIG, "DCP step: backend a2a needs a DCP size > 1 (use ag_rs or plain decode for N = 1)");
+    if (c->backend != DCP_BACKEND_A2A && c->backend != DCP_BACKEND_AG_RS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: unknown backend %d", (int)c->backend);
+    if (c->batch == 0 || c->heads_local == 0)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: batch (%u) and heads_local (%u) must be >= 1", c->batch,
+                        c->heads_local);
+    uint32_t Hkv = kc->pool.kv_heads, NH = N * c->heads_local;
+    if (NH % Hkv || (NH / Hkv) % N)
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "DCP step: %u gathered query heads (N %u x Hl %u) over %u KV heads: need a multiple of "
+                        "the KV heads with (Hq / Hkv) %% N == 0",
+                        NH, N, c->heads_local, Hkv);
+    dcp_attn *a = calloc(1, sizeof *a);
+    if (!a) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    a->comm = comm;
+    a->cache = cache;
+    a->cfg = *c;
+    a->N = N;
+    a->L = L;
+    a->D = kc->pool.head_dim;
+    a->NH = NH;
+    a->r = calloc(L, sizeof *a->r);
+    a->bt = calloc((size_t)c->batch * kc->max_blocks, sizeof *a->bt);
+    a->lens = calloc(c->batch, sizeof *a->lens);
+    if (!a->r || !a->bt || !a->lens) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        goto fail;
+    }
+    const uint64_t B = c->batch, D = a->D, Hl = c->heads_local;
+    for (uint32_t i = 0; i < L; i++) {
+        attn_rank *r = &a->r[i];
+        r->dev = dcp_comm_device(comm, (int)i);
+        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+        dc.batch = c->batch;
+        dc.q_heads = NH;
+        dc.max_blocks = kc->max_blocks;
+        dc.scale = c->scale;
+        dc.chunk_tokens = c->chunk_tokens;
+        DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(cache, i), &dc, &r->plan));
+        DCP_TRY(dcp_cmd_create(r->dev, &r->cmd));
+        if (!c->q_replicate) DCP_TRY(dcp_buffer_create(r->dev, B * NH * D * 4, DCP_MEMORY_DEVICE, &r->qfull));
+        DCP_TRY(dcp_buffer_create(r->dev, B * NH * D * 4, DCP_MEMORY_DEVICE, &r->o_part));
+        DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
+        if (c->backend == DCP_BACKEND_A2A) {
+            DCP_TRY(dcp_buffer_create(r->dev, N * a2a_block(a), DCP_MEMORY_DEVICE, &r->send));
+            DCP_TRY(dcp_buffer_create(r->dev, N * a2a_block(a), DCP_MEMORY_DEVICE, &r->recv));
+        } else {
+            DCP_TRY(dcp_buffer_create(r->dev, N * B * Hl * D * 4, DCP_MEMORY_DEVICE, &r->send));
+            DCP_TRY(dcp_buffer_create(r->dev, N * B * NH * 4, DCP_MEMORY_DEVICE, &r->recv));
+        }
+    }
+    /* Mailboxes for the largest block of the step. */
+    uint64_t blk = c->q_replicate ? 0 : B * Hl * D * 4;
+    uint64_t b2 = c->backend == DCP_BACKEND_A2A ? a2a_block(a) : B * Hl * D * 4;
+    if (b2 > blk) blk = b2;
+    if (B * NH * 4 > blk) blk = B * NH * 4;
+    DCP_TRY(dcp_comm_prepare(comm, blk));
+    *out = a;
+    return DCP_OK;
+fail:
+    dcp_attn_destroy(a);
+    return dcp_fail_context(st, "DCP step");
+}
+
+dcp_status dcp_attn_set(dcp_attn *a, const uint32_t *seqs)
+{
+    const dcp_kv_cache_config *kc = dcp_kv_cache_get_config(a->cache);
+    for (uint32_t i = 0; i < a->L; i++) {
+        for (uint32_t b = 0; b < a->cfg.batch; b++) {
+            if (seqs[b] >= kc->max_seqs)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: sequence %u outside the cache's %u slots",
+                                seqs[b], kc->max_seqs);
+            a->lens[b] = dcp_kv_cache_seq_local_length(a->cache, i, seqs[b]);
+            memcpy(a->bt + (uint64_t)b * kc->max_blocks, dcp_kv_cache_block_table(a->cache, i, seqs[b]),
+                   (size_t)kc->max_blocks * sizeof *a->bt);
+        }
+        dcp_status st = dcp_decode_plan_set(a->r[i].plan, a->lens, a->bt);
+        if (st != DCP_OK) return dcp_fail_context(st, "DCP step: local rank %u", i);
+    }
+    return DCP_OK;
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static dcp_status run_all(dcp_attn *a)
+{
+    dcp_status st = DCP_OK;
+    for (uint32_t i = 0; i < a->L; i++) DCP_TRY(dcp_cmd_submit(a->r[i].cmd));
+    for (uint32_t i = 0; i < a->L; i++) DCP_TRY(dcp_cmd_wait(a->r[i].cmd));
+    return DCP_OK;
+fail:
+    for (uint32_t i = 0; i < a->L; i++) dcp_cmd_wait(a->r[i].cmd);
+    return st;
+}
+
+/* Timestamp helper: records one when the device has them (slot UINT32_MAX otherwise). */
+static uint32_t stamp(dcp_cmd *cmd)
+{
+    uint32_t s;
+    if (dcp_device_get_info(dcp_cmd_device(cmd))->timestamp_period_ns == 0.0f) return UINT32_MAX;
+    if (dcp_cmd_timestamp(cmd, &s) != DCP_OK) {
+        dcp_clear_error();
+        return UINT32_MAX;
+    }
+    return s;
+}
+
+static double elapsed(dcp_cmd *cmd, uint32_t s0, uint32_t s1)
+{
+    double ns = 0.0;
+    if (s0 == UINT32_MAX || s1 == UINT32_MAX) return 0.0;
+    if (dcp_cmd_elapsed_ns(cmd, s0, s1, &ns) != DCP_OK) {
+        dcp_clear_error();
+        return 0.0;
+    }
+    return ns;
+}
+
+dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
+                        dcp_attn_timing *timing)
+{
+    dcp_status st = DCP_OK;
+    const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, N = a->N, NH = a->NH;
+    const int a2a = a->cfg.backend == DCP_BACKEND_A2A;
+    double t0 = now_ns(), local_ns = 0.0, merge_ns = 0.0;
+    uint64_t sent0 = dcp_comm_bytes_sent(a->comm, 0);
+    uint32_t ts[8][2];
+
+    /* Phase 1: all-gather Q (own heads [batch][Hl][D] from every rank). */
+    const uint64_t qblk = B * Hl * D * 4;
+    if (!a->cfg.q_replicate) {
+        for (uint32_t i = 0; i < a->L; i++) {
+            DCP_TRY(dcp_cmd_reset(a->r[i].cmd));
+            DCP_TRY(dcp_comm_record_send(a->r[i].cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, q[i], qblk));
+        }
+        DCP_TRY(run_all(a));
+        DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, qblk / 4, DCP_DTYPE_F32));
+    }
+
+    /* Phase 2: (unpack Q) local decode, then pack and send (a2a) or send the LSE (ag_rs). */
+    for (uint32_t i = 0; i < a->L; i++) {
+        attn_rank *r = &a->r[i];
+        dcp_cmd *cmd = r->cmd;
+        DCP_TRY(dcp_cmd_reset(cmd));
+        dcp_buffer *qsrc = q[i].buffer;
+        uint64_t qoff = q[i].offset;
+        if (!a->cfg.q_replicate) {
+            /* mailbox [src rank s][b][Hl][D] -> qfull [b][s * Hl + h][D] */
+            dcp_comm_buf in = dcp_comm_recv_area(a->comm, (int)i);
+            for (uint64_t s = 0; s < N; s++)
+                for (uint64_t b = 0; b < B; b++)
+                    DCP_TRY(dcp_cmd_copy(cmd, in.buffer, in.offset + s * qblk + b * Hl * D * 4, r->qfull,
+                                         (b * NH + s * Hl) * D * 4, Hl * D * 4));
+            dcp_cmd_barrier(cmd); /* gathered Q copies -> paged_decode */
+            qsrc = r->qfull;
+            qoff = 0;
+        }
+        ts[i % 8][0] = stamp(cmd);
+        DCP_TRY(dcp_decode_record(cmd, r->plan, qsrc, qoff, r->o_part, 0, r->lse_part, 0));
+        ts[i % 8][1] = stamp(cmd);
+        dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing copies or LSE send */
+        if (a2a) {
+            const uint64_t blk = a2a_block(a);
+            for (uint64_t n = 0; n < N; n++)
+                for (uint64_t b = 0; b < B; b++) {
+                    DCP_TRY(dcp_cmd_copy(cmd, r->o_part, (b * NH + n * Hl) * D * 4, r->send,
+                                         n * blk + b * Hl * D * 4, Hl * D * 4));
+                    DCP_TRY(dcp_cmd_copy(cmd, r->lse_part, (b * NH + n * Hl) * 4, r->send,
+                                         n * blk + B * Hl * D * 4 + b * Hl * 4, Hl * 4));
+                }
+            dcp_cmd_barrier(cmd); /* packing copies -> mailbox copies */
+            DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_TO_ALL, (dcp_comm_buf){r->send, 0}, blk));
+        } else {
+            DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->lse_part, 0},
+                                         B * NH * 4));
+        }
+    }
+    DCP_TRY(run_all(a));
+    for (uint32_t i = 0; i < a->L; i++) {
+        double ns = elapsed(a->r[i].cmd, ts[i % 8][0], ts[i % 8][1]);
+        if (ns > local_ns) local_ns = ns;
+    }
+    if (a2a) DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, a2a_block(a) / 4, DCP_DTYPE_F32));
+    else DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH, DCP_DTYPE_F32));
+
+    /* Phase 3: a2a: receive and merge. ag_rs: receive the LSEs, scale, send for the reduce-scatter. */
+    for (uint32_t i = 0; i < a->L; i++) {
+        attn_rank *r = &a->r[i];
+        dcp_cmd *cmd = r->cmd;
+        DCP_TRY(dcp_cmd_reset(cmd));
+        if (a2a) {
+            const uint64_t blk = a2a_block(a);
+            DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_TO_ALL, (dcp_comm_buf){r->recv, 0}, blk));
+            ts[i % 8][0] = stamp(cmd);
+            dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)D,
+                                .o_part_stride = (uint32_t)(blk / 4), .lse_part_stride = (uint32_t)(blk / 4),
+                                .o_in = r->recv, .o_in_offset = 0, .lse_in = r->recv,
+                                .lse_in_offset = B * Hl * D * 4, .o_out = o[i].buffer, .o_out_offset = o[i].offset,
+                                .lse_out = lse[i].buffer, .lse_out_offset = lse[i].offset};
+            DCP_TRY(dcp_lse_merge_record(cmd, &m));
+            ts[i % 8][1] = stamp(cmd);
+        } else {
+            DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->recv, 0},
+                                         B * NH * 4));
+            ts[i % 8][0] = stamp(cmd);
+            dcp_binding bd[4] = {{r->o_part, 0, B * NH * D * 4},
+                                 {r->recv, 0, N * B * NH * 4},
+                                 {r->send, 0, N * B * Hl * D * 4},
+                                 {lse[i].buffer, lse[i].offset, B * Hl * 4}};
+            dcp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N,
+                                   (uint32_t)dcp_comm_first_rank(a->comm) + i, (uint32_t)D};
+            uint32_t spec[1] = {dcp_attn_workgroup_size(r->dev)};
+            uint64_t n = B * NH * (D / 4);
+            DCP_TRY(dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_SCALE, spec, bd, &sp, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1));
+            ts[i % 8][1] = stamp(cmd);
+            dcp_cmd_barrier(cmd); /* dcp_scale -> mailbox copies */
+            DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, (dcp_comm_buf){r->send, 0},
+                                         B * Hl * D * 4));
+        }
+    }
+    DCP_TRY(run_all(a));
+    for (uint32_t i = 0; i < a->L; i++) {
+        double ns = elapsed(a->r[i].cmd, ts[i % 8][0], ts[i % 8][1]);
+        if (ns > merge_ns) merge_ns = ns;
+    }
+    if (!a2a) {
+        DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * D, DCP_DTYPE_F32));
+        for (uint32_t i = 0; i < a->L; i++) {
+            DCP_TRY(dcp_cmd_reset(a->r[i].cmd));
+            DCP_TRY(dcp_comm_record_recv(a->r[i].cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, o[i], B * Hl * D * 4));
+        }
+        DCP_TRY(run_all(a));
+    }
+    if (timing) {
+        timing->total_ns = now_ns() - t0;
+        timing->local_ns = local_ns;
+        timing->merge_ns = merge_ns;
+        timing->exchange_ns = timing->total_ns - local_ns - merge_ns;
+        if (timing->exchange_ns < 0) timing->exchange_ns = 0;
+        timing->bytes_sent = dcp_comm_bytes_sent(a->comm, 0) - sent0;
+    }
+    return DCP_OK;
+fail:
+    return dcp_fail_context(st, "DCP step (%s, N %u)", dcp_backend_name(a->cfg.backend), a->N);
+}
