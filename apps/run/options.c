@@ -104,6 +104,17 @@ int run_parse(int argc, char **argv, run_options *o)
         } else if (IS("--dcp-q-replicate")) {
             o->q_replicate = 1;
         } else {
+            static const char *const with_value[] = {
+                "-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--temp", "--top-k", "--top-p", "--seed",
+                "-c", "--ctx-size", "--tensor-parallel-size", "-tp", "--decode-context-parallel-size", "-dcp",
+                "--dcp-comm-backend", "--cp-kv-cache-interleave-size", "--block-size", "--kv-dtype",
+                "--prefill-chunk", "--devices", NULL};
+            int known = 0;
+            for (int k = 0; with_value[k]; k++) known |= IS(with_value[k]);
+            if (!known) {
+                fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+                return RUN_EXIT_USAGE;
+            }
             if (!(v = VALUE())) return RUN_EXIT_USAGE;
             if (IS("-m") || IS("--model")) o->model = v;
             else if (IS("-p") || IS("--prompt")) o->prompt = v;
