@@ -8,3 +8,25 @@ dcp_test(test_gguf_fuzz SOURCES test_gguf_fuzz.c test_gguf_util.c ${CMAKE_SOURCE
 if(TARGET test_gguf_fuzz)
   target_include_directories(test_gguf_fuzz PRIVATE ${CMAKE_SOURCE_DIR}/fuzz)
 endif()
+
+# The dcp-vk-gguf command: output of --tokenize/--detokenize, and exit status 1 on errors.
+set(DCP_GGUF_STORIES ${CMAKE_SOURCE_DIR}/../shared/models/stories260K.gguf)
+add_test(NAME dcp_vk_gguf_tokenize
+         COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES} --tokenize "Once upon a time" --bos)
+set_tests_properties(dcp_vk_gguf_tokenize PROPERTIES PASS_REGULAR_EXPRESSION "^1 403 407 261 378\n$"
+                     LABELS gguf)
+add_test(NAME dcp_vk_gguf_detokenize
+         COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES} --detokenize "1 403 407 261 378 432 383")
+set_tests_properties(dcp_vk_gguf_detokenize PROPERTIES PASS_REGULAR_EXPRESSION "^Once upon a time, there"
+                     LABELS gguf)
+add_test(NAME dcp_vk_gguf_list COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES})
+set_tests_properties(dcp_vk_gguf_list PROPERTIES
+                     PASS_REGULAR_EXPRESSION "tensor data at offset 14176.*tensors \\(48\\)" LABELS gguf)
+add_test(NAME dcp_vk_gguf_missing_file COMMAND dcp-vk-gguf ${CMAKE_CURRENT_BINARY_DIR}/no-such-file.gguf)
+set_tests_properties(dcp_vk_gguf_missing_file PROPERTIES WILL_FAIL TRUE LABELS gguf)
+add_test(NAME dcp_vk_gguf_bad_option COMMAND dcp-vk-gguf --no-such-option)
+set_tests_properties(dcp_vk_gguf_bad_option PROPERTIES WILL_FAIL TRUE LABELS gguf)
+add_test(NAME dcp_vk_gguf_make_model
+         COMMAND dcp-vk-gguf --make-model ${CMAKE_CURRENT_BINARY_DIR}/dcp-vk-test-q8.gguf --type q8_0
+                 --n-layer 2 --seed 7)
+set_tests_properties(dcp_vk_gguf_make_model PROPERTIES PASS_REGULAR_EXPRESSION "^wrote " LABELS gguf)
