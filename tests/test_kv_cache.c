@@ -256,10 +256,37 @@ static void test_config_errors(void **state)
     dcp_kv_cache_destroy(cache);
 }
 
+/* Accounting-only cache (capacity planning): no devices, same page arithmetic. */
+static void test_host_only(void **state)
+{
+    (void)state;
+    dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
+    c.pool = (dcp_kv_pool_config){2, 64, 16, DCP_DTYPE_F16, 10};
+    c.dcp_size = 4;
+    c.interleave = 16;
+    c.max_seqs = 1;
+    c.max_blocks = 11;
+    c.host_only = 1;
+    dcp_device *none[4] = {NULL, NULL, NULL, NULL};
+    dcp_kv_cache *cache = NULL;
+    DCP_ASSERT_OK(dcp_kv_cache_create(none, 4, &c, &cache));
+    assert_null(dcp_kv_cache_pool(cache, 0));
+    uint32_t s = 0, n = 4 * 10 * 16; /* exactly fills every rank */
+    DCP_ASSERT_OK(dcp_kv_cache_append(cache, 1, &s, &n));
+    for (uint32_t i = 0; i < 4; i++) {
+        assert_int_equal(dcp_kv_cache_pages_free(cache, i), 0);
+        assert_int_equal(dcp_kv_cache_bytes_used(cache, i), 10ull * 2 * 2 * 16 * 64 * 2);
+    }
+    uint32_t one = 1;
+    assert_int_equal(dcp_kv_cache_append(cache, 1, &s, &one), DCP_ERR_OUT_OF_PAGES);
+    dcp_kv_cache_destroy(cache);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_host_only),
         cmocka_unit_test(test_append_and_accounting),
         cmocka_unit_test(test_out_of_pages),
     };

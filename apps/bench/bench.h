@@ -7,6 +7,8 @@
 #include "dcpvk/vk.h"
 
 int dcp_bench_attn(int argc, char **argv);
+/* dcp-vk-bench capacity (apps/bench/capacity.c): longest context in a KV budget, plain TP vs DCP. */
+int dcp_bench_capacity(int argc, char **argv);
 
 /* Yardsticks measured on one device in the same run: a plain streaming-read shader and
  * vkCmdCopyBuffer, in bytes per second. */

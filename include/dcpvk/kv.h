@@ -74,9 +74,11 @@ typedef struct dcp_kv_cache_config {
     uint32_t interleave;     /* I: tokens in a row on one rank, divides pool.page_size (default 1) */
     uint32_t max_seqs;       /* sequence slots 0..max_seqs-1 (no default; >= 1) */
     uint32_t max_blocks;     /* block-table entries per sequence and rank (no default; >= 1) */
+    int host_only;           /* 1: page accounting only, no device pools (capacity planning; devices
+                              * may be NULL; record_append fails). Default 0. */
 } dcp_kv_cache_config;
 
-#define DCP_KV_CACHE_CONFIG_DEFAULT {DCP_KV_POOL_CONFIG_DEFAULT, 1, 0, 1, 0, 0}
+#define DCP_KV_CACHE_CONFIG_DEFAULT {DCP_KV_POOL_CONFIG_DEFAULT, 1, 0, 1, 0, 0, 0}
 
 /* Creates one pool per local rank: devices[i] holds group rank first_rank + i (local_count
  * devices, first_rank + local_count <= dcp_size). Errors: DCP_ERR_CONFIG for a bad placement
@@ -88,7 +90,7 @@ void dcp_kv_cache_destroy(dcp_kv_cache *cache);
 
 const dcp_kv_cache_config *dcp_kv_cache_get_config(const dcp_kv_cache *cache);
 uint32_t dcp_kv_cache_local_count(const dcp_kv_cache *cache);
-/* Pool of local rank i (owned by the cache). */
+/* Pool of local rank i (owned by the cache; NULL for a host_only cache). */
 dcp_kv_pool *dcp_kv_cache_pool(const dcp_kv_cache *cache, uint32_t local);
 
 /* Host step of appending tokens: sequence seqs[j] grows by counts[j] tokens (j < n, distinct

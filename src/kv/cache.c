@@ -26,6 +26,7 @@ struct dcp_kv_cache {
     uint64_t *lengths;    /* [max_seqs] global lengths */
     uint32_t append_tokens;
     uint32_t slot_cap;
+    uint64_t page_bytes;  /* K and V of one page, bytes */
 };
 
 dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
@@ -52,9 +53,15 @@ dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
         goto fail;
     }
     kc->local_count = local_count;
+    if (c->host_only && (c->pool.kv_heads == 0 || c->pool.head_dim == 0 || c->pool.page_size == 0 ||
+                         c->pool.num_pages == 0)) {
+        st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: kv_heads, head_dim, page_size and num_pages must be >= 1");
+        goto fail;
+    }
+    kc->page_bytes = 2ull * c->pool.kv_heads * c->pool.page_size * c->pool.head_dim * dcp_dtype_size(c->pool.dtype);
     for (uint32_t i = 0; i < local_count; i++) {
         kv_rank *r = &kc->ranks[i];
-        DCP_TRY(dcp_kv_pool_create(devices[i], &c->pool, &r->pool));
+        if (!c->host_only) DCP_TRY(dcp_kv_pool_create(devices[i], &c->pool, &r->pool));
         r->free_pages = malloc((size_t)c->pool.num_pages * sizeof *r->free_pages);
         r->bt = calloc((size_t)c->max_seqs * c->max_blocks, sizeof *r->bt);
         r->pages = calloc(c->max_seqs, sizeof *r->pages);
@@ -190,6 +197,8 @@ dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *kc, uint32_t i
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: local rank %u of %u", i, kc->local_count);
     kv_rank *r = &kc->ranks[i];
     uint32_t T = kc->append_tokens;
+    if (!r->pool)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV append: the cache is host_only (no device pools)");
     if (T == 0) return DCP_OK;
     dcp_device *dev = dcp_kv_pool_device(r->pool);
     if (dcp_cmd_device(cmd) != dev)
@@ -265,6 +274,5 @@ uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *kc, uint32_t i)
 
 uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *kc, uint32_t i)
 {
-    return i < kc->local_count ? (uint64_t)dcp_kv_cache_pages_used(kc, i) * dcp_kv_pool_page_bytes(kc->ranks[i].pool)
-                               : 0;
+    return i < kc->local_count ? (uint64_t)dcp_kv_cache_pages_used(kc, i) * kc->page_bytes : 0;
 }
