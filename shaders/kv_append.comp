@@ -4,7 +4,7 @@
 // 0xffffffff belongs to another rank and is skipped: only the owner writes.
 // Page layout: K[kv_heads][page_size][D] then V[kv_heads][page_size][D].
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_nonuniform_qualifier : require
+#include "kv_pool.glsl"
 #include "attn/attn_params.h"
 #include "kv/kv_params.h"
 
@@ -15,14 +15,14 @@ layout(std430, binding = 0) readonly buffer Slots { uint slots[]; };  // [tokens
 layout(std430, binding = 1) readonly buffer K { vec4 k[]; };          // [tokens][Hkv][D/4] f32
 layout(std430, binding = 2) readonly buffer V { vec4 v[]; };          // [tokens][Hkv][D/4] f32
 #ifdef KV_F16
-layout(std430, binding = 3) writeonly buffer KV { uvec2 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+layout(std430, binding = 3) writeonly buffer KV { uvec2 data[]; } kv[DCP_KV_ARRAY];
 void store_kv(uint seg, uint i, vec4 x)
 {
-    kv[nonuniformEXT(seg)].data[i] = uvec2(packHalf2x16(x.xy), packHalf2x16(x.zw));
+    kv[DCP_KV_SEG(seg)].data[i] = uvec2(packHalf2x16(x.xy), packHalf2x16(x.zw));
 }
 #else
-layout(std430, binding = 3) writeonly buffer KV { vec4 data[]; } kv[DCP_KV_MAX_SEGMENTS];
-void store_kv(uint seg, uint i, vec4 x) { kv[nonuniformEXT(seg)].data[i] = x; }
+layout(std430, binding = 3) writeonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
+void store_kv(uint seg, uint i, vec4 x) { kv[DCP_KV_SEG(seg)].data[i] = x; }
 #endif
 
 void main()

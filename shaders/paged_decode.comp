@@ -18,8 +18,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#extension GL_KHR_shader_subgroup_ballot : require
-#extension GL_EXT_nonuniform_qualifier : require
+#include "kv_pool.glsl"
 #include "attn/attn_params.h"
 #include "dcp_math.glsl"
 
@@ -27,7 +26,6 @@ layout(constant_id = 0) const uint WG = 64;  // invocations, a multiple of C
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup (divides Hq / Hkv)
 layout(constant_id = 2) const uint D = 128;  // head dim, multiple of 4
 layout(constant_id = 3) const uint C = 8;    // cluster size: power of two <= subgroup size
-layout(constant_id = 4) const uint SEG_UNIFORM = 0u; // 1: a cluster is a whole subgroup
 layout(local_size_x_id = 0) in;
 const uint DQ = D / 4u;              // vec4 quads per row
 const uint QPL = (DQ + C - 1u) / C;  // quads per lane
@@ -39,19 +37,16 @@ layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch]
 layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
 layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][Hq][D/4]
 layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][Hq]
-// The segment index is uniform within a cluster; when a cluster is a whole subgroup, say so to the
-// compiler (a dynamically uniform index), else index non-uniformly.
 #ifdef KV_F16
-layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_ARRAY];
 vec4 unpack_kv(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 #else
-layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
 vec4 unpack_kv(vec4 w) { return w; }
 #endif
 vec4 load_kv(uint seg, uint i)
 {
-    if (SEG_UNIFORM != 0u) return unpack_kv(kv[subgroupBroadcastFirst(seg)].data[i]);
-    return unpack_kv(kv[nonuniformEXT(seg)].data[i]);
+    return unpack_kv(kv[DCP_KV_SEG(seg)].data[i]);
 }
 
 shared float slot_m[TS];        // per-slot running max of one head

@@ -9,7 +9,7 @@
 // One invocation per (token, head, pair): each writes one pair, i.e. exactly one word of an f16
 // pool, so no two invocations share a word.
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_nonuniform_qualifier : require
+#include "kv_pool.glsl"
 #include "attn/attn_params.h"
 #include "model/model_params.h"
 
@@ -21,9 +21,9 @@ layout(std430, binding = 1) readonly buffer Slot { uint slot[]; };  // [tokens]
 layout(std430, binding = 2) readonly buffer CS { vec2 cs[]; };      // [tokens][n_rot/2] (cos, sin)
 layout(std430, binding = 3) writeonly buffer QOut { vec2 q_out[]; };// [tokens][q_heads][D/2]
 #ifdef KV_F16
-layout(std430, binding = 4) writeonly buffer KV { uint data[]; } kv[DCP_KV_MAX_SEGMENTS];
+layout(std430, binding = 4) writeonly buffer KV { uint data[]; } kv[DCP_KV_ARRAY];
 #else
-layout(std430, binding = 4) writeonly buffer KV { vec2 data[]; } kv[DCP_KV_MAX_SEGMENTS];
+layout(std430, binding = 4) writeonly buffer KV { vec2 data[]; } kv[DCP_KV_ARRAY];
 #endif
 
 void main()
@@ -55,8 +55,8 @@ void main()
     const uint pi = (page % p.pages_per_segment) * 2u * page_pairs + (is_v ? page_pairs : 0u) +
                     (kvh * p.page_size + s % p.page_size) * half_d + i;
 #ifdef KV_F16
-    kv[nonuniformEXT(seg)].data[pi] = packHalf2x16(v);
+    kv[DCP_KV_SEG(seg)].data[pi] = packHalf2x16(v);
 #else
-    kv[nonuniformEXT(seg)].data[pi] = v;
+    kv[DCP_KV_SEG(seg)].data[pi] = v;
 #endif
 }

@@ -50,6 +50,10 @@ typedef struct dcp_device_info {
     uint32_t min_subgroup_size;      /* smallest subgroup a compute dispatch may get */
     uint32_t subgroup_arithmetic;    /* 1 if compute shaders have subgroup arithmetic ops */
     uint32_t subgroup_shuffle;       /* 1 if compute shaders have subgroup shuffles */
+    uint32_t nonuniform_indexing;    /* 1 if storage-buffer arrays take non-uniform indices */
+    uint32_t kv_multi_segment;       /* 1 if a KV pool may span several buffers (non-uniform
+                                        indexing and enough storage-buffer bindings per stage);
+                                        else pools are limited to one buffer */
     uint64_t max_storage_buffer_range; /* bytes */
     uint64_t max_allocation_size;    /* bytes */
     uint64_t max_buffer_size;        /* bytes (maintenance4; else max_allocation_size) */

@@ -19,7 +19,6 @@ struct dcp_decode_plan {
     uint32_t wg;          /* workgroup size */
     uint32_t hg;          /* query heads per workgroup */
     uint32_t cluster;     /* invocations sharing one token (power of two <= subgroup) */
-    uint32_t seg_uniform; /* 1 when a cluster is always a whole subgroup */
     uint32_t chunks;      /* chunks per sequence */
     uint32_t chunk_tokens;
     dcp_buffer *bt;       /* [batch][max_blocks] u32 */
@@ -85,7 +84,6 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     p->wg = wg;
     p->hg = hg;
     p->cluster = cluster;
-    p->seg_uniform = cluster == info->subgroup_size && info->min_subgroup_size == info->subgroup_size;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
     DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_DEVICE, &p->bt));
@@ -203,7 +201,7 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
         .segment_shift = (uint32_t)__builtin_ctz(dcp_kv_pool_pages_per_segment(p->pool)),
         .total_pages = pc->num_pages,
         .direct = (uint32_t)direct, .scale = c->scale};
-    uint32_t spec[5] = {p->wg, p->hg, pc->head_dim, p->cluster, p->seg_uniform};
+    uint32_t spec[4] = {p->wg, p->hg, pc->head_dim, p->cluster};
     dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_PAGED_DECODE_F16 : DCP_PIPE_PAGED_DECODE_F32;
     DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &pp, p->chunks, c->q_heads / p->hg, c->batch));
     if (!direct) {

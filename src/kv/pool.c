@@ -42,6 +42,15 @@ dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_
     uint64_t pps = 1;
     while (pps * 2 <= seg_max / page_bytes && pps < c->num_pages) pps *= 2;
     uint64_t nseg = (c->num_pages + pps - 1) / pps;
+    if (nseg > 1 && !info->kv_multi_segment)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "KV pool: %u pages of %llu bytes need %llu buffers, but device %d (%s) lacks "
+                        "shaderStorageBufferArrayNonUniformIndexing (or %d storage buffers per "
+                        "stage), so a pool is limited to one buffer of %llu bytes (%llu pages); use fewer pages, more devices, or a newer "
+                        "driver (Mesa 23+)",
+                        c->num_pages, (unsigned long long)page_bytes, (unsigned long long)nseg,
+                        info->logical_index, info->name, DCP_KV_MAX_SEGMENTS + 8,
+                        (unsigned long long)seg_max, (unsigned long long)(seg_max / page_bytes));
     if (nseg > DCP_KV_MAX_SEGMENTS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "KV pool: %u pages of %llu bytes need %llu buffers on device %d (range limit "

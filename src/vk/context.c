@@ -181,22 +181,20 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     vk->vkGetPhysicalDeviceFeatures2(phys, &f2);
-    if (!f2.features.shaderStorageBufferArrayDynamicIndexing ||
-        !f12.shaderStorageBufferArrayNonUniformIndexing) {
-        st = dcp_fail(DCP_ERR_UNSUPPORTED,
-                      "device %d (%s): needs shaderStorageBufferArrayNonUniformIndexing (paged KV "
-                      "pools span several storage buffers)",
-                      logical_index, info->name);
-        goto fail;
-    }
+    /* Non-uniform indexing lets a KV pool span several buffers; without it (Mesa 22 lavapipe)
+     * pools keep to one buffer and the KV shaders use their one-segment variants. */
+    info->nonuniform_indexing = f12.shaderStorageBufferArrayNonUniformIndexing &&
+                                f2.features.shaderStorageBufferArrayDynamicIndexing;
+    info->kv_multi_segment = info->nonuniform_indexing &&
+                             info->max_storage_buffers_per_stage >= DCP_KV_MAX_SEGMENTS + DCP_MAX_BINDINGS;
     VkPhysicalDeviceVulkan12Features en12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .shaderStorageBufferArrayNonUniformIndexing = VK_TRUE,
+        .shaderStorageBufferArrayNonUniformIndexing = info->nonuniform_indexing,
         .hostQueryReset = f12.hostQueryReset,
         .timelineSemaphore = f12.timelineSemaphore,
     };
     VkPhysicalDeviceFeatures2 en = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &en12};
-    en.features.shaderStorageBufferArrayDynamicIndexing = VK_TRUE;
+    en.features.shaderStorageBufferArrayDynamicIndexing = f2.features.shaderStorageBufferArrayDynamicIndexing;
     en.features.robustBufferAccess = robust && f2.features.robustBufferAccess;
     en.features.shaderInt64 = f2.features.shaderInt64;
 

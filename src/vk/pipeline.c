@@ -19,6 +19,17 @@ static const dcp_pipeline_desc table[DCP_PIPELINE_COUNT] = {
 #undef DCP_PIPELINE
 };
 
+/* Modules built with KV_ONE_SEGMENT, for devices without non-uniform descriptor indexing. */
+static const struct {
+    const uint32_t *spv;
+    size_t spv_size;
+} one_segment[DCP_PIPELINE_COUNT] = {
+#define DCP_PIPELINE(...)
+#define DCP_PIPELINE_ONE_SEGMENT(id, spv) [DCP_PIPE_##id] = {dcp_spv_##spv, sizeof(dcp_spv_##spv)},
+#include "vk/pipelines.def"
+#undef DCP_PIPELINE
+};
+
 const dcp_pipeline_desc *dcp_pipeline_get_desc(dcp_pipeline_id id) { return &table[id]; }
 
 void dcp_device_destroy_pipelines(dcp_device *dev)
@@ -38,6 +49,15 @@ void dcp_device_destroy_pipelines(dcp_device *dev)
     }
 }
 
+/* Descriptors of binding i of pipeline id on dev: a KV segment array shrinks to one buffer where
+ * the device uses the one-segment variant. */
+static uint32_t binding_count(const dcp_device *dev, dcp_pipeline_id id, uint32_t i)
+{
+    uint32_t n = table[id].binding_counts[i];
+    if (n == DCP_KV_MAX_SEGMENTS && one_segment[id].spv && !dev->info.kv_multi_segment) return 1;
+    return n;
+}
+
 /* Layouts and shader module of pipeline id, created once per device. */
 static dcp_status layouts(dcp_device *dev, dcp_pipeline_id id)
 {
@@ -48,7 +68,7 @@ static dcp_status layouts(dcp_device *dev, dcp_pipeline_id id)
     for (uint32_t i = 0; i < d->binding_count; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
                                               .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                              .descriptorCount = d->binding_counts[i],
+                                              .descriptorCount = binding_count(dev, id, i),
                                               .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     VkDescriptorSetLayoutCreateInfo dl = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                           .bindingCount = d->binding_count, .pBindings = b};
@@ -60,6 +80,10 @@ static dcp_status layouts(dcp_device *dev, dcp_pipeline_id id)
     DCP_VK_TRY(dev, dev->vk.vkCreatePipelineLayout(dev->device, &pl, NULL, &dev->pipe_layouts[id]));
     VkShaderModuleCreateInfo sm = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                    .codeSize = d->spv_size, .pCode = d->spv};
+    if (!dev->info.kv_multi_segment && one_segment[id].spv) {
+        sm.codeSize = one_segment[id].spv_size;
+        sm.pCode = one_segment[id].spv;
+    }
     DCP_VK_TRY(dev, dev->vk.vkCreateShaderModule(dev->device, &sm, NULL, &dev->modules[id]));
     return DCP_OK;
 fail:
@@ -199,11 +223,11 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
     dcp_cmd_set *cs = &cmd->sets[cmd->set_count];
     DCP_TRY(dcp_device_alloc_set(dev, dev->set_layouts[id], &cs->set, &cs->pool));
     cmd->set_count++;
-    uint32_t k = 0;
+    uint32_t k = 0; /* the caller's bindings always hold the table's count per binding */
     for (uint32_t i = 0; i < d->binding_count; i++) {
         writes[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                            .dstSet = cs->set, .dstBinding = i,
-                                           .descriptorCount = d->binding_counts[i],
+                                           .descriptorCount = binding_count(dev, id, i),
                                            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                            .pBufferInfo = &infos[k]};
         k += d->binding_counts[i];
