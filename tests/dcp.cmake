@@ -21,3 +21,15 @@ dcp_test(test_dcp_4dev EXE test_dcp ENV "DCP_VK_DEVICES=0,0,0,0")
 dcp_test(test_dcp_8dev EXE test_dcp ENV "DCP_VK_DEVICES=0,0,0,0,0,0,0,0")
 dcp_mpi_test(test_dcp_mpi2 2 test_dcp --mpi)
 dcp_mpi_test(test_dcp_mpi4 4 test_dcp --mpi)
+# dcp-vk-bench attn --dcp: a small --verify run in one process and under mpiexec -n 2.
+if(TARGET dcp-vk-bench)
+  add_test(NAME test_bench_dcp_3dev COMMAND $<TARGET_FILE:dcp-vk-bench> attn --dcp 3 --backend a2a --interleave 4
+           --ctx 301 --batch 2 --q-heads 6 --kv-heads 2 --head-dim 32 --iters 1 --verify)
+  set_tests_properties(test_bench_dcp_3dev PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0,0" TIMEOUT 300)
+  if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+    add_test(NAME test_bench_dcp_mpi2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+             $<TARGET_FILE:dcp-vk-bench> attn --dcp 2 --backend ag_rs --interleave 16 --ctx 301 --batch 2
+             --q-heads 4 --kv-heads 2 --head-dim 32 --iters 1 --verify)
+    set_tests_properties(test_bench_dcp_mpi2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 300 PROCESSORS 2)
+  endif()
+endif()

@@ -19,6 +19,7 @@ typedef struct attn_opts {
     dcp_dtype dtype;
     int verify, json;
     const char *devices;
+    dcp_bench_dcp_opts dcp; /* --dcp and its options (apps/bench/attn_dcp.c) */
 } attn_opts;
 
 static void usage(FILE *f)
@@ -35,14 +36,22 @@ static void usage(FILE *f)
             "  --iters N          timed iterations; the median is reported (default 5)\n"
             "  --verify           compare with the CPU reference; exit 1 on a mismatch\n"
             "  --json             one JSON object per configuration instead of text\n"
-            "  --devices LIST     comma-separated device indices (default: $DCP_VK_DEVICES, else all)\n");
+            "  --devices LIST     comma-separated device indices (default: $DCP_VK_DEVICES, else all)\n"
+            "DCP (one group of N ranks: N devices in this process, or mpiexec -n N with one device each):\n"
+            "  --dcp N            DCP size; --q-heads then counts the group's heads after the gather\n"
+            "                     (N divides it) and --kv-heads the KV heads every rank holds (default 0: off)\n"
+            "  --backend B        a2a or ag_rs (default a2a; a2a needs N > 1)\n"
+            "  --interleave I     tokens in a row on one rank, divides --page-size (default 1)\n"
+            "  --transport T      auto, hostmem, staging or devgroup (default auto: $DCP_VK_TRANSPORT, else best)\n"
+            "  --q-replicate      every rank gets the group's full Q; no Q all-gather\n");
 }
 
 static int parse(int argc, char **argv, attn_opts *o)
 {
     static const char *const dtypes[] = {"f32", "f16", NULL};
     const char *p = "dcp-vk-bench attn";
-    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL};
+    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL, {0}};
+    o->dcp.interleave = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int ok = 1;
@@ -65,6 +74,19 @@ static int parse(int argc, char **argv, attn_opts *o)
             if (ok) o->dtype = (dcp_dtype)k;
         } else if (strcmp(a, "--devices") == 0) ok = (o->devices = dcp_cli_value(p, argc, argv, &i)) != NULL;
         else if (strcmp(a, "--verify") == 0) o->verify = 1;
+        U32("--dcp", dcp.dcp, 1, 64);
+        U32("--interleave", dcp.interleave, 1, 4096);
+        else if (strcmp(a, "--backend") == 0) {
+            static const char *const backends[] = {"a2a", "ag_rs", NULL};
+            int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, backends) : -1;
+            ok = k >= 0;
+            if (ok) o->dcp.backend = k;
+        } else if (strcmp(a, "--transport") == 0) {
+            static const char *const transports[] = {"auto", "devgroup", "hostmem", "staging", NULL};
+            int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, transports) : -1;
+            ok = k >= 0;
+            if (ok) o->dcp.transport = k; /* dcp_transport order */
+        } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = 1;
         else if (strcmp(a, "--json") == 0) o->json = 1;
         else {
             fprintf(stderr, "%s: unknown option '%s' (see --help)\n", p, a);
@@ -244,6 +266,13 @@ int dcp_bench_attn(int argc, char **argv)
     attn_opts o;
     int pr = parse(argc, argv, &o);
     if (pr) return pr > 0 ? DCP_EXIT_OK : DCP_EXIT_USAGE;
+    if (o.dcp.dcp) {
+        dcp_bench_dcp_opts d = o.dcp;
+        d.ctx = o.ctx, d.batch = o.batch, d.q_heads = o.q_heads, d.kv_heads = o.kv_heads, d.head_dim = o.head_dim;
+        d.page_size = o.page_size, d.iters = o.iters, d.dtype = o.dtype, d.verify = o.verify, d.json = o.json;
+        d.devices = o.devices;
+        return dcp_bench_attn_dcp(&d);
+    }
     dcp_context_config cfg = DCP_CONTEXT_CONFIG_DEFAULT;
     cfg.devices = o.devices;
     dcp_context *ctx = NULL;

@@ -10,6 +10,22 @@ int dcp_bench_attn(int argc, char **argv);
 /* dcp-vk-bench capacity (apps/bench/capacity.c): longest context in a KV budget, plain TP vs DCP. */
 int dcp_bench_capacity(int argc, char **argv);
 
+/* dcp-vk-bench attn --dcp N (apps/bench/attn_dcp.c): the DCP attention step over N devices in one
+ * process, or under mpiexec -n P with P x (devices per process) = N. */
+typedef struct dcp_bench_dcp_opts {
+    uint32_t dcp;            /* N: DCP group size (0: not a DCP run) */
+    int backend;             /* dcp_backend: 0 a2a, 1 ag_rs */
+    uint32_t interleave;     /* I, divides the page size */
+    int transport;           /* dcp_transport (in-process part) */
+    int q_replicate;         /* 1: every rank gets the full Q, no gather */
+    uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters; /* as in attn; q_heads: after the gather */
+    int dtype;               /* dcp_dtype of the KV cache */
+    int verify, json;
+    const char *devices;
+} dcp_bench_dcp_opts;
+
+int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o);
+
 /* Yardsticks measured on one device in the same run: a plain streaming-read shader and
  * vkCmdCopyBuffer, in bytes per second. */
 typedef struct dcp_bench_yardsticks {

@@ -66,6 +66,7 @@ typedef struct dcp_attn_timing {
     double exchange_ns;  /* total - local - merge: Q gather, packing, transfers, host exchange */
     double total_ns;     /* the whole dcp_attn_run */
     uint64_t bytes_sent; /* bytes local rank 0 sent to other ranks in this step (Q gather included) */
+    uint64_t q_bytes_sent; /* of which the Q all-gather (0 with q_replicate) */
 } dcp_attn_timing;
 
 /* Runs one step, synchronously (the writes of q must have completed; on return o and lse hold the

@@ -253,6 +253,7 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
         DCP_TRY(run_all(a));
         DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, qblk / 4, DCP_DTYPE_F32));
     }
+    uint64_t q_bytes = dcp_comm_bytes_sent(a->comm, 0) - sent0;
 
     /* Phase 2: (unpack Q) local decode, then pack and send (a2a) or send the LSE (ag_rs). */
     for (uint32_t i = 0; i < a->L; i++) {
@@ -355,6 +356,7 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
         timing->exchange_ns = timing->total_ns - local_ns - merge_ns;
         if (timing->exchange_ns < 0) timing->exchange_ns = 0;
         timing->bytes_sent = dcp_comm_bytes_sent(a->comm, 0) - sent0;
+        timing->q_bytes_sent = q_bytes;
     }
     return DCP_OK;
 fail:
