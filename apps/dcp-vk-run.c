@@ -110,10 +110,10 @@ int main(int argc, char **argv)
         rc = RUN_EXIT_USAGE;
         goto done;
     }
-    if (o.tp > 1 || o.dcp > 1) {
-        fprintf(stderr, "%s: --tensor-parallel-size %u --decode-context-parallel-size %u is a valid configuration "
-                        "for this model, but this build runs the model step at TP 1 and DCP 1 only (multi-device "
-                        "model steps are not implemented yet)\n", prog, o.tp, o.dcp);
+    if (o.dcp > 1) {
+        fprintf(stderr, "%s: --decode-context-parallel-size %u is a valid configuration for this model, but this "
+                        "build runs the model step with DCP 1 only (the DCP attention step is not wired into the "
+                        "model yet)\n", prog, o.dcp);
         rc = RUN_EXIT_USAGE;
         goto done;
     }
@@ -123,15 +123,43 @@ int main(int argc, char **argv)
     }
     dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
     cc.devices = o.devices;
+    char same_dev[4096];
+    const char *env_devices = getenv("DCP_VK_DEVICES");
+    if (!o.devices && !(env_devices && *env_devices) && o.tp > 1) {
+        /* No device list: TP ranks on logical devices of physical device 0 unless there are enough
+         * physical devices (then one each). */
+        dcp_context *probe = NULL;
+        int phys = 0;
+        if (dcp_context_create(&cc, &probe) == DCP_OK) phys = dcp_context_physical_device_count(probe);
+        dcp_context_destroy(probe);
+        size_t n = 0;
+        for (uint32_t r = 0; r < o.tp; r++)
+            n += (size_t)snprintf(same_dev + n, sizeof same_dev - n, r ? ",%u" : "%u",
+                                  phys >= (int)o.tp ? r : 0u);
+        cc.devices = same_dev;
+        if (phys < (int)o.tp)
+            fprintf(stderr, "%s: %d physical device(s) for %u TP ranks: running the ranks on %u logical devices "
+                            "of physical device 0 (--devices or DCP_VK_DEVICES choose others)\n",
+                    prog, phys, o.tp, o.tp);
+    }
     if ((st = dcp_context_create(&cc, &ctx))) {
         fail(prog, "creating the Vulkan devices", st);
         rc = st == DCP_ERR_INVALID_ARGUMENT ? RUN_EXIT_USAGE : RUN_EXIT_RUNTIME;
         goto done;
     }
+    if (dcp_context_device_count(ctx) < (int)o.tp) {
+        fprintf(stderr, "%s: --tensor-parallel-size %u needs %u devices; the device list gives %d (--devices or "
+                        "DCP_VK_DEVICES, e.g. 0,0,0,0 for four logical devices on device 0)\n",
+                prog, o.tp, o.tp, dcp_context_device_count(ctx));
+        rc = RUN_EXIT_USAGE;
+        goto done;
+    }
     dcp_device *dev = dcp_context_device(ctx, 0);
+    dcp_device *devs[1024];
+    for (uint32_t r = 0; r < o.tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     load_progress lp = {now_s(), 0};
     double t_load = now_s();
-    if ((st = dcp_llama_weights_create(dev, g, &mc, on_progress, &lp, &w))) {
+    if ((st = dcp_llama_weights_create_tp(devs, o.tp, g, &mc, on_progress, &lp, &w))) {
         fail(prog, "loading the weights", st);
         goto done;
     }
@@ -182,8 +210,8 @@ int main(int argc, char **argv)
     const dcp_device_info *info = dcp_device_get_info(dev);
     if (!o.json)
         fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "
-                        "TP 1, DCP 1; KV %s, block %u\n", prog, model, info->name, info->driver_name, mc.n_layer,
-                mc.n_head, mc.n_head_kv, mc.n_vocab, n_prompt, o.kv_dtype, o.block_size);
+                        "TP %u, DCP %u; KV %s, block %u\n", prog, model, info->name, info->driver_name, mc.n_layer,
+                mc.n_head, mc.n_head_kv, mc.n_vocab, n_prompt, o.tp, o.dcp, o.kv_dtype, o.block_size);
 
     /* Prompt: one batched prefill; the first generated token comes from its last logits. */
     double t0 = now_s();
@@ -251,6 +279,8 @@ int main(int argc, char **argv)
     double prompt_tps = t_prompt > 0 ? n_prompt / t_prompt : 0;
     double gen_tps = t_gen > 0 && steps ? steps / t_gen : 0;
     uint64_t kv_bytes = dcp_llama_state_kv_bytes(s);
+    uint64_t run_tokens = dcp_llama_state_tokens_run(s);
+    double xbytes = run_tokens ? (double)dcp_llama_state_exchange_bytes(s) / run_tokens : 0.0;
     if (o.json) {
         printf("{\"model\": ");
         json_string(stdout, model, strlen(model));
@@ -260,9 +290,9 @@ int main(int argc, char **argv)
                "\"interleave\": %u, \"block_size\": %u, \"kv_dtype\": \"%s\", \"prompt_tokens\": %zu, "
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
                "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
-               "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": 0, \"text\": ",
+               "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"text\": ",
                o.tp, o.dcp, o.backend, o.interleave, o.block_size, o.kv_dtype, n_prompt, n_gen, steps, t_prompt,
-               t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes);
+               t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes, xbytes);
         json_string(stdout, text ? text : "", text_len);
         printf(", \"tokens\": [");
         for (uint32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
@@ -273,10 +303,10 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "%s: prompt: %zu tokens in %.3f s = %.1f tokens/s; generation: %u tokens, %u decode steps in "
                 "%.3f s = %.1f tokens/s\n"
-                "%s: KV cache %.2f MiB per rank (1 rank); exchange 0 bytes per token (TP 1, DCP 1); weights "
-                "%.2f MiB loaded in %.2f s\n",
-                prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0,
-                dcp_llama_weights_bytes(w) / 1048576.0, t_load);
+                "%s: KV cache %.2f MiB per rank (%u ranks); exchange %.0f bytes per token sent by rank 0; "
+                "weights %.2f MiB (all ranks) loaded in %.2f s\n",
+                prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0, o.tp,
+                xbytes, dcp_llama_weights_bytes(w) / 1048576.0, t_load);
     }
     rc = RUN_EXIT_OK;
 done:

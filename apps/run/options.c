@@ -77,8 +77,9 @@ void run_print_help(const char *prog)
            "                                       (the text is then not streamed; it is in \"text\")\n"
            "  -h, --help                           this help\n"
            "\n"
-           "This build runs the model at tensor-parallel size 1 and DCP size 1; larger sizes are\n"
-           "validated (vLLM's rules) and then refused as not implemented yet.\n",
+           "This build runs tensor parallelism in one process (ranks on --devices; without a list,\n"
+           "on logical devices of device 0); DCP sizes above 1 are validated (vLLM's rules) and then\n"
+           "refused as not implemented in the model step yet.\n",
            prog);
 }
 

@@ -1,4 +1,4 @@
-/* Llama-family model on one device (TP = 1, DCP = 1): device weights, run state (KV cache pages,
+/* Llama-family model on one device or a tensor-parallel group (DCP = 1): device weights, run state (KV cache pages,
  * attention plans, activations, one command buffer) and the forward pass (batched causal prefill
  * and single-token decode), plus the host sampler.
  *
@@ -39,7 +39,18 @@ typedef void (*dcp_progress_fn)(void *user, uint64_t done, uint64_t total);
  * copy what they need; dev must outlive the weights. Destroy with dcp_llama_weights_destroy. */
 dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
                                     dcp_progress_fn progress, void *user, dcp_llama_weights **out);
+/* Same over a tensor-parallel group: devs [tp] distinct devices (rank r on devs[r]). Sharding:
+ * query heads split evenly; KV heads split when they divide by tp, else replicated (tp must then
+ * be a multiple of them: vLLM's rule); FFN rows split unevenly when tp does not divide n_ff;
+ * attn_output and ffn_down split by input columns (zero-padded to multiples of 4; a column slice
+ * that is not Q8_0-block aligned is uploaded as F32); embedding and norms replicated; output head
+ * on rank 0 only. DCP_ERR_CONFIG for a tp the heads do not allow. */
+dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, const dcp_gguf *g,
+                                       const dcp_model_config *cfg, dcp_progress_fn progress, void *user,
+                                       dcp_llama_weights **out);
 void dcp_llama_weights_destroy(dcp_llama_weights *w);
+/* Tensor-parallel size of the weights. */
+uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w);
 const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w);
 /* Bytes of device memory the weights use. */
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w);
@@ -57,9 +68,9 @@ typedef struct dcp_llama_config {
 
 typedef struct dcp_llama_state dcp_llama_state;
 
-/* Creates the run state of one sequence over w (which must outlive it): one KV page pool per
- * layer, attention plans for decode and prefill, activations. Destroy with
- * dcp_llama_state_destroy. */
+/* Creates the run state of one sequence over w (which must outlive it): per rank, one KV page
+ * pool per layer, attention plans for decode and prefill, activations; then runs a 2-token warm-up (which
+ * creates every pipeline) and forgets it. Destroy with dcp_llama_state_destroy. */
 dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config,
                                   dcp_llama_state **out);
 void dcp_llama_state_destroy(dcp_llama_state *s);
@@ -69,8 +80,12 @@ void dcp_llama_state_reset(dcp_llama_state *s);
 uint32_t dcp_llama_state_pos(const dcp_llama_state *s);
 /* The context capacity in tokens (config n_ctx after defaults). */
 uint32_t dcp_llama_state_n_ctx(const dcp_llama_state *s);
-/* Bytes of the KV cache pools (K and V, all layers). */
+/* Bytes of the KV cache pools of one rank (K and V, all layers). */
 uint64_t dcp_llama_state_kv_bytes(const dcp_llama_state *s);
+/* Bytes rank 0 has sent to other ranks (all-reduces) since creation, and tokens run since then
+ * (the warm-up excluded): their ratio is the exchange volume per token. */
+uint64_t dcp_llama_state_exchange_bytes(const dcp_llama_state *s);
+uint64_t dcp_llama_state_tokens_run(const dcp_llama_state *s);
 
 /* Runs tokens [n] at positions pos .. pos+n-1 (prefill in chunks of prefill_chunk tokens, causal;
  * n == 1 is a decode step) and advances the position. On success, if logits is not NULL it

@@ -1,5 +1,13 @@
-/* The llama model on one device: weight upload from GGUF, run state, and the forward pass that
- * records a whole step (all layers, output head, argmax) into one command buffer. */
+/* The llama model over a tensor-parallel group of devices (TP = 1: one device, one submit per
+ * step): weight upload and sharding from GGUF, run state, and the forward pass.
+ *
+ * Sharding (TP size T, rank r): query heads [r Hq/T, (r+1) Hq/T); KV heads split when Hkv % T == 0,
+ * else replicated (rank r holds KV head r / (T / Hkv)); FFN rows split unevenly (the first F % T
+ * ranks get one more); o_proj and ffn_down split by input columns (row-parallel), their partial
+ * outputs summed by an all-reduce over the group; embedding, norms and output head replicated
+ * (only rank 0 computes the logits). With T = 1 a whole step is one command buffer; with T > 1 a
+ * step is 2 n_layer + 1 submits per rank around the host-synchronous all-reduces of the
+ * communicator (include/dcpvk/comm.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,50 +15,64 @@
 
 #include "common/error.h"
 #include "dcpvk/attn.h"
+#include "dcpvk/comm.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/model.h"
 #include "model/ops.h"
 
 typedef struct llama_layer {
     dcp_buffer *attn_norm, *ffn_norm; /* [n_embd] f32 */
-    dcp_matrix wqkv;                  /* [(Hq + 2 Hkv) D][n_embd] */
-    dcp_matrix wo;                    /* [n_embd][Hq D] */
-    dcp_matrix wgu;                   /* [2 n_ff][n_embd]: gate rows then up rows */
-    dcp_matrix wdown;                 /* [n_embd][n_ff] */
+    dcp_matrix wqkv;                  /* [(hq + 2 hkv) D][n_embd]: local Q, K, V heads */
+    dcp_matrix wo;                    /* [n_embd][hq D]: the rank's input columns */
+    dcp_matrix wgu;                   /* [2 f][n_embd]: local gate rows then up rows */
+    dcp_matrix wdown;                 /* [n_embd][f_pad]: local input columns, zero-padded */
 } llama_layer;
 
-struct dcp_llama_weights {
+typedef struct rank_weights {
     dcp_device *dev;
-    dcp_model_config cfg;
+    uint32_t hq, hkv;      /* local query / KV heads */
+    uint32_t q0, kv0;      /* first local query head, first local KV head */
+    uint32_t f, f0, f_pad; /* local FFN rows, first row, padded to a multiple of 4 */
     dcp_matrix tok_embd;   /* [n_vocab][n_embd] */
-    dcp_matrix output;     /* [n_vocab][n_embd] */
+    dcp_matrix output;     /* [n_vocab][n_embd] (rank 0 only) */
     dcp_buffer *out_norm;  /* [n_embd] f32 */
     llama_layer *layers;   /* [n_layer] */
+} rank_weights;
+
+struct dcp_llama_weights {
+    dcp_model_config cfg;
+    uint32_t tp;
+    rank_weights *ranks;   /* [tp] */
     uint64_t bytes;
 };
+
+typedef struct rank_state {
+    dcp_device *dev;
+    uint32_t qkv4, hd4;             /* row strides (floats, multiples of 4) */
+    dcp_kv_pool **pools;            /* [n_layer] */
+    dcp_decode_plan **dplans;       /* [n_layer] batch 1 */
+    dcp_decode_plan **pplans;       /* [n_layer] batch prefill_chunk (NULL if chunk 1) */
+    dcp_buffer *x, *xn, *qkv, *q, *o, *lse, *gu, *h, *part; /* activations [prefill_chunk][stride] f32 */
+    dcp_buffer *ids, *slots, *cs;   /* host-visible step inputs: [chunk] u32, [chunk] u32, [chunk][n_rot/2][2] f32 */
+    dcp_buffer *logits, *next;      /* host-visible outputs: [n_vocab] f32, [1] u32 */
+    dcp_cmd *cmd;
+} rank_state;
 
 struct dcp_llama_state {
     dcp_llama_weights *w;
     dcp_llama_config cfg;
-    dcp_device *dev;
     uint32_t pos;
     uint32_t pages;                 /* pages per layer pool (identity block table) */
-    uint32_t e4, qkv4, hd4, f4;     /* row strides (floats, multiples of 4) */
-    dcp_kv_pool **pools;            /* [n_layer] */
-    dcp_decode_plan **dplans;       /* [n_layer] batch 1 */
-    dcp_decode_plan **pplans;       /* [n_layer] batch prefill_chunk (NULL entries if chunk 1) */
     uint32_t *bt;                   /* [prefill_chunk][pages] identity rows */
     uint32_t *lens;                 /* [prefill_chunk] */
-    dcp_buffer *x, *xn, *qkv, *q, *o, *lse, *gu, *h; /* activations [prefill_chunk][stride] f32 */
-    dcp_buffer *ids, *slots, *cs;   /* host-visible step inputs: [chunk] u32, [chunk] u32, [chunk][n_rot/2][2] f32 */
-    dcp_buffer *logits, *next;      /* host-visible outputs: [n_vocab] f32, [1] u32 */
-    dcp_cmd *cmd;
+    rank_state *r;                  /* [tp] */
+    dcp_comm *comm;                 /* tp > 1 */
+    uint64_t tokens_run;            /* tokens processed (for the exchange statistics) */
 };
 
 /* ---- weights ------------------------------------------------------------------------------- */
 
 typedef struct load_ctx {
-    dcp_device *dev;
     const dcp_gguf *g;
     dcp_progress_fn progress;
     void *user;
@@ -67,62 +89,106 @@ static dcp_status find_tensor(const dcp_gguf *g, const char *name, uint64_t ne0,
                         dcp_gguf_name(g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                         (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (unsigned long long)ne0,
                         (unsigned long long)ne1);
+    if (!dcp_ggml_type_supported(t->type)) {
+        const char *tn = dcp_ggml_type_name(t->type);
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: F32, F16, BF16, Q8_0",
+                        dcp_gguf_name(g), name, tn ? tn : "unknown");
+    }
     *out = t;
     return DCP_OK;
 }
 
-static void progress(load_ctx *lc, uint64_t bytes)
+/* One part of a matrix: rows [r0, r0 + nr) and input columns [c0, c0 + nc) of a tensor. */
+typedef struct slice {
+    const char *name;
+    uint32_t r0, nr, c0, nc;
+} slice;
+
+/* Whether the slice can stay in the tensor's type (block-aligned columns, padded width too). */
+static int slice_native(const dcp_gguf_tensor *t, const slice *s, uint32_t k_pad)
 {
-    lc->done += bytes;
-    if (lc->progress) lc->progress(lc->user, lc->done, lc->total);
+    uint32_t be, bb;
+    dcp_ggml_type_block(t->type, &be, &bb);
+    return s->c0 % be == 0 && s->nc % be == 0 && k_pad % be == 0;
 }
 
-/* Uploads the row concatenation of tensors names[0..n) (each [k, rows[i]]) as one matrix. */
-static dcp_status load_matrix(load_ctx *lc, uint32_t n, const char *const *names, const uint32_t *rows,
-                              uint32_t k, dcp_matrix *out)
+/* GGUF-layout bytes of a slice, zero-padded to k_pad columns, in `type` (the tensor's own type,
+ * or F32). *out is malloc'd. */
+static dcp_status slice_bytes(const dcp_gguf *g, const dcp_gguf_tensor *t, const slice *s, uint32_t k_pad,
+                              dcp_ggml_type type, uint8_t **out)
 {
     dcp_status st = DCP_OK;
-    const dcp_gguf_tensor *t[3];
-    const void *data[3] = {NULL, NULL, NULL};
-    float *conv[3] = {NULL, NULL, NULL};
-    int same = 1;
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        DCP_TRY(find_tensor(lc->g, names[i], k, rows[i], &t[i]));
-        if (!dcp_ggml_type_supported(t[i]->type)) {
-            const char *tn = dcp_ggml_type_name(t[i]->type);
-            return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: F32, F16, BF16, Q8_0",
-                            dcp_gguf_name(lc->g), names[i], tn ? tn : "unknown");
+    uint32_t be, bb;
+    dcp_ggml_type_block(type, &be, &bb);
+    uint64_t dst_row = (uint64_t)k_pad / be * bb;
+    uint8_t *dst = calloc((size_t)s->nr, dst_row);
+    float *row = NULL;
+    if (!dst) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
+    uint32_t tbe, tbb;
+    dcp_ggml_type_block(t->type, &tbe, &tbb);
+    uint64_t src_row = t->ne[0] / tbe * tbb;
+    const uint8_t *src = t->data;
+    if (type == t->type) {
+        for (uint32_t r = 0; r < s->nr; r++)
+            memcpy(dst + r * dst_row, src + (uint64_t)(s->r0 + r) * src_row + (uint64_t)s->c0 / be * bb,
+                   (uint64_t)s->nc / be * bb);
+    } else {
+        row = malloc(t->ne[0] * sizeof *row);
+        if (!row) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
+            goto fail;
         }
-        if (t[i]->type != t[0]->type) same = 0;
-        data[i] = t[i]->data;
-        bytes += t[i]->size;
-    }
-    dcp_ggml_type type = t[0]->type;
-    if (!same) {
-        for (uint32_t i = 0; i < n; i++) {
-            conv[i] = malloc(t[i]->n_elements * sizeof(float));
-            if (!conv[i]) {
-                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory converting %s", names[i]);
-                goto fail;
-            }
-            DCP_TRY(dcp_gguf_tensor_to_f32(lc->g, t[i], conv[i]));
-            data[i] = conv[i];
+        for (uint32_t r = 0; r < s->nr; r++) {
+            DCP_TRY(dcp_ggml_to_f32(t->type, src + (uint64_t)(s->r0 + r) * src_row, row, t->ne[0]));
+            memcpy(dst + r * dst_row, row + s->c0, (uint64_t)s->nc * 4);
         }
-        type = DCP_GGML_TYPE_F32;
     }
-    st = dcp_matrix_create(lc->dev, type, k, n, data, rows, out);
-    if (st) {
-        dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), names[0]);
-        goto fail;
-    }
-    progress(lc, bytes);
+    free(row);
+    *out = dst;
+    return DCP_OK;
 fail:
-    for (uint32_t i = 0; i < n; i++) free(conv[i]);
+    free(row);
+    free(dst);
     return st;
 }
 
-static dcp_status load_norm(load_ctx *lc, const char *name, uint32_t n, dcp_buffer **out)
+/* Uploads the row concatenation of slices (each of tensor ne0 = k_total, ne1 = rows_total) as one
+ * matrix of k_pad columns. Parts keep the tensors' type when they all share it and every slice is
+ * block-aligned; otherwise everything becomes F32. */
+static dcp_status load_slices(load_ctx *lc, dcp_device *dev, uint32_t n, const slice *sl, const uint64_t *k_total,
+                              const uint64_t *rows_total, uint32_t k_pad, dcp_matrix *out)
+{
+    dcp_status st = DCP_OK;
+    const dcp_gguf_tensor *t[3];
+    uint8_t *bytes[3] = {NULL, NULL, NULL};
+    int native = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        DCP_TRY(find_tensor(lc->g, sl[i].name, k_total[i], rows_total[i], &t[i]));
+        if (t[i]->type != t[0]->type || !slice_native(t[i], &sl[i], k_pad)) native = 0;
+    }
+    dcp_ggml_type type = native ? t[0]->type : DCP_GGML_TYPE_F32;
+    const void *data[3];
+    uint32_t rows[3];
+    uint64_t done = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        DCP_TRY(slice_bytes(lc->g, t[i], &sl[i], k_pad, type, &bytes[i]));
+        data[i] = bytes[i];
+        rows[i] = sl[i].nr;
+        done += t[i]->size * sl[i].nr / rows_total[i] * sl[i].nc / k_total[i];
+    }
+    st = dcp_matrix_create(dev, type, k_pad, n, data, rows, out);
+    if (st) {
+        dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), sl[0].name);
+        goto fail;
+    }
+    lc->done += done;
+    if (lc->progress) lc->progress(lc->user, lc->done, lc->total);
+fail:
+    for (uint32_t i = 0; i < n; i++) free(bytes[i]);
+    return st;
+}
+
+static dcp_status load_norm(load_ctx *lc, dcp_device *dev, const char *name, uint32_t n, dcp_buffer **out)
 {
     dcp_status st = DCP_OK;
     const dcp_gguf_tensor *t;
@@ -131,72 +197,115 @@ static dcp_status load_norm(load_ctx *lc, const char *name, uint32_t n, dcp_buff
     v = malloc((size_t)n * sizeof *v);
     if (!v) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     DCP_TRY(dcp_gguf_tensor_to_f32(lc->g, t, v));
-    DCP_TRY(dcp_buffer_create(lc->dev, (uint64_t)n * 4, DCP_MEMORY_DEVICE, out));
+    DCP_TRY(dcp_buffer_create(dev, (uint64_t)n * 4, DCP_MEMORY_DEVICE, out));
     DCP_TRY(dcp_buffer_upload(*out, 0, v, (uint64_t)n * 4));
-    progress(lc, t->size);
 fail:
     free(v);
     return st;
 }
 
-dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
-                                    dcp_progress_fn prog, void *user, dcp_llama_weights **out)
+static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
+
+static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t tp, uint32_t r, rank_weights *rw)
+{
+    dcp_status st = DCP_OK;
+    const uint32_t E = cfg->n_embd, D = cfg->head_dim, Hq = cfg->n_head, Hkv = cfg->n_head_kv, F = cfg->n_ff;
+    dcp_device *dev = rw->dev;
+    rw->hq = Hq / tp;
+    rw->q0 = r * rw->hq;
+    if (Hkv % tp == 0) {
+        rw->hkv = Hkv / tp;
+        rw->kv0 = r * rw->hkv;
+    } else {
+        rw->hkv = 1;
+        rw->kv0 = r / (tp / Hkv);
+    }
+    rw->f = F / tp + (r < F % tp ? 1 : 0);
+    rw->f0 = r * (F / tp) + (r < F % tp ? r : F % tp);
+    rw->f_pad = round4(rw->f);
+    rw->layers = calloc(cfg->n_layer, sizeof *rw->layers);
+    if (!rw->layers) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    const uint64_t vE[1] = {E}, vV[1] = {cfg->n_vocab};
+    slice emb = {"token_embd.weight", 0, cfg->n_vocab, 0, E};
+    DCP_TRY(load_slices(lc, dev, 1, &emb, vE, vV, E, &rw->tok_embd));
+    if (r == 0) {
+        slice out = {dcp_gguf_tensor_find(lc->g, "output.weight") ? "output.weight" : "token_embd.weight", 0,
+                     cfg->n_vocab, 0, E};
+        DCP_TRY(load_slices(lc, dev, 1, &out, vE, vV, E, &rw->output));
+    }
+    DCP_TRY(load_norm(lc, dev, "output_norm.weight", E, &rw->out_norm));
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        llama_layer *L = &rw->layers[l];
+        char n[9][64];
+        const char *sfx[9] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+                              "attn_norm", "ffn_norm"};
+        for (int i = 0; i < 9; i++) snprintf(n[i], 64, "blk.%u.%s.weight", l, sfx[i]);
+        slice qkv[3] = {{n[0], rw->q0 * D, rw->hq * D, 0, E},
+                        {n[1], rw->kv0 * D, rw->hkv * D, 0, E},
+                        {n[2], rw->kv0 * D, rw->hkv * D, 0, E}};
+        const uint64_t k3[3] = {E, E, E}, r3[3] = {(uint64_t)Hq * D, (uint64_t)Hkv * D, (uint64_t)Hkv * D};
+        DCP_TRY(load_slices(lc, dev, 3, qkv, k3, r3, E, &L->wqkv));
+        slice wo = {n[3], 0, E, rw->q0 * D, rw->hq * D};
+        const uint64_t kq[1] = {(uint64_t)Hq * D};
+        DCP_TRY(load_slices(lc, dev, 1, &wo, kq, vE, rw->hq * D, &L->wo));
+        slice gu[2] = {{n[4], rw->f0, rw->f, 0, E}, {n[5], rw->f0, rw->f, 0, E}};
+        const uint64_t k2[2] = {E, E}, rF[2] = {F, F};
+        DCP_TRY(load_slices(lc, dev, 2, gu, k2, rF, E, &L->wgu));
+        slice dn = {n[6], 0, E, rw->f0, rw->f};
+        DCP_TRY(load_slices(lc, dev, 1, &dn, rF, vE, rw->f_pad, &L->wdown));
+        DCP_TRY(load_norm(lc, dev, n[7], E, &L->attn_norm));
+        DCP_TRY(load_norm(lc, dev, n[8], E, &L->ffn_norm));
+    }
+    return DCP_OK;
+fail:
+    return st;
+}
+
+dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, const dcp_gguf *g,
+                                       const dcp_model_config *cfg, dcp_progress_fn prog, void *user,
+                                       dcp_llama_weights **out)
 {
     dcp_status st = DCP_OK;
     *out = NULL;
     if (cfg->arch != DCP_ARCH_LLAMA)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture %s is not supported (llama only)",
                         dcp_gguf_name(g), cfg->arch_name);
-    const uint32_t E = cfg->n_embd, D = cfg->head_dim, Hq = cfg->n_head, Hkv = cfg->n_head_kv;
-    if (cfg->head_dim_v != D)
+    if (cfg->head_dim_v != cfg->head_dim)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: value head size %u differs from key head size %u",
-                        dcp_gguf_name(g), cfg->head_dim_v, D);
+                        dcp_gguf_name(g), cfg->head_dim_v, cfg->head_dim);
+    if (cfg->n_embd % 4 || cfg->head_dim % 4)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: embedding %u and head size %u must be multiples of 4",
+                        dcp_gguf_name(g), cfg->n_embd, cfg->head_dim);
+    const uint32_t Hq = cfg->n_head, Hkv = cfg->n_head_kv;
+    if (tp == 0 || Hq % tp || (Hkv % tp && tp % Hkv))
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "tensor-parallel size %u: the %u query heads must divide by it and the %u KV heads must "
+                        "divide by it or divide it", tp, Hq, Hkv);
     dcp_llama_weights *w = calloc(1, sizeof *w);
     if (!w) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-    w->dev = dev;
     w->cfg = *cfg;
-    w->layers = calloc(cfg->n_layer, sizeof *w->layers);
-    if (!w->layers) {
+    w->tp = tp;
+    w->ranks = calloc(tp, sizeof *w->ranks);
+    if (!w->ranks) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
-    load_ctx lc = {dev, g, prog, user, 0, 0};
+    load_ctx lc = {g, prog, user, 0, 0};
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) lc.total += dcp_gguf_tensor_at(g, i)->size;
-    const char *embd[1] = {"token_embd.weight"};
-    uint32_t vrows[1] = {cfg->n_vocab};
-    DCP_TRY(load_matrix(&lc, 1, embd, vrows, E, &w->tok_embd));
-    const char *outn[1] = {dcp_gguf_tensor_find(g, "output.weight") ? "output.weight" : "token_embd.weight"};
-    DCP_TRY(load_matrix(&lc, 1, outn, vrows, E, &w->output));
-    DCP_TRY(load_norm(&lc, "output_norm.weight", E, &w->out_norm));
-    for (uint32_t l = 0; l < cfg->n_layer; l++) {
-        llama_layer *L = &w->layers[l];
-        char n[6][64];
-        snprintf(n[0], 64, "blk.%u.attn_q.weight", l);
-        snprintf(n[1], 64, "blk.%u.attn_k.weight", l);
-        snprintf(n[2], 64, "blk.%u.attn_v.weight", l);
-        const char *qkv[3] = {n[0], n[1], n[2]};
-        uint32_t qkv_rows[3] = {Hq * D, Hkv * D, Hkv * D};
-        DCP_TRY(load_matrix(&lc, 3, qkv, qkv_rows, E, &L->wqkv));
-        snprintf(n[3], 64, "blk.%u.attn_output.weight", l);
-        const char *wo[1] = {n[3]};
-        uint32_t wo_rows[1] = {E};
-        DCP_TRY(load_matrix(&lc, 1, wo, wo_rows, Hq * D, &L->wo));
-        snprintf(n[4], 64, "blk.%u.ffn_gate.weight", l);
-        snprintf(n[5], 64, "blk.%u.ffn_up.weight", l);
-        const char *gu[2] = {n[4], n[5]};
-        uint32_t gu_rows[2] = {cfg->n_ff, cfg->n_ff};
-        DCP_TRY(load_matrix(&lc, 2, gu, gu_rows, E, &L->wgu));
-        snprintf(n[0], 64, "blk.%u.ffn_down.weight", l);
-        const char *dn[1] = {n[0]};
-        DCP_TRY(load_matrix(&lc, 1, dn, wo_rows, cfg->n_ff, &L->wdown));
-        snprintf(n[1], 64, "blk.%u.attn_norm.weight", l);
-        DCP_TRY(load_norm(&lc, n[1], E, &L->attn_norm));
-        snprintf(n[2], 64, "blk.%u.ffn_norm.weight", l);
-        DCP_TRY(load_norm(&lc, n[2], E, &L->ffn_norm));
-        w->bytes += dcp_buffer_size(L->wqkv.buf) + dcp_buffer_size(L->wo.buf) + dcp_buffer_size(L->wgu.buf) +
-                    dcp_buffer_size(L->wdown.buf) + 8ull * E;
+    lc.total *= tp; /* embedding and norms are replicated; close enough for a progress bar */
+    for (uint32_t r = 0; r < tp; r++) {
+        w->ranks[r].dev = devs[r];
+        DCP_TRY(load_rank(&lc, cfg, tp, r, &w->ranks[r]));
+        rank_weights *rw = &w->ranks[r];
+        w->bytes += dcp_buffer_size(rw->tok_embd.buf) + (rw->output.buf ? dcp_buffer_size(rw->output.buf) : 0) +
+                    4ull * cfg->n_embd;
+        for (uint32_t l = 0; l < cfg->n_layer; l++) {
+            llama_layer *L = &rw->layers[l];
+            w->bytes += dcp_buffer_size(L->wqkv.buf) + dcp_buffer_size(L->wo.buf) + dcp_buffer_size(L->wgu.buf) +
+                        dcp_buffer_size(L->wdown.buf) + 8ull * cfg->n_embd;
+        }
     }
-    w->bytes += dcp_buffer_size(w->tok_embd.buf) + dcp_buffer_size(w->output.buf) + 4ull * E;
+    if (prog) prog(user, lc.total, lc.total);
     *out = w;
     return DCP_OK;
 fail:
@@ -204,12 +313,19 @@ fail:
     return st;
 }
 
+dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
+                                    dcp_progress_fn prog, void *user, dcp_llama_weights **out)
+{
+    return dcp_llama_weights_create_tp(&dev, 1, g, cfg, prog, user, out);
+}
+
 void dcp_llama_weights_destroy(dcp_llama_weights *w)
 {
     if (!w) return;
-    if (w->layers)
-        for (uint32_t l = 0; l < w->cfg.n_layer; l++) {
-            llama_layer *L = &w->layers[l];
+    for (uint32_t r = 0; w->ranks && r < w->tp; r++) {
+        rank_weights *rw = &w->ranks[r];
+        for (uint32_t l = 0; rw->layers && l < w->cfg.n_layer; l++) {
+            llama_layer *L = &rw->layers[l];
             dcp_buffer_destroy(L->attn_norm);
             dcp_buffer_destroy(L->ffn_norm);
             dcp_matrix_destroy(&L->wqkv);
@@ -217,19 +333,72 @@ void dcp_llama_weights_destroy(dcp_llama_weights *w)
             dcp_matrix_destroy(&L->wgu);
             dcp_matrix_destroy(&L->wdown);
         }
-    free(w->layers);
-    dcp_matrix_destroy(&w->tok_embd);
-    dcp_matrix_destroy(&w->output);
-    dcp_buffer_destroy(w->out_norm);
+        free(rw->layers);
+        dcp_matrix_destroy(&rw->tok_embd);
+        dcp_matrix_destroy(&rw->output);
+        dcp_buffer_destroy(rw->out_norm);
+    }
+    free(w->ranks);
     free(w);
 }
 
 const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w) { return &w->cfg; }
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w) { return w->bytes; }
+uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w) { return w->tp; }
 
 /* ---- run state ----------------------------------------------------------------------------- */
 
-static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
+static dcp_status rank_state_create(dcp_llama_state *s, uint32_t r)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model_config *m = &s->w->cfg;
+    const rank_weights *rw = &s->w->ranks[r];
+    rank_state *rs = &s->r[r];
+    const dcp_llama_config *c = &s->cfg;
+    const uint32_t T = c->prefill_chunk, L = m->n_layer, D = m->head_dim;
+    rs->dev = rw->dev;
+    rs->qkv4 = round4((rw->hq + 2 * rw->hkv) * D);
+    rs->hd4 = rw->hq * D;
+    rs->pools = calloc(L, sizeof *rs->pools);
+    rs->dplans = calloc(L, sizeof *rs->dplans);
+    rs->pplans = calloc(L, sizeof *rs->pplans);
+    if (!rs->pools || !rs->dplans || !rs->pplans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t l = 0; l < L; l++) {
+        dcp_kv_pool_config pc = DCP_KV_POOL_CONFIG_DEFAULT;
+        pc.kv_heads = rw->hkv;
+        pc.head_dim = D;
+        pc.page_size = c->block_size;
+        pc.dtype = c->kv_dtype;
+        pc.num_pages = s->pages;
+        DCP_TRY(dcp_kv_pool_create(rs->dev, &pc, &rs->pools[l]));
+        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+        dc.batch = 1;
+        dc.q_heads = rw->hq;
+        dc.max_blocks = s->pages;
+        DCP_TRY(dcp_decode_plan_create(rs->pools[l], &dc, &rs->dplans[l]));
+        if (T > 1) {
+            dc.batch = T;
+            DCP_TRY(dcp_decode_plan_create(rs->pools[l], &dc, &rs->pplans[l]));
+        }
+    }
+    struct { dcp_buffer **b; uint64_t floats; } acts[] = {
+        {&rs->x, m->n_embd}, {&rs->xn, m->n_embd}, {&rs->qkv, rs->qkv4}, {&rs->q, rs->hd4}, {&rs->o, rs->hd4},
+        {&rs->lse, rw->hq}, {&rs->gu, 2ull * rw->f}, {&rs->h, rw->f_pad}, {&rs->part, m->n_embd}};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        DCP_TRY(dcp_buffer_create(rs->dev, (acts[i].floats ? acts[i].floats : 1) * T * 4, DCP_MEMORY_DEVICE,
+                                  acts[i].b));
+    /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
+    DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
+    DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &rs->ids));
+    DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &rs->slots));
+    DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * (m->n_rot / 2 ? m->n_rot / 2 : 1) * 8, DCP_MEMORY_HOST, &rs->cs));
+    DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)m->n_vocab * 4, DCP_MEMORY_HOST, &rs->logits));
+    DCP_TRY(dcp_buffer_create(rs->dev, 16, DCP_MEMORY_HOST, &rs->next));
+    DCP_TRY(dcp_cmd_create(rs->dev, &rs->cmd));
+    return DCP_OK;
+fail:
+    return st;
+}
 
 dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config, dcp_llama_state **out)
 {
@@ -241,60 +410,38 @@ dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *
     if (c.block_size == 0 || c.prefill_chunk == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "llama state: block size %u and prefill chunk %u must be >= 1",
                         c.block_size, c.prefill_chunk);
-    if (m->n_embd % 4 || m->n_ff % 4 || (m->n_head * m->head_dim) % 4)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "llama state: embedding %u, FFN %u and Q width %u must be multiples of 4",
-                        m->n_embd, m->n_ff, m->n_head * m->head_dim);
     dcp_llama_state *s = calloc(1, sizeof *s);
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     s->w = w;
     s->cfg = c;
-    s->dev = w->dev;
     s->pages = (c.n_ctx + c.block_size - 1) / c.block_size;
-    const uint32_t T = c.prefill_chunk, L = m->n_layer, D = m->head_dim;
-    s->e4 = m->n_embd;
-    s->qkv4 = round4((m->n_head + 2 * m->n_head_kv) * D);
-    s->hd4 = m->n_head * D;
-    s->f4 = m->n_ff;
-    s->pools = calloc(L, sizeof *s->pools);
-    s->dplans = calloc(L, sizeof *s->dplans);
-    s->pplans = calloc(L, sizeof *s->pplans);
+    const uint32_t T = c.prefill_chunk;
     s->bt = malloc((size_t)T * s->pages * sizeof *s->bt);
     s->lens = calloc(T, sizeof *s->lens);
-    if (!s->pools || !s->dplans || !s->pplans || !s->bt || !s->lens) {
+    s->r = calloc(w->tp, sizeof *s->r);
+    if (!s->bt || !s->lens || !s->r) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
     for (uint32_t t = 0; t < T; t++)
         for (uint32_t p = 0; p < s->pages; p++) s->bt[(size_t)t * s->pages + p] = p;
-    for (uint32_t l = 0; l < L; l++) {
-        dcp_kv_pool_config pc = DCP_KV_POOL_CONFIG_DEFAULT;
-        pc.kv_heads = m->n_head_kv;
-        pc.head_dim = D;
-        pc.page_size = c.block_size;
-        pc.dtype = c.kv_dtype;
-        pc.num_pages = s->pages;
-        DCP_TRY(dcp_kv_pool_create(s->dev, &pc, &s->pools[l]));
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = 1;
-        dc.q_heads = m->n_head;
-        dc.max_blocks = s->pages;
-        DCP_TRY(dcp_decode_plan_create(s->pools[l], &dc, &s->dplans[l]));
-        if (T > 1) {
-            dc.batch = T;
-            DCP_TRY(dcp_decode_plan_create(s->pools[l], &dc, &s->pplans[l]));
-        }
+    for (uint32_t r = 0; r < w->tp; r++) DCP_TRY(rank_state_create(s, r));
+    if (w->tp > 1) {
+        dcp_device *devs[1024];
+        for (uint32_t r = 0; r < w->tp; r++) devs[r] = w->ranks[r].dev;
+        dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
+        DCP_TRY(dcp_comm_init_local(devs, (int)w->tp, &cc, &s->comm));
     }
-    struct { dcp_buffer **b; uint64_t floats; } acts[] = {
-        {&s->x, s->e4}, {&s->xn, s->e4}, {&s->qkv, s->qkv4}, {&s->q, s->hd4}, {&s->o, s->hd4},
-        {&s->lse, m->n_head}, {&s->gu, 2ull * s->f4}, {&s->h, s->f4}};
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-        DCP_TRY(dcp_buffer_create(s->dev, acts[i].floats * T * 4, DCP_MEMORY_DEVICE, acts[i].b));
-    DCP_TRY(dcp_buffer_create(s->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &s->ids));
-    DCP_TRY(dcp_buffer_create(s->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &s->slots));
-    DCP_TRY(dcp_buffer_create(s->dev, (uint64_t)T * (m->n_rot / 2 ? m->n_rot / 2 : 1) * 8, DCP_MEMORY_HOST, &s->cs));
-    DCP_TRY(dcp_buffer_create(s->dev, (uint64_t)m->n_vocab * 4, DCP_MEMORY_HOST, &s->logits));
-    DCP_TRY(dcp_buffer_create(s->dev, 16, DCP_MEMORY_HOST, &s->next));
-    DCP_TRY(dcp_cmd_create(s->dev, &s->cmd));
+    /* Warm-up: a 2-token prefill and a decode step create every pipeline the steps use, so that
+     * the first real step does not pay for shader compilation; then the sequence is forgotten. */
+    if (c.n_ctx >= 3) {
+        int32_t warm[2] = {0, 0};
+        DCP_TRY(dcp_llama_forward(s, warm, T > 1 ? 2 : 1, NULL, NULL));
+        DCP_TRY(dcp_llama_forward(s, warm, 1, NULL, NULL));
+        s->pos = 0;
+        s->tokens_run = 0;
+        if (s->comm) dcp_comm_reset_stats(s->comm);
+    }
     *out = s;
     return DCP_OK;
 fail:
@@ -305,18 +452,23 @@ fail:
 void dcp_llama_state_destroy(dcp_llama_state *s)
 {
     if (!s) return;
-    dcp_cmd_destroy(s->cmd);
-    for (uint32_t l = 0; s->pools && l < s->w->cfg.n_layer; l++) {
-        if (s->dplans) dcp_decode_plan_destroy(s->dplans[l]);
-        if (s->pplans) dcp_decode_plan_destroy(s->pplans[l]);
-        dcp_kv_pool_destroy(s->pools[l]);
+    dcp_comm_destroy(s->comm);
+    for (uint32_t r = 0; s->r && r < s->w->tp; r++) {
+        rank_state *rs = &s->r[r];
+        dcp_cmd_destroy(rs->cmd);
+        for (uint32_t l = 0; rs->pools && l < s->w->cfg.n_layer; l++) {
+            if (rs->dplans) dcp_decode_plan_destroy(rs->dplans[l]);
+            if (rs->pplans) dcp_decode_plan_destroy(rs->pplans[l]);
+            dcp_kv_pool_destroy(rs->pools[l]);
+        }
+        dcp_buffer *bufs[] = {rs->x, rs->xn, rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h, rs->part,
+                              rs->ids, rs->slots, rs->cs, rs->logits, rs->next};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
+        free(rs->pools);
+        free(rs->dplans);
+        free(rs->pplans);
     }
-    dcp_buffer *bufs[] = {s->x, s->xn, s->qkv, s->q, s->o, s->lse, s->gu, s->h,
-                          s->ids, s->slots, s->cs, s->logits, s->next};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
-    free(s->pools);
-    free(s->dplans);
-    free(s->pplans);
+    free(s->r);
     free(s->bt);
     free(s->lens);
     free(s);
@@ -330,8 +482,48 @@ uint64_t dcp_llama_state_kv_bytes(const dcp_llama_state *s)
 {
     uint64_t b = 0;
     for (uint32_t l = 0; l < s->w->cfg.n_layer; l++)
-        b += dcp_kv_pool_page_bytes(s->pools[l]) * dcp_kv_pool_get_config(s->pools[l])->num_pages;
+        b += dcp_kv_pool_page_bytes(s->r[0].pools[l]) * dcp_kv_pool_get_config(s->r[0].pools[l])->num_pages;
     return b;
+}
+
+uint64_t dcp_llama_state_exchange_bytes(const dcp_llama_state *s)
+{
+    return s->comm ? dcp_comm_bytes_sent(s->comm, 0) : 0;
+}
+
+uint64_t dcp_llama_state_tokens_run(const dcp_llama_state *s) { return s->tokens_run; }
+
+/* Submits every rank's command, waits for all. */
+static dcp_status run_all(dcp_llama_state *s)
+{
+    dcp_status st = DCP_OK;
+    for (uint32_t r = 0; r < s->w->tp; r++) DCP_TRY(dcp_cmd_submit(s->r[r].cmd));
+    for (uint32_t r = 0; r < s->w->tp; r++) DCP_TRY(dcp_cmd_wait(s->r[r].cmd));
+    return DCP_OK;
+fail:
+    for (uint32_t r = 0; r < s->w->tp; r++) (void)dcp_cmd_wait(s->r[r].cmd);
+    return st;
+}
+
+/* With T > 1: runs what was recorded, sums every rank's part [tokens][n_embd] over the group,
+ * and starts the next recording with x += part. */
+static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
+{
+    dcp_status st = DCP_OK;
+    const uint32_t E = s->w->cfg.n_embd;
+    DCP_TRY(run_all(s));
+    dcp_comm_buf bufs[1024];
+    for (uint32_t r = 0; r < s->w->tp; r++) bufs[r] = (dcp_comm_buf){s->r[r].part, 0};
+    DCP_TRY(dcp_comm_all_reduce(bufs, bufs, (uint64_t)tokens * E, DCP_DTYPE_F32, DCP_RED_SUM, s->comm));
+    for (uint32_t r = 0; r < s->w->tp; r++) {
+        rank_state *rs = &s->r[r];
+        DCP_TRY(dcp_cmd_reset(rs->cmd));
+        DCP_TRY(dcp_op_add(rs->cmd, rs->x, rs->part, rs->x, tokens * E));
+        dcp_cmd_barrier(rs->cmd); /* x += part -> next rmsnorm */
+    }
+    return DCP_OK;
+fail:
+    return st;
 }
 
 /* Records and runs one chunk of T tokens at positions s->pos ... */
@@ -340,61 +532,86 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
     dcp_status st = DCP_OK;
     const dcp_llama_weights *w = s->w;
     const dcp_model_config *m = &w->cfg;
-    const uint32_t E = m->n_embd, D = m->head_dim, Hq = m->n_head, Hkv = m->n_head_kv, F = m->n_ff;
+    const uint32_t E = m->n_embd, D = m->head_dim, tp = w->tp;
     const uint32_t half_rot = m->n_rot / 2;
-    uint32_t *ids = dcp_buffer_map(s->ids), *slots = dcp_buffer_map(s->slots);
-    float *cs = dcp_buffer_map(s->cs);
-    for (uint32_t t = 0; t < T; t++) {
-        uint32_t pos = s->pos + t;
-        ids[t] = (uint32_t)tokens[t];
-        slots[t] = pos; /* identity block table: page pos / B, row pos % B */
-        for (uint32_t i = 0; i < half_rot; i++) {
-            double ang = pos * pow((double)m->rope_freq_base, -2.0 * i / m->n_rot);
-            cs[(t * half_rot + i) * 2] = (float)cos(ang);
-            cs[(t * half_rot + i) * 2 + 1] = (float)sin(ang);
-        }
-        s->lens[t] = pos + 1;
-    }
-    dcp_decode_plan **plans = T == 1 ? s->dplans : s->pplans;
+    for (uint32_t t = 0; t < T; t++) s->lens[t] = s->pos + t + 1;
     uint32_t rows = T == 1 ? 1 : s->cfg.prefill_chunk;
     for (uint32_t t = T; t < rows; t++) s->lens[t] = 0;
-    for (uint32_t l = 0; l < m->n_layer; l++) DCP_TRY(dcp_decode_plan_set(plans[l], s->lens, s->bt));
-
-    dcp_cmd *cmd = s->cmd;
-    DCP_TRY(dcp_cmd_reset(cmd));
-    DCP_TRY(dcp_op_get_rows(cmd, &w->tok_embd, s->ids, s->x, s->e4, T));
-    dcp_cmd_barrier(cmd); /* get_rows x -> rmsnorm */
+    for (uint32_t r = 0; r < tp; r++) {
+        rank_state *rs = &s->r[r];
+        uint32_t *ids = dcp_buffer_map(rs->ids), *slots = dcp_buffer_map(rs->slots);
+        float *cs = dcp_buffer_map(rs->cs);
+        for (uint32_t t = 0; t < T; t++) {
+            uint32_t pos = s->pos + t;
+            ids[t] = (uint32_t)tokens[t];
+            slots[t] = pos; /* identity block table: page pos / B, row pos % B */
+            for (uint32_t i = 0; i < half_rot; i++) {
+                double ang = pos * pow((double)m->rope_freq_base, -2.0 * i / m->n_rot);
+                cs[(t * half_rot + i) * 2] = (float)cos(ang);
+                cs[(t * half_rot + i) * 2 + 1] = (float)sin(ang);
+            }
+        }
+        dcp_decode_plan **plans = T == 1 ? rs->dplans : rs->pplans;
+        for (uint32_t l = 0; l < m->n_layer; l++) DCP_TRY(dcp_decode_plan_set(plans[l], s->lens, s->bt));
+        DCP_TRY(dcp_cmd_reset(rs->cmd));
+        DCP_TRY(dcp_op_get_rows(rs->cmd, &w->ranks[r].tok_embd, rs->ids, rs->x, E, T));
+        dcp_cmd_barrier(rs->cmd); /* get_rows x -> rmsnorm */
+    }
+    /* With one rank the o_proj and ffn_down add straight into x; with several they write part,
+     * which the all-reduce sums before it is added to x. */
+    const int acc = tp == 1;
     for (uint32_t l = 0; l < m->n_layer; l++) {
-        const llama_layer *L = &w->layers[l];
-        DCP_TRY(dcp_op_rmsnorm(cmd, s->x, 0, s->e4, L->attn_norm, E, s->xn, s->e4, T, m->rms_eps));
-        dcp_cmd_barrier(cmd); /* rmsnorm xn -> qkv matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, s->xn, 0, s->e4, s->qkv, s->qkv4, T, 0));
-        dcp_cmd_barrier(cmd); /* qkv -> rope_store */
-        dcp_rope_store_args ra = {T, Hq, Hkv, D, m->n_rot, s->qkv4, s->qkv, s->slots, s->cs, s->q, s->pools[l]};
-        DCP_TRY(dcp_op_rope_store(cmd, &ra));
-        dcp_cmd_barrier(cmd); /* q, KV pages -> paged decode */
-        DCP_TRY(dcp_decode_record(cmd, plans[l], s->q, 0, s->o, 0, s->lse, 0));
-        dcp_cmd_barrier(cmd); /* o -> o_proj */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wo, s->o, 0, s->hd4, s->x, s->e4, T, 1));
-        dcp_cmd_barrier(cmd); /* x (residual) -> ffn rmsnorm */
-        DCP_TRY(dcp_op_rmsnorm(cmd, s->x, 0, s->e4, L->ffn_norm, E, s->xn, s->e4, T, m->rms_eps));
-        dcp_cmd_barrier(cmd); /* xn -> gate|up matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wgu, s->xn, 0, s->e4, s->gu, 2 * s->f4, T, 0));
-        dcp_cmd_barrier(cmd); /* gu -> swiglu */
-        DCP_TRY(dcp_op_swiglu(cmd, s->gu, 2 * s->f4, s->h, s->f4, F, T));
-        dcp_cmd_barrier(cmd); /* h -> down matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wdown, s->h, 0, s->f4, s->x, s->e4, T, 1));
-        dcp_cmd_barrier(cmd); /* x (residual) -> next layer */
+        for (uint32_t r = 0; r < tp; r++) {
+            const rank_weights *rw = &w->ranks[r];
+            const llama_layer *L = &rw->layers[l];
+            rank_state *rs = &s->r[r];
+            dcp_cmd *cmd = rs->cmd;
+            dcp_decode_plan **plans = T == 1 ? rs->dplans : rs->pplans;
+            dcp_buffer *dst = acc ? rs->x : rs->part;
+            DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, 0, E, L->attn_norm, E, rs->xn, E, T, m->rms_eps));
+            dcp_cmd_barrier(cmd); /* rmsnorm xn -> qkv matmul */
+            DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, rs->xn, 0, E, rs->qkv, rs->qkv4, T, 0));
+            dcp_cmd_barrier(cmd); /* qkv -> rope_store */
+            dcp_rope_store_args ra = {T, rw->hq, rw->hkv, D, m->n_rot, rs->qkv4, rs->qkv, rs->slots, rs->cs,
+                                      rs->q, rs->pools[l]};
+            DCP_TRY(dcp_op_rope_store(cmd, &ra));
+            dcp_cmd_barrier(cmd); /* q, KV pages -> paged decode */
+            DCP_TRY(dcp_decode_record(cmd, plans[l], rs->q, 0, rs->o, 0, rs->lse, 0));
+            dcp_cmd_barrier(cmd); /* o -> o_proj */
+            DCP_TRY(dcp_op_matmul(cmd, &L->wo, rs->o, 0, rs->hd4, dst, E, T, acc));
+            dcp_cmd_barrier(cmd); /* x (residual) or part -> ffn rmsnorm / all-reduce */
+        }
+        if (!acc) DCP_TRY(all_reduce_part(s, T));
+        for (uint32_t r = 0; r < tp; r++) {
+            const rank_weights *rw = &w->ranks[r];
+            const llama_layer *L = &rw->layers[l];
+            rank_state *rs = &s->r[r];
+            dcp_cmd *cmd = rs->cmd;
+            dcp_buffer *dst = acc ? rs->x : rs->part;
+            DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, 0, E, L->ffn_norm, E, rs->xn, E, T, m->rms_eps));
+            dcp_cmd_barrier(cmd); /* xn -> gate|up matmul */
+            DCP_TRY(dcp_op_matmul(cmd, &L->wgu, rs->xn, 0, E, rs->gu, 2 * rw->f, T, 0));
+            dcp_cmd_barrier(cmd); /* gu -> swiglu */
+            DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * rw->f, rs->h, rw->f_pad, rw->f, T));
+            dcp_cmd_barrier(cmd); /* h -> down matmul */
+            DCP_TRY(dcp_op_matmul(cmd, &L->wdown, rs->h, 0, rw->f_pad, dst, E, T, acc));
+            dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
+        }
+        if (!acc) DCP_TRY(all_reduce_part(s, T));
     }
     if (want_logits) {
-        DCP_TRY(dcp_op_rmsnorm(cmd, s->x, (T - 1) * s->e4, s->e4, w->out_norm, E, s->xn, s->e4, 1, m->rms_eps));
+        rank_state *rs = &s->r[0];
+        const rank_weights *rw = &w->ranks[0];
+        dcp_cmd *cmd = rs->cmd;
+        DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, (T - 1) * E, E, rw->out_norm, E, rs->xn, E, 1, m->rms_eps));
         dcp_cmd_barrier(cmd); /* final norm -> output head */
-        DCP_TRY(dcp_op_matmul(cmd, &w->output, s->xn, 0, s->e4, s->logits, m->n_vocab, 1, 0));
+        DCP_TRY(dcp_op_matmul(cmd, &rw->output, rs->xn, 0, E, rs->logits, m->n_vocab, 1, 0));
         dcp_cmd_barrier(cmd); /* logits -> argmax */
-        DCP_TRY(dcp_op_argmax(cmd, s->logits, m->n_vocab, m->n_vocab, 1, s->next));
+        DCP_TRY(dcp_op_argmax(cmd, rs->logits, m->n_vocab, m->n_vocab, 1, rs->next));
     }
-    DCP_TRY(dcp_cmd_run(cmd));
+    DCP_TRY(run_all(s));
     s->pos += T;
+    s->tokens_run += T;
     return DCP_OK;
 fail:
     return st;
@@ -418,8 +635,8 @@ dcp_status dcp_llama_forward(dcp_llama_state *s, const int32_t *tokens, uint32_t
         uint32_t T = n - i < chunk ? n - i : chunk;
         DCP_TRY(forward_chunk(s, tokens + i, T, i + T == n));
     }
-    if (logits) memcpy(logits, dcp_buffer_map(s->logits), (size_t)m->n_vocab * 4);
-    if (next) *next = (int32_t)*(const uint32_t *)dcp_buffer_map(s->next);
+    if (logits) memcpy(logits, dcp_buffer_map(s->r[0].logits), (size_t)m->n_vocab * 4);
+    if (next) *next = (int32_t)*(const uint32_t *)dcp_buffer_map(s->r[0].next);
     return DCP_OK;
 fail:
     return st;
