@@ -112,6 +112,7 @@ static void test_errors(void **state)
     expect((const char *[]){"-m", s, "--tensor-parallel-size", "4", "--decode-context-parallel-size", "2", NULL},
            2, "TP / KV heads");
     expect((const char *[]){"-m", s, "--cp-kv-cache-interleave-size", "3", NULL}, 2, "must divide --block-size");
+    expect((const char *[]){"-m", s, "--tensor-parallel-size", "4", "--devices", "0,0", NULL}, 2, "needs 4 devices");
     expect((const char *[]){"-m", s, "-c", "16", "-n", "20", NULL}, 2, "exceed the context");
     expect((const char *[]){"-m", s, "--devices", "0,99", NULL}, 1, "99");
 }
@@ -144,11 +145,14 @@ static void test_stories_reference(void **state)
 
 static void test_prompt_same_text(void **state)
 {
-    static const char *chunks[] = {"1", "3", "128"};
+    /* Prefill chunk sizes at TP 1, then TP 2 and TP 8 (logical devices of device 0). */
+    static const char *chunks[] = {"1", "3", "128", "128", "4"};
+    static const char *tps[] = {"1", "1", "1", "2", "8"};
     char *first = NULL;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         const char *a[] = {"-m", stories(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "--prefill-chunk",
-                           chunks[i], NULL};
+                           chunks[i], "--tensor-parallel-size", tps[i], "--devices", i >= 3 ? "0,0,0,0,0,0,0,0" : "0",
+                           NULL};
         result r = run_app(a);
         if (r.code) fail_msg("exit %d: %s", r.code, r.err);
         assert_non_null(strstr(r.err, "tokens/s"));
@@ -156,7 +160,7 @@ static void test_prompt_same_text(void **state)
             first = strdup(r.out);
             assert_true(strlen(first) > 100);
         } else if (strcmp(first, r.out)) {
-            fail_msg("prefill chunk %s gives\n%s\ninstead of\n%s", chunks[i], r.out, first);
+            fail_msg("prefill chunk %s TP %s gives\n%s\ninstead of\n%s", chunks[i], tps[i], r.out, first);
         }
         done(&r);
     }
