@@ -239,6 +239,9 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
         bytes = tm.bytes_sent - tm.q_bytes_sent;
         q_bytes = tm.q_bytes_sent;
     }
+    double t_min = tot[0];
+    for (uint32_t i = 1; i < o->iters; i++)
+        if (tot[i] < t_min) t_min = tot[i];
     double t_tot = median(tot, o->iters), t_loc = median(loc, o->iters), t_x = median(xch, o->iters),
            t_m = median(mrg, o->iters);
     uint64_t kv_rank = 0;
@@ -296,12 +299,12 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
                    "\"transport\": \"%s\", \"q_replicate\": %d, \"interleave\": %u, \"ctx\": %u, \"batch\": %u, "
                    "\"q_heads\": %u, \"heads_per_rank\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, "
                    "\"kv_dtype\": \"%s\", \"iters\": %u, \"local_ms\": %.4f, \"exchange_ms\": %.4f, \"merge_ms\": %.4f, "
-                   "\"total_ms\": %.4f, \"exchange_bytes_per_rank\": %llu, \"q_gather_bytes_per_rank\": %llu, "
+                   "\"total_ms\": %.4f, \"total_min_ms\": %.4f, \"exchange_bytes_per_rank\": %llu, \"q_gather_bytes_per_rank\": %llu, "
                    "\"a2a_formula_bytes\": %llu, "
                    "\"kv_bytes_per_rank\": %llu",
                    info->name, N, nproc, dcp_backend_name(ac.backend), tname, o->q_replicate, o->interleave, o->ctx,
                    batch, NH, Hl, Hkv, D, B, dcp_dtype_name((dcp_dtype)o->dtype), o->iters, t_loc * 1e-6, t_x * 1e-6,
-                   t_m * 1e-6, t_tot * 1e-6, (unsigned long long)bytes, (unsigned long long)q_bytes, (unsigned long long)formula,
+                   t_m * 1e-6, t_tot * 1e-6, t_min * 1e-6, (unsigned long long)bytes, (unsigned long long)q_bytes, (unsigned long long)formula,
                    (unsigned long long)kv_rank);
             if (o->verify)
                 printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g", bad ? "FAIL" : "ok",
@@ -312,8 +315,9 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
                    nproc, dcp_backend_name(ac.backend), tname, o->q_replicate ? ", q_replicate" : "", o->interleave);
             printf("  ctx %u, batch %u, %u query heads (%u per rank), %u KV heads, head dim %u, page %u, %s KV\n",
                    o->ctx, batch, NH, Hl, Hkv, D, B, dcp_dtype_name((dcp_dtype)o->dtype));
-            printf("  step (median of %u): local decode %.3f ms, exchange %.3f ms, merge %.3f ms, total %.3f ms\n",
-                   o->iters, t_loc * 1e-6, t_x * 1e-6, t_m * 1e-6, t_tot * 1e-6);
+            printf("  step (median of %u): local decode %.3f ms, exchange %.3f ms, merge %.3f ms, total %.3f ms "
+                   "(fastest %.3f ms)\n",
+                   o->iters, t_loc * 1e-6, t_x * 1e-6, t_m * 1e-6, t_tot * 1e-6, t_min * 1e-6);
             printf("  exchange bytes sent per rank per step: %llu (a2a formula (N-1)*Hl*(D+1)*4*batch = %llu), "
                    "plus %llu for the Q all-gather\n",
                    (unsigned long long)bytes, (unsigned long long)formula, (unsigned long long)q_bytes);
