@@ -24,11 +24,19 @@
 
 layout(constant_id = 0) const uint WG = 64;  // invocations, a multiple of C
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup (divides Hq / Hkv)
-layout(constant_id = 2) const uint D = 128;  // head dim, multiple of 4
+layout(constant_id = 2) const uint D = 128;  // head dim, multiple of 4 (of 8 with KV_X8)
 layout(constant_id = 3) const uint C = 8;    // cluster size: power of two <= subgroup size
 layout(local_size_x_id = 0) in;
+
+// A unit is one 16-byte (f32, f16 x8) or 8-byte (f16 x4) load of NV4 vec4s of a K or V row.
+#if defined(KV_F16) && defined(KV_X8)
+const uint NV4 = 2u;
+#else
+const uint NV4 = 1u;
+#endif
 const uint DQ = D / 4u;              // vec4 quads per row
-const uint QPL = (DQ + C - 1u) / C;  // quads per lane
+const uint DU = DQ / NV4;            // units per row
+const uint UPL = (DU + C - 1u) / C;  // units per lane
 const uint TS = WG / C;              // token slots per workgroup
 
 layout(push_constant) uniform PC { dcp_paged_decode_params p; };
@@ -37,17 +45,25 @@ layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch]
 layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
 layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][Hq][D/4]
 layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][Hq]
-#ifdef KV_F16
+#if defined(KV_F16) && defined(KV_X8)
+layout(std430, binding = 5) readonly buffer KV { uvec4 data[]; } kv[DCP_KV_ARRAY];
+void load_unit(uint seg, uint i, out vec4 v[NV4])
+{
+    uvec4 w = kv[DCP_KV_SEG(seg)].data[i];
+    v[0] = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+    v[1] = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
+}
+#elif defined(KV_F16)
 layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_ARRAY];
-vec4 unpack_kv(uvec2 w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
+void load_unit(uint seg, uint i, out vec4 v[NV4])
+{
+    uvec2 w = kv[DCP_KV_SEG(seg)].data[i];
+    v[0] = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+}
 #else
 layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
-vec4 unpack_kv(vec4 w) { return w; }
+void load_unit(uint seg, uint i, out vec4 v[NV4]) { v[0] = kv[DCP_KV_SEG(seg)].data[i]; }
 #endif
-vec4 load_kv(uint seg, uint i)
-{
-    return unpack_kv(kv[DCP_KV_SEG(seg)].data[i]);
-}
 
 shared float slot_m[TS];        // per-slot running max of one head
 shared float slot_l[TS];        // per-slot running sum of one head
@@ -68,22 +84,26 @@ void main()
     const uint t0 = chunk * p.chunk_tokens;
     const uint t1 = min(t0 + p.chunk_tokens, len);
 
-    // This lane's quads of the HG (pre-scaled) queries.
-    vec4 qr[HG * QPL];
-    vec4 acc[HG * QPL];
+    // This lane's units of the HG (pre-scaled) queries: unit u = k + i * C holds quads
+    // u * NV4 .. u * NV4 + NV4 - 1 of the row.
+    const uint R = UPL * NV4; // vec4 registers per head
+    vec4 qr[HG * R];
+    vec4 acc[HG * R];
     float m[HG];
     float l[HG];
     for (uint g = 0u; g < HG; g++) {
-        for (uint i = 0u; i < QPL; i++) {
-            uint d = k + i * C;
-            qr[g * QPL + i] = d < DQ ? q[(b * p.q_heads + hq0 + g) * DQ + d] * p.scale : vec4(0.0);
-            acc[g * QPL + i] = vec4(0.0);
-        }
+        for (uint i = 0u; i < UPL; i++)
+            for (uint j = 0u; j < NV4; j++) {
+                uint u = k + i * C;
+                uint qd = u * NV4 + j;
+                qr[g * R + i * NV4 + j] = u < DU ? q[(b * p.q_heads + hq0 + g) * DQ + qd] * p.scale : vec4(0.0);
+                acc[g * R + i * NV4 + j] = vec4(0.0);
+            }
         m[g] = dcp_neg_inf();
         l[g] = 0.0;
     }
-    const uint page_quads = 2u * p.kv_heads * p.page_size * DQ;
-    const uint v_off = p.kv_heads * p.page_size * DQ;
+    const uint page_units = 2u * p.kv_heads * p.page_size * DU;
+    const uint v_off = p.kv_heads * p.page_size * DU;
 
     // Every lane runs the same number of iterations, so the shuffles see the whole subgroup. The
     // slot's token t advances by TS; its page and offset advance without a division per token.
@@ -99,7 +119,7 @@ void main()
             uint page = bt[b * p.bt_stride + lp];
             valid = page < p.total_pages;
             seg = valid ? page >> p.segment_shift : 0u;
-            kq = (page & seg_mask) * page_quads + (kvh * p.page_size + off) * DQ;
+            kq = (page & seg_mask) * page_units + (kvh * p.page_size + off) * DU;
         }
         t += TS;
         off += TS;
@@ -110,11 +130,13 @@ void main()
         float s[HG];
         for (uint g = 0u; g < HG; g++) s[g] = 0.0;
         if (valid) {
-            for (uint i = 0u; i < QPL; i++) {
-                uint d = k + i * C;
-                if (d < DQ) {
-                    vec4 kk = load_kv(seg, kq + d);
-                    for (uint g = 0u; g < HG; g++) s[g] += dot(qr[g * QPL + i], kk);
+            for (uint i = 0u; i < UPL; i++) {
+                uint u = k + i * C;
+                if (u < DU) {
+                    vec4 kk[NV4];
+                    load_unit(seg, kq + u, kk);
+                    for (uint g = 0u; g < HG; g++)
+                        for (uint j = 0u; j < NV4; j++) s[g] += dot(qr[g * R + i * NV4 + j], kk[j]);
                 }
             }
         }
@@ -126,17 +148,19 @@ void main()
                 if (s[g] > m[g]) { // a new maximum (rare after the first tokens): rescale
                     float alpha = dcp_is_neg_inf(m[g]) ? 0.0 : exp(m[g] - s[g]);
                     l[g] *= alpha;
-                    for (uint i = 0u; i < QPL; i++) acc[g * QPL + i] *= alpha;
+                    for (uint i = 0u; i < R; i++) acc[g * R + i] *= alpha;
                     m[g] = s[g];
                 }
                 pr[g] = exp(s[g] - m[g]);
                 l[g] += pr[g];
             }
-            for (uint i = 0u; i < QPL; i++) {
-                uint d = k + i * C;
-                if (d < DQ) {
-                    vec4 v = load_kv(seg, kq + v_off + d);
-                    for (uint g = 0u; g < HG; g++) acc[g * QPL + i] += pr[g] * v;
+            for (uint i = 0u; i < UPL; i++) {
+                uint u = k + i * C;
+                if (u < DU) {
+                    vec4 v[NV4];
+                    load_unit(seg, kq + v_off + u, v);
+                    for (uint g = 0u; g < HG; g++)
+                        for (uint j = 0u; j < NV4; j++) acc[g * R + i * NV4 + j] += pr[g] * v[j];
                 }
             }
         }
@@ -144,10 +168,11 @@ void main()
 
     // Merge the token slots, one head at a time.
     for (uint g = 0u; g < HG; g++) {
-        for (uint i = 0u; i < QPL; i++) {
-            uint d = k + i * C;
-            if (d < DQ) slot_o[slot * DQ + d] = acc[g * QPL + i];
-        }
+        for (uint i = 0u; i < UPL; i++)
+            for (uint j = 0u; j < NV4; j++) {
+                uint u = k + i * C;
+                if (u < DU) slot_o[slot * DQ + u * NV4 + j] = acc[g * R + i * NV4 + j];
+            }
         if (k == 0u) {
             slot_m[slot] = m[g];
             slot_l[slot] = l[g];

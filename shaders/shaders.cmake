@@ -1,8 +1,10 @@
 # Shader list: dcp_shader(<symbol> <source> [DEFINES...]). Variants by -D, never by copied files.
 dcp_shader(stream_read stream_read.comp)
+dcp_shader(stream_read_u32 stream_read.comp STREAM_U32=1)
 dcp_shader(lse_merge lse_merge.comp)
 dcp_shader(paged_decode_f32 paged_decode.comp)
 dcp_shader(paged_decode_f16 paged_decode.comp KV_F16=1)
+dcp_shader(paged_decode_f16x8 paged_decode.comp KV_F16=1 KV_X8=1)
 dcp_shader(kv_append_f32 kv_append.comp)
 dcp_shader(kv_append_f16 kv_append.comp KV_F16=1)
 dcp_shader(dcp_scale dcp_scale.comp)
@@ -24,6 +26,7 @@ dcp_shader(argmax argmax.comp)
 # Variants for devices without non-uniform descriptor indexing (one KV segment).
 dcp_shader(paged_decode_f32_1seg paged_decode.comp KV_ONE_SEGMENT=1)
 dcp_shader(paged_decode_f16_1seg paged_decode.comp KV_F16=1 KV_ONE_SEGMENT=1)
+dcp_shader(paged_decode_f16x8_1seg paged_decode.comp KV_F16=1 KV_X8=1 KV_ONE_SEGMENT=1)
 dcp_shader(kv_append_f32_1seg kv_append.comp KV_ONE_SEGMENT=1)
 dcp_shader(kv_append_f16_1seg kv_append.comp KV_F16=1 KV_ONE_SEGMENT=1)
 dcp_shader(rope_store_f32_1seg rope_store.comp KV_ONE_SEGMENT=1)

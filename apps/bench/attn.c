@@ -339,12 +339,13 @@ int dcp_bench_attn(int argc, char **argv)
         printf("{\"bench\": \"attn\", \"device\": \"%s\", \"devices\": %d, \"ctx\": %u, \"batch\": %u, "
                "\"q_heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, \"kv_dtype\": \"%s\", "
                "\"iters\": %u, \"chunks\": %u, \"step_ms\": %.4f, \"step_min_ms\": %.4f, \"kv_bytes\": %llu, \"kv_read_gbps\": %.4f, "
-               "\"stream_read_gbps\": %.4f, \"copy_gbps\": %.4f, \"ratio_vs_stream_read\": %.4f, "
-               "\"ratio_vs_copy\": %.4f",
+               "\"stream_read_gbps\": %.4f, \"stream_read_u32_gbps\": %.4f, \"copy_gbps\": %.4f, "
+               "\"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, \"ratio_vs_copy\": %.4f",
                info->name, ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
                dcp_dtype_name(o.dtype), o.iters, dcp_decode_plan_chunks(sh[0].plan), step * 1e-6,
-               step_min * 1e-6, (unsigned long long)kv_bytes, rate * 1e-9, y.stream_read_bps * 1e-9, y.copy_bps * 1e-9,
-               per_dev_rate / y.stream_read_bps, per_dev_rate / y.copy_bps);
+               step_min * 1e-6, (unsigned long long)kv_bytes, rate * 1e-9, y.stream_read_bps * 1e-9, y.stream_read_u32_bps * 1e-9,
+               y.copy_bps * 1e-9, per_dev_rate / y.stream_read_bps, per_dev_rate / y.stream_read_u32_bps,
+               per_dev_rate / y.copy_bps);
         if (o.verify)
             printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g",
                    bad ? "FAIL" : "ok", max_o, max_lse);
@@ -356,10 +357,12 @@ int dcp_bench_attn(int argc, char **argv)
         printf("  step (median of %u, GPU timestamps): %.3f ms\n", o.iters, step * 1e-6);
         printf("  KV read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per device)\n",
                (double)kv_bytes / (1 << 20), rate * 1e-9, per_dev_rate * 1e-9);
-        printf("  yardsticks on device 0: streaming-read shader %.3f GB/s, vkCmdCopyBuffer %.3f GB/s\n",
-               y.stream_read_bps * 1e-9, y.copy_bps * 1e-9);
-        printf("  ratio: %.2f of the streaming-read shader, %.2f of vkCmdCopyBuffer\n",
-               per_dev_rate / y.stream_read_bps, per_dev_rate / y.copy_bps);
+        printf("  yardsticks on device 0: streaming-read shader %.3f GB/s (16-byte loads), %.3f GB/s "
+               "(4-byte loads), vkCmdCopyBuffer %.3f GB/s\n",
+               y.stream_read_bps * 1e-9, y.stream_read_u32_bps * 1e-9, y.copy_bps * 1e-9);
+        printf("  ratio: %.2f of the streaming-read shader (16-byte loads), %.2f (4-byte loads), %.2f of "
+               "vkCmdCopyBuffer\n",
+               per_dev_rate / y.stream_read_bps, per_dev_rate / y.stream_read_u32_bps, per_dev_rate / y.copy_bps);
         if (o.verify)
             printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", bad ? "FAIL" : "ok", max_o, max_lse);
     }

@@ -29,7 +29,8 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o);
 /* Yardsticks measured on one device in the same run: a plain streaming-read shader and
  * vkCmdCopyBuffer, in bytes per second. */
 typedef struct dcp_bench_yardsticks {
-    double stream_read_bps; /* bytes read per second by the streaming-read shader */
+    double stream_read_bps; /* bytes read per second by the streaming-read shader, 16-byte loads */
+    double stream_read_u32_bps; /* the same with 4-byte loads (the plainest shader) */
     double copy_bps;        /* bytes copied per second by vkCmdCopyBuffer */
     uint64_t bytes;         /* size of the buffers measured */
 } dcp_bench_yardsticks;

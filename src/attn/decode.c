@@ -19,6 +19,7 @@ struct dcp_decode_plan {
     uint32_t wg;          /* workgroup size */
     uint32_t hg;          /* query heads per workgroup */
     uint32_t cluster;     /* invocations sharing one token (power of two <= subgroup) */
+    dcp_pipeline_id pipeline;
     uint32_t chunks;      /* chunks per sequence */
     uint32_t chunk_tokens;
     dcp_buffer *bt;       /* [batch][max_blocks] u32 */
@@ -54,10 +55,13 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
                         c->q_heads, pc->kv_heads);
     uint32_t wg = dcp_attn_workgroup_size(dev);
     uint32_t dq = pc->head_dim / 4;
-    /* Cluster: lanes sharing a token, a power of two covering the quads, within the subgroup. */
+    /* Loads of 16 bytes where rows allow (f16 rows of a multiple of 8 elements), else 8. */
+    uint32_t unit_quads = (pc->dtype == DCP_DTYPE_F16 && pc->head_dim % 8 == 0) ? 2 : 1;
+    uint32_t units = dq / unit_quads;
+    /* Cluster: lanes sharing a token, a power of two covering the units, within the subgroup. */
     uint32_t cluster = 1;
-    while (cluster < dq && cluster * 2 <= info->min_subgroup_size && cluster * 2 <= wg) cluster *= 2;
-    uint32_t lane_quads = (dq + cluster - 1) / cluster;
+    while (cluster < units && cluster * 2 <= info->min_subgroup_size && cluster * 2 <= wg) cluster *= 2;
+    uint32_t lane_quads = (units + cluster - 1) / cluster * unit_quads;
     if (shared_bytes(wg, cluster, dq) > info->max_shared_memory)
         return dcp_fail(DCP_ERR_UNSUPPORTED,
                         "decode plan: head dim %u needs %llu bytes of shared memory, device %d (%s) has %u",
@@ -84,6 +88,9 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     p->wg = wg;
     p->hg = hg;
     p->cluster = cluster;
+    p->pipeline = pc->dtype == DCP_DTYPE_F32 ? DCP_PIPE_PAGED_DECODE_F32
+                  : unit_quads == 2          ? DCP_PIPE_PAGED_DECODE_F16X8
+                                             : DCP_PIPE_PAGED_DECODE_F16;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
     DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_DEVICE, &p->bt));
@@ -202,8 +209,7 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
         .total_pages = pc->num_pages,
         .direct = (uint32_t)direct, .scale = c->scale};
     uint32_t spec[4] = {p->wg, p->hg, pc->head_dim, p->cluster};
-    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_PAGED_DECODE_F16 : DCP_PIPE_PAGED_DECODE_F32;
-    DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &pp, p->chunks, c->q_heads / p->hg, c->batch));
+    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->q_heads / p->hg, c->batch));
     if (!direct) {
         dcp_cmd_barrier(cmd); /* paged_decode partials -> lse_merge */
         dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = pc->head_dim,
