@@ -21,6 +21,7 @@ typedef struct attn_rank {
     dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
     dcp_buffer *send;    /* a2a: [N][blk] packed messages; ag_rs: [N][batch][Hl][D] scaled O */
     dcp_buffer *recv;    /* a2a: [N][blk] received messages; ag_rs: [N][batch][N*Hl] gathered LSE */
+    uint32_t ts[2];      /* timestamp slots around the timed phase of the current submission */
 } attn_rank;
 
 struct dcp_attn {
@@ -241,7 +242,6 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
     const int a2a = a->cfg.backend == DCP_BACKEND_A2A;
     double t0 = now_ns(), local_ns = 0.0, merge_ns = 0.0;
     uint64_t sent0 = dcp_comm_bytes_sent(a->comm, 0);
-    uint32_t ts[8][2];
 
     /* Phase 1: all-gather Q (own heads [batch][Hl][D] from every rank). */
     const uint64_t qblk = B * Hl * D * 4;
@@ -273,9 +273,9 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
             qsrc = r->qfull;
             qoff = 0;
         }
-        ts[i % 8][0] = stamp(cmd);
+        a->r[i].ts[0] = stamp(cmd);
         DCP_TRY(dcp_decode_record(cmd, r->plan, qsrc, qoff, r->o_part, 0, r->lse_part, 0));
-        ts[i % 8][1] = stamp(cmd);
+        a->r[i].ts[1] = stamp(cmd);
         dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing copies or LSE send */
         if (a2a) {
             const uint64_t blk = a2a_block(a);
@@ -295,7 +295,7 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
     }
     DCP_TRY(run_all(a));
     for (uint32_t i = 0; i < a->L; i++) {
-        double ns = elapsed(a->r[i].cmd, ts[i % 8][0], ts[i % 8][1]);
+        double ns = elapsed(a->r[i].cmd, a->r[i].ts[0], a->r[i].ts[1]);
         if (ns > local_ns) local_ns = ns;
     }
     if (a2a) DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, a2a_block(a) / 4, DCP_DTYPE_F32));
@@ -309,18 +309,18 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
         if (a2a) {
             const uint64_t blk = a2a_block(a);
             DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_TO_ALL, (dcp_comm_buf){r->recv, 0}, blk));
-            ts[i % 8][0] = stamp(cmd);
+            a->r[i].ts[0] = stamp(cmd);
             dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)D,
                                 .o_part_stride = (uint32_t)(blk / 4), .lse_part_stride = (uint32_t)(blk / 4),
                                 .o_in = r->recv, .o_in_offset = 0, .lse_in = r->recv,
                                 .lse_in_offset = B * Hl * D * 4, .o_out = o[i].buffer, .o_out_offset = o[i].offset,
                                 .lse_out = lse[i].buffer, .lse_out_offset = lse[i].offset};
             DCP_TRY(dcp_lse_merge_record(cmd, &m));
-            ts[i % 8][1] = stamp(cmd);
+            a->r[i].ts[1] = stamp(cmd);
         } else {
             DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->recv, 0},
                                          B * NH * 4));
-            ts[i % 8][0] = stamp(cmd);
+            a->r[i].ts[0] = stamp(cmd);
             dcp_binding bd[4] = {{r->o_part, 0, B * NH * D * 4},
                                  {r->recv, 0, N * B * NH * 4},
                                  {r->send, 0, N * B * Hl * D * 4},
@@ -330,7 +330,7 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
             uint32_t spec[1] = {dcp_attn_workgroup_size(r->dev)};
             uint64_t n = B * NH * (D / 4);
             DCP_TRY(dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_SCALE, spec, bd, &sp, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1));
-            ts[i % 8][1] = stamp(cmd);
+            a->r[i].ts[1] = stamp(cmd);
             dcp_cmd_barrier(cmd); /* dcp_scale -> mailbox copies */
             DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, (dcp_comm_buf){r->send, 0},
                                          B * Hl * D * 4));
@@ -338,7 +338,7 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
     }
     DCP_TRY(run_all(a));
     for (uint32_t i = 0; i < a->L; i++) {
-        double ns = elapsed(a->r[i].cmd, ts[i % 8][0], ts[i % 8][1]);
+        double ns = elapsed(a->r[i].cmd, a->r[i].ts[0], a->r[i].ts[1]);
         if (ns > merge_ns) merge_ns = ns;
     }
     if (!a2a) {
