@@ -110,13 +110,6 @@ int main(int argc, char **argv)
         rc = RUN_EXIT_USAGE;
         goto done;
     }
-    if (o.dcp > 1) {
-        fprintf(stderr, "%s: --decode-context-parallel-size %u is a valid configuration for this model, but this "
-                        "build runs the model step with DCP 1 only (the DCP attention step is not wired into the "
-                        "model yet)\n", prog, o.dcp);
-        rc = RUN_EXIT_USAGE;
-        goto done;
-    }
     if ((st = dcp_tokenizer_create(g, &tok))) {
         fail(prog, "reading the tokenizer", st);
         goto done;
@@ -159,7 +152,7 @@ int main(int argc, char **argv)
     for (uint32_t r = 0; r < o.tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     load_progress lp = {now_s(), 0};
     double t_load = now_s();
-    if ((st = dcp_llama_weights_create_tp(devs, o.tp, g, &mc, on_progress, &lp, &w))) {
+    if ((st = dcp_llama_weights_create_tp(devs, o.tp, o.dcp, g, &mc, on_progress, &lp, &w))) {
         fail(prog, "loading the weights", st);
         goto done;
     }
@@ -169,6 +162,9 @@ int main(int argc, char **argv)
     lc.block_size = o.block_size;
     lc.kv_dtype = strcmp(o.kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
     lc.prefill_chunk = o.prefill_chunk;
+    lc.interleave = o.interleave;
+    lc.backend = strcmp(o.backend, "ag_rs") == 0 ? DCP_BACKEND_AG_RS : DCP_BACKEND_A2A;
+    lc.q_replicate = o.q_replicate;
     if ((st = dcp_llama_state_create(w, &lc, &s))) {
         fail(prog, "creating the run state", st);
         goto done;

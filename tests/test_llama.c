@@ -240,7 +240,7 @@ static void run_tp(fixture *f, uint32_t tp, uint32_t prefill, uint32_t steps)
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_llama_weights *w;
-    DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tp, f->g, &f->cfg, NULL, NULL, &w));
+    DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tp, 1, f->g, &f->cfg, NULL, NULL, &w));
     assert_int_equal(dcp_llama_weights_tp(w), tp);
     dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
     lc.kv_dtype = DCP_DTYPE_F32;
@@ -283,7 +283,7 @@ static void test_tp_bad(void **state)
     fixture *f = *state;
     dcp_device *devs[3] = {dcp_context_device(f->ctx, 0), dcp_context_device(f->ctx, 0), dcp_context_device(f->ctx, 0)};
     dcp_llama_weights *w = NULL;
-    assert_int_equal(dcp_llama_weights_create_tp(devs, 3, f->g, &f->cfg, NULL, NULL, &w), DCP_ERR_CONFIG);
+    assert_int_equal(dcp_llama_weights_create_tp(devs, 3, 1, f->g, &f->cfg, NULL, NULL, &w), DCP_ERR_CONFIG);
     assert_null(w);
     assert_non_null(strstr(dcp_last_error(), "query heads"));
 }

@@ -77,9 +77,9 @@ void run_print_help(const char *prog)
            "                                       (the text is then not streamed; it is in \"text\")\n"
            "  -h, --help                           this help\n"
            "\n"
-           "This build runs tensor parallelism in one process (ranks on --devices; without a list,\n"
-           "on logical devices of device 0); DCP sizes above 1 are validated (vLLM's rules) and then\n"
-           "refused as not implemented in the model step yet.\n",
+           "TP and DCP run in one process: rank r on the r-th device of --devices (without a list,\n"
+           "on logical devices of device 0). Prompt chunks merge the DCP partial states with an\n"
+           "all-gather whatever the backend; decode steps use the chosen backend.\n",
            prog);
 }
 

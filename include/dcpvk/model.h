@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "dcpvk/dcp.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
@@ -44,13 +45,15 @@ dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dc
  * be a multiple of them: vLLM's rule); FFN rows split unevenly when tp does not divide n_ff;
  * attn_output and ffn_down split by input columns (zero-padded to multiples of 4; a column slice
  * that is not Q8_0-block aligned is uploaded as F32); embedding and norms replicated; output head
- * on rank 0 only. DCP_ERR_CONFIG for a tp the heads do not allow. */
-dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, const dcp_gguf *g,
+ * on rank 0 only. dcp: DCP group size (1: none); with dcp > 1 every rank also holds the Q rows of
+ * its group's heads. DCP_ERR_CONFIG for sizes the heads do not allow (vLLM's rules). */
+dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uint32_t dcp, const dcp_gguf *g,
                                        const dcp_model_config *cfg, dcp_progress_fn progress, void *user,
                                        dcp_llama_weights **out);
 void dcp_llama_weights_destroy(dcp_llama_weights *w);
-/* Tensor-parallel size of the weights. */
+/* Tensor-parallel and DCP sizes of the weights. */
 uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w);
+uint32_t dcp_llama_weights_dcp(const dcp_llama_weights *w);
 const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w);
 /* Bytes of device memory the weights use. */
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w);
@@ -62,9 +65,13 @@ typedef struct dcp_llama_config {
     uint32_t block_size;    /* tokens per KV page (default 16) */
     dcp_dtype kv_dtype;     /* KV cache element type (default f16) */
     uint32_t prefill_chunk; /* prompt tokens per prefill step (default 128) */
+    /* DCP (weights with dcp > 1 only): */
+    uint32_t interleave;    /* cp_kv_cache_interleave_size: tokens in a row per rank (default 1) */
+    dcp_backend backend;    /* decode exchange, a2a or ag_rs (default a2a) */
+    int q_replicate;        /* 1: ranks use their own copy of the group's Q, no gather (default 0) */
 } dcp_llama_config;
 
-#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128}
+#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128, 1, DCP_BACKEND_A2A, 0}
 
 typedef struct dcp_llama_state dcp_llama_state;
 

@@ -7,7 +7,15 @@
  * outputs summed by an all-reduce over the group; embedding, norms and output head replicated
  * (only rank 0 computes the logits). With T = 1 a whole step is one command buffer; with T > 1 a
  * step is 2 n_layer + 1 submits per rank around the host-synchronous all-reduces of the
- * communicator (include/dcpvk/comm.h). */
+ * communicator (include/dcpvk/comm.h).
+ *
+ * DCP (size N > 1, groups of N consecutive TP ranks sharing their KV heads): every rank computes
+ * the Q of its group's N * Hl heads; each layer has one dcp_kv_cache per group (interleaved
+ * placement), into whose pools rope_store writes the K/V rows each rank owns (slots from
+ * dcp_kv_cache_append). Decode steps run the DCP attention step (include/dcpvk/dcp.h: a2a or
+ * ag_rs, Q gathered or replicated). Prefill chunks decode the chunk's queries causally over each
+ * rank's shard (local lengths per token), all-gather the partial states (O, LSE) inside the group
+ * and merge them exactly with lse_merge; each rank keeps its own heads for o_proj. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +24,7 @@
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/comm.h"
+#include "dcpvk/dcp.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/model.h"
 #include "model/ops.h"
@@ -32,6 +41,7 @@ typedef struct rank_weights {
     dcp_device *dev;
     uint32_t hq, hkv;      /* local query / KV heads */
     uint32_t q0, kv0;      /* first local query head, first local KV head */
+    uint32_t gq, gq0;      /* query heads this rank projects (its DCP group's: N * hq) and the first */
     uint32_t f, f0, f_pad; /* local FFN rows, first row, padded to a multiple of 4 */
     dcp_matrix tok_embd;   /* [n_vocab][n_embd] */
     dcp_matrix output;     /* [n_vocab][n_embd] (rank 0 only) */
@@ -41,7 +51,7 @@ typedef struct rank_weights {
 
 struct dcp_llama_weights {
     dcp_model_config cfg;
-    uint32_t tp;
+    uint32_t tp, dcp;
     rank_weights *ranks;   /* [tp] */
     uint64_t bytes;
 };
@@ -49,11 +59,16 @@ struct dcp_llama_weights {
 typedef struct rank_state {
     dcp_device *dev;
     uint32_t qkv4, hd4;             /* row strides (floats, multiples of 4) */
-    dcp_kv_pool **pools;            /* [n_layer] */
-    dcp_decode_plan **dplans;       /* [n_layer] batch 1 */
+    uint32_t g, gr;                 /* DCP group and rank inside it */
+    dcp_kv_pool **pools;            /* [n_layer] (owned when DCP = 1, else the group caches' pools) */
+    dcp_decode_plan **dplans;       /* [n_layer] batch 1 (DCP = 1) */
     dcp_decode_plan **pplans;       /* [n_layer] batch prefill_chunk (NULL if chunk 1) */
     dcp_buffer *x, *xn, *qkv, *q, *o, *lse, *gu, *h, *part; /* activations [prefill_chunk][stride] f32 */
-    dcp_buffer *ids, *slots, *cs;   /* host-visible step inputs: [chunk] u32, [chunk] u32, [chunk][n_rot/2][2] f32 */
+    dcp_buffer *o_all, *lse_all;    /* DCP prefill: gathered partials [N][chunk][gq][D], [N][chunk][gq] */
+    dcp_buffer *om, *lsem;          /* DCP prefill: merged [chunk][gq][D], [chunk][gq] */
+    dcp_buffer *q_own;              /* DCP decode without q_replicate: own heads [1][hq][D] */
+    dcp_buffer **slots;             /* [n_layer] host-visible [chunk] u32 KV slots */
+    dcp_buffer *ids, *cs;           /* host-visible step inputs: [chunk] u32, [chunk][n_rot/2][2] f32 */
     dcp_buffer *logits, *next;      /* host-visible outputs: [n_vocab] f32, [1] u32 */
     dcp_cmd *cmd;
 } rank_state;
@@ -67,6 +82,9 @@ struct dcp_llama_state {
     uint32_t *lens;                 /* [prefill_chunk] */
     rank_state *r;                  /* [tp] */
     dcp_comm *comm;                 /* tp > 1 */
+    dcp_comm **gcomm;               /* [tp / dcp] DCP group communicators (dcp > 1) */
+    dcp_kv_cache **caches;          /* [tp / dcp][n_layer] (dcp > 1) */
+    dcp_attn **attns;               /* [tp / dcp][n_layer] (dcp > 1) */
     uint64_t tokens_run;            /* tokens processed (for the exchange statistics) */
 };
 
@@ -206,7 +224,8 @@ fail:
 
 static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
 
-static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t tp, uint32_t r, rank_weights *rw)
+static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t tp, uint32_t dcp, uint32_t r,
+                            rank_weights *rw)
 {
     dcp_status st = DCP_OK;
     const uint32_t E = cfg->n_embd, D = cfg->head_dim, Hq = cfg->n_head, Hkv = cfg->n_head_kv, F = cfg->n_ff;
@@ -220,6 +239,8 @@ static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t 
         rw->hkv = 1;
         rw->kv0 = r / (tp / Hkv);
     }
+    rw->gq = rw->hq * dcp;
+    rw->gq0 = r / dcp * rw->gq;
     rw->f = F / tp + (r < F % tp ? 1 : 0);
     rw->f0 = r * (F / tp) + (r < F % tp ? r : F % tp);
     rw->f_pad = round4(rw->f);
@@ -240,7 +261,7 @@ static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t 
         const char *sfx[9] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
                               "attn_norm", "ffn_norm"};
         for (int i = 0; i < 9; i++) snprintf(n[i], 64, "blk.%u.%s.weight", l, sfx[i]);
-        slice qkv[3] = {{n[0], rw->q0 * D, rw->hq * D, 0, E},
+        slice qkv[3] = {{n[0], rw->gq0 * D, rw->gq * D, 0, E},
                         {n[1], rw->kv0 * D, rw->hkv * D, 0, E},
                         {n[2], rw->kv0 * D, rw->hkv * D, 0, E}};
         const uint64_t k3[3] = {E, E, E}, r3[3] = {(uint64_t)Hq * D, (uint64_t)Hkv * D, (uint64_t)Hkv * D};
@@ -261,7 +282,7 @@ fail:
     return st;
 }
 
-dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, const dcp_gguf *g,
+dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uint32_t dcp, const dcp_gguf *g,
                                        const dcp_model_config *cfg, dcp_progress_fn prog, void *user,
                                        dcp_llama_weights **out)
 {
@@ -281,10 +302,13 @@ dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, con
         return dcp_fail(DCP_ERR_CONFIG,
                         "tensor-parallel size %u: the %u query heads must divide by it and the %u KV heads must "
                         "divide by it or divide it", tp, Hq, Hkv);
+    dcp_status gs = dcp_group_check(tp, dcp, Hq, Hkv);
+    if (gs) return gs;
     dcp_llama_weights *w = calloc(1, sizeof *w);
     if (!w) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     w->cfg = *cfg;
     w->tp = tp;
+    w->dcp = dcp;
     w->ranks = calloc(tp, sizeof *w->ranks);
     if (!w->ranks) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -295,7 +319,7 @@ dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, con
     lc.total *= tp; /* embedding and norms are replicated; close enough for a progress bar */
     for (uint32_t r = 0; r < tp; r++) {
         w->ranks[r].dev = devs[r];
-        DCP_TRY(load_rank(&lc, cfg, tp, r, &w->ranks[r]));
+        DCP_TRY(load_rank(&lc, cfg, tp, dcp, r, &w->ranks[r]));
         rank_weights *rw = &w->ranks[r];
         w->bytes += dcp_buffer_size(rw->tok_embd.buf) + (rw->output.buf ? dcp_buffer_size(rw->output.buf) : 0) +
                     4ull * cfg->n_embd;
@@ -316,7 +340,7 @@ fail:
 dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
                                     dcp_progress_fn prog, void *user, dcp_llama_weights **out)
 {
-    return dcp_llama_weights_create_tp(&dev, 1, g, cfg, prog, user, out);
+    return dcp_llama_weights_create_tp(&dev, 1, 1, g, cfg, prog, user, out);
 }
 
 void dcp_llama_weights_destroy(dcp_llama_weights *w)
@@ -345,6 +369,7 @@ void dcp_llama_weights_destroy(dcp_llama_weights *w)
 const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w) { return &w->cfg; }
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w) { return w->bytes; }
 uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w) { return w->tp; }
+uint32_t dcp_llama_weights_dcp(const dcp_llama_weights *w) { return w->dcp; }
 
 /* ---- run state ----------------------------------------------------------------------------- */
 
@@ -355,42 +380,62 @@ static dcp_status rank_state_create(dcp_llama_state *s, uint32_t r)
     const rank_weights *rw = &s->w->ranks[r];
     rank_state *rs = &s->r[r];
     const dcp_llama_config *c = &s->cfg;
-    const uint32_t T = c->prefill_chunk, L = m->n_layer, D = m->head_dim;
+    const uint32_t T = c->prefill_chunk, L = m->n_layer, D = m->head_dim, N = s->w->dcp;
     rs->dev = rw->dev;
-    rs->qkv4 = round4((rw->hq + 2 * rw->hkv) * D);
+    rs->g = r / N;
+    rs->gr = r % N;
+    rs->qkv4 = round4((rw->gq + 2 * rw->hkv) * D);
     rs->hd4 = rw->hq * D;
     rs->pools = calloc(L, sizeof *rs->pools);
     rs->dplans = calloc(L, sizeof *rs->dplans);
     rs->pplans = calloc(L, sizeof *rs->pplans);
-    if (!rs->pools || !rs->dplans || !rs->pplans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    rs->slots = calloc(L, sizeof *rs->slots);
+    if (!rs->pools || !rs->dplans || !rs->pplans || !rs->slots)
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (uint32_t l = 0; l < L; l++) {
-        dcp_kv_pool_config pc = DCP_KV_POOL_CONFIG_DEFAULT;
-        pc.kv_heads = rw->hkv;
-        pc.head_dim = D;
-        pc.page_size = c->block_size;
-        pc.dtype = c->kv_dtype;
-        pc.num_pages = s->pages;
-        DCP_TRY(dcp_kv_pool_create(rs->dev, &pc, &rs->pools[l]));
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = 1;
-        dc.q_heads = rw->hq;
-        dc.max_blocks = s->pages;
-        DCP_TRY(dcp_decode_plan_create(rs->pools[l], &dc, &rs->dplans[l]));
+        if (N == 1) {
+            dcp_kv_pool_config pc = DCP_KV_POOL_CONFIG_DEFAULT;
+            pc.kv_heads = rw->hkv;
+            pc.head_dim = D;
+            pc.page_size = c->block_size;
+            pc.dtype = c->kv_dtype;
+            pc.num_pages = s->pages;
+            DCP_TRY(dcp_kv_pool_create(rs->dev, &pc, &rs->pools[l]));
+            dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+            dc.batch = 1;
+            dc.q_heads = rw->hq;
+            dc.max_blocks = s->pages;
+            DCP_TRY(dcp_decode_plan_create(rs->pools[l], &dc, &rs->dplans[l]));
+        } else {
+            rs->pools[l] = dcp_kv_cache_pool(s->caches[rs->g * L + l], rs->gr);
+        }
         if (T > 1) {
+            dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
             dc.batch = T;
+            dc.q_heads = rw->gq;
+            dc.max_blocks = s->pages;
             DCP_TRY(dcp_decode_plan_create(rs->pools[l], &dc, &rs->pplans[l]));
         }
+        DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &rs->slots[l]));
     }
     struct { dcp_buffer **b; uint64_t floats; } acts[] = {
-        {&rs->x, m->n_embd}, {&rs->xn, m->n_embd}, {&rs->qkv, rs->qkv4}, {&rs->q, rs->hd4}, {&rs->o, rs->hd4},
-        {&rs->lse, rw->hq}, {&rs->gu, 2ull * rw->f}, {&rs->h, rw->f_pad}, {&rs->part, m->n_embd}};
+        {&rs->x, m->n_embd}, {&rs->xn, m->n_embd}, {&rs->qkv, rs->qkv4}, {&rs->q, (uint64_t)rw->gq * D},
+        {&rs->o, (uint64_t)rw->gq * D}, {&rs->lse, rw->gq}, {&rs->gu, 2ull * rw->f}, {&rs->h, rw->f_pad},
+        {&rs->part, m->n_embd}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         DCP_TRY(dcp_buffer_create(rs->dev, (acts[i].floats ? acts[i].floats : 1) * T * 4, DCP_MEMORY_DEVICE,
                                   acts[i].b));
+    if (N > 1) {
+        uint64_t rows = (uint64_t)T * rw->gq;
+        DCP_TRY(dcp_buffer_create(rs->dev, N * rows * D * 4, DCP_MEMORY_DEVICE, &rs->o_all));
+        DCP_TRY(dcp_buffer_create(rs->dev, N * rows * 4, DCP_MEMORY_DEVICE, &rs->lse_all));
+        DCP_TRY(dcp_buffer_create(rs->dev, rows * D * 4, DCP_MEMORY_DEVICE, &rs->om));
+        DCP_TRY(dcp_buffer_create(rs->dev, rows * 4, DCP_MEMORY_DEVICE, &rs->lsem));
+        DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)rw->hq * D * 4, DCP_MEMORY_DEVICE, &rs->q_own));
+    }
     /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
     DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
     DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &rs->ids));
-    DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * 4, DCP_MEMORY_HOST, &rs->slots));
     DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)T * (m->n_rot / 2 ? m->n_rot / 2 : 1) * 8, DCP_MEMORY_HOST, &rs->cs));
     DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)m->n_vocab * 4, DCP_MEMORY_HOST, &rs->logits));
     DCP_TRY(dcp_buffer_create(rs->dev, 16, DCP_MEMORY_HOST, &rs->next));
@@ -406,15 +451,23 @@ dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *
     *out = NULL;
     const dcp_model_config *m = &w->cfg;
     dcp_llama_config c = *config;
+    const uint32_t N = w->dcp, G = w->tp / w->dcp, L = m->n_layer;
     if (c.n_ctx == 0) c.n_ctx = m->n_ctx_train < 4096 ? m->n_ctx_train : 4096;
     if (c.block_size == 0 || c.prefill_chunk == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "llama state: block size %u and prefill chunk %u must be >= 1",
                         c.block_size, c.prefill_chunk);
+    if (c.interleave == 0) c.interleave = 1;
+    if (N > 1) {
+        dcp_status ps = dcp_kv_placement_check(N, c.interleave, c.block_size);
+        if (ps) return ps;
+    }
     dcp_llama_state *s = calloc(1, sizeof *s);
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     s->w = w;
     s->cfg = c;
-    s->pages = (c.n_ctx + c.block_size - 1) / c.block_size;
+    /* Pages per rank: the longest shard a context of n_ctx tokens gives, plus one for rounding. */
+    uint64_t shard = N == 1 ? c.n_ctx : dcp_kv_local_length(c.n_ctx, 0, N, c.interleave);
+    s->pages = (uint32_t)((shard + c.block_size - 1) / c.block_size) + (N > 1 ? 1 : 0);
     const uint32_t T = c.prefill_chunk;
     s->bt = malloc((size_t)T * s->pages * sizeof *s->bt);
     s->lens = calloc(T, sizeof *s->lens);
@@ -425,10 +478,42 @@ dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *
     }
     for (uint32_t t = 0; t < T; t++)
         for (uint32_t p = 0; p < s->pages; p++) s->bt[(size_t)t * s->pages + p] = p;
+    dcp_device *devs[1024];
+    for (uint32_t r = 0; r < w->tp; r++) devs[r] = w->ranks[r].dev;
+    if (N > 1) {
+        s->gcomm = calloc(G, sizeof *s->gcomm);
+        s->caches = calloc((size_t)G * L, sizeof *s->caches);
+        s->attns = calloc((size_t)G * L, sizeof *s->attns);
+        if (!s->gcomm || !s->caches || !s->attns) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            goto fail;
+        }
+        dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
+        for (uint32_t g = 0; g < G; g++) {
+            DCP_TRY(dcp_comm_init_local(devs + g * N, (int)N, &cc, &s->gcomm[g]));
+            for (uint32_t l = 0; l < L; l++) {
+                dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
+                kc.pool.kv_heads = w->ranks[g * N].hkv;
+                kc.pool.head_dim = m->head_dim;
+                kc.pool.page_size = c.block_size;
+                kc.pool.dtype = c.kv_dtype;
+                kc.pool.num_pages = s->pages;
+                kc.dcp_size = N;
+                kc.interleave = c.interleave;
+                kc.max_seqs = 1;
+                kc.max_blocks = s->pages;
+                DCP_TRY(dcp_kv_cache_create(devs + g * N, N, &kc, &s->caches[g * L + l]));
+                dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
+                ac.batch = 1;
+                ac.heads_local = w->ranks[g * N].hq;
+                ac.backend = c.backend;
+                ac.q_replicate = c.q_replicate;
+                DCP_TRY(dcp_attn_create(s->gcomm[g], s->caches[g * L + l], &ac, &s->attns[g * L + l]));
+            }
+        }
+    }
     for (uint32_t r = 0; r < w->tp; r++) DCP_TRY(rank_state_create(s, r));
     if (w->tp > 1) {
-        dcp_device *devs[1024];
-        for (uint32_t r = 0; r < w->tp; r++) devs[r] = w->ranks[r].dev;
         dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
         DCP_TRY(dcp_comm_init_local(devs, (int)w->tp, &cc, &s->comm));
     }
@@ -438,9 +523,10 @@ dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *
         int32_t warm[2] = {0, 0};
         DCP_TRY(dcp_llama_forward(s, warm, T > 1 ? 2 : 1, NULL, NULL));
         DCP_TRY(dcp_llama_forward(s, warm, 1, NULL, NULL));
-        s->pos = 0;
+        dcp_llama_state_reset(s);
         s->tokens_run = 0;
         if (s->comm) dcp_comm_reset_stats(s->comm);
+        for (uint32_t g = 0; s->gcomm && g < G; g++) dcp_comm_reset_stats(s->gcomm[g]);
     }
     *out = s;
     return DCP_OK;
@@ -452,29 +538,43 @@ fail:
 void dcp_llama_state_destroy(dcp_llama_state *s)
 {
     if (!s) return;
-    dcp_comm_destroy(s->comm);
+    const uint32_t N = s->w->dcp, G = s->w->tp / N, L = s->w->cfg.n_layer;
     for (uint32_t r = 0; s->r && r < s->w->tp; r++) {
         rank_state *rs = &s->r[r];
         dcp_cmd_destroy(rs->cmd);
-        for (uint32_t l = 0; rs->pools && l < s->w->cfg.n_layer; l++) {
+        for (uint32_t l = 0; rs->pools && l < L; l++) {
             if (rs->dplans) dcp_decode_plan_destroy(rs->dplans[l]);
             if (rs->pplans) dcp_decode_plan_destroy(rs->pplans[l]);
-            dcp_kv_pool_destroy(rs->pools[l]);
+            if (N == 1) dcp_kv_pool_destroy(rs->pools[l]);
+            if (rs->slots) dcp_buffer_destroy(rs->slots[l]);
         }
-        dcp_buffer *bufs[] = {rs->x, rs->xn, rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h, rs->part,
-                              rs->ids, rs->slots, rs->cs, rs->logits, rs->next};
+        dcp_buffer *bufs[] = {rs->x, rs->xn, rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h, rs->part, rs->o_all,
+                              rs->lse_all, rs->om, rs->lsem, rs->q_own, rs->ids, rs->cs, rs->logits, rs->next};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
         free(rs->pools);
         free(rs->dplans);
         free(rs->pplans);
+        free(rs->slots);
     }
+    for (uint32_t i = 0; s->attns && i < G * L; i++) dcp_attn_destroy(s->attns[i]);
+    for (uint32_t i = 0; s->caches && i < G * L; i++) dcp_kv_cache_destroy(s->caches[i]);
+    for (uint32_t g = 0; s->gcomm && g < G; g++) dcp_comm_destroy(s->gcomm[g]);
+    dcp_comm_destroy(s->comm);
+    free(s->attns);
+    free(s->caches);
+    free(s->gcomm);
     free(s->r);
     free(s->bt);
     free(s->lens);
     free(s);
 }
 
-void dcp_llama_state_reset(dcp_llama_state *s) { s->pos = 0; }
+void dcp_llama_state_reset(dcp_llama_state *s)
+{
+    s->pos = 0;
+    for (uint32_t i = 0; s->caches && i < s->w->tp / s->w->dcp * s->w->cfg.n_layer; i++)
+        dcp_kv_cache_free_seq(s->caches[i], 0);
+}
 uint32_t dcp_llama_state_pos(const dcp_llama_state *s) { return s->pos; }
 uint32_t dcp_llama_state_n_ctx(const dcp_llama_state *s) { return s->cfg.n_ctx; }
 
@@ -488,7 +588,9 @@ uint64_t dcp_llama_state_kv_bytes(const dcp_llama_state *s)
 
 uint64_t dcp_llama_state_exchange_bytes(const dcp_llama_state *s)
 {
-    return s->comm ? dcp_comm_bytes_sent(s->comm, 0) : 0;
+    uint64_t b = s->comm ? dcp_comm_bytes_sent(s->comm, 0) : 0;
+    if (s->gcomm) b += dcp_comm_bytes_sent(s->gcomm[0], 0);
+    return b;
 }
 
 uint64_t dcp_llama_state_tokens_run(const dcp_llama_state *s) { return s->tokens_run; }
@@ -505,6 +607,14 @@ fail:
     return st;
 }
 
+static dcp_status reset_all(dcp_llama_state *s)
+{
+    dcp_status st = DCP_OK;
+    for (uint32_t r = 0; r < s->w->tp; r++) DCP_TRY(dcp_cmd_reset(s->r[r].cmd));
+fail:
+    return st;
+}
+
 /* With T > 1: runs what was recorded, sums every rank's part [tokens][n_embd] over the group,
  * and starts the next recording with x += part. */
 static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
@@ -515,11 +625,125 @@ static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
     dcp_comm_buf bufs[1024];
     for (uint32_t r = 0; r < s->w->tp; r++) bufs[r] = (dcp_comm_buf){s->r[r].part, 0};
     DCP_TRY(dcp_comm_all_reduce(bufs, bufs, (uint64_t)tokens * E, DCP_DTYPE_F32, DCP_RED_SUM, s->comm));
+    DCP_TRY(reset_all(s));
     for (uint32_t r = 0; r < s->w->tp; r++) {
         rank_state *rs = &s->r[r];
-        DCP_TRY(dcp_cmd_reset(rs->cmd));
         DCP_TRY(dcp_op_add(rs->cmd, rs->x, rs->part, rs->x, tokens * E));
         dcp_cmd_barrier(rs->cmd); /* x += part -> next rmsnorm */
+    }
+    return DCP_OK;
+fail:
+    return st;
+}
+
+/* DCP attention of layer l for T tokens (q of the group's heads written by rope_store in each
+ * rank's q). Leaves in each rank's recording (reset) nothing; returns with o_src / o_off /
+ * o_stride telling each rank where its own heads' O are. */
+static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model_config *m = &s->w->cfg;
+    const uint32_t N = s->w->dcp, G = s->w->tp / N, D = m->head_dim, L = m->n_layer;
+    dcp_comm_buf a[1024], b[1024], c[1024];
+    if (T == 1) {
+        if (!s->cfg.q_replicate)
+            for (uint32_t r = 0; r < s->w->tp; r++) {
+                rank_state *rs = &s->r[r];
+                const rank_weights *rw = &s->w->ranks[r];
+                DCP_TRY(dcp_cmd_copy(rs->cmd, rs->q, (uint64_t)rs->gr * rw->hq * D * 4, rs->q_own, 0,
+                                     (uint64_t)rw->hq * D * 4));
+            }
+        DCP_TRY(run_all(s));
+        for (uint32_t g = 0; g < G; g++) {
+            for (uint32_t i = 0; i < N; i++) {
+                rank_state *rs = &s->r[g * N + i];
+                a[i] = (dcp_comm_buf){s->cfg.q_replicate ? rs->q : rs->q_own, 0};
+                b[i] = (dcp_comm_buf){rs->o, 0};
+                c[i] = (dcp_comm_buf){rs->lse, 0};
+            }
+            DCP_TRY(dcp_attn_run(s->attns[g * L + l], a, b, c, NULL));
+        }
+        DCP_TRY(reset_all(s));
+        return DCP_OK;
+    }
+    /* Prefill: local causal decode over each shard -> all-gather partials -> lse_merge. */
+    for (uint32_t r = 0; r < s->w->tp; r++) {
+        rank_state *rs = &s->r[r];
+        DCP_TRY(dcp_decode_record(rs->cmd, rs->pplans[l], rs->q, 0, rs->o, 0, rs->lse, 0));
+    }
+    DCP_TRY(run_all(s));
+    const uint64_t rows = (uint64_t)T * s->w->ranks[0].gq;
+    for (uint32_t g = 0; g < G; g++) {
+        for (uint32_t i = 0; i < N; i++) {
+            rank_state *rs = &s->r[g * N + i];
+            a[i] = (dcp_comm_buf){rs->o, 0};
+            b[i] = (dcp_comm_buf){rs->o_all, 0};
+        }
+        DCP_TRY(dcp_comm_all_gather(a, b, rows * D, DCP_DTYPE_F32, s->gcomm[g]));
+        for (uint32_t i = 0; i < N; i++) {
+            rank_state *rs = &s->r[g * N + i];
+            a[i] = (dcp_comm_buf){rs->lse, 0};
+            b[i] = (dcp_comm_buf){rs->lse_all, 0};
+        }
+        DCP_TRY(dcp_comm_all_gather(a, b, rows, DCP_DTYPE_F32, s->gcomm[g]));
+    }
+    DCP_TRY(reset_all(s));
+    for (uint32_t r = 0; r < s->w->tp; r++) {
+        rank_state *rs = &s->r[r];
+        dcp_merge_args ma = {.parts = N, .rows = (uint32_t)rows, .head_dim = D,
+                             .o_part_stride = (uint32_t)(rows * D), .lse_part_stride = (uint32_t)rows,
+                             .o_in = rs->o_all, .lse_in = rs->lse_all, .o_out = rs->om, .lse_out = rs->lsem};
+        DCP_TRY(dcp_lse_merge_record(rs->cmd, &ma));
+        dcp_cmd_barrier(rs->cmd); /* merged O -> o_proj */
+    }
+    return DCP_OK;
+fail:
+    return st;
+}
+
+/* Host side of a chunk: token ids, RoPE angles, KV slots and attention plans of every rank. */
+static dcp_status prepare_chunk(dcp_llama_state *s, const int32_t *tokens, uint32_t T)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model_config *m = &s->w->cfg;
+    const uint32_t N = s->w->dcp, G = s->w->tp / N, L = m->n_layer, I = s->cfg.interleave;
+    const uint32_t half_rot = m->n_rot / 2;
+    uint32_t rows = T == 1 ? 1 : s->cfg.prefill_chunk;
+    if (N > 1) {
+        uint32_t seq = 0;
+        for (uint32_t i = 0; i < G * L; i++) DCP_TRY(dcp_kv_cache_append(s->caches[i], 1, &seq, &T));
+    }
+    for (uint32_t r = 0; r < s->w->tp; r++) {
+        rank_state *rs = &s->r[r];
+        uint32_t *ids = dcp_buffer_map(rs->ids);
+        float *cs = dcp_buffer_map(rs->cs);
+        for (uint32_t t = 0; t < T; t++) {
+            uint32_t pos = s->pos + t;
+            ids[t] = (uint32_t)tokens[t];
+            for (uint32_t i = 0; i < half_rot; i++) {
+                double ang = pos * pow((double)m->rope_freq_base, -2.0 * i / m->n_rot);
+                cs[(t * half_rot + i) * 2] = (float)cos(ang);
+                cs[(t * half_rot + i) * 2 + 1] = (float)sin(ang);
+            }
+        }
+        for (uint32_t l = 0; l < L; l++) {
+            uint32_t *slots = dcp_buffer_map(rs->slots[l]);
+            dcp_kv_cache *kc = N > 1 ? s->caches[rs->g * L + l] : NULL;
+            if (kc) memcpy(slots, dcp_kv_cache_append_slots(kc, rs->gr), (size_t)T * 4);
+            else
+                for (uint32_t t = 0; t < T; t++) slots[t] = s->pos + t; /* identity block table */
+            if (T == 1 && N > 1) {
+                if (r == rs->g * N) DCP_TRY(dcp_attn_set(s->attns[rs->g * L + l], &(uint32_t){0}));
+                continue;
+            }
+            for (uint32_t t = 0; t < rows; t++) {
+                uint64_t len = t < T ? (uint64_t)s->pos + t + 1 : 0;
+                s->lens[t] = (uint32_t)(N > 1 ? dcp_kv_local_length(len, rs->gr, N, I) : len);
+                if (kc) memcpy(s->bt + (size_t)t * s->pages, dcp_kv_cache_block_table(kc, rs->gr, 0),
+                               (size_t)s->pages * 4);
+            }
+            DCP_TRY(dcp_decode_plan_set(T == 1 ? rs->dplans[l] : rs->pplans[l], s->lens, s->bt));
+        }
     }
     return DCP_OK;
 fail:
@@ -532,27 +756,10 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
     dcp_status st = DCP_OK;
     const dcp_llama_weights *w = s->w;
     const dcp_model_config *m = &w->cfg;
-    const uint32_t E = m->n_embd, D = m->head_dim, tp = w->tp;
-    const uint32_t half_rot = m->n_rot / 2;
-    for (uint32_t t = 0; t < T; t++) s->lens[t] = s->pos + t + 1;
-    uint32_t rows = T == 1 ? 1 : s->cfg.prefill_chunk;
-    for (uint32_t t = T; t < rows; t++) s->lens[t] = 0;
+    const uint32_t E = m->n_embd, D = m->head_dim, tp = w->tp, N = w->dcp;
+    DCP_TRY(prepare_chunk(s, tokens, T));
     for (uint32_t r = 0; r < tp; r++) {
         rank_state *rs = &s->r[r];
-        uint32_t *ids = dcp_buffer_map(rs->ids), *slots = dcp_buffer_map(rs->slots);
-        float *cs = dcp_buffer_map(rs->cs);
-        for (uint32_t t = 0; t < T; t++) {
-            uint32_t pos = s->pos + t;
-            ids[t] = (uint32_t)tokens[t];
-            slots[t] = pos; /* identity block table: page pos / B, row pos % B */
-            for (uint32_t i = 0; i < half_rot; i++) {
-                double ang = pos * pow((double)m->rope_freq_base, -2.0 * i / m->n_rot);
-                cs[(t * half_rot + i) * 2] = (float)cos(ang);
-                cs[(t * half_rot + i) * 2 + 1] = (float)sin(ang);
-            }
-        }
-        dcp_decode_plan **plans = T == 1 ? rs->dplans : rs->pplans;
-        for (uint32_t l = 0; l < m->n_layer; l++) DCP_TRY(dcp_decode_plan_set(plans[l], s->lens, s->bt));
         DCP_TRY(dcp_cmd_reset(rs->cmd));
         DCP_TRY(dcp_op_get_rows(rs->cmd, &w->ranks[r].tok_embd, rs->ids, rs->x, E, T));
         dcp_cmd_barrier(rs->cmd); /* get_rows x -> rmsnorm */
@@ -566,20 +773,30 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             const llama_layer *L = &rw->layers[l];
             rank_state *rs = &s->r[r];
             dcp_cmd *cmd = rs->cmd;
-            dcp_decode_plan **plans = T == 1 ? rs->dplans : rs->pplans;
-            dcp_buffer *dst = acc ? rs->x : rs->part;
             DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, 0, E, L->attn_norm, E, rs->xn, E, T, m->rms_eps));
             dcp_cmd_barrier(cmd); /* rmsnorm xn -> qkv matmul */
             DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, rs->xn, 0, E, rs->qkv, rs->qkv4, T, 0));
             dcp_cmd_barrier(cmd); /* qkv -> rope_store */
-            dcp_rope_store_args ra = {T, rw->hq, rw->hkv, D, m->n_rot, rs->qkv4, rs->qkv, rs->slots, rs->cs,
+            dcp_rope_store_args ra = {T, rw->gq, rw->hkv, D, m->n_rot, rs->qkv4, rs->qkv, rs->slots[l], rs->cs,
                                       rs->q, rs->pools[l]};
             DCP_TRY(dcp_op_rope_store(cmd, &ra));
-            dcp_cmd_barrier(cmd); /* q, KV pages -> paged decode */
-            DCP_TRY(dcp_decode_record(cmd, plans[l], rs->q, 0, rs->o, 0, rs->lse, 0));
-            dcp_cmd_barrier(cmd); /* o -> o_proj */
-            DCP_TRY(dcp_op_matmul(cmd, &L->wo, rs->o, 0, rs->hd4, dst, E, T, acc));
-            dcp_cmd_barrier(cmd); /* x (residual) or part -> ffn rmsnorm / all-reduce */
+            dcp_cmd_barrier(cmd); /* q, KV pages -> attention */
+            if (N == 1) {
+                DCP_TRY(dcp_decode_record(cmd, T == 1 ? rs->dplans[l] : rs->pplans[l], rs->q, 0, rs->o, 0, rs->lse, 0));
+                dcp_cmd_barrier(cmd); /* o -> o_proj */
+            }
+        }
+        if (N > 1) DCP_TRY(dcp_attention(s, l, T));
+        for (uint32_t r = 0; r < tp; r++) {
+            const rank_weights *rw = &w->ranks[r];
+            rank_state *rs = &s->r[r];
+            dcp_buffer *dst = acc ? rs->x : rs->part;
+            /* Own heads' O: [T][hq][D] in o (DCP 1, DCP decode), or heads [gr hq, (gr+1) hq) of the
+             * merged [T][gq][D] (DCP prefill). */
+            int merged = N > 1 && T > 1;
+            DCP_TRY(dcp_op_matmul(rs->cmd, &rw->layers[l].wo, merged ? rs->om : rs->o, merged ? rs->gr * rs->hd4 : 0,
+                                  merged ? rw->gq * D : rs->hd4, dst, E, T, acc));
+            dcp_cmd_barrier(rs->cmd); /* x (residual) or part -> ffn rmsnorm / all-reduce */
         }
         if (!acc) DCP_TRY(all_reduce_part(s, T));
         for (uint32_t r = 0; r < tp; r++) {
