@@ -1,5 +1,6 @@
 /* GGUF value-type and ggml tensor-type tables, block layouts, and the conversions between f32 and
  * the tensor types dcp-vk reads (F32, F16, BF16, Q8_0). */
+#include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 
 #include <math.h>
@@ -99,7 +100,7 @@ const char *dcp_gguf_type_name(dcp_gguf_type type)
     return (unsigned)type < DCP_GGUF_TYPE_COUNT ? names[type] : "unknown";
 }
 
-/* ---- scalar conversions (IEEE half and bfloat16, round to nearest even) ------------------------------------------------------------------- */
+/* ---- scalar conversions (bfloat16 here; IEEE half in src/common/dtype.c), round to nearest even ------------------------------------------------------------------- */
 
 static uint32_t f32_bits(float f)
 {
@@ -113,42 +114,6 @@ static float bits_f32(uint32_t u)
     float f;
     memcpy(&f, &u, 4);
     return f;
-}
-
-static float fp16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13)); /* inf / nan */
-    if (exp == 0) {
-        /* zero or subnormal: man * 2^-24 */
-        float v = (float)man * 5.9604644775390625e-8f;
-        return sign ? -v : v;
-    }
-    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-static uint16_t f32_to_fp16(float f)
-{
-    uint32_t x = f32_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf or nan (keep a quiet nan) */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (ax < 0x38800000u) {
-        /* result is subnormal or zero: round(|f| * 2^24) to nearest even */
-        float a = bits_f32(ax) * 16777216.0f;
-        float r = nearbyintf(a);
-        return (uint16_t)(sign | (uint16_t)r);
-    }
-    uint32_t exp = (ax >> 23) - 112;
-    uint32_t man = ax & 0x7fffffu;
-    uint32_t h = (exp << 10) | (man >> 13);
-    uint32_t rest = man & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h; /* may carry into the exponent */
-    return (uint16_t)(sign | h);
 }
 
 static float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
@@ -177,7 +142,7 @@ dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint
         memcpy(dst, s, n * 4);
         return DCP_OK;
     case DCP_GGML_TYPE_F16:
-        for (uint64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(s + 2 * i));
+        for (uint64_t i = 0; i < n; ++i) dst[i] = dcp_f16_to_f32(load_u16(s + 2 * i));
         return DCP_OK;
     case DCP_GGML_TYPE_BF16:
         for (uint64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(s + 2 * i));
@@ -188,7 +153,7 @@ dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint
                             (unsigned long long)n);
         for (uint64_t b = 0; b < n / DCP_Q8_0_BLOCK; ++b) {
             const uint8_t *blk = s + b * DCP_Q8_0_BYTES;
-            float d = fp16_to_f32(load_u16(blk));
+            float d = dcp_f16_to_f32(load_u16(blk));
             for (int i = 0; i < DCP_Q8_0_BLOCK; ++i)
                 dst[b * DCP_Q8_0_BLOCK + i] = d * (float)(int8_t)blk[2 + i];
         }
@@ -210,7 +175,7 @@ dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, ui
         memcpy(d, src, n * 4);
         return DCP_OK;
     case DCP_GGML_TYPE_F16:
-        for (uint64_t i = 0; i < n; ++i) store_u16(d + 2 * i, f32_to_fp16(src[i]));
+        for (uint64_t i = 0; i < n; ++i) store_u16(d + 2 * i, dcp_f32_to_f16(src[i]));
         return DCP_OK;
     case DCP_GGML_TYPE_BF16:
         for (uint64_t i = 0; i < n; ++i) store_u16(d + 2 * i, f32_to_bf16(src[i]));
@@ -227,7 +192,7 @@ dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, ui
                 if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
             float scale = amax / 127.0f;
             float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-            store_u16(blk, f32_to_fp16(scale));
+            store_u16(blk, dcp_f32_to_f16(scale));
             for (int i = 0; i < DCP_Q8_0_BLOCK; ++i) {
                 float q = nearbyintf(x[i] * inv);
                 if (q > 127.0f) q = 127.0f;
