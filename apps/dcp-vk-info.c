@@ -51,20 +51,25 @@ int main(int argc, char **argv)
         const dcp_device_info *d = dcp_device_get_info(dcp_context_device(ctx, i));
         unsigned maj = d->api_version >> 22, min = (d->api_version >> 12) & 0x3ff, pat = d->api_version & 0xfff;
         if (json) {
-            printf("%s{\"index\": %d, \"physical_index\": %d, \"name\": \"%s\", \"type\": \"%s\", "
-                   "\"vendor_id\": %u, \"device_id\": %u, \"driver\": \"%s\", \"driver_info\": \"%s\", "
-                   "\"api_version\": \"%u.%u.%u\", \"device_uuid\": \"",
-                   i ? ", " : "", i, d->physical_index, d->name, d->type, d->vendor_id, d->device_id,
-                   d->driver_name, d->driver_info, maj, min, pat);
+            printf("%s{\"index\": %d, \"physical_index\": %d, \"name\": ", i ? ", " : "", i, d->physical_index);
+            dcp_cli_json_string(stdout, d->name, strlen(d->name));
+            printf(", \"type\": \"%s\", \"vendor_id\": %u, \"device_id\": %u, \"driver\": ", d->type,
+                   d->vendor_id, d->device_id);
+            dcp_cli_json_string(stdout, d->driver_name, strlen(d->driver_name));
+            printf(", \"driver_info\": ");
+            dcp_cli_json_string(stdout, d->driver_info, strlen(d->driver_info));
+            printf(", \"api_version\": \"%u.%u.%u\", \"device_uuid\": \"", maj, min, pat);
             print_uuid(d->device_uuid);
             printf("\", \"subgroup_size\": %u, \"max_storage_buffer_range\": %llu, "
                    "\"max_allocation_size\": %llu, \"max_shared_memory\": %u, "
                    "\"max_workgroup_invocations\": %u, \"timestamp_period_ns\": %g, "
-                   "\"external_memory_host\": %s, \"device_group_size\": %u, \"memory_heaps\": [",
+                   "\"external_memory_host\": %s, \"device_group_size\": %u, \"kv_multi_segment\": %s, "
+                   "\"memory_heaps\": [",
                    d->subgroup_size, (unsigned long long)d->max_storage_buffer_range,
                    (unsigned long long)d->max_allocation_size, d->max_shared_memory,
                    d->max_workgroup_invocations, d->timestamp_period_ns,
-                   d->has_external_memory_host ? "true" : "false", d->physical_group_size);
+                   d->has_external_memory_host ? "true" : "false", d->physical_group_size,
+                   d->kv_multi_segment ? "true" : "false");
             for (uint32_t h = 0; h < d->heap_count; h++)
                 printf("%s{\"size\": %llu, \"device_local\": %s}", h ? ", " : "",
                        (unsigned long long)d->heap_size[h], d->heap_device_local[h] ? "true" : "false");
@@ -79,9 +84,9 @@ int main(int argc, char **argv)
                    d->max_shared_memory, d->max_workgroup_invocations);
             printf("  max storage-buffer range %llu B, max allocation %llu B\n",
                    (unsigned long long)d->max_storage_buffer_range, (unsigned long long)d->max_allocation_size);
-            printf("  timestamps %s, external host memory %s, device group of %u\n",
+            printf("  timestamps %s, external host memory %s, device group of %u, KV pools over %s\n",
                    d->timestamp_period_ns > 0 ? "yes" : "no", d->has_external_memory_host ? "yes" : "no",
-                   d->physical_group_size);
+                   d->physical_group_size, d->kv_multi_segment ? "several buffers" : "one buffer");
             for (uint32_t h = 0; h < d->heap_count; h++)
                 printf("  heap %u: %.2f GiB%s\n", h, (double)d->heap_size[h] / (1024.0 * 1024 * 1024),
                        d->heap_device_local[h] ? " device-local" : "");

@@ -336,12 +336,14 @@ int dcp_bench_attn(int argc, char **argv)
             if (sh[d].n) bad += share_verify(&sh[d], &o, &max_o, &max_lse);
     const dcp_device_info *info = dcp_device_get_info(sh[0].dev);
     if (o.json) {
-        printf("{\"bench\": \"attn\", \"device\": \"%s\", \"devices\": %d, \"ctx\": %u, \"batch\": %u, "
+        printf("{\"bench\": \"attn\", \"device\": ");
+        dcp_cli_json_string(stdout, info->name, strlen(info->name));
+        printf(", \"devices\": %d, \"ctx\": %u, \"batch\": %u, "
                "\"q_heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, \"kv_dtype\": \"%s\", "
                "\"iters\": %u, \"chunks\": %u, \"step_ms\": %.4f, \"step_min_ms\": %.4f, \"kv_bytes\": %llu, \"kv_read_gbps\": %.4f, "
                "\"stream_read_gbps\": %.4f, \"stream_read_u32_gbps\": %.4f, \"copy_gbps\": %.4f, "
                "\"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, \"ratio_vs_copy\": %.4f",
-               info->name, ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
+               ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
                dcp_dtype_name(o.dtype), o.iters, dcp_decode_plan_chunks(sh[0].plan), step * 1e-6,
                step_min * 1e-6, (unsigned long long)kv_bytes, rate * 1e-9, y.stream_read_bps * 1e-9, y.stream_read_u32_bps * 1e-9,
                y.copy_bps * 1e-9, per_dev_rate / y.stream_read_bps, per_dev_rate / y.stream_read_u32_bps,

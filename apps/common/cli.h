@@ -2,7 +2,9 @@
 #ifndef DCP_APPS_CLI_H
 #define DCP_APPS_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dcpvk/status.h"
 
@@ -19,6 +21,9 @@ int dcp_cli_f32(const char *prog, const char *name, const char *value, float min
 int dcp_cli_choice(const char *prog, const char *name, const char *value, const char *const *choices);
 /* The value after option argv[*i] (advancing *i), or NULL after printing that it is missing. */
 const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i);
+/* Writes n bytes of s as a JSON string literal (quotes included; control characters, quotes and
+ * backslashes escaped; other bytes as they are, so UTF-8 passes through). */
+void dcp_cli_json_string(FILE *f, const char *s, size_t n);
 /* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
 void dcp_cli_report(const char *prog, const char *what, dcp_status st);
 
