@@ -1,0 +1,14 @@
+# The attention benchmark and the device lister as a user runs them.
+add_test(NAME app_info_json COMMAND dcp-vk-info --json)
+set_tests_properties(app_info_json PROPERTIES ENVIRONMENT "DCP_VK_DEVICES=0,0"
+                     PASS_REGULAR_EXPRESSION "\"devices\": \\[\\{\"index\": 0.*\"index\": 1")
+add_test(NAME app_info_bad_device COMMAND dcp-vk-info --devices 0,99)
+set_tests_properties(app_info_bad_device PROPERTIES WILL_FAIL TRUE)
+add_test(NAME app_bench_attn_verify COMMAND dcp-vk-bench attn --ctx 1500 --batch 3 --q-heads 8
+         --kv-heads 2 --head-dim 64 --page-size 32 --iters 2 --verify)
+set_tests_properties(app_bench_attn_verify PROPERTIES ENVIRONMENT "DCP_VK_DEVICES=0,0;DCP_VK_VALIDATION=1"
+                     PASS_REGULAR_EXPRESSION "verify: ok" FAIL_REGULAR_EXPRESSION "validation (error|warning)")
+# Usage errors name the option and its allowed values and exit 2.
+add_test(NAME app_bench_bad_option COMMAND sh -c "$<TARGET_FILE:dcp-vk-bench> attn --kv-dtype q4 2>&1; echo exit=$?")
+set_tests_properties(app_bench_bad_option PROPERTIES
+                     PASS_REGULAR_EXPRESSION "--kv-dtype: 'q4' is not allowed \\(allowed: f32 f16\\)\nexit=2")
