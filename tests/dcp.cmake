@@ -33,3 +33,10 @@ if(TARGET dcp-vk-bench)
     set_tests_properties(test_bench_dcp_mpi2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 300 PROCESSORS 2)
   endif()
 endif()
+# DCP step over two processes with two logical devices each (N = 4).
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  add_test(NAME test_dcp_mpi2x2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+           $<TARGET_FILE:test_dcp> --mpi)
+  set_tests_properties(test_dcp_mpi2x2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0"
+                       TIMEOUT 900 PROCESSORS 2)
+endif()
