@@ -40,3 +40,4 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   set_tests_properties(test_dcp_mpi2x2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0"
                        TIMEOUT 900 PROCESSORS 2)
 endif()
+dcp_test(test_dcp_kernels SOURCES test_dcp_kernels.c vkutil.c)

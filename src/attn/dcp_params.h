@@ -15,4 +15,14 @@ DCP_PARAMS_STRUCT(dcp_scale_params) {
 };
 DCP_PARAMS_END(dcp_scale_params)
 
+/* dcp_permute: f32 copy that swaps the two outer dims of a [A][B][C] tensor:
+ *   dst[b * dst_stride_b + a * C + c] = src[a * src_stride_a + b * C + c]
+ * (Q unpack after the gather, a2a message packing). One invocation per element. */
+DCP_PARAMS_STRUCT(dcp_permute_params) {
+    DCP_U32 a, b, c;        /* A, B, C */
+    DCP_U32 src_stride_a;   /* floats between consecutive a in src (>= B * C) */
+    DCP_U32 dst_stride_b;   /* floats between consecutive b in dst (>= A * C) */
+};
+DCP_PARAMS_END(dcp_permute_params)
+
 #endif

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "attn/attn_internal.h"
+#include "attn/dcp_internal.h"
 #include "comm/comm_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
@@ -263,13 +264,12 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
         dcp_buffer *qsrc = q[i].buffer;
         uint64_t qoff = q[i].offset;
         if (!a->cfg.q_replicate) {
-            /* mailbox [src rank s][b][Hl][D] -> qfull [b][s * Hl + h][D] */
+            /* mailbox [src rank s][b][Hl*D] -> qfull [b][s][Hl*D] */
             dcp_comm_buf in = dcp_comm_recv_area(a->comm, (int)i);
-            for (uint64_t s = 0; s < N; s++)
-                for (uint64_t b = 0; b < B; b++)
-                    DCP_TRY(dcp_cmd_copy(cmd, in.buffer, in.offset + s * qblk + b * Hl * D * 4, r->qfull,
-                                         (b * NH + s * Hl) * D * 4, Hl * D * 4));
-            dcp_cmd_barrier(cmd); /* gathered Q copies -> paged_decode */
+            dcp_permute_params pp = {(uint32_t)N, (uint32_t)B, (uint32_t)(Hl * D), (uint32_t)(B * Hl * D),
+                                     (uint32_t)(N * Hl * D)};
+            DCP_TRY(dcp_permute_record(cmd, &pp, in.buffer, in.offset, r->qfull, 0));
+            dcp_cmd_barrier(cmd); /* dcp_permute (gathered Q) -> paged_decode */
             qsrc = r->qfull;
             qoff = 0;
         }
@@ -279,14 +279,13 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
         dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing copies or LSE send */
         if (a2a) {
             const uint64_t blk = a2a_block(a);
-            for (uint64_t n = 0; n < N; n++)
-                for (uint64_t b = 0; b < B; b++) {
-                    DCP_TRY(dcp_cmd_copy(cmd, r->o_part, (b * NH + n * Hl) * D * 4, r->send,
-                                         n * blk + b * Hl * D * 4, Hl * D * 4));
-                    DCP_TRY(dcp_cmd_copy(cmd, r->lse_part, (b * NH + n * Hl) * 4, r->send,
-                                         n * blk + B * Hl * D * 4 + b * Hl * 4, Hl * 4));
-                }
-            dcp_cmd_barrier(cmd); /* packing copies -> mailbox copies */
+            /* O [b][n][Hl*D] -> message n's O part [b][Hl*D]; LSE [b][n][Hl] -> its LSE part [b][Hl] */
+            dcp_permute_params po = {(uint32_t)B, (uint32_t)N, (uint32_t)(Hl * D), (uint32_t)(N * Hl * D),
+                                     (uint32_t)(blk / 4)};
+            DCP_TRY(dcp_permute_record(cmd, &po, r->o_part, 0, r->send, 0));
+            dcp_permute_params pl = {(uint32_t)B, (uint32_t)N, (uint32_t)Hl, (uint32_t)(N * Hl), (uint32_t)(blk / 4)};
+            DCP_TRY(dcp_permute_record(cmd, &pl, r->lse_part, 0, r->send, B * Hl * D * 4));
+            dcp_cmd_barrier(cmd); /* dcp_permute packing -> mailbox copies */
             DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_TO_ALL, (dcp_comm_buf){r->send, 0}, blk));
         } else {
             DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->lse_part, 0},
@@ -321,15 +320,9 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
             DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->recv, 0},
                                          B * NH * 4));
             a->r[i].ts[0] = stamp(cmd);
-            dcp_binding bd[4] = {{r->o_part, 0, B * NH * D * 4},
-                                 {r->recv, 0, N * B * NH * 4},
-                                 {r->send, 0, N * B * Hl * D * 4},
-                                 {lse[i].buffer, lse[i].offset, B * Hl * 4}};
             dcp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N,
                                    (uint32_t)dcp_comm_first_rank(a->comm) + i, (uint32_t)D};
-            uint32_t spec[1] = {dcp_attn_workgroup_size(r->dev)};
-            uint64_t n = B * NH * (D / 4);
-            DCP_TRY(dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_SCALE, spec, bd, &sp, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1));
+            DCP_TRY(dcp_scale_record(cmd, &sp, r->o_part, 0, r->recv, 0, r->send, 0, lse[i].buffer, lse[i].offset));
             a->r[i].ts[1] = stamp(cmd);
             dcp_cmd_barrier(cmd); /* dcp_scale -> mailbox copies */
             DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, (dcp_comm_buf){r->send, 0},

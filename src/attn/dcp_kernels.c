@@ -1,0 +1,51 @@
+/* Recording of the DCP step's shaders: dcp_scale (ag_rs) and dcp_permute (Q unpack, a2a packing). */
+#include "attn/attn_internal.h"
+#include "attn/dcp_internal.h"
+#include "common/error.h"
+#include "vk/pipelines.h"
+
+/* Workgroups for n invocations: x up to 65535, the rest in y. */
+static void grid(uint64_t n, uint32_t wg, uint32_t *gx, uint32_t *gy)
+{
+    uint64_t groups = (n + wg - 1) / wg;
+    *gx = groups > 65535 ? 65535 : (uint32_t)groups;
+    *gy = *gx ? (uint32_t)((groups + *gx - 1) / *gx) : 0;
+}
+
+dcp_status dcp_scale_record(dcp_cmd *cmd, const dcp_scale_params *p, dcp_buffer *o_in, uint64_t o_in_offset,
+                            dcp_buffer *lse_all, uint64_t lse_all_offset, dcp_buffer *send, uint64_t send_offset,
+                            dcp_buffer *lse_out, uint64_t lse_out_offset)
+{
+    if (p->head_dim == 0 || p->head_dim % 4 || p->rank >= p->ranks)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "dcp_scale: head dim %u (multiple of 4) or rank %u of %u", p->head_dim,
+                        p->rank, p->ranks);
+    const uint64_t B = p->batch, NH = (uint64_t)p->ranks * p->heads_local, D = p->head_dim;
+    if (B * NH == 0) return DCP_OK;
+    dcp_binding b[4] = {{o_in, o_in_offset, B * NH * D * 4},
+                        {lse_all, lse_all_offset, p->ranks * B * NH * 4},
+                        {send, send_offset, B * NH * D * 4},
+                        {lse_out, lse_out_offset, B * p->heads_local * 4}};
+    uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
+    uint64_t n = B * NH * (D / 4);
+    if ((n + spec[0] - 1) / spec[0] > 65535)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "dcp_scale: %llu invocations exceed one dispatch row", (unsigned long long)n);
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_SCALE, spec, b, p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
+}
+
+dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buffer *src, uint64_t src_offset,
+                              dcp_buffer *dst, uint64_t dst_offset)
+{
+    uint64_t n = (uint64_t)p->a * p->b * p->c;
+    if (n == 0) return DCP_OK;
+    if (p->src_stride_a < (uint64_t)p->b * p->c || p->dst_stride_b < (uint64_t)p->a * p->c)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "dcp_permute: strides %u / %u below the block sizes %llu / %llu",
+                        p->src_stride_a, p->dst_stride_b, (unsigned long long)p->b * p->c,
+                        (unsigned long long)p->a * p->c);
+    uint64_t src_n = (uint64_t)(p->a - 1) * p->src_stride_a + (uint64_t)p->b * p->c;
+    uint64_t dst_n = (uint64_t)(p->b - 1) * p->dst_stride_b + (uint64_t)p->a * p->c;
+    dcp_binding b[2] = {{src, src_offset, src_n * 4}, {dst, dst_offset, dst_n * 4}};
+    uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t gx, gy;
+    grid(n, spec[0], &gx, &gy);
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_PERMUTE, spec, b, p, gx, gy, 1);
+}

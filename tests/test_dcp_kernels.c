@@ -1,0 +1,113 @@
+/* The DCP step's own shaders against their CPU references: dcp_scale (ag_rs weights, empty shards,
+ * NaN / +inf LSE, all-empty rows) and dcp_permute (exact, with strides and offsets). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/dcp_internal.h"
+#include "ref/dcp_ref.h"
+#include "vkutil.h"
+
+static int setup(void **state)
+{
+    *state = dcp_test_context();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    dcp_test_context_done(*state);
+    return 0;
+}
+
+static dcp_buffer *upload(dcp_device *dev, const float *data, uint64_t n, uint64_t extra)
+{
+    dcp_buffer *b;
+    DCP_ASSERT_OK(dcp_buffer_create(dev, (n + extra) * 4, DCP_MEMORY_DEVICE, &b));
+    DCP_ASSERT_OK(dcp_buffer_fill(b, 0, (n + extra) * 4, 0));
+    if (data) DCP_ASSERT_OK(dcp_buffer_upload(b, extra * 4, data, n * 4));
+    return b;
+}
+
+static void test_scale(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, dcp_context_device_count(ctx) - 1);
+    const uint32_t shapes[][4] = {{1, 1, 1, 4}, {3, 2, 4, 16}, {2, 4, 3, 128}, {5, 1, 8, 8}};
+    dcp_test_rng rng = {5};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const uint32_t batch = shapes[k][0], Hl = shapes[k][1], N = shapes[k][2], D = shapes[k][3];
+        const uint64_t NH = (uint64_t)N * Hl, rows = batch * NH;
+        float *o = malloc(rows * D * 4), *lse = malloc(N * rows * 4);
+        for (uint64_t i = 0; i < rows * D; i++) o[i] = dcp_test_rng_uniform(&rng, -1, 1);
+        for (uint64_t i = 0; i < N * rows; i++) {
+            uint64_t r = dcp_test_rng_next(&rng) % 10;
+            lse[i] = r == 0 ? -INFINITY : r == 1 ? NAN : r == 2 ? INFINITY : dcp_test_rng_uniform(&rng, -20, 20);
+        }
+        for (uint32_t n = 0; n < N; n++) lse[n * rows] = -INFINITY; /* row 0: every shard empty */
+        for (uint32_t rank = 0; rank < N; rank++) {
+            float *send = malloc(rows * D * 4), *lout = malloc(batch * Hl * 4);
+            float *send_ref = malloc(rows * D * 4), *lout_ref = malloc(batch * Hl * 4);
+            dcp_ref_dcp_scale(batch, Hl, N, rank, D, o, lse, send_ref, lout_ref);
+            dcp_buffer *ob = upload(dev, o, rows * D, 4), *lb = upload(dev, lse, N * rows, 8);
+            dcp_buffer *sb = upload(dev, NULL, rows * D, 0), *lo = upload(dev, NULL, batch * Hl, 4);
+            dcp_cmd *cmd;
+            DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+            dcp_scale_params p = {batch, Hl, N, rank, D};
+            DCP_ASSERT_OK(dcp_scale_record(cmd, &p, ob, 16, lb, 32, sb, 0, lo, 16));
+            DCP_ASSERT_OK(dcp_cmd_run(cmd));
+            DCP_ASSERT_OK(dcp_buffer_download(sb, 0, send, rows * D * 4));
+            DCP_ASSERT_OK(dcp_buffer_download(lo, 16, lout, batch * Hl * 4));
+            dcp_test_check_o("dcp_scale O", send, send_ref, rows * D);
+            dcp_test_check_lse("dcp_scale LSE", lout, lout_ref, batch * Hl);
+            dcp_cmd_destroy(cmd);
+            dcp_buffer_destroy(ob);
+            dcp_buffer_destroy(lb);
+            dcp_buffer_destroy(sb);
+            dcp_buffer_destroy(lo);
+            free(send); free(lout); free(send_ref); free(lout_ref);
+        }
+        free(o);
+        free(lse);
+    }
+}
+
+static void test_permute(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    /* A, B, C, extra src stride, extra dst stride */
+    const uint32_t shapes[][5] = {{1, 1, 1, 0, 0}, {4, 3, 32, 0, 0}, {3, 4, 7, 5, 9}, {8, 2, 129, 0, 16}, {2, 300, 64, 0, 0}};
+    dcp_test_rng rng = {9};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const uint32_t A = shapes[k][0], B = shapes[k][1], C = shapes[k][2];
+        const uint32_t sa = B * C + shapes[k][3], db = A * C + shapes[k][4];
+        uint64_t src_n = (uint64_t)A * sa, dst_n = (uint64_t)B * db;
+        float *src = malloc(src_n * 4), *dst = malloc(dst_n * 4), *ref = calloc(dst_n, 4);
+        for (uint64_t i = 0; i < src_n; i++) src[i] = dcp_test_rng_uniform(&rng, -5, 5);
+        dcp_ref_permute(A, B, C, sa, db, src, ref);
+        dcp_buffer *sb = upload(dev, src, src_n, 4), *outb = upload(dev, NULL, dst_n, 4);
+        dcp_cmd *cmd;
+        DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+        dcp_permute_params p = {A, B, C, sa, db};
+        DCP_ASSERT_OK(dcp_permute_record(cmd, &p, sb, 16, outb, 16));
+        DCP_ASSERT_OK(dcp_cmd_run(cmd));
+        DCP_ASSERT_OK(dcp_buffer_download(outb, 16, dst, dst_n * 4));
+        if (memcmp(dst, ref, dst_n * 4) != 0) fail_msg("dcp_permute %u x %u x %u differs from the reference", A, B, C);
+        dcp_permute_params bad = {A, B, C, B * C - 1, db};
+        if (B * C > 1) assert_int_equal(dcp_permute_record(cmd, &bad, sb, 0, outb, 0), DCP_ERR_INVALID_ARGUMENT);
+        dcp_cmd_destroy(cmd);
+        dcp_buffer_destroy(sb);
+        dcp_buffer_destroy(outb);
+        free(src); free(dst); free(ref);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_permute),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
