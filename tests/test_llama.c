@@ -230,22 +230,35 @@ static dcp_context *tp_context(uint32_t n)
     return ctx;
 }
 
-/* Tensor parallelism over logical devices: greedy from BOS matches the reference ids and the
- * reference logits (TP 8: 256 steps, KV heads replicated, FFN 172 split 22/21; TP 2: 64 steps
- * after a 40-token prefill in chunks of 16). */
-static void run_tp(fixture *f, uint32_t tp, uint32_t prefill, uint32_t steps)
+/* Tensor parallelism (and DCP) over logical devices: greedy decoding matches the reference ids and
+ * the reference logits after a prefill in chunks of 16 (TP 8: KV heads replicated, FFN 172 split
+ * 22/21; TP 2: KV heads split). The full 256 steps from BOS run at TP 8 / DCP 2 below (lavapipe
+ * with 8 logical devices and the validation layer is slow: the others are shorter). */
+typedef struct par_case {
+    uint32_t tp, dcp, interleave, block;
+    dcp_backend backend;
+    int q_replicate;
+} par_case;
+
+static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t steps)
 {
+    const uint32_t tp = pc->tp;
     const uint32_t V = f->cfg.n_vocab;
     dcp_context *ctx = tp_context(tp);
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_llama_weights *w;
-    DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tp, 1, f->g, &f->cfg, NULL, NULL, &w));
+    DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tp, pc->dcp, f->g, &f->cfg, NULL, NULL, &w));
     assert_int_equal(dcp_llama_weights_tp(w), tp);
+    assert_int_equal(dcp_llama_weights_dcp(w), pc->dcp);
     dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
     lc.kv_dtype = DCP_DTYPE_F32;
     lc.n_ctx = 320;
     lc.prefill_chunk = 16;
+    lc.block_size = pc->block;
+    lc.interleave = pc->interleave;
+    lc.backend = pc->backend;
+    lc.q_replicate = pc->q_replicate;
     dcp_llama_state *s;
     DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
     ref_reset(f);
@@ -260,14 +273,18 @@ static void run_tp(fixture *f, uint32_t tp, uint32_t prefill, uint32_t steps)
         dcp_ref_llama_step(&f->ref, tok, step, want);
         double err = max_abs_diff(logits, want, V);
         if (err > worst) worst = err;
-        if (!(err <= LOGITS_TOL)) fail_msg("TP %u step %u: logits max abs error %g > %g", tp, step, err, LOGITS_TOL);
+        if (!(err <= LOGITS_TOL))
+            fail_msg("TP %u DCP %u step %u: logits max abs error %g > %g", tp, pc->dcp, step, err, LOGITS_TOL);
         if (next != stories_ref[step + 1])
-            fail_msg("TP %u step %u: generated id %d, reference %d", tp, step, next, stories_ref[step + 1]);
+            fail_msg("TP %u DCP %u step %u: generated id %d, reference %d", tp, pc->dcp, step, next,
+                     stories_ref[step + 1]);
         tok = next;
     }
     assert_true(dcp_llama_state_exchange_bytes(s) > 0);
-    printf("TP %u: %u greedy ids match (prefill %u); logits max abs error %.3g; KV %llu bytes per rank\n", tp, steps,
-           prefill, worst, (unsigned long long)dcp_llama_state_kv_bytes(s));
+    printf("TP %u DCP %u %s I %u B %u%s: %u greedy ids match (prefill %u); logits max abs error %.3g; KV %llu "
+           "bytes per rank\n", tp, pc->dcp, dcp_backend_name(pc->backend), pc->interleave, pc->block,
+           pc->q_replicate ? " q_replicate" : "", steps, prefill, worst,
+           (unsigned long long)dcp_llama_state_kv_bytes(s));
     dcp_llama_state_destroy(s);
     dcp_llama_weights_destroy(w);
     dcp_test_context_done(ctx);
@@ -275,8 +292,31 @@ static void run_tp(fixture *f, uint32_t tp, uint32_t prefill, uint32_t steps)
     free(want);
 }
 
-static void test_tp8_greedy(void **state) { run_tp(*state, 8, 1, 256); }
-static void test_tp2_prefill(void **state) { run_tp(*state, 2, 40, 64); }
+static void test_tp8_prefill(void **state)
+{
+    par_case c = {8, 1, 1, 16, DCP_BACKEND_A2A, 0};
+    run_par(*state, &c, 40, 48);
+}
+
+static void test_tp2_prefill(void **state)
+{
+    par_case c = {2, 1, 1, 16, DCP_BACKEND_A2A, 0};
+    run_par(*state, &c, 40, 64);
+}
+
+/* DCP 2 inside TP 8: 256 greedy steps from BOS with a2a and interleave 1; then ag_rs with
+ * interleave = block size and q_replicate after a 40-token prefill over the shards. */
+static void test_tp8_dcp2_a2a(void **state)
+{
+    par_case c = {8, 2, 1, 16, DCP_BACKEND_A2A, 0};
+    run_par(*state, &c, 1, 256);
+}
+
+static void test_tp8_dcp2_ag_rs_prefill(void **state)
+{
+    par_case c = {8, 2, 8, 8, DCP_BACKEND_AG_RS, 1};
+    run_par(*state, &c, 40, 48);
+}
 
 static void test_tp_bad(void **state)
 {
@@ -309,8 +349,12 @@ static void test_bad_input(void **state)
     assert_null(s);
 }
 
-int main(void)
+/* argv[1] (optional): "dcp" runs only the DCP cases, "nodcp" all others (two CTest entries that
+ * CTest can run side by side). */
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "dcp") == 0) cmocka_set_test_filter("test_tp8_dcp2*");
+    if (argc > 1 && strcmp(argv[1], "nodcp") == 0) cmocka_set_skip_filter("test_tp8_dcp2*");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_first_logits),
         cmocka_unit_test(test_stories_greedy_matches_reference),
@@ -318,7 +362,9 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_tp_bad),
         cmocka_unit_test(test_tp2_prefill),
-        cmocka_unit_test(test_tp8_greedy),
+        cmocka_unit_test(test_tp8_prefill),
+        cmocka_unit_test(test_tp8_dcp2_a2a),
+        cmocka_unit_test(test_tp8_dcp2_ag_rs_prefill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -145,14 +145,19 @@ static void test_stories_reference(void **state)
 
 static void test_prompt_same_text(void **state)
 {
-    /* Prefill chunk sizes at TP 1, then TP 2 and TP 8 (logical devices of device 0). */
-    static const char *chunks[] = {"1", "3", "128", "128", "4"};
-    static const char *tps[] = {"1", "1", "1", "2", "8"};
+    /* Prefill chunk sizes at TP 1, then TP 2, TP 8, and TP 8 with DCP 2 (a2a, interleave 1; ag_rs,
+     * interleave 16), on logical devices of device 0. */
+    static const char *chunks[] = {"1", "3", "128", "128", "4", "128", "2"};
+    static const char *tps[] = {"1", "1", "1", "2", "8", "8", "8"};
+    static const char *dcps[] = {"1", "1", "1", "1", "1", "2", "2"};
+    static const char *backends[] = {"a2a", "a2a", "a2a", "a2a", "a2a", "a2a", "ag_rs"};
+    static const char *interleaves[] = {"1", "1", "1", "1", "1", "1", "16"};
     char *first = NULL;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 7; i++) {
         const char *a[] = {"-m", stories(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "--prefill-chunk",
-                           chunks[i], "--tensor-parallel-size", tps[i], "--devices", i >= 3 ? "0,0,0,0,0,0,0,0" : "0",
-                           NULL};
+                           chunks[i], "--tensor-parallel-size", tps[i], "--decode-context-parallel-size", dcps[i],
+                           "--dcp-comm-backend", backends[i], "--cp-kv-cache-interleave-size", interleaves[i],
+                           "--devices", i >= 3 ? "0,0,0,0,0,0,0,0" : "0", NULL};
         result r = run_app(a);
         if (r.code) fail_msg("exit %d: %s", r.code, r.err);
         assert_non_null(strstr(r.err, "tokens/s"));
@@ -160,7 +165,8 @@ static void test_prompt_same_text(void **state)
             first = strdup(r.out);
             assert_true(strlen(first) > 100);
         } else if (strcmp(first, r.out)) {
-            fail_msg("prefill chunk %s TP %s gives\n%s\ninstead of\n%s", chunks[i], tps[i], r.out, first);
+            fail_msg("prefill chunk %s TP %s DCP %s %s gives\n%s\ninstead of\n%s", chunks[i], tps[i], dcps[i],
+                     backends[i], r.out, first);
         }
         done(&r);
     }
