@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
@@ -61,13 +62,11 @@ static void ref_reset(fixture *f)
     memset(f->ref.v_cache, 0, n * sizeof(float));
 }
 
-static int setup(void **state)
+/* Opens a GGUF, reads its config and builds the f32 reference model of it (KV for 300 tokens). */
+static void load_model(fixture *f, const char *path)
 {
-    fixture *f = calloc(1, sizeof *f);
-    f->ctx = dcp_test_context();
-    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &f->g));
+    DCP_ASSERT_OK(dcp_gguf_open(path, &f->g));
     DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_llama_weights_create(dcp_context_device(f->ctx, 0), f->g, &f->cfg, NULL, NULL, &f->w));
     const dcp_model_config *c = &f->cfg;
     dcp_ref_llama *r = &f->ref;
     *r = (dcp_ref_llama){c->n_embd, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->n_ff, c->n_vocab,
@@ -94,6 +93,24 @@ static int setup(void **state)
     size_t kv = (size_t)c->n_layer * r->n_ctx * c->n_head_kv * c->head_dim;
     r->k_cache = calloc(kv, sizeof(float));
     r->v_cache = calloc(kv, sizeof(float));
+}
+
+static void free_model(fixture *f)
+{
+    dcp_gguf_close(f->g);
+    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i]);
+    free(f->tensors);
+    free(f->layers);
+    free(f->ref.k_cache);
+    free(f->ref.v_cache);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    f->ctx = dcp_test_context();
+    load_model(f, dcp_test_shared_path("models/stories260K.gguf"));
+    DCP_ASSERT_OK(dcp_llama_weights_create(dcp_context_device(f->ctx, 0), f->g, &f->cfg, NULL, NULL, &f->w));
     *state = f;
     return 0;
 }
@@ -103,12 +120,7 @@ static int teardown(void **state)
     fixture *f = *state;
     dcp_llama_weights_destroy(f->w);
     dcp_test_context_done(f->ctx);
-    dcp_gguf_close(f->g);
-    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i]);
-    free(f->tensors);
-    free(f->layers);
-    free(f->ref.k_cache);
-    free(f->ref.v_cache);
+    free_model(f);
     free(f);
     return 0;
 }
@@ -328,6 +340,67 @@ static void test_tp_bad(void **state)
     assert_non_null(strstr(dcp_last_error(), "query heads"));
 }
 
+/* The project's generated llama models with F16 and Q8_0 weights (matrices in that
+ * type, norms F32): 24 greedy steps from BOS, logits against the reference built from the same
+ * dequantised weights, at TP 1 and (Q8_0: block-aligned slices stay Q8_0) TP 2. */
+static void test_generated_models(void **state)
+{
+    fixture *base = *state;
+    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q8_0};
+    static const uint32_t tps[] = {1, 1, 2};
+    dcp_context *ctx2 = tp_context(2);
+    for (int c = 0; c < 3; c++) {
+        char path[] = "/tmp/dcp-vk-test-llama-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+        mc.n_embd = 128;
+        mc.n_layer = 2;
+        mc.n_head = 8;
+        mc.n_head_kv = 4;
+        mc.head_dim = 16;
+        mc.n_ff = 256;
+        mc.weight_type = types[c];
+        mc.seed = 77 + (uint64_t)c;
+        DCP_ASSERT_OK(dcp_gguf_make_test_model(path, &mc));
+        fixture f = {0};
+        load_model(&f, path);
+        dcp_device *devs[2] = {dcp_context_device(tps[c] == 1 ? base->ctx : ctx2, 0), dcp_context_device(ctx2, 1)};
+        dcp_llama_weights *w;
+        DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tps[c], 1, f.g, &f.cfg, NULL, NULL, &w));
+        dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+        lc.kv_dtype = DCP_DTYPE_F32;
+        lc.n_ctx = 64;
+        dcp_llama_state *s;
+        DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
+        const uint32_t V = f.cfg.n_vocab;
+        float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
+        int32_t tok = 1, next;
+        double worst = 0.0;
+        for (uint32_t step = 0; step < 24; step++) {
+            DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, logits, &next));
+            dcp_ref_llama_step(&f.ref, tok, step, want);
+            double err = max_abs_diff(logits, want, V);
+            if (err > worst) worst = err;
+            if (!(err <= LOGITS_TOL))
+                fail_msg("generated %s model TP %u step %u: logits error %g", dcp_ggml_type_name(types[c]), tps[c],
+                         step, err);
+            assert_int_equal(next, (int32_t)dcp_ref_argmax(V, want));
+            tok = next;
+        }
+        printf("generated model, %s weights, TP %u: 24 greedy steps match; logits max abs error %.3g\n",
+               dcp_ggml_type_name(types[c]), tps[c], worst);
+        dcp_llama_state_destroy(s);
+        dcp_llama_weights_destroy(w);
+        free(logits);
+        free(want);
+        free_model(&f);
+        unlink(path);
+    }
+    dcp_test_context_done(ctx2);
+}
+
 static void test_bad_input(void **state)
 {
     fixture *f = *state;
@@ -361,6 +434,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_prefill_chunks),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_tp_bad),
+        cmocka_unit_test(test_generated_models),
         cmocka_unit_test(test_tp2_prefill),
         cmocka_unit_test(test_tp8_prefill),
         cmocka_unit_test(test_tp8_dcp2_a2a),
