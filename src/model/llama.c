@@ -28,6 +28,7 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/model.h"
 #include "model/ops.h"
+#include "vk/hostmem.h"
 
 typedef struct llama_layer {
     dcp_buffer *attn_norm, *ffn_norm; /* [n_embd] f32 */
@@ -825,6 +826,7 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
         DCP_TRY(dcp_op_matmul(cmd, &rw->output, rs->xn, 0, E, rs->logits, m->n_vocab, 1, 0));
         dcp_cmd_barrier(cmd); /* logits -> argmax */
         DCP_TRY(dcp_op_argmax(cmd, rs->logits, m->n_vocab, m->n_vocab, 1, rs->next));
+        dcp_cmd_barrier_host(cmd); /* logits, next (host-visible) -> host reads after the wait */
     }
     DCP_TRY(run_all(s));
     s->pos += T;
