@@ -1,4 +1,5 @@
-/* dcp-vk-bench: measures dcp-vk. Subcommands: attn (paged decode attention). */
+/* dcp-vk-bench: measures dcp-vk. Subcommands: attn (paged decode attention, single-device or DCP),
+ * capacity (longest context that fits a KV budget, plain TP against DCP). */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,7 +11,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: dcp-vk-bench <command> [options]\n"
                "commands:\n"
                "  attn      paged flash-decoding attention: step time, KV read rate against a\n"
-               "            streaming-read shader and vkCmdCopyBuffer on the same device\n"
+               "            streaming-read shader and vkCmdCopyBuffer on the same device; with --dcp N\n"
+               "            the DCP step over N devices or MPI ranks (a2a or ag_rs)\n"
+               "  capacity  longest context that fits a KV budget per device, KV duplicated as\n"
+               "            under plain TP against sharded with DCP, counted by the allocator\n"
                "run 'dcp-vk-bench <command> --help' for the options of a command\n");
 }
 
@@ -21,6 +25,7 @@ int main(int argc, char **argv)
         return argc < 2 ? DCP_EXIT_USAGE : DCP_EXIT_OK;
     }
     if (strcmp(argv[1], "attn") == 0) return dcp_bench_attn(argc - 1, argv + 1);
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn)\n", argv[1]);
+    if (strcmp(argv[1], "capacity") == 0) return dcp_bench_capacity(argc - 1, argv + 1);
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity)\n", argv[1]);
     return DCP_EXIT_USAGE;
 }
