@@ -13,4 +13,4 @@ add_test(NAME app_bench_bad_option COMMAND sh -c "$<TARGET_FILE:dcp-vk-bench> at
 set_tests_properties(app_bench_bad_option PROPERTIES
                      PASS_REGULAR_EXPRESSION "--kv-dtype: 'q4' is not allowed \\(allowed: f32 f16\\)\nexit=2")
 add_test(NAME app_bench_capacity COMMAND dcp-vk-bench capacity --kv-budget-mib 1024 --layers 32 --kv-heads 2 --head-dim 128 --tp 8 --dcp 4)
-set_tests_properties(app_bench_capacity PROPERTIES PASS_REGULAR_EXPRESSION "plain TP 8 \\\\(KV duplicated 4x\\\\): longest context 65536 tokens.*DCP 4 \\\\(interleave 1\\\\): longest context 262144 tokens")
+set_tests_properties(app_bench_capacity PROPERTIES PASS_REGULAR_EXPRESSION "plain TP 8 \\(KV duplicated 4x\\): longest context 65536 tokens.*DCP 4 \\(interleave 1\\): longest context 262144 tokens")
