@@ -195,7 +195,11 @@ int main(int argc, char **argv)
         rc = RUN_EXIT_USAGE;
         goto done;
     }
-    if ((st = dcp_detokenizer_create(tok, 0, &detok))) {
+    /* The generated text continues the prompt: keep the leading space of its first piece unless the
+     * prompt is only BOS. */
+    int32_t bos_id = dcp_tokenizer_bos(tok);
+    unsigned dflags = (n_prompt > 1 || prompt[0] != bos_id) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;
+    if ((st = dcp_detokenizer_create(tok, dflags, &detok))) {
         fail(prog, "detokenizer", st);
         goto done;
     }
@@ -209,6 +213,10 @@ int main(int argc, char **argv)
                         "TP %u, DCP %u; KV %s, block %u\n", prog, model, info->name, info->driver_name, mc.n_layer,
                 mc.n_head, mc.n_head_kv, mc.n_vocab, n_prompt, o.tp, o.dcp, o.kv_dtype, o.block_size);
 
+    if (!o.json) {
+        fputs(o.prompt, stdout); /* the prompt, then the continuation as it is generated */
+        fflush(stdout);
+    }
     /* Prompt: one batched prefill; the first generated token comes from its last logits. */
     double t0 = now_s();
     int32_t next = -1;
