@@ -10,6 +10,45 @@ typedef unsigned long long ull;
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
+static bool bigram_before(const tok_bigram *a, const tok_bigram *b)
+{
+    return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
+}
+
+bool tok_heap_push(tok_heap *h, tok_bigram b)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        tok_bigram *v = realloc(h->v, cap * sizeof *v);
+        if (!v) return false;
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i && bigram_before(&b, &h->v[(i - 1) / 2])) {
+        h->v[i] = h->v[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->v[i] = b;
+    return true;
+}
+
+tok_bigram tok_heap_pop(tok_heap *h)
+{
+    tok_bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) ++c;
+        if (!bigram_before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
 bool tok_ids_push(tok_ids *ids, int32_t id)
 {
     if (ids->n == ids->cap) {

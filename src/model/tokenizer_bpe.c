@@ -161,55 +161,6 @@ typedef struct sym {
     size_t off, n;
 } sym;
 
-typedef struct bigram {
-    int left, right;
-    int32_t rank;
-    size_t size;
-} bigram;
-
-typedef struct heap {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static bool before(const bigram *a, const bigram *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static bool heap_push(heap *h, bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i && before(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static bigram heap_pop(heap *h)
-{
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) ++c;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
 
 typedef struct scratch {
     char *key;        /* "left right" lookup buffer */
@@ -218,7 +169,7 @@ typedef struct scratch {
     size_t word_cap;
     sym *s;
     size_t s_cap;
-    heap h;
+    tok_heap h;
 } scratch;
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -244,7 +195,7 @@ static bool try_bigram(const dcp_tokenizer *t, scratch *sc, const char *w, int l
     memcpy(sc->key + s[l].n + 1, w + s[r].off, s[r].n);
     int32_t rank = tok_map_get(&t->merges, sc->key, need);
     if (rank < 0) return true;
-    return heap_push(&sc->h, (bigram){l, r, rank, s[l].n + s[r].n});
+    return tok_heap_push(&sc->h, (tok_bigram){l, r, -(double)rank, s[l].n + s[r].n});
 }
 
 /* Tokenizes one pre-tokenized word (raw bytes). */
@@ -275,7 +226,7 @@ static bool bpe_word(const dcp_tokenizer *t, scratch *sc, const char *raw, size_
     for (int i = 1; i < ns; ++i)
         if (!try_bigram(t, sc, w, i - 1, i)) return false;
     while (sc->h.n) {
-        bigram b = heap_pop(&sc->h);
+        tok_bigram b = tok_heap_pop(&sc->h);
         sym *l = &sc->s[b.left], *r = &sc->s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* outdated */
         l->n += r->n;

@@ -52,6 +52,24 @@ struct dcp_tokenizer {
 };
 
 bool tok_ids_push(tok_ids *ids, int32_t id);
+
+/* A candidate merge of adjacent symbols left and right (size: bytes of both when queued, to
+ * recognise outdated entries). Higher priority merges first (SPM: the merged token's score; BPE:
+ * minus the merge rank); ties go to the leftmost. */
+typedef struct tok_bigram {
+    int left, right;
+    double priority;
+    size_t size;
+} tok_bigram;
+
+/* A binary max-heap of candidate merges; zero-initialise, free v when done. */
+typedef struct tok_heap {
+    tok_bigram *v;
+    size_t n, cap;
+} tok_heap;
+
+bool tok_heap_push(tok_heap *h, tok_bigram b); /* false when out of memory */
+tok_bigram tok_heap_pop(tok_heap *h);          /* requires h->n > 0 */
 int32_t tok_map_get(const tok_map *m, const char *s, size_t n);
 /* Length of the UTF-8 sequence introduced by byte c (1 for invalid leads). */
 size_t tok_utf8_len(unsigned char c);

@@ -12,70 +12,20 @@ typedef struct sym {
     size_t off, n;
 } sym;
 
-typedef struct bigram {
-    int left, right;
-    float score;
-    size_t size;
-} bigram;
 
-typedef struct heap {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-/* a before b: higher score, then lower left index */
-static bool before(const bigram *a, const bigram *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static bool heap_push(heap *h, bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i && before(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static bigram heap_pop(heap *h)
-{
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) ++c;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
-static bool try_bigram(const dcp_tokenizer *t, const char *text, const sym *s, int l, int r, heap *h)
+static bool try_bigram(const dcp_tokenizer *t, const char *text, const sym *s, int l, int r, tok_heap *h)
 {
     if (l < 0 || r < 0) return true;
     size_t n = s[l].n + s[r].n;
     int32_t id = tok_map_get(&t->by_text, text + s[l].off, n);
     if (id < 0) return true;
-    return heap_push(h, (bigram){l, r, t->score[id], n});
+    return tok_heap_push(h, (tok_bigram){l, r, t->score[id], n});
 }
 
 dcp_status tok_spm_encode(const dcp_tokenizer *t, const char *text, size_t len, tok_ids *out)
 {
     dcp_status st = DCP_OK;
-    heap h = {0};
+    tok_heap h = {0};
     sym *s = malloc((len ? len : 1) * sizeof *s);
     if (!s) goto oom;
     int ns = 0;
@@ -89,7 +39,7 @@ dcp_status tok_spm_encode(const dcp_tokenizer *t, const char *text, size_t len, 
     for (int i = 1; i < ns; ++i)
         if (!try_bigram(t, text, s, i - 1, i, &h)) goto oom;
     while (h.n) {
-        bigram b = heap_pop(&h);
+        tok_bigram b = tok_heap_pop(&h);
         sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* outdated */
         l->n += r->n;
