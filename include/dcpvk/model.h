@@ -1,11 +1,14 @@
-/* Llama-family model on one device or a tensor-parallel group (DCP = 1): device weights, run state (KV cache pages,
- * attention plans, activations, one command buffer) and the forward pass (batched causal prefill
- * and single-token decode), plus the host sampler.
+/* Llama-family model on one device, or on a tensor-parallel group of devices in one process with
+ * optional DCP groups (include/dcpvk/dcp.h): device weights, run state (KV cache pages, attention
+ * plans, activations, command buffers) and the forward pass (batched causal prefill and
+ * single-token decode), plus the host sampler.
  *
  * Model state is config (dcp_model_config, read from GGUF by include/dcpvk/model_config.h) /
  * weights (dcp_llama_weights) / run state (dcp_llama_state), each created and destroyed on its
- * own. A forward call records the whole step (every layer, the output head and the argmax) into
- * one command buffer and submits it once.
+ * own. On one device a forward call records the whole step (every layer, the output head and the
+ * argmax) into one command buffer and submits it once; with TP > 1 each layer is split around the
+ * communicator's host-synchronous all-reduces (2 submits per layer and rank), and DCP decode
+ * steps run the DCP attention step between them.
  *
  * Threading: one thread at a time per run state; weights are read-only after creation. */
 #ifndef DCPVK_MODEL_H
@@ -76,8 +79,10 @@ typedef struct dcp_llama_config {
 typedef struct dcp_llama_state dcp_llama_state;
 
 /* Creates the run state of one sequence over w (which must outlive it): per rank, one KV page
- * pool per layer, attention plans for decode and prefill, activations; then runs a 2-token warm-up (which
- * creates every pipeline) and forgets it. Destroy with dcp_llama_state_destroy. */
+ * pool per layer (DCP: one dcp_kv_cache per layer and group, interleaved placement), attention
+ * plans for decode and prefill, activations; the communicators of the TP group and of each DCP
+ * group; then runs a 2-token warm-up (which creates every pipeline) and forgets it.
+ * DCP_ERR_CONFIG for a bad interleave / block size pair. Destroy with dcp_llama_state_destroy. */
 dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config,
                                   dcp_llama_state **out);
 void dcp_llama_state_destroy(dcp_llama_state *s);
