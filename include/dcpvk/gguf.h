@@ -244,7 +244,7 @@ typedef struct dcp_test_model_config {
     uint32_t n_embd;          /* embedding size. Default 256 */
     uint32_t n_layer;         /* blocks. Default 4 */
     uint32_t n_head;          /* query heads. Default 16 */
-    uint32_t n_head_kv;       /* KV heads (divides n_head). Default 8 */
+    uint32_t n_head_kv;       /* KV heads (divides n_head). Default 4: TP 8 with DCP 2 fits vLLM's rules */
     uint32_t head_dim;        /* per head; 0 = n_embd / n_head. Default 16 */
     uint32_t n_ff;            /* FFN hidden size. Default 768 */
     uint32_t n_ctx;           /* context_length. Default 4096 */
@@ -255,7 +255,7 @@ typedef struct dcp_test_model_config {
 } dcp_test_model_config;
 
 #define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \
-    { "llama", "dcp-vk-test", 256, 4, 16, 8, 16, 768, 4096, 1e-5f, 10000.0f, DCP_GGML_TYPE_F32, 1234 }
+    { "llama", "dcp-vk-test", 256, 4, 16, 4, 16, 768, 4096, 1e-5f, 10000.0f, DCP_GGML_TYPE_F32, 1234 }
 
 /* Number of tokens of the built-in vocabulary. */
 uint32_t dcp_test_model_vocab_size(void);
