@@ -34,9 +34,9 @@ fail:
 
 static void free_sets(dcp_cmd *c)
 {
-    for (uint32_t i = 0; i < c->set_count; i++)
+    for (uint32_t i = 0; i < c->set_total; i++)
         c->dev->vk.vkFreeDescriptorSets(c->dev->device, c->dev->desc_pools[c->sets[i].pool], 1, &c->sets[i].set);
-    c->set_count = 0;
+    c->set_count = c->set_total = 0;
 }
 
 void dcp_cmd_destroy(dcp_cmd *c)
@@ -59,7 +59,7 @@ dcp_status dcp_cmd_reset(dcp_cmd *c)
     dcp_status st = DCP_OK;
     dcp_device *dev = c->dev;
     if (c->pending) DCP_TRY(dcp_cmd_wait(c));
-    free_sets(c);
+    c->set_count = 0; /* the sets stay allocated for the next recording */
     DCP_VK_TRY(dev, dev->vk.vkResetCommandBuffer(c->cb, 0));
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     DCP_VK_TRY(dev, dev->vk.vkBeginCommandBuffer(c->cb, &bi));

@@ -98,7 +98,8 @@ struct dcp_buffer {
 
 typedef struct dcp_cmd_set {
     VkDescriptorSet set;
-    uint32_t pool;
+    uint32_t pool;        /* index in the device's descriptor pools */
+    dcp_pipeline_id id;   /* the set's layout is that of this pipeline */
 } dcp_cmd_set;
 
 struct dcp_cmd {
@@ -108,7 +109,10 @@ struct dcp_cmd {
     int recording;  /* 1 while commands may be recorded */
     int pending;    /* 1 between submit and wait */
     dcp_cmd_set *sets;
-    uint32_t set_count, set_cap;
+    /* Descriptor sets: [0, set_count) are used by the current recording, [set_count, set_total)
+     * are kept from earlier recordings for reuse (allocating and freeing sets per step is costly
+     * on some drivers: lavapipe maps and unmaps memory for each). */
+    uint32_t set_count, set_total, set_cap;
     VkQueryPool queries;
     uint32_t query_count;
 };

@@ -213,15 +213,29 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
                             (unsigned long long)b->buffer->size);
         infos[i] = (VkDescriptorBufferInfo){b->buffer->buffer, b->offset, range};
     }
-    if (cmd->set_count == cmd->set_cap) {
-        uint32_t cap = cmd->set_cap ? cmd->set_cap * 2 : 16;
-        dcp_cmd_set *s = realloc(cmd->sets, cap * sizeof *s);
-        if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-        cmd->sets = s;
-        cmd->set_cap = cap;
+    /* A set of this layout kept from an earlier recording, else a new one. */
+    dcp_cmd_set *cs = NULL;
+    for (uint32_t i = cmd->set_count; i < cmd->set_total && !cs; i++)
+        if (cmd->sets[i].id == id) {
+            dcp_cmd_set t = cmd->sets[i];
+            cmd->sets[i] = cmd->sets[cmd->set_count];
+            cmd->sets[cmd->set_count] = t;
+            cs = &cmd->sets[cmd->set_count];
+        }
+    if (!cs) {
+        if (cmd->set_total == cmd->set_cap) {
+            uint32_t cap = cmd->set_cap ? cmd->set_cap * 2 : 16;
+            dcp_cmd_set *sets = realloc(cmd->sets, cap * sizeof *sets);
+            if (!sets) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            cmd->sets = sets;
+            cmd->set_cap = cap;
+        }
+        dcp_cmd_set fresh = {VK_NULL_HANDLE, 0, id};
+        DCP_TRY(dcp_device_alloc_set(dev, dev->set_layouts[id], &fresh.set, &fresh.pool));
+        cmd->sets[cmd->set_total++] = cmd->sets[cmd->set_count];
+        cmd->sets[cmd->set_count] = fresh;
+        cs = &cmd->sets[cmd->set_count];
     }
-    dcp_cmd_set *cs = &cmd->sets[cmd->set_count];
-    DCP_TRY(dcp_device_alloc_set(dev, dev->set_layouts[id], &cs->set, &cs->pool));
     cmd->set_count++;
     uint32_t k = 0; /* the caller's bindings always hold the table's count per binding */
     for (uint32_t i = 0; i < d->binding_count; i++) {
