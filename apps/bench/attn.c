@@ -327,8 +327,18 @@ int dcp_bench_attn(int argc, char **argv)
         rc = DCP_EXIT_RUNTIME;
         goto done;
     }
-    /* Devices sharing one physical device run concurrently: compare with the rate of one. */
-    double per_dev_rate = rate / (ndev < (int)o.batch ? ndev : (int)o.batch);
+    /* The yardsticks measure one physical device with all of it: logical devices that share one
+     * (DCP_VK_DEVICES=0,0) split it, so compare the rate per physical device in use. */
+    int physical = 0;
+    for (int d = 0; d < ndev; d++) {
+        int seen = 0;
+        for (int e = 0; e < d; e++)
+            if (sh[e].n && dcp_device_get_info(sh[e].dev)->physical_index ==
+                               dcp_device_get_info(sh[d].dev)->physical_index)
+                seen = 1;
+        if (sh[d].n && !seen) physical++;
+    }
+    double per_dev_rate = rate / (physical ? physical : 1);
     double max_o = 0, max_lse = 0;
     uint64_t bad = 0;
     if (o.verify)
@@ -357,7 +367,7 @@ int dcp_bench_attn(int argc, char **argv)
                info->name, ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
                dcp_dtype_name(o.dtype), dcp_decode_plan_chunks(sh[0].plan));
         printf("  step (median of %u, GPU timestamps): %.3f ms\n", o.iters, step * 1e-6);
-        printf("  KV read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per device)\n",
+        printf("  KV read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per physical device)\n",
                (double)kv_bytes / (1 << 20), rate * 1e-9, per_dev_rate * 1e-9);
         printf("  yardsticks on device 0: streaming-read shader %.3f GB/s (16-byte loads), %.3f GB/s "
                "(4-byte loads), vkCmdCopyBuffer %.3f GB/s\n",
