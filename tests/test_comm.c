@@ -1,7 +1,8 @@
 /* Communicator: all_gather, reduce_scatter, all_to_all, all_reduce in f32 and f16 against host
  * results, on every in-process transport available here (hostmem, staging; devgroup must fail
  * clearly), in place, byte counters, transport selection errors. With --mpi the same checks run
- * over MPI (one process per rank group, ranks = processes x $DCP_VK_DEVICES). */
+ * over MPI (one process per rank group, ranks = processes x $DCP_VK_DEVICES), and sub-communicators
+ * from dcp_comm_init_mpi_split (contiguous and strided groups, singletons, processes left out). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "vkutil.h"
 
 static int use_mpi;
+static int world_rank, world_size;
 
 static int setup(void **state)
 {
@@ -101,9 +103,8 @@ static void check_collective(dcp_comm *comm, int kind, dcp_dtype dt, uint64_t co
     free(host);
 }
 
-static void check_all(dcp_comm *comm)
+static void check_all_salted(dcp_comm *comm, uint32_t salt)
 {
-    uint32_t salt = 1;
     for (int kind = 0; kind < 4; kind++)
         for (int t = 0; t < 2; t++) {
             dcp_dtype dt = t ? DCP_DTYPE_F16 : DCP_DTYPE_F32;
@@ -111,8 +112,10 @@ static void check_all(dcp_comm *comm)
             check_collective(comm, kind, dt, 1, 1, salt++);
         }
     /* A block larger than the initial mailboxes: they grow. */
-    check_collective(comm, A2A, DCP_DTYPE_F32, 40000, 0, 99);
+    check_collective(comm, A2A, DCP_DTYPE_F32, 40000, 0, salt + 99);
 }
+
+static void check_all(dcp_comm *comm) { check_all_salted(comm, 1); }
 
 static dcp_status open_comm(dcp_context *ctx, dcp_transport t, dcp_comm **out)
 {
@@ -167,6 +170,59 @@ static void test_selection_errors(void **state)
     assert_int_equal(dcp_comm_init_local(twice, 2, NULL, &comm), DCP_ERR_INVALID_ARGUMENT);
 }
 
+/* Sub-communicators: groups of 2 consecutive processes, every other process, one process each, and
+ * all but process 0 (which joins none). Each group's values carry its color in the salt, so a
+ * message that crossed groups would not match. */
+static void test_split(void **state)
+{
+    if (!use_mpi) return;
+    dcp_device *devs[16];
+    int n = dcp_context_device_count(*state);
+    for (int i = 0; i < n; i++) devs[i] = dcp_context_device(*state, i);
+    const int P = world_size, p = world_rank;
+    struct { int color, members, index; const char *what; } cases[4] = {
+        {p / 2, P - p / 2 * 2 < 2 ? P - p / 2 * 2 : 2, p % 2, "pairs"},
+        {p % 2, (P + 1 - p % 2) / 2, p / 2, "strided"},
+        {p, 1, 0, "singletons"},
+        {p == 0 ? -1 : 7, P - 1, p - 1, "all but process 0"},
+    };
+    for (int k = 0; k < 4; k++) {
+        dcp_comm *comm = NULL;
+        DCP_ASSERT_OK(dcp_comm_init_mpi_split(devs, n, cases[k].color, NULL, &comm));
+        if (cases[k].color < 0) {
+            assert_null(comm);
+            continue;
+        }
+        assert_non_null(comm);
+        if (dcp_comm_size(comm) != cases[k].members * n || dcp_comm_first_rank(comm) != cases[k].index * n)
+            fail_msg("split %s: process %d got size %d first rank %d, expected %d and %d", cases[k].what, p,
+                     dcp_comm_size(comm), dcp_comm_first_rank(comm), cases[k].members * n, cases[k].index * n);
+        assert_int_equal(dcp_comm_local_count(comm), n);
+        dcp_transport t = dcp_comm_transport(comm);
+        assert_true(cases[k].members > 1 ? t == DCP_TRANSPORT_MPI : t != DCP_TRANSPORT_MPI);
+        check_all_salted(comm, 1000u * (uint32_t)(k + 1) + 100u * (uint32_t)cases[k].color);
+        dcp_comm_destroy(comm);
+    }
+    /* Processes of one color that hold different numbers of devices: a clear error everywhere. */
+    if (P >= 2) {
+        dcp_comm *comm = NULL;
+        dcp_status st = dcp_comm_init_mpi_split(devs, p == 0 ? 1 : n, 0, NULL, &comm);
+        if (n > 1) {
+            assert_int_equal(st, DCP_ERR_CONFIG);
+            assert_null(comm);
+            assert_non_null(strstr(dcp_last_error(), "same number"));
+        } else {
+            DCP_ASSERT_OK(st);
+            dcp_comm_destroy(comm);
+        }
+    }
+    /* A broadcast from the last process. */
+    int v[2] = {p, 12345};
+    DCP_ASSERT_OK(dcp_mpi_bcast(v, sizeof v, P - 1));
+    assert_int_equal(v[0], P - 1);
+    assert_int_equal(v[1], 12345);
+}
+
 int main(int argc, char **argv)
 {
     int rank = 0, size = 1;
@@ -175,9 +231,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "dcp_mpi_init: %s\n", dcp_last_error());
         return 1;
     }
+    world_rank = rank;
+    world_size = size;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_selection_errors),
         cmocka_unit_test(test_transports),
+        cmocka_unit_test(test_split),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     if (use_mpi) dcp_mpi_finalize();

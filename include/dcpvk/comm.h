@@ -72,6 +72,16 @@ dcp_status dcp_comm_init_local(dcp_device *const *devices, int count, const dcp_
  * initialised (dcp_mpi_init). DCP_ERR_UNSUPPORTED when built without MPI. */
 dcp_status dcp_comm_init_mpi(dcp_device *const *devices, int local_count, const dcp_comm_config *config,
                              dcp_comm **out);
+/* Sub-communicator (e.g. one DCP group of a TP group spread over processes). Collective over
+ * MPI_COMM_WORLD: every process calls it at the same point (MPI_Comm_split). The processes that
+ * pass the same color >= 0 form one communicator, ordered by world rank; each passes local_count
+ * devices (the same number within a communicator), so the process that is the p-th of its color
+ * holds ranks [p * local_count, (p + 1) * local_count) of it. color < 0: this process joins none
+ * (DCP_OK, *out NULL). A communicator of one process uses the in-process transport of config;
+ * otherwise the transport is mpi. The communicator owns the MPI sub-communicator and frees it in
+ * dcp_comm_destroy (before dcp_mpi_finalize). DCP_ERR_UNSUPPORTED when built without MPI. */
+dcp_status dcp_comm_init_mpi_split(dcp_device *const *devices, int local_count, int color,
+                                   const dcp_comm_config *config, dcp_comm **out);
 void dcp_comm_destroy(dcp_comm *comm);
 
 int dcp_comm_size(const dcp_comm *comm);
@@ -110,6 +120,10 @@ void dcp_mpi_finalize(void);
 void dcp_mpi_barrier(void);
 /* Max over processes of a double (timings); identity without MPI. */
 double dcp_mpi_max(double x);
+/* MPI_Bcast over MPI_COMM_WORLD of `bytes` bytes at data from process root (apps: the sampled
+ * token of rank 0, so that every process feeds the same one). DCP_OK without MPI running;
+ * DCP_ERR_UNSUPPORTED never (a no-op when built without MPI). */
+dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root);
 
 #ifdef __cplusplus
 }
