@@ -38,8 +38,9 @@ void dcp_decode_plan_destroy(dcp_decode_plan *plan);
 
 /* Sets the step's sequences: lengths [batch] tokens, block_tables [batch][max_blocks] page ids
  * (entries past a sequence's last page are ignored). Validates every used entry against the pool
- * and every length against max_blocks * page_size, then uploads them (synchronous) and chooses
- * the chunking. On failure the plan keeps its previous state. */
+ * and every length against max_blocks * page_size, then writes them into the plan's host-visible
+ * tables (a memcpy, no submit: no command that reads the plan may be in flight) and chooses the
+ * chunking. On failure the plan keeps its previous state. */
 dcp_status dcp_decode_plan_set(dcp_decode_plan *plan, const uint32_t *lengths,
                                const uint32_t *block_tables);
 

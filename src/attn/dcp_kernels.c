@@ -1,4 +1,5 @@
-/* Recording of the DCP step's shaders: dcp_scale (ag_rs) and dcp_permute (Q unpack, a2a packing). */
+/* Recording of the DCP step's shaders: dcp_scale (ag_rs), dcp_permute (Q unpack, a2a packing) and
+ * part_sum (mailbox reductions: all-reduce, reduce-scatter). */
 #include "attn/attn_internal.h"
 #include "attn/dcp_internal.h"
 #include "common/error.h"
@@ -48,4 +49,20 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
     uint32_t gx, gy;
     grid(n, spec[0], &gx, &gy);
     return dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_PERMUTE, spec, b, p, gx, gy, 1);
+}
+
+dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_buffer *x, uint64_t x_offset,
+                               dcp_buffer *y, uint64_t y_offset)
+{
+    if (p->parts == 0 || p->part_stride < p->n)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "part_sum: %u parts (>= 1) with a stride of %u floats below n = %u",
+                        p->parts, p->part_stride, p->n);
+    if (p->n == 0) return DCP_OK;
+    uint64_t x_n = (uint64_t)p->x_offset + (uint64_t)(p->parts - 1) * p->part_stride + p->n;
+    uint64_t y_n = (uint64_t)p->y_offset + p->n;
+    dcp_binding b[2] = {{x, x_offset, x_n * 4}, {y, y_offset, y_n * 4}};
+    uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t gx, gy;
+    grid(p->n, spec[0], &gx, &gy);
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_PART_SUM, spec, b, p, gx, gy, 1);
 }

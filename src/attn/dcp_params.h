@@ -1,4 +1,4 @@
-/* Push constants of the DCP step shaders (dcp_scale), shared by C and GLSL. */
+/* Push constants of the DCP step shaders (dcp_scale, dcp_permute, part_sum), shared by C and GLSL. */
 #ifndef DCP_DCP_PARAMS_H
 #define DCP_DCP_PARAMS_H
 #include "common/params_begin.h"
@@ -24,5 +24,20 @@ DCP_PARAMS_STRUCT(dcp_permute_params) {
     DCP_U32 dst_stride_b;   /* floats between consecutive b in dst (>= A * C) */
 };
 DCP_PARAMS_END(dcp_permute_params)
+
+/* part_sum: the receiving side of a reduction through mailboxes (all-reduce, reduce-scatter).
+ * One invocation per element i < n:
+ *   y[y_offset + i] = (accumulate ? y[y_offset + i] : 0) + sum_{s = 0..parts-1} x[x_offset + s * part_stride + i]
+ * The parts are summed into an f32 accumulator starting from 0 in rank order s = 0, 1, ..., so
+ * every rank that sums the same parts gets bitwise the same result. Offsets and strides in floats. */
+DCP_PARAMS_STRUCT(dcp_part_sum_params) {
+    DCP_U32 n;           /* elements per part */
+    DCP_U32 parts;       /* ranks summed (>= 1) */
+    DCP_U32 part_stride; /* floats between consecutive parts in x (>= n) */
+    DCP_U32 x_offset;    /* first float of part 0 in x */
+    DCP_U32 y_offset;    /* first float of the result in y */
+    DCP_U32 accumulate;  /* 1: add to y; 0: overwrite y */
+};
+DCP_PARAMS_END(dcp_part_sum_params)
 
 #endif

@@ -1,5 +1,9 @@
 /* The DCP attention step (see include/dcpvk/dcp.h): Q gather, local paged decode, a2a or ag_rs
- * exchange and merge, over the local ranks of a communicator. */
+ * exchange and merge, over the local ranks of a communicator. The step is split at its exchanges
+ * into phases (src/attn/dcp_internal.h) that the model records into its own commands; receivers
+ * read the communicator's mailboxes in place (lse_merge, dcp_scale, part_sum), so one step costs
+ * one submit-and-wait round per exchange: a2a 1 (+1 for the final merge when run alone), ag_rs 2
+ * (+1), and one more for the Q all-gather without q_replicate. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +25,7 @@ typedef struct attn_rank {
     dcp_buffer *o_part;  /* [batch][N*Hl][D] f32 local partial O */
     dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
     dcp_buffer *send;    /* a2a: [N][blk] packed messages; ag_rs: [N][batch][Hl][D] scaled O */
-    dcp_buffer *recv;    /* a2a: [N][blk] received messages; ag_rs: [N][batch][N*Hl] gathered LSE */
-    uint32_t ts[2];      /* timestamp slots around the timed phase of the current submission */
+    uint32_t ts[4];      /* timestamp slots around the decode [0, 1] and the merge / scale [2, 3] */
 } attn_rank;
 
 struct dcp_attn {
@@ -82,7 +85,6 @@ void dcp_attn_destroy(dcp_attn *a)
         dcp_buffer_destroy(r->o_part);
         dcp_buffer_destroy(r->lse_part);
         dcp_buffer_destroy(r->send);
-        dcp_buffer_destroy(r->recv);
     }
     free(a->r);
     free(a->bt);
@@ -157,10 +159,8 @@ dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_c
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
         if (c->backend == DCP_BACKEND_A2A) {
             DCP_TRY(dcp_buffer_create(r->dev, N * a2a_block(a), DCP_MEMORY_DEVICE, &r->send));
-            DCP_TRY(dcp_buffer_create(r->dev, N * a2a_block(a), DCP_MEMORY_DEVICE, &r->recv));
         } else {
             DCP_TRY(dcp_buffer_create(r->dev, N * B * Hl * D * 4, DCP_MEMORY_DEVICE, &r->send));
-            DCP_TRY(dcp_buffer_create(r->dev, N * B * NH * 4, DCP_MEMORY_DEVICE, &r->recv));
         }
     }
     /* Mailboxes for the largest block of the step. */
@@ -235,48 +235,25 @@ static double elapsed(dcp_cmd *cmd, uint32_t s0, uint32_t s1)
     return ns;
 }
 
-dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
-                        dcp_attn_timing *timing)
+uint32_t dcp_attn_exchanges(const dcp_attn *a) { return a->cfg.backend == DCP_BACKEND_A2A ? 1 : 2; }
+
+dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t i, dcp_cmd *cmd, dcp_comm_buf q,
+                                 dcp_comm_buf o, dcp_comm_buf lse)
 {
     dcp_status st = DCP_OK;
     const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, N = a->N, NH = a->NH;
     const int a2a = a->cfg.backend == DCP_BACKEND_A2A;
-    double t0 = now_ns(), local_ns = 0.0, merge_ns = 0.0;
-    uint64_t sent0 = dcp_comm_bytes_sent(a->comm, 0);
-
-    /* Phase 1: all-gather Q (own heads [batch][Hl][D] from every rank). */
-    const uint64_t qblk = B * Hl * D * 4;
-    if (!a->cfg.q_replicate) {
-        for (uint32_t i = 0; i < a->L; i++) {
-            DCP_TRY(dcp_cmd_reset(a->r[i].cmd));
-            DCP_TRY(dcp_comm_record_send(a->r[i].cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, q[i], qblk));
-        }
-        DCP_TRY(run_all(a));
-        DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, qblk / 4, DCP_DTYPE_F32));
-    }
-    uint64_t q_bytes = dcp_comm_bytes_sent(a->comm, 0) - sent0;
-
-    /* Phase 2: (unpack Q) local decode, then pack and send (a2a) or send the LSE (ag_rs). */
-    for (uint32_t i = 0; i < a->L; i++) {
-        attn_rank *r = &a->r[i];
-        dcp_cmd *cmd = r->cmd;
-        DCP_TRY(dcp_cmd_reset(cmd));
-        dcp_buffer *qsrc = q[i].buffer;
-        uint64_t qoff = q[i].offset;
-        if (!a->cfg.q_replicate) {
-            /* mailbox [src rank s][b][Hl*D] -> qfull [b][s][Hl*D] */
-            dcp_comm_buf in = dcp_comm_recv_area(a->comm, (int)i);
-            dcp_permute_params pp = {(uint32_t)N, (uint32_t)B, (uint32_t)(Hl * D), (uint32_t)(B * Hl * D),
-                                     (uint32_t)(N * Hl * D)};
-            DCP_TRY(dcp_permute_record(cmd, &pp, in.buffer, in.offset, r->qfull, 0));
-            dcp_cmd_barrier(cmd); /* dcp_permute (gathered Q) -> paged_decode */
-            qsrc = r->qfull;
-            qoff = 0;
-        }
-        a->r[i].ts[0] = stamp(cmd);
-        DCP_TRY(dcp_decode_record(cmd, r->plan, qsrc, qoff, r->o_part, 0, r->lse_part, 0));
-        a->r[i].ts[1] = stamp(cmd);
-        dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing copies or LSE send */
+    if (i >= a->L || phase > dcp_attn_exchanges(a))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: phase %u of local rank %u (%u phases, %u ranks)", phase, i,
+                        dcp_attn_exchanges(a) + 1, a->L);
+    attn_rank *r = &a->r[i];
+    const int timed = cmd == r->cmd; /* dcp_attn_run's own commands carry the timestamps */
+    if (phase == 0) {
+        /* Local decode of all N*Hl heads, then a2a: pack and send; ag_rs: send the LSEs. */
+        if (timed) r->ts[0] = stamp(cmd);
+        DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, r->lse_part, 0));
+        if (timed) r->ts[1] = stamp(cmd);
+        dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing or LSE send copies */
         if (a2a) {
             const uint64_t blk = a2a_block(a);
             /* O [b][n][Hl*D] -> message n's O part [b][Hl*D]; LSE [b][n][Hl] -> its LSE part [b][Hl] */
@@ -291,56 +268,99 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
             DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->lse_part, 0},
                                          B * NH * 4));
         }
+        return DCP_OK;
     }
-    DCP_TRY(run_all(a));
-    for (uint32_t i = 0; i < a->L; i++) {
-        double ns = elapsed(a->r[i].cmd, a->r[i].ts[0], a->r[i].ts[1]);
-        if (ns > local_ns) local_ns = ns;
+    /* Blocks received in the last exchange: [src rank][block], read in place. */
+    dcp_comm_buf in = dcp_comm_recv_area(a->comm, (int)i);
+    if (phase == 1 && a2a) {
+        /* Merge the N partial states of the own heads straight from the mailboxes. */
+        const uint64_t blk = a2a_block(a);
+        if (timed) r->ts[2] = stamp(cmd);
+        dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)D,
+                            .o_part_stride = (uint32_t)(blk / 4), .lse_part_stride = (uint32_t)(blk / 4),
+                            .o_in = in.buffer, .o_in_offset = in.offset, .lse_in = in.buffer,
+                            .lse_in_offset = in.offset + B * Hl * D * 4, .o_out = o.buffer, .o_out_offset = o.offset,
+                            .lse_out = lse.buffer, .lse_out_offset = lse.offset};
+        DCP_TRY(dcp_lse_merge_record(cmd, &m));
+        if (timed) r->ts[3] = stamp(cmd);
+    } else if (phase == 1) {
+        /* ag_rs: gathered LSEs [N][batch][N*Hl] -> scaled O [N][batch][Hl][D] -> reduce-scatter sends. */
+        if (timed) r->ts[2] = stamp(cmd);
+        dcp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N, (uint32_t)dcp_comm_first_rank(a->comm) + i,
+                               (uint32_t)D};
+        DCP_TRY(dcp_scale_record(cmd, &sp, r->o_part, 0, in.buffer, in.offset, r->send, 0, lse.buffer, lse.offset));
+        if (timed) r->ts[3] = stamp(cmd);
+        dcp_cmd_barrier(cmd); /* dcp_scale -> mailbox copies */
+        DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, (dcp_comm_buf){r->send, 0},
+                                     B * Hl * D * 4));
+    } else {
+        /* ag_rs: sum the N scaled parts of the own heads from the mailboxes, in rank order. */
+        dcp_part_sum_params ps = {(uint32_t)(B * Hl * D), (uint32_t)N, (uint32_t)(B * Hl * D), 0,
+                                  0, 0};
+        DCP_TRY(dcp_part_sum_record(cmd, &ps, in.buffer, in.offset, o.buffer, o.offset));
     }
-    if (a2a) DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, a2a_block(a) / 4, DCP_DTYPE_F32));
-    else DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH, DCP_DTYPE_F32));
+    return DCP_OK;
+fail:
+    return dcp_fail_context(st, "DCP step phase %u (%s, local rank %u)", phase, dcp_backend_name(a->cfg.backend), i);
+}
 
-    /* Phase 3: a2a: receive and merge. ag_rs: receive the LSEs, scale, send for the reduce-scatter. */
-    for (uint32_t i = 0; i < a->L; i++) {
-        attn_rank *r = &a->r[i];
-        dcp_cmd *cmd = r->cmd;
-        DCP_TRY(dcp_cmd_reset(cmd));
-        if (a2a) {
-            const uint64_t blk = a2a_block(a);
-            DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_TO_ALL, (dcp_comm_buf){r->recv, 0}, blk));
-            a->r[i].ts[0] = stamp(cmd);
-            dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)D,
-                                .o_part_stride = (uint32_t)(blk / 4), .lse_part_stride = (uint32_t)(blk / 4),
-                                .o_in = r->recv, .o_in_offset = 0, .lse_in = r->recv,
-                                .lse_in_offset = B * Hl * D * 4, .o_out = o[i].buffer, .o_out_offset = o[i].offset,
-                                .lse_out = lse[i].buffer, .lse_out_offset = lse[i].offset};
-            DCP_TRY(dcp_lse_merge_record(cmd, &m));
-            a->r[i].ts[1] = stamp(cmd);
-        } else {
-            DCP_TRY(dcp_comm_record_recv(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->recv, 0},
-                                         B * NH * 4));
-            a->r[i].ts[0] = stamp(cmd);
-            dcp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N,
-                                   (uint32_t)dcp_comm_first_rank(a->comm) + i, (uint32_t)D};
-            DCP_TRY(dcp_scale_record(cmd, &sp, r->o_part, 0, r->recv, 0, r->send, 0, lse[i].buffer, lse[i].offset));
-            a->r[i].ts[1] = stamp(cmd);
-            dcp_cmd_barrier(cmd); /* dcp_scale -> mailbox copies */
-            DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, (dcp_comm_buf){r->send, 0},
-                                         B * Hl * D * 4));
-        }
-    }
-    DCP_TRY(run_all(a));
-    for (uint32_t i = 0; i < a->L; i++) {
-        double ns = elapsed(a->r[i].cmd, a->r[i].ts[0], a->r[i].ts[1]);
-        if (ns > merge_ns) merge_ns = ns;
-    }
-    if (!a2a) {
-        DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * D, DCP_DTYPE_F32));
+dcp_status dcp_attn_exchange(dcp_attn *a, uint32_t phase)
+{
+    const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, NH = a->NH;
+    if (a->cfg.backend == DCP_BACKEND_A2A)
+        return dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, a2a_block(a) / 4, DCP_DTYPE_F32);
+    if (phase == 0) return dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH, DCP_DTYPE_F32);
+    /* The reduce-scatter moves blocks like an all-to-all; part_sum sums them on the device. */
+    return dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, B * Hl * D, DCP_DTYPE_F32);
+}
+
+dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
+                        dcp_attn_timing *timing)
+{
+    dcp_status st = DCP_OK;
+    const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, N = a->N;
+    const uint32_t E = dcp_attn_exchanges(a);
+    double t0 = now_ns(), local_ns = 0.0, merge_ns = 0.0;
+    uint64_t sent0 = dcp_comm_bytes_sent(a->comm, 0);
+
+    /* All-gather Q (own heads [batch][Hl][D] from every rank). */
+    const uint64_t qblk = B * Hl * D * 4;
+    if (!a->cfg.q_replicate) {
         for (uint32_t i = 0; i < a->L; i++) {
             DCP_TRY(dcp_cmd_reset(a->r[i].cmd));
-            DCP_TRY(dcp_comm_record_recv(a->r[i].cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, o[i], B * Hl * D * 4));
+            DCP_TRY(dcp_comm_record_send(a->r[i].cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, q[i], qblk));
         }
         DCP_TRY(run_all(a));
+        DCP_TRY(dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, qblk / 4, DCP_DTYPE_F32));
+    }
+    uint64_t q_bytes = dcp_comm_bytes_sent(a->comm, 0) - sent0;
+
+    for (uint32_t p = 0; p <= E; p++) {
+        for (uint32_t i = 0; i < a->L; i++) {
+            attn_rank *r = &a->r[i];
+            dcp_cmd *cmd = r->cmd;
+            r->ts[0] = r->ts[1] = r->ts[2] = r->ts[3] = UINT32_MAX;
+            DCP_TRY(dcp_cmd_reset(cmd));
+            dcp_comm_buf qi = q[i];
+            if (p == 0 && !a->cfg.q_replicate) {
+                /* mailbox [src rank s][b][Hl*D] -> qfull [b][s][Hl*D] */
+                dcp_comm_buf in = dcp_comm_recv_area(a->comm, (int)i);
+                dcp_permute_params pp = {(uint32_t)N, (uint32_t)B, (uint32_t)(Hl * D), (uint32_t)(B * Hl * D),
+                                         (uint32_t)(N * Hl * D)};
+                DCP_TRY(dcp_permute_record(cmd, &pp, in.buffer, in.offset, r->qfull, 0));
+                dcp_cmd_barrier(cmd); /* dcp_permute (gathered Q) -> paged_decode */
+                qi = (dcp_comm_buf){r->qfull, 0};
+            }
+            DCP_TRY(dcp_attn_record_phase(a, p, i, cmd, qi, o[i], lse[i]));
+        }
+        DCP_TRY(run_all(a));
+        for (uint32_t i = 0; i < a->L; i++) {
+            double ns = elapsed(a->r[i].cmd, a->r[i].ts[0], a->r[i].ts[1]);
+            if (ns > local_ns) local_ns = ns;
+            ns = elapsed(a->r[i].cmd, a->r[i].ts[2], a->r[i].ts[3]);
+            if (ns > merge_ns) merge_ns = ns;
+        }
+        if (p < E) DCP_TRY(dcp_attn_exchange(a, p));
     }
     if (timing) {
         timing->total_ns = now_ns() - t0;

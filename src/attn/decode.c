@@ -22,8 +22,8 @@ struct dcp_decode_plan {
     dcp_pipeline_id pipeline;
     uint32_t chunks;      /* chunks per sequence */
     uint32_t chunk_tokens;
-    dcp_buffer *bt;       /* [batch][max_blocks] u32 */
-    dcp_buffer *lens;     /* [batch] u32 */
+    dcp_buffer *bt;       /* [batch][max_blocks] u32, host-visible: dcp_decode_plan_set writes it without a submit */
+    dcp_buffer *lens;     /* [batch] u32, host-visible (as bt) */
     dcp_buffer *work_o;   /* [chunks][batch][Hq][D] f32 partials */
     dcp_buffer *work_lse; /* [chunks][batch][Hq] f32 */
     uint64_t work_cap;    /* chunks the workspace holds */
@@ -93,8 +93,8 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
                                              : DCP_PIPE_PAGED_DECODE_F16;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
-    DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_DEVICE, &p->bt));
-    DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * 4, DCP_MEMORY_DEVICE, &p->lens));
+    DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_HOST, &p->bt));
+    DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * 4, DCP_MEMORY_HOST, &p->lens));
     DCP_TRY(dcp_buffer_fill(p->bt, 0, dcp_buffer_size(p->bt), 0));
     DCP_TRY(dcp_buffer_fill(p->lens, 0, dcp_buffer_size(p->lens), 0));
     *out = p;

@@ -28,6 +28,8 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/model.h"
 #include "model/ops.h"
+#include "attn/dcp_internal.h"
+#include "comm/comm_internal.h"
 #include "vk/hostmem.h"
 
 typedef struct llama_layer {
@@ -616,21 +618,37 @@ fail:
     return st;
 }
 
-/* With T > 1: runs what was recorded, sums every rank's part [tokens][n_embd] over the group,
- * and starts the next recording with x += part. */
+/* Ends the round after each rank's recording: submits every rank's command, waits for all, and
+ * resets them for the next recording. */
+static dcp_status round_all(dcp_llama_state *s)
+{
+    dcp_status st = DCP_OK;
+    DCP_TRY(run_all(s));
+    DCP_TRY(reset_all(s));
+fail:
+    return st;
+}
+
+/* With T > 1: the all-reduce of every rank's part [tokens][n_embd] f32 as one round. Each rank's
+ * recording ends with copies of its part into every rank's mailbox (communicator all-gather
+ * sends; hostmem: straight into the one host allocation every device imports); after the round
+ * each rank's next recording starts with x += sum of the T parts, read in place from its
+ * mailboxes in rank order (part_sum: bitwise the same x on every rank, no host sum). */
 static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
 {
     dcp_status st = DCP_OK;
-    const uint32_t E = s->w->cfg.n_embd;
-    DCP_TRY(run_all(s));
-    dcp_comm_buf bufs[1024];
-    for (uint32_t r = 0; r < s->w->tp; r++) bufs[r] = (dcp_comm_buf){s->r[r].part, 0};
-    DCP_TRY(dcp_comm_all_reduce(bufs, bufs, (uint64_t)tokens * E, DCP_DTYPE_F32, DCP_RED_SUM, s->comm));
-    DCP_TRY(reset_all(s));
+    const uint32_t E = s->w->cfg.n_embd, n = tokens * E;
+    for (uint32_t r = 0; r < s->w->tp; r++)
+        DCP_TRY(dcp_comm_record_send(s->r[r].cmd, s->comm, (int)r, DCP_COLL_ALL_GATHER,
+                                     (dcp_comm_buf){s->r[r].part, 0}, (uint64_t)n * 4));
+    DCP_TRY(round_all(s));
+    DCP_TRY(dcp_comm_exchange(s->comm, DCP_COLL_ALL_GATHER, n, DCP_DTYPE_F32));
     for (uint32_t r = 0; r < s->w->tp; r++) {
         rank_state *rs = &s->r[r];
-        DCP_TRY(dcp_op_add(rs->cmd, rs->x, rs->part, rs->x, tokens * E));
-        dcp_cmd_barrier(rs->cmd); /* x += part -> next rmsnorm */
+        dcp_comm_buf in = dcp_comm_recv_area(s->comm, (int)r); /* [tp][n] f32 */
+        dcp_part_sum_params ps = {n, s->w->tp, n, 0, 0, 1};
+        DCP_TRY(dcp_part_sum_record(rs->cmd, &ps, in.buffer, in.offset, rs->x, 0));
+        dcp_cmd_barrier(rs->cmd); /* part_sum x += parts -> next rmsnorm */
     }
     return DCP_OK;
 fail:
@@ -638,33 +656,32 @@ fail:
 }
 
 /* DCP attention of layer l for T tokens (q of the group's heads written by rope_store in each
- * rank's q). Leaves in each rank's recording (reset) nothing; returns with o_src / o_off /
- * o_stride telling each rank where its own heads' O are. */
+ * rank's q, recorded). Decode (T = 1): returns with each rank's recording continuing after the
+ * merge, its own heads' merged O [1][hq][D] in o. Prefill: returns with the merge of the gathered
+ * partials [T][gq][D] into om recorded. */
 static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
 {
     dcp_status st = DCP_OK;
     const dcp_model_config *m = &s->w->cfg;
     const uint32_t N = s->w->dcp, G = s->w->tp / N, D = m->head_dim, L = m->n_layer;
-    dcp_comm_buf a[1024], b[1024], c[1024];
+    dcp_comm_buf a[1024], b[1024];
     if (T == 1) {
-        if (!s->cfg.q_replicate)
+        /* Decode: every rank already holds its group's N*Hl query heads (q_replicate semantics,
+         * whatever the attention's config), so the step is its exchange rounds (a2a 1, ag_rs 2)
+         * recorded around the layer; the merge lands in the recording that continues with o_proj. */
+        const uint32_t X = dcp_attn_exchanges(s->attns[l]);
+        for (uint32_t p = 0; p <= X; p++) {
+            if (p > 0) {
+                DCP_TRY(round_all(s));
+                for (uint32_t g = 0; g < G; g++) DCP_TRY(dcp_attn_exchange(s->attns[g * L + l], p - 1));
+            }
             for (uint32_t r = 0; r < s->w->tp; r++) {
                 rank_state *rs = &s->r[r];
-                const rank_weights *rw = &s->w->ranks[r];
-                DCP_TRY(dcp_cmd_copy(rs->cmd, rs->q, (uint64_t)rs->gr * rw->hq * D * 4, rs->q_own, 0,
-                                     (uint64_t)rw->hq * D * 4));
+                DCP_TRY(dcp_attn_record_phase(s->attns[rs->g * L + l], p, rs->gr, rs->cmd, (dcp_comm_buf){rs->q, 0},
+                                              (dcp_comm_buf){rs->o, 0}, (dcp_comm_buf){rs->lse, 0}));
             }
-        DCP_TRY(run_all(s));
-        for (uint32_t g = 0; g < G; g++) {
-            for (uint32_t i = 0; i < N; i++) {
-                rank_state *rs = &s->r[g * N + i];
-                a[i] = (dcp_comm_buf){s->cfg.q_replicate ? rs->q : rs->q_own, 0};
-                b[i] = (dcp_comm_buf){rs->o, 0};
-                c[i] = (dcp_comm_buf){rs->lse, 0};
-            }
-            DCP_TRY(dcp_attn_run(s->attns[g * L + l], a, b, c, NULL));
         }
-        DCP_TRY(reset_all(s));
+        for (uint32_t r = 0; r < s->w->tp; r++) dcp_cmd_barrier(s->r[r].cmd); /* merged O -> o_proj */
         return DCP_OK;
     }
     /* Prefill: local causal decode over each shard -> all-gather partials -> lse_merge. */
@@ -759,6 +776,8 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
     const dcp_model_config *m = &w->cfg;
     const uint32_t E = m->n_embd, D = m->head_dim, tp = w->tp, N = w->dcp;
     DCP_TRY(prepare_chunk(s, tokens, T));
+    /* Mailboxes for this chunk's all-reduces (grown while every device is idle). */
+    if (tp > 1) DCP_TRY(dcp_comm_prepare(s->comm, (uint64_t)T * E * 4));
     for (uint32_t r = 0; r < tp; r++) {
         rank_state *rs = &s->r[r];
         DCP_TRY(dcp_cmd_reset(rs->cmd));
