@@ -1,7 +1,7 @@
-/* Llama-family model on one device, or on a tensor-parallel group of devices in one process with
- * optional DCP groups (include/dcpvk/dcp.h): device weights, run state (KV cache pages, attention
- * plans, activations, command buffers) and the forward pass (batched causal prefill and
- * single-token decode), plus the host sampler.
+/* Llama-family model on one device, or on a tensor-parallel group of devices in one process or
+ * spread over MPI processes, with optional DCP groups (include/dcpvk/dcp.h): device weights, run
+ * state (KV cache pages, attention plans, activations, command buffers) and the forward pass
+ * (batched causal prefill and single-token decode), plus the host sampler.
  *
  * Model state is config (dcp_model_config, read from GGUF by include/dcpvk/model_config.h) /
  * weights (dcp_llama_weights) / run state (dcp_llama_state), each created and destroyed on its
@@ -53,10 +53,23 @@ dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dc
 dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uint32_t dcp, const dcp_gguf *g,
                                        const dcp_model_config *cfg, dcp_progress_fn progress, void *user,
                                        dcp_llama_weights **out);
+/* Same for the part of a TP group this process holds, when the group spans processes (MPI, one
+ * process per device under `mpiexec -n T`, or several devices per process): devs [count] hold TP
+ * ranks [first, first + count) of a group of tp ranks. Every process passes the same count, and
+ * with dcp > 1 a process holds whole DCP groups (first and count multiples of dcp) or a part of one
+ * (dcp a multiple of count, first a multiple of count); DCP_ERR_CONFIG otherwise. The output head
+ * is uploaded on the first rank held (devs[0]): every process computes the logits itself, from
+ * the same all-reduced activations. first 0, count tp: exactly dcp_llama_weights_create_tp. */
+dcp_status dcp_llama_weights_create_ranks(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp,
+                                          uint32_t dcp, const dcp_gguf *g, const dcp_model_config *cfg,
+                                          dcp_progress_fn progress, void *user, dcp_llama_weights **out);
 void dcp_llama_weights_destroy(dcp_llama_weights *w);
-/* Tensor-parallel and DCP sizes of the weights. */
+/* Tensor-parallel and DCP sizes of the weights (the whole group's, wherever its ranks are). */
 uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w);
 uint32_t dcp_llama_weights_dcp(const dcp_llama_weights *w);
+/* TP ranks held by this process: [first_rank, first_rank + local_count). */
+uint32_t dcp_llama_weights_first_rank(const dcp_llama_weights *w);
+uint32_t dcp_llama_weights_local_count(const dcp_llama_weights *w);
 const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w);
 /* Bytes of device memory the weights use. */
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w);
@@ -82,7 +95,13 @@ typedef struct dcp_llama_state dcp_llama_state;
  * pool per layer (DCP: one dcp_kv_cache per layer and group, interleaved placement), attention
  * plans for decode and prefill, activations; the communicators of the TP group and of each DCP
  * group; then runs a 2-token warm-up (which creates every pipeline) and forgets it.
- * DCP_ERR_CONFIG for a bad interleave / block size pair. Destroy with dcp_llama_state_destroy. */
+ * DCP_ERR_CONFIG for a bad interleave / block size pair.
+ * Weights of part of the group (dcp_llama_weights_create_ranks): collective over MPI_COMM_WORLD
+ * (MPI initialised, every process calls it with the same config): the TP communicator spans the
+ * world (its size must be tp: DCP_ERR_CONFIG otherwise), a DCP group spread over processes gets a
+ * sub-communicator (dcp_comm_init_mpi_split), and a failure on any process fails it on every
+ * process (DCP_ERR_MPI on the others), so that none waits in a collective. Forward calls are then
+ * collective too: every process passes the same tokens. Destroy with dcp_llama_state_destroy. */
 dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config,
                                   dcp_llama_state **out);
 void dcp_llama_state_destroy(dcp_llama_state *s);

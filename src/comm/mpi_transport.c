@@ -122,7 +122,8 @@ dcp_status dcp_comm_init_mpi_split(dcp_device *const *devices, int local_count, 
     st = mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world), "MPI_Comm_rank");
     if (st != DCP_OK) return st;
     MPI_Comm mc = MPI_COMM_NULL;
-    st = mpi_check(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, world, &mc), "MPI_Comm_split");
+    st = mpi_check(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, world, &mc),
+                   "MPI_Comm_split");
     if (st != DCP_OK) return dcp_fail_context(st, "dcp_comm_init_mpi_split (color %d)", color);
     if (color < 0) return DCP_OK; /* this process joins no communicator */
     split_ctx *sc = calloc(1, sizeof *sc);

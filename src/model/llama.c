@@ -15,7 +15,12 @@
  * dcp_kv_cache_append). Decode steps run the DCP attention step (include/dcpvk/dcp.h: a2a or
  * ag_rs, Q gathered or replicated). Prefill chunks decode the chunk's queries causally over each
  * rank's shard (local lengths per token), all-gather the partial states (O, LSE) inside the group
- * and merge them exactly with lse_merge; each rank keeps its own heads for o_proj. */
+ * and merge them exactly with lse_merge; each rank keeps its own heads for o_proj.
+ *
+ * Over MPI (weights of TP ranks [first, first + nl) from dcp_llama_weights_create_ranks) the
+ * arrays below hold this process's ranks only; the TP communicator spans MPI_COMM_WORLD, a DCP
+ * group spread over processes has a sub-communicator (dcp_comm_init_mpi_split), and every process
+ * computes the logits on its first rank. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,15 +59,18 @@ typedef struct rank_weights {
 
 struct dcp_llama_weights {
     dcp_model_config cfg;
-    uint32_t tp, dcp;
-    rank_weights *ranks;   /* [tp] */
+    uint32_t tp, dcp;      /* TP and DCP sizes of the whole group */
+    uint32_t first, nl;    /* TP ranks held here: [first, first + nl) (one process: 0, tp) */
+    rank_weights *ranks;   /* [nl]: ranks[i] is TP rank first + i */
     uint64_t bytes;
 };
 
 typedef struct rank_state {
     dcp_device *dev;
     uint32_t qkv4, hd4;             /* row strides (floats, multiples of 4) */
-    uint32_t g, gr;                 /* DCP group and rank inside it */
+    uint32_t g, gr;                 /* DCP group (among those held here) and rank inside it */
+    uint32_t gl;                    /* index among the group's ranks held here (its caches', attns',
+                                     * communicator's local rank; gr in one process) */
     dcp_kv_pool **pools;            /* [n_layer] (owned when DCP = 1, else the group caches' pools) */
     dcp_decode_plan **dplans;       /* [n_layer] batch 1 (DCP = 1) */
     dcp_decode_plan **pplans;       /* [n_layer] batch prefill_chunk (NULL if chunk 1) */
@@ -83,11 +91,13 @@ struct dcp_llama_state {
     uint32_t pages;                 /* pages per layer pool (identity block table) */
     uint32_t *bt;                   /* [prefill_chunk][pages] identity rows */
     uint32_t *lens;                 /* [prefill_chunk] */
-    rank_state *r;                  /* [tp] */
+    rank_state *r;                  /* [nl] the ranks held here (all tp in one process) */
+    uint32_t ng, gn;                /* DCP groups held here (wholly or in part), and ranks of each
+                                     * held here: one process: tp / dcp, dcp */
     dcp_comm *comm;                 /* tp > 1 */
-    dcp_comm **gcomm;               /* [tp / dcp] DCP group communicators (dcp > 1) */
-    dcp_kv_cache **caches;          /* [tp / dcp][n_layer] (dcp > 1) */
-    dcp_attn **attns;               /* [tp / dcp][n_layer] (dcp > 1) */
+    dcp_comm **gcomm;               /* [ng] DCP group communicators (dcp > 1) */
+    dcp_kv_cache **caches;          /* [ng][n_layer] (dcp > 1) */
+    dcp_attn **attns;               /* [ng][n_layer] (dcp > 1) */
     uint64_t tokens_run;            /* tokens processed (for the exchange statistics) */
 };
 
@@ -228,7 +238,7 @@ fail:
 static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
 
 static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t tp, uint32_t dcp, uint32_t r,
-                            rank_weights *rw)
+                            int with_output, rank_weights *rw)
 {
     dcp_status st = DCP_OK;
     const uint32_t E = cfg->n_embd, D = cfg->head_dim, Hq = cfg->n_head, Hkv = cfg->n_head_kv, F = cfg->n_ff;
@@ -252,7 +262,7 @@ static dcp_status load_rank(load_ctx *lc, const dcp_model_config *cfg, uint32_t 
     const uint64_t vE[1] = {E}, vV[1] = {cfg->n_vocab};
     slice emb = {"token_embd.weight", 0, cfg->n_vocab, 0, E};
     DCP_TRY(load_slices(lc, dev, 1, &emb, vE, vV, E, &rw->tok_embd));
-    if (r == 0) {
+    if (with_output) {
         slice out = {dcp_gguf_tensor_find(lc->g, "output.weight") ? "output.weight" : "token_embd.weight", 0,
                      cfg->n_vocab, 0, E};
         DCP_TRY(load_slices(lc, dev, 1, &out, vE, vV, E, &rw->output));
@@ -289,6 +299,13 @@ dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uin
                                        const dcp_model_config *cfg, dcp_progress_fn prog, void *user,
                                        dcp_llama_weights **out)
 {
+    return dcp_llama_weights_create_ranks(devs, 0, tp, tp, dcp, g, cfg, prog, user, out);
+}
+
+dcp_status dcp_llama_weights_create_ranks(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp,
+                                          uint32_t dcp, const dcp_gguf *g, const dcp_model_config *cfg,
+                                          dcp_progress_fn prog, void *user, dcp_llama_weights **out)
+{
     dcp_status st = DCP_OK;
     *out = NULL;
     if (cfg->arch != DCP_ARCH_LLAMA)
@@ -307,22 +324,32 @@ dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uin
                         "divide by it or divide it", tp, Hq, Hkv);
     dcp_status gs = dcp_group_check(tp, dcp, Hq, Hkv);
     if (gs) return gs;
+    if (count == 0 || first + count > tp || first % count)
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "TP ranks [%u, %u) held by this process: not a run of %u ranks of a TP group of %u",
+                        first, first + count, count, tp);
+    if (dcp > 1 && !(count % dcp == 0 || dcp % count == 0))
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "%u TP ranks per process with DCP groups of %u: a process must hold whole DCP groups or "
+                        "an equal part of one (%u must divide by %u or divide it)", count, dcp, count, dcp);
     dcp_llama_weights *w = calloc(1, sizeof *w);
     if (!w) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     w->cfg = *cfg;
     w->tp = tp;
     w->dcp = dcp;
-    w->ranks = calloc(tp, sizeof *w->ranks);
+    w->first = first;
+    w->nl = count;
+    w->ranks = calloc(count, sizeof *w->ranks);
     if (!w->ranks) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
     load_ctx lc = {g, prog, user, 0, 0};
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) lc.total += dcp_gguf_tensor_at(g, i)->size;
-    lc.total *= tp; /* embedding and norms are replicated; close enough for a progress bar */
-    for (uint32_t r = 0; r < tp; r++) {
+    lc.total *= count; /* embedding and norms are replicated; close enough for a progress bar */
+    for (uint32_t r = 0; r < count; r++) {
         w->ranks[r].dev = devs[r];
-        DCP_TRY(load_rank(&lc, cfg, tp, dcp, r, &w->ranks[r]));
+        DCP_TRY(load_rank(&lc, cfg, tp, dcp, first + r, r == 0, &w->ranks[r]));
         rank_weights *rw = &w->ranks[r];
         w->bytes += dcp_buffer_size(rw->tok_embd.buf) + (rw->output.buf ? dcp_buffer_size(rw->output.buf) : 0) +
                     4ull * cfg->n_embd;
@@ -349,7 +376,7 @@ dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dc
 void dcp_llama_weights_destroy(dcp_llama_weights *w)
 {
     if (!w) return;
-    for (uint32_t r = 0; w->ranks && r < w->tp; r++) {
+    for (uint32_t r = 0; w->ranks && r < w->nl; r++) {
         rank_weights *rw = &w->ranks[r];
         for (uint32_t l = 0; rw->layers && l < w->cfg.n_layer; l++) {
             llama_layer *L = &rw->layers[l];
@@ -373,20 +400,24 @@ const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w) { r
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w) { return w->bytes; }
 uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w) { return w->tp; }
 uint32_t dcp_llama_weights_dcp(const dcp_llama_weights *w) { return w->dcp; }
+uint32_t dcp_llama_weights_first_rank(const dcp_llama_weights *w) { return w->first; }
+uint32_t dcp_llama_weights_local_count(const dcp_llama_weights *w) { return w->nl; }
 
 /* ---- run state ----------------------------------------------------------------------------- */
 
-static dcp_status rank_state_create(dcp_llama_state *s, uint32_t r)
+/* Run state of local rank i (TP rank first + i). */
+static dcp_status rank_state_create(dcp_llama_state *s, uint32_t i)
 {
     dcp_status st = DCP_OK;
     const dcp_model_config *m = &s->w->cfg;
-    const rank_weights *rw = &s->w->ranks[r];
-    rank_state *rs = &s->r[r];
+    const rank_weights *rw = &s->w->ranks[i];
+    rank_state *rs = &s->r[i];
     const dcp_llama_config *c = &s->cfg;
     const uint32_t T = c->prefill_chunk, L = m->n_layer, D = m->head_dim, N = s->w->dcp;
     rs->dev = rw->dev;
-    rs->g = r / N;
-    rs->gr = r % N;
+    rs->g = i / s->gn;
+    rs->gr = (s->w->first + i) % N;
+    rs->gl = i % s->gn;
     rs->qkv4 = round4((rw->gq + 2 * rw->hkv) * D);
     rs->hd4 = rw->hq * D;
     rs->pools = calloc(L, sizeof *rs->pools);
@@ -410,7 +441,7 @@ static dcp_status rank_state_create(dcp_llama_state *s, uint32_t r)
             dc.max_blocks = s->pages;
             DCP_TRY(dcp_decode_plan_create(rs->pools[l], &dc, &rs->dplans[l]));
         } else {
-            rs->pools[l] = dcp_kv_cache_pool(s->caches[rs->g * L + l], rs->gr);
+            rs->pools[l] = dcp_kv_cache_pool(s->caches[rs->g * L + l], rs->gl);
         }
         if (T > 1) {
             dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
@@ -448,13 +479,97 @@ fail:
     return st;
 }
 
+/* Everything of the run state but the warm-up, on s (whose w, cfg, pages, bt and lens are set).
+ * spread: the TP group spans MPI processes. On failure the caller destroys s. */
+static dcp_status state_build(dcp_llama_state *s, int spread)
+{
+    dcp_status st = DCP_OK;
+    const dcp_llama_weights *w = s->w;
+    const dcp_model_config *m = &w->cfg;
+    const dcp_llama_config c = s->cfg;
+    const uint32_t N = w->dcp, L = m->n_layer, nl = w->nl, T = c.prefill_chunk;
+    s->r = calloc(nl, sizeof *s->r);
+    s->ng = nl >= N ? nl / N : 1;
+    s->gn = nl >= N ? N : nl;
+    const uint32_t G = s->ng, gn = s->gn;
+    if (N > 1) {
+        s->gcomm = calloc(G, sizeof *s->gcomm);
+        s->caches = calloc((size_t)G * L, sizeof *s->caches);
+        s->attns = calloc((size_t)G * L, sizeof *s->attns);
+    }
+    if (!s->bt || !s->lens || !s->r || (N > 1 && (!s->gcomm || !s->caches || !s->attns)))
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t p = 0; p < s->pages; p++) s->bt[(size_t)t * s->pages + p] = p;
+    dcp_device *devs[1024];
+    for (uint32_t r = 0; r < nl; r++) devs[r] = w->ranks[r].dev;
+    dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
+    if (spread) {
+        /* The collective creations first, on every process whatever it meets on the way, then one
+         * agreement: a process that failed makes all fail instead of leaving them waiting. */
+        st = dcp_comm_init_mpi(devs, (int)nl, &cc, &s->comm);
+        if (st == DCP_OK &&
+            (dcp_comm_size(s->comm) != (int)w->tp || dcp_comm_first_rank(s->comm) != (int)w->first))
+            st = dcp_fail(DCP_ERR_CONFIG,
+                          "TP size %u with %u ranks per process needs %u MPI processes holding ranks from %u on "
+                          "here; found %d processes, ranks from %d on here",
+                          w->tp, nl, w->tp / nl, w->first, dcp_comm_size(s->comm) / (int)nl,
+                          dcp_comm_first_rank(s->comm));
+        if (N > 1 && gn < N) { /* this process holds part of one DCP group: colour = group index */
+            dcp_status gs = dcp_comm_init_mpi_split(devs, (int)nl, (int)(w->first / N), &cc, &s->gcomm[0]);
+            if (st == DCP_OK) st = gs;
+            if (st == DCP_OK && (dcp_comm_size(s->gcomm[0]) != (int)N ||
+                                 dcp_comm_first_rank(s->gcomm[0]) != (int)(w->first % N)))
+                st = dcp_fail(DCP_ERR_CONFIG,
+                              "DCP group %u: sub-communicator of %d ranks, ranks from %d here; "
+                              "expected %u, from %u",
+                              w->first / N, dcp_comm_size(s->gcomm[0]), dcp_comm_first_rank(s->gcomm[0]), N,
+                              w->first % N);
+        }
+        if (dcp_mpi_max(st != DCP_OK ? 1.0 : 0.0) > 0.0 && st == DCP_OK)
+            st = dcp_fail(DCP_ERR_MPI, "llama state: another MPI process failed to create its communicators");
+        if (st != DCP_OK) return st;
+    }
+    if (N > 1) {
+        for (uint32_t g = 0; g < G; g++) {
+            if (gn == N) DCP_TRY(dcp_comm_init_local(devs + g * N, (int)N, &cc, &s->gcomm[g]));
+            for (uint32_t l = 0; l < L; l++) {
+                dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
+                kc.pool.kv_heads = w->ranks[g * gn].hkv;
+                kc.pool.head_dim = m->head_dim;
+                kc.pool.page_size = c.block_size;
+                kc.pool.dtype = c.kv_dtype;
+                kc.pool.num_pages = s->pages;
+                kc.dcp_size = N;
+                kc.first_rank = (w->first + g * gn) % N;
+                kc.interleave = c.interleave;
+                kc.max_seqs = 1;
+                kc.max_blocks = s->pages;
+                DCP_TRY(dcp_kv_cache_create(devs + g * gn, gn, &kc, &s->caches[g * L + l]));
+                dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
+                ac.batch = 1;
+                ac.heads_local = w->ranks[g * gn].hq;
+                ac.backend = c.backend;
+                ac.q_replicate = c.q_replicate;
+                DCP_TRY(dcp_attn_create(s->gcomm[g], s->caches[g * L + l], &ac, &s->attns[g * L + l]));
+            }
+        }
+    }
+    for (uint32_t r = 0; r < nl; r++) DCP_TRY(rank_state_create(s, r));
+    if (w->tp > 1 && !spread) DCP_TRY(dcp_comm_init_local(devs, (int)w->tp, &cc, &s->comm));
+    return DCP_OK;
+fail:
+    return st;
+}
+
 dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config, dcp_llama_state **out)
 {
     dcp_status st = DCP_OK;
     *out = NULL;
     const dcp_model_config *m = &w->cfg;
     dcp_llama_config c = *config;
-    const uint32_t N = w->dcp, G = w->tp / w->dcp, L = m->n_layer;
+    const uint32_t N = w->dcp;
+    const int spread = w->nl < w->tp; /* the TP group spans processes (MPI) */
     if (c.n_ctx == 0) c.n_ctx = m->n_ctx_train < 4096 ? m->n_ctx_train : 4096;
     if (c.block_size == 0 || c.prefill_chunk == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "llama state: block size %u and prefill chunk %u must be >= 1",
@@ -474,52 +589,11 @@ dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *
     const uint32_t T = c.prefill_chunk;
     s->bt = malloc((size_t)T * s->pages * sizeof *s->bt);
     s->lens = calloc(T, sizeof *s->lens);
-    s->r = calloc(w->tp, sizeof *s->r);
-    if (!s->bt || !s->lens || !s->r) {
-        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-        goto fail;
-    }
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t p = 0; p < s->pages; p++) s->bt[(size_t)t * s->pages + p] = p;
-    dcp_device *devs[1024];
-    for (uint32_t r = 0; r < w->tp; r++) devs[r] = w->ranks[r].dev;
-    if (N > 1) {
-        s->gcomm = calloc(G, sizeof *s->gcomm);
-        s->caches = calloc((size_t)G * L, sizeof *s->caches);
-        s->attns = calloc((size_t)G * L, sizeof *s->attns);
-        if (!s->gcomm || !s->caches || !s->attns) {
-            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-            goto fail;
-        }
-        dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
-        for (uint32_t g = 0; g < G; g++) {
-            DCP_TRY(dcp_comm_init_local(devs + g * N, (int)N, &cc, &s->gcomm[g]));
-            for (uint32_t l = 0; l < L; l++) {
-                dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
-                kc.pool.kv_heads = w->ranks[g * N].hkv;
-                kc.pool.head_dim = m->head_dim;
-                kc.pool.page_size = c.block_size;
-                kc.pool.dtype = c.kv_dtype;
-                kc.pool.num_pages = s->pages;
-                kc.dcp_size = N;
-                kc.interleave = c.interleave;
-                kc.max_seqs = 1;
-                kc.max_blocks = s->pages;
-                DCP_TRY(dcp_kv_cache_create(devs + g * N, N, &kc, &s->caches[g * L + l]));
-                dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
-                ac.batch = 1;
-                ac.heads_local = w->ranks[g * N].hq;
-                ac.backend = c.backend;
-                ac.q_replicate = c.q_replicate;
-                DCP_TRY(dcp_attn_create(s->gcomm[g], s->caches[g * L + l], &ac, &s->attns[g * L + l]));
-            }
-        }
-    }
-    for (uint32_t r = 0; r < w->tp; r++) DCP_TRY(rank_state_create(s, r));
-    if (w->tp > 1) {
-        dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
-        DCP_TRY(dcp_comm_init_local(devs, (int)w->tp, &cc, &s->comm));
-    }
+    st = state_build(s, spread);
+    /* Over MPI, one more agreement: a process that failed makes all fail (none waits for it). */
+    if (spread && dcp_mpi_max(st != DCP_OK ? 1.0 : 0.0) > 0.0 && st == DCP_OK)
+        st = dcp_fail(DCP_ERR_MPI, "llama state: another MPI process failed to create its part of the state");
+    if (st != DCP_OK) goto fail;
     /* Warm-up: a 2-token prefill and a decode step create every pipeline the steps use, so that
      * the first real step does not pay for shader compilation; then the sequence is forgotten. */
     if (c.n_ctx >= 3) {
@@ -529,7 +603,7 @@ dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *
         dcp_llama_state_reset(s);
         s->tokens_run = 0;
         if (s->comm) dcp_comm_reset_stats(s->comm);
-        for (uint32_t g = 0; s->gcomm && g < G; g++) dcp_comm_reset_stats(s->gcomm[g]);
+        for (uint32_t g = 0; s->gcomm && g < s->ng; g++) dcp_comm_reset_stats(s->gcomm[g]);
     }
     *out = s;
     return DCP_OK;
@@ -541,8 +615,8 @@ fail:
 void dcp_llama_state_destroy(dcp_llama_state *s)
 {
     if (!s) return;
-    const uint32_t N = s->w->dcp, G = s->w->tp / N, L = s->w->cfg.n_layer;
-    for (uint32_t r = 0; s->r && r < s->w->tp; r++) {
+    const uint32_t N = s->w->dcp, G = s->ng, L = s->w->cfg.n_layer;
+    for (uint32_t r = 0; s->r && r < s->w->nl; r++) {
         rank_state *rs = &s->r[r];
         dcp_cmd_destroy(rs->cmd);
         for (uint32_t l = 0; rs->pools && l < L; l++) {
@@ -575,7 +649,7 @@ void dcp_llama_state_destroy(dcp_llama_state *s)
 void dcp_llama_state_reset(dcp_llama_state *s)
 {
     s->pos = 0;
-    for (uint32_t i = 0; s->caches && i < s->w->tp / s->w->dcp * s->w->cfg.n_layer; i++)
+    for (uint32_t i = 0; s->caches && i < s->ng * s->w->cfg.n_layer; i++)
         dcp_kv_cache_free_seq(s->caches[i], 0);
 }
 uint32_t dcp_llama_state_pos(const dcp_llama_state *s) { return s->pos; }
@@ -602,18 +676,18 @@ uint64_t dcp_llama_state_tokens_run(const dcp_llama_state *s) { return s->tokens
 static dcp_status run_all(dcp_llama_state *s)
 {
     dcp_status st = DCP_OK;
-    for (uint32_t r = 0; r < s->w->tp; r++) DCP_TRY(dcp_cmd_submit(s->r[r].cmd));
-    for (uint32_t r = 0; r < s->w->tp; r++) DCP_TRY(dcp_cmd_wait(s->r[r].cmd));
+    for (uint32_t r = 0; r < s->w->nl; r++) DCP_TRY(dcp_cmd_submit(s->r[r].cmd));
+    for (uint32_t r = 0; r < s->w->nl; r++) DCP_TRY(dcp_cmd_wait(s->r[r].cmd));
     return DCP_OK;
 fail:
-    for (uint32_t r = 0; r < s->w->tp; r++) (void)dcp_cmd_wait(s->r[r].cmd);
+    for (uint32_t r = 0; r < s->w->nl; r++) (void)dcp_cmd_wait(s->r[r].cmd);
     return st;
 }
 
 static dcp_status reset_all(dcp_llama_state *s)
 {
     dcp_status st = DCP_OK;
-    for (uint32_t r = 0; r < s->w->tp; r++) DCP_TRY(dcp_cmd_reset(s->r[r].cmd));
+    for (uint32_t r = 0; r < s->w->nl; r++) DCP_TRY(dcp_cmd_reset(s->r[r].cmd));
 fail:
     return st;
 }
@@ -630,20 +704,20 @@ fail:
 }
 
 /* With T > 1: the all-reduce of every rank's part [tokens][n_embd] f32 as one round. Each rank's
- * recording ends with copies of its part into every rank's mailbox (communicator all-gather
- * sends; hostmem: straight into the one host allocation every device imports); after the round
- * each rank's next recording starts with x += sum of the T parts, read in place from its
- * mailboxes in rank order (part_sum: bitwise the same x on every rank, no host sum). */
+ * recording ends with one copy of its part into its put area (hostmem: the one host allocation
+ * every device imports); after the round each rank's next recording starts with x += the sum of
+ * the T parts, read in place in rank order (part_sum: bitwise the same x on every rank, no host
+ * sum, no host copy with hostmem). */
 static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
 {
     dcp_status st = DCP_OK;
     const uint32_t E = s->w->cfg.n_embd, n = tokens * E;
-    for (uint32_t r = 0; r < s->w->tp; r++)
+    for (uint32_t r = 0; r < s->w->nl; r++)
         DCP_TRY(dcp_comm_record_send(s->r[r].cmd, s->comm, (int)r, DCP_COLL_ALL_GATHER,
                                      (dcp_comm_buf){s->r[r].part, 0}, (uint64_t)n * 4));
     DCP_TRY(round_all(s));
     DCP_TRY(dcp_comm_exchange(s->comm, DCP_COLL_ALL_GATHER, n, DCP_DTYPE_F32));
-    for (uint32_t r = 0; r < s->w->tp; r++) {
+    for (uint32_t r = 0; r < s->w->nl; r++) {
         rank_state *rs = &s->r[r];
         dcp_comm_buf in = dcp_comm_recv_area(s->comm, (int)r); /* [tp][n] f32 */
         dcp_part_sum_params ps = {n, s->w->tp, n, 0, 0, 1};
@@ -663,7 +737,7 @@ static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
 {
     dcp_status st = DCP_OK;
     const dcp_model_config *m = &s->w->cfg;
-    const uint32_t N = s->w->dcp, G = s->w->tp / N, D = m->head_dim, L = m->n_layer;
+    const uint32_t N = s->w->dcp, G = s->ng, D = m->head_dim, L = m->n_layer;
     dcp_comm_buf a[1024], b[1024];
     if (T == 1) {
         /* Decode: every rank already holds its group's N*Hl query heads (q_replicate semantics,
@@ -675,38 +749,38 @@ static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
                 DCP_TRY(round_all(s));
                 for (uint32_t g = 0; g < G; g++) DCP_TRY(dcp_attn_exchange(s->attns[g * L + l], p - 1));
             }
-            for (uint32_t r = 0; r < s->w->tp; r++) {
+            for (uint32_t r = 0; r < s->w->nl; r++) {
                 rank_state *rs = &s->r[r];
-                DCP_TRY(dcp_attn_record_phase(s->attns[rs->g * L + l], p, rs->gr, rs->cmd, (dcp_comm_buf){rs->q, 0},
+                DCP_TRY(dcp_attn_record_phase(s->attns[rs->g * L + l], p, rs->gl, rs->cmd, (dcp_comm_buf){rs->q, 0},
                                               (dcp_comm_buf){rs->o, 0}, (dcp_comm_buf){rs->lse, 0}));
             }
         }
-        for (uint32_t r = 0; r < s->w->tp; r++) dcp_cmd_barrier(s->r[r].cmd); /* merged O -> o_proj */
+        for (uint32_t r = 0; r < s->w->nl; r++) dcp_cmd_barrier(s->r[r].cmd); /* merged O -> o_proj */
         return DCP_OK;
     }
     /* Prefill: local causal decode over each shard -> all-gather partials -> lse_merge. */
-    for (uint32_t r = 0; r < s->w->tp; r++) {
+    for (uint32_t r = 0; r < s->w->nl; r++) {
         rank_state *rs = &s->r[r];
         DCP_TRY(dcp_decode_record(rs->cmd, rs->pplans[l], rs->q, 0, rs->o, 0, rs->lse, 0));
     }
     DCP_TRY(run_all(s));
     const uint64_t rows = (uint64_t)T * s->w->ranks[0].gq;
     for (uint32_t g = 0; g < G; g++) {
-        for (uint32_t i = 0; i < N; i++) {
-            rank_state *rs = &s->r[g * N + i];
+        for (uint32_t i = 0; i < s->gn; i++) {
+            rank_state *rs = &s->r[g * s->gn + i];
             a[i] = (dcp_comm_buf){rs->o, 0};
             b[i] = (dcp_comm_buf){rs->o_all, 0};
         }
         DCP_TRY(dcp_comm_all_gather(a, b, rows * D, DCP_DTYPE_F32, s->gcomm[g]));
-        for (uint32_t i = 0; i < N; i++) {
-            rank_state *rs = &s->r[g * N + i];
+        for (uint32_t i = 0; i < s->gn; i++) {
+            rank_state *rs = &s->r[g * s->gn + i];
             a[i] = (dcp_comm_buf){rs->lse, 0};
             b[i] = (dcp_comm_buf){rs->lse_all, 0};
         }
         DCP_TRY(dcp_comm_all_gather(a, b, rows, DCP_DTYPE_F32, s->gcomm[g]));
     }
     DCP_TRY(reset_all(s));
-    for (uint32_t r = 0; r < s->w->tp; r++) {
+    for (uint32_t r = 0; r < s->w->nl; r++) {
         rank_state *rs = &s->r[r];
         dcp_merge_args ma = {.parts = N, .rows = (uint32_t)rows, .head_dim = D,
                              .o_part_stride = (uint32_t)(rows * D), .lse_part_stride = (uint32_t)rows,
@@ -724,14 +798,14 @@ static dcp_status prepare_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
 {
     dcp_status st = DCP_OK;
     const dcp_model_config *m = &s->w->cfg;
-    const uint32_t N = s->w->dcp, G = s->w->tp / N, L = m->n_layer, I = s->cfg.interleave;
+    const uint32_t N = s->w->dcp, G = s->ng, L = m->n_layer, I = s->cfg.interleave;
     const uint32_t half_rot = m->n_rot / 2;
     uint32_t rows = T == 1 ? 1 : s->cfg.prefill_chunk;
     if (N > 1) {
         uint32_t seq = 0;
         for (uint32_t i = 0; i < G * L; i++) DCP_TRY(dcp_kv_cache_append(s->caches[i], 1, &seq, &T));
     }
-    for (uint32_t r = 0; r < s->w->tp; r++) {
+    for (uint32_t r = 0; r < s->w->nl; r++) {
         rank_state *rs = &s->r[r];
         uint32_t *ids = dcp_buffer_map(rs->ids);
         float *cs = dcp_buffer_map(rs->cs);
@@ -747,17 +821,17 @@ static dcp_status prepare_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
         for (uint32_t l = 0; l < L; l++) {
             uint32_t *slots = dcp_buffer_map(rs->slots[l]);
             dcp_kv_cache *kc = N > 1 ? s->caches[rs->g * L + l] : NULL;
-            if (kc) memcpy(slots, dcp_kv_cache_append_slots(kc, rs->gr), (size_t)T * 4);
+            if (kc) memcpy(slots, dcp_kv_cache_append_slots(kc, rs->gl), (size_t)T * 4);
             else
                 for (uint32_t t = 0; t < T; t++) slots[t] = s->pos + t; /* identity block table */
             if (T == 1 && N > 1) {
-                if (r == rs->g * N) DCP_TRY(dcp_attn_set(s->attns[rs->g * L + l], &(uint32_t){0}));
+                if (rs->gl == 0) DCP_TRY(dcp_attn_set(s->attns[rs->g * L + l], &(uint32_t){0}));
                 continue;
             }
             for (uint32_t t = 0; t < rows; t++) {
                 uint64_t len = t < T ? (uint64_t)s->pos + t + 1 : 0;
                 s->lens[t] = (uint32_t)(N > 1 ? dcp_kv_local_length(len, rs->gr, N, I) : len);
-                if (kc) memcpy(s->bt + (size_t)t * s->pages, dcp_kv_cache_block_table(kc, rs->gr, 0),
+                if (kc) memcpy(s->bt + (size_t)t * s->pages, dcp_kv_cache_block_table(kc, rs->gl, 0),
                                (size_t)s->pages * 4);
             }
             DCP_TRY(dcp_decode_plan_set(T == 1 ? rs->dplans[l] : rs->pplans[l], s->lens, s->bt));
@@ -778,7 +852,7 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
     DCP_TRY(prepare_chunk(s, tokens, T));
     /* Mailboxes for this chunk's all-reduces (grown while every device is idle). */
     if (tp > 1) DCP_TRY(dcp_comm_prepare(s->comm, (uint64_t)T * E * 4));
-    for (uint32_t r = 0; r < tp; r++) {
+    for (uint32_t r = 0; r < w->nl; r++) {
         rank_state *rs = &s->r[r];
         DCP_TRY(dcp_cmd_reset(rs->cmd));
         DCP_TRY(dcp_op_get_rows(rs->cmd, &w->ranks[r].tok_embd, rs->ids, rs->x, E, T));
@@ -788,7 +862,7 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
      * which the all-reduce sums before it is added to x. */
     const int acc = tp == 1;
     for (uint32_t l = 0; l < m->n_layer; l++) {
-        for (uint32_t r = 0; r < tp; r++) {
+        for (uint32_t r = 0; r < w->nl; r++) {
             const rank_weights *rw = &w->ranks[r];
             const llama_layer *L = &rw->layers[l];
             rank_state *rs = &s->r[r];
@@ -807,7 +881,7 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             }
         }
         if (N > 1) DCP_TRY(dcp_attention(s, l, T));
-        for (uint32_t r = 0; r < tp; r++) {
+        for (uint32_t r = 0; r < w->nl; r++) {
             const rank_weights *rw = &w->ranks[r];
             rank_state *rs = &s->r[r];
             dcp_buffer *dst = acc ? rs->x : rs->part;
@@ -819,7 +893,7 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             dcp_cmd_barrier(rs->cmd); /* x (residual) or part -> ffn rmsnorm / all-reduce */
         }
         if (!acc) DCP_TRY(all_reduce_part(s, T));
-        for (uint32_t r = 0; r < tp; r++) {
+        for (uint32_t r = 0; r < w->nl; r++) {
             const rank_weights *rw = &w->ranks[r];
             const llama_layer *L = &rw->layers[l];
             rank_state *rs = &s->r[r];

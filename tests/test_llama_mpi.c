@@ -1,0 +1,211 @@
+/* The llama model over MPI processes: under `mpiexec -n P`, each process holds the TP ranks of its
+ * $DCP_VK_DEVICES (count = number of devices listed; process p holds ranks [p count, (p+1) count)),
+ * the TP communicator spans the world and DCP groups spread over processes get sub-communicators.
+ * stories260K greedy decoding reproduces the reference ids (../shared/models/README.md) on every
+ * process, and process 0's logits match the double-precision CPU reference step within 1e-4.
+ *
+ * Usage: test_llama_mpi TP DCP BACKEND INTERLEAVE BLOCK PREFILL STEPS [q_replicate]
+ *   PREFILL: tokens of the reference run through one batched prefill first (1: from BOS alone);
+ *   STEPS: greedy decode steps checked after it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dcpvk/comm.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/model_config.h"
+#include "ref/model_ref.h"
+#include "vkutil.h"
+
+/* BOS, then the 256 greedy ids of the reference (the same table as tests/test_llama.c). */
+static const int32_t stories_ref[257] = {
+    1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408,
+    419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426,
+    338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310, 439, 419,
+    357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267, 265, 282, 295, 433, 426, 436, 317, 286,
+    296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336, 432, 313, 442,
+    391, 267, 337, 335, 364, 420, 268, 388, 432, 398, 359, 280, 303, 439, 413, 272, 417, 264, 312, 426, 436, 13,
+    438, 310, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426, 338, 336,
+    432, 313, 442, 439, 423, 262, 304, 420, 422, 432, 317, 426, 359, 279, 292, 416, 439, 413, 409, 416, 327, 263,
+    415, 294, 267, 400, 426, 436, 13, 438, 310, 279, 292, 416, 439, 413, 391, 267, 281, 421, 427, 311, 357, 432,
+    384, 358, 336, 432, 313, 442, 439, 423, 262, 304, 420, 422, 432, 357, 426, 359, 279, 292, 416, 439, 413, 409,
+    416, 327, 263, 415, 294, 267, 400, 426, 436, 320, 285, 357, 336, 432, 313, 455, 289, 439, 413, 263, 304, 420,
+    422, 432, 317, 426, 410, 448, 411, 280, 303, 281, 421, 427, 364, 426};
+
+/* Tolerance of the model-step logits against the reference (F32 weights, f32 KV). */
+#define LOGITS_TOL 1e-4
+
+typedef struct mpi_case {
+    uint32_t tp, dcp, interleave, block, prefill, steps;
+    dcp_backend backend;
+    int q_replicate;
+} mpi_case;
+
+static mpi_case the_case;
+static int proc, nproc;
+
+/* Host f32 copies of the GGUF tensors the reference reads (freed at the end). */
+static float *tensors[256];
+static size_t n_tensors;
+
+static const float *host_tensor(const dcp_gguf *g, const char *name)
+{
+    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(g, name);
+    assert_non_null(t);
+    assert_true(n_tensors < sizeof tensors / sizeof tensors[0]);
+    float *v = malloc(t->n_elements * sizeof *v);
+    DCP_ASSERT_OK(dcp_gguf_tensor_to_f32(g, t, v));
+    tensors[n_tensors++] = v;
+    return v;
+}
+
+static void test_stories_over_mpi(void **state)
+{
+    const mpi_case *pc = &the_case;
+    dcp_context *ctx = dcp_test_context();
+    const uint32_t nl = (uint32_t)dcp_context_device_count(ctx);
+    assert_true(nl >= 1 && nl <= 16);
+    if (nl * (uint32_t)nproc != pc->tp)
+        fail_msg("TP %u needs %u processes of %u devices; got %d processes", pc->tp, pc->tp / nl, nl, nproc);
+    dcp_device *devs[16];
+    for (uint32_t i = 0; i < nl; i++) devs[i] = dcp_context_device(ctx, (int)i);
+
+    dcp_gguf *g;
+    dcp_model_config cfg;
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &g));
+    DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
+    dcp_llama_weights *w;
+    DCP_ASSERT_OK(dcp_llama_weights_create_ranks(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, g, &cfg, NULL,
+                                                 NULL, &w));
+    assert_int_equal(dcp_llama_weights_tp(w), pc->tp);
+    assert_int_equal(dcp_llama_weights_first_rank(w), (uint32_t)proc * nl);
+    assert_int_equal(dcp_llama_weights_local_count(w), nl);
+    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    lc.kv_dtype = DCP_DTYPE_F32;
+    lc.n_ctx = 320;
+    lc.prefill_chunk = 16;
+    lc.block_size = pc->block;
+    lc.interleave = pc->interleave;
+    lc.backend = pc->backend;
+    lc.q_replicate = pc->q_replicate;
+    dcp_llama_state *s;
+    DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
+
+    /* The CPU reference, on process 0 only (the others check the ids). */
+    const uint32_t V = cfg.n_vocab;
+    dcp_ref_llama_layer *layers = NULL;
+    dcp_ref_llama ref = {0};
+    if (proc == 0) {
+        ref = (dcp_ref_llama){cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, V,
+                              cfg.n_rot, 300, cfg.rms_eps, cfg.rope_freq_base, NULL, NULL, NULL, NULL, NULL, NULL};
+        ref.tok_embd = host_tensor(g, "token_embd.weight");
+        ref.output_norm = host_tensor(g, "output_norm.weight");
+        ref.output = host_tensor(g, "output.weight");
+        layers = calloc(cfg.n_layer, sizeof *layers);
+        for (uint32_t l = 0; l < cfg.n_layer; l++) {
+            char n[64];
+#define T(field, suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), layers[l].field = host_tensor(g, n))
+            T(attn_norm, "attn_norm.weight");
+            T(wq, "attn_q.weight");
+            T(wk, "attn_k.weight");
+            T(wv, "attn_v.weight");
+            T(wo, "attn_output.weight");
+            T(ffn_norm, "ffn_norm.weight");
+            T(w_gate, "ffn_gate.weight");
+            T(w_up, "ffn_up.weight");
+            T(w_down, "ffn_down.weight");
+#undef T
+        }
+        ref.layers = layers;
+        size_t kv = (size_t)cfg.n_layer * ref.n_ctx * cfg.n_head_kv * cfg.head_dim;
+        ref.k_cache = calloc(kv, sizeof(float));
+        ref.v_cache = calloc(kv, sizeof(float));
+    }
+    float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (proc == 0)
+        for (uint32_t t = 0; t + 1 < pc->prefill; t++) dcp_ref_llama_step(&ref, stories_ref[t], t, want);
+    if (pc->prefill > 1) DCP_ASSERT_OK(dcp_llama_forward(s, stories_ref, pc->prefill - 1, NULL, NULL));
+    int32_t tok = stories_ref[pc->prefill - 1], next = -1;
+    double worst = 0.0;
+    for (uint32_t step = pc->prefill - 1; step < pc->prefill - 1 + pc->steps; step++) {
+        DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, proc == 0 ? logits : NULL, &next));
+        if (proc == 0) {
+            dcp_ref_llama_step(&ref, tok, step, want);
+            double err = 0.0;
+            for (uint32_t i = 0; i < V; i++) {
+                double d = fabs((double)logits[i] - want[i]);
+                if (!(d <= err)) err = d; /* NaN propagates */
+            }
+            if (!(err <= worst)) worst = err;
+            if (!(err <= LOGITS_TOL))
+                fail_msg("TP %u DCP %u step %u: logits max abs error %g > %g", pc->tp, pc->dcp, step, err,
+                         LOGITS_TOL);
+        }
+        if (next != stories_ref[step + 1])
+            fail_msg("process %d, TP %u DCP %u step %u: generated id %d, reference %d", proc, pc->tp, pc->dcp,
+                     step, next, stories_ref[step + 1]);
+        tok = next;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = dcp_mpi_max((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    assert_true(dcp_llama_state_exchange_bytes(s) > 0);
+    if (proc == 0)
+        printf("%d processes x %u devices, TP %u DCP %u %s I %u B %u%s: %u greedy ids match on every process "
+               "(prefill %u); logits max abs error %.3g; %.1f s (%.1f tokens/s)\n",
+               nproc, nl, pc->tp, pc->dcp, dcp_backend_name(pc->backend), pc->interleave, pc->block,
+               pc->q_replicate ? " q_replicate" : "", pc->steps, pc->prefill, worst, secs,
+               (pc->prefill - 1 + pc->steps) / secs);
+    dcp_llama_state_destroy(s);
+    dcp_llama_weights_destroy(w);
+    dcp_gguf_close(g);
+    dcp_test_context_done(ctx);
+    free(ref.k_cache);
+    free(ref.v_cache);
+    free(layers);
+    for (size_t i = 0; i < n_tensors; i++) free(tensors[i]);
+    n_tensors = 0;
+    free(logits);
+    free(want);
+}
+
+int main(int argc, char **argv)
+{
+    if (dcp_mpi_init(&argc, &argv, &proc, &nproc) != DCP_OK) {
+        fprintf(stderr, "dcp_mpi_init: %s\n", dcp_last_error());
+        return 1;
+    }
+    if (argc < 8) {
+        fprintf(stderr, "usage: %s TP DCP a2a|ag_rs INTERLEAVE BLOCK PREFILL STEPS [q_replicate]\n", argv[0]);
+        dcp_mpi_finalize();
+        return 2;
+    }
+    mpi_case *c = &the_case;
+    c->tp = (uint32_t)atoi(argv[1]);
+    c->dcp = (uint32_t)atoi(argv[2]);
+    if (dcp_backend_parse(argv[3], &c->backend) != DCP_OK) {
+        fprintf(stderr, "%s\n", dcp_last_error());
+        dcp_mpi_finalize();
+        return 2;
+    }
+    c->interleave = (uint32_t)atoi(argv[4]);
+    c->block = (uint32_t)atoi(argv[5]);
+    c->prefill = (uint32_t)atoi(argv[6]);
+    c->steps = (uint32_t)atoi(argv[7]);
+    c->q_replicate = argc > 8 && strcmp(argv[8], "q_replicate") == 0;
+    if (c->prefill < 1 || c->prefill - 1 + c->steps > 256) {
+        fprintf(stderr, "PREFILL >= 1 and PREFILL - 1 + STEPS <= 256\n");
+        dcp_mpi_finalize();
+        return 2;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stories_over_mpi),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    dcp_mpi_finalize();
+    return rc;
+}
