@@ -153,7 +153,7 @@ static void test_stories_over_mpi(void **state)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = dcp_mpi_max((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
-    assert_true(dcp_llama_state_exchange_bytes(s) > 0);
+    if (pc->tp > 1) assert_true(dcp_llama_state_exchange_bytes(s) > 0);
     if (proc == 0)
         printf("%d processes x %u devices, TP %u DCP %u %s I %u B %u%s: %u greedy ids match on every process "
                "(prefill %u); logits max abs error %.3g; %.1f s (%.1f tokens/s)\n",
