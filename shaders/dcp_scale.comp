@@ -12,7 +12,7 @@ layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform PC { dcp_scale_params p; };
 layout(std430, binding = 0) readonly buffer OIn { vec4 o_in[]; };      // [batch][N*Hl][D/4]
-layout(std430, binding = 1) readonly buffer LAll { float lse_all[]; }; // [N][batch][N*Hl]
+layout(std430, binding = 1) readonly buffer LAll { float lse_all[]; }; // [N][batch][N*Hl], rank n's rows at n * lse_stride
 layout(std430, binding = 2) writeonly buffer Send { vec4 send[]; };    // [N][batch][Hl][D/4]
 layout(std430, binding = 3) writeonly buffer LOut { float lse_out[]; };// [batch][Hl]
 
@@ -27,18 +27,19 @@ void main()
     uint b = idx / (dq * heads);
     uint row = b * heads + h;
     uint rows = p.batch * heads;
+    uint ls = p.lse_stride != 0u ? p.lse_stride : rows; // floats between ranks' LSE rows
 
     float m = dcp_neg_inf();
-    for (uint n = 0u; n < p.ranks; n++) m = max(m, dcp_sanitize_lse(lse_all[n * rows + row]));
+    for (uint n = 0u; n < p.ranks; n++) m = max(m, dcp_sanitize_lse(lse_all[n * ls + row]));
     uint dst = h / p.heads_local, hl = h % p.heads_local;
     uint out_idx = ((dst * p.batch + b) * p.heads_local + hl) * dq + q;
-    float mine = dcp_sanitize_lse(lse_all[p.rank * rows + row]);
+    float mine = dcp_sanitize_lse(lse_all[p.rank * ls + row]);
     float lg = m;
     float w = 0.0;
     if (!dcp_is_neg_inf(m)) {
         float wsum = 0.0;
         for (uint n = 0u; n < p.ranks; n++) {
-            float l = dcp_sanitize_lse(lse_all[n * rows + row]);
+            float l = dcp_sanitize_lse(lse_all[n * ls + row]);
             if (!dcp_is_neg_inf(l)) wsum += exp(l - m);
         }
         lg = m + log(wsum);

@@ -1,5 +1,6 @@
 /* The DCP step's own shaders against their CPU references: dcp_scale (ag_rs weights, empty shards,
- * NaN / +inf LSE, all-empty rows) and dcp_permute (exact, with strides and offsets). */
+ * NaN / +inf LSE, all-empty rows, strided LSE rows), dcp_permute (exact, with strides and offsets)
+ * and part_sum (exact: f32 in rank order; and within f32 rounding of a double sum). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,17 @@ static void test_scale(void **state)
             dcp_buffer *sb = upload(dev, NULL, rows * D, 0), *lo = upload(dev, NULL, batch * Hl, 4);
             dcp_cmd *cmd;
             DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-            dcp_scale_params p = {batch, Hl, N, rank, D};
+            dcp_scale_params p = {batch, Hl, N, rank, D, 0};
+            if (rank == N - 1 && N > 1) {
+                /* The same LSEs with 3 padding floats after each rank's rows (lse_stride). */
+                const uint32_t ls = (uint32_t)rows + 3;
+                float *pad = calloc((uint64_t)N * ls, 4);
+                for (uint32_t n = 0; n < N; n++) memcpy(pad + (uint64_t)n * ls, lse + n * rows, rows * 4);
+                dcp_buffer_destroy(lb);
+                lb = upload(dev, pad, (uint64_t)N * ls, 8);
+                p.lse_stride = ls;
+                free(pad);
+            }
             DCP_ASSERT_OK(dcp_scale_record(cmd, &p, ob, 16, lb, 32, sb, 0, lo, 16));
             DCP_ASSERT_OK(dcp_cmd_run(cmd));
             DCP_ASSERT_OK(dcp_buffer_download(sb, 0, send, rows * D * 4));
@@ -103,11 +114,54 @@ static void test_permute(void **state)
     }
 }
 
+static void test_part_sum(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    /* n, parts, extra stride, x_offset, y_offset, accumulate; one n over 65,535 workgroups of 64 */
+    const uint32_t shapes[][6] = {{1, 1, 0, 0, 0, 0}, {64, 8, 0, 0, 0, 1}, {37, 3, 11, 5, 3, 1},
+                                  {1000, 2, 24, 0, 7, 0}, {4200000, 2, 0, 3, 0, 1}};
+    dcp_test_rng rng = {11};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const uint32_t n = shapes[k][0], P = shapes[k][1], stride = n + shapes[k][2], xo = shapes[k][3];
+        const uint32_t yo = shapes[k][4];
+        const int accumulate = (int)shapes[k][5];
+        const uint64_t xn = xo + (uint64_t)(P - 1) * stride + n, yn = (uint64_t)yo + n;
+        float *x = malloc(xn * 4), *y0 = malloc(yn * 4), *y = malloc(yn * 4), *ref = malloc(yn * 4);
+        for (uint64_t i = 0; i < xn; i++) x[i] = dcp_test_rng_uniform(&rng, -3, 3);
+        for (uint64_t i = 0; i < yn; i++) y0[i] = dcp_test_rng_uniform(&rng, -3, 3);
+        memcpy(ref, y0, yn * 4);
+        dcp_ref_part_sum(n, P, stride, xo, yo, accumulate, x, ref);
+        for (uint32_t i = 0; i < n; i++) { /* the f32 order stays within rounding of a double sum */
+            double d = accumulate ? y0[yo + i] : 0.0, e = 0.0;
+            for (uint32_t s = 0; s < P; s++) d += x[xo + (uint64_t)s * stride + i];
+            for (uint32_t s = 0; s < P; s++) e += fabs(x[xo + (uint64_t)s * stride + i]);
+            if (fabs(ref[yo + i] - d) > 1e-6 * (e + fabs(y0[yo + i])) + 1e-7)
+                fail_msg("part_sum reference: element %u is %g, double sum %g", i, ref[yo + i], d);
+        }
+        dcp_buffer *xb = upload(dev, x, xn, 4), *yb = upload(dev, y0, yn, 4);
+        dcp_cmd *cmd;
+        DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+        dcp_part_sum_params p = {n, P, stride, xo, yo, (uint32_t)accumulate};
+        DCP_ASSERT_OK(dcp_part_sum_record(cmd, &p, xb, 16, yb, 16));
+        DCP_ASSERT_OK(dcp_cmd_run(cmd));
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 16, y, yn * 4));
+        if (memcmp(y, ref, yn * 4) != 0) fail_msg("part_sum n %u, %u parts differs from the reference", n, P);
+        dcp_part_sum_params bad = {n, P, n - 1, 0, 0, 0};
+        if (P > 1) assert_int_equal(dcp_part_sum_record(cmd, &bad, xb, 0, yb, 0), DCP_ERR_INVALID_ARGUMENT);
+        dcp_cmd_destroy(cmd);
+        dcp_buffer_destroy(xb);
+        dcp_buffer_destroy(yb);
+        free(x); free(y0); free(y); free(ref);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale),
         cmocka_unit_test(test_permute),
+        cmocka_unit_test(test_part_sum),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

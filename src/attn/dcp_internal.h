@@ -8,6 +8,7 @@
 #include "dcpvk/vk.h"
 
 /* dcp_scale (see src/attn/dcp_params.h): o_in [batch][N*Hl][D] f32, lse_all [N][batch][N*Hl] f32
+ * (rank n's at n * lse_stride floats)
  * -> send [N][batch][Hl][D] f32, lse_out [batch][Hl] f32. Offsets in bytes. */
 dcp_status dcp_scale_record(dcp_cmd *cmd, const dcp_scale_params *p, dcp_buffer *o_in, uint64_t o_in_offset,
                             dcp_buffer *lse_all, uint64_t lse_all_offset, dcp_buffer *send, uint64_t send_offset,

@@ -23,7 +23,7 @@ dcp_status dcp_scale_record(dcp_cmd *cmd, const dcp_scale_params *p, dcp_buffer 
     const uint64_t B = p->batch, NH = (uint64_t)p->ranks * p->heads_local, D = p->head_dim;
     if (B * NH == 0) return DCP_OK;
     dcp_binding b[4] = {{o_in, o_in_offset, B * NH * D * 4},
-                        {lse_all, lse_all_offset, p->ranks * B * NH * 4},
+                        {lse_all, lse_all_offset, ((uint64_t)(p->ranks - 1) * (p->lse_stride ? p->lse_stride : B * NH) + B * NH) * 4},
                         {send, send_offset, B * NH * D * 4},
                         {lse_out, lse_out_offset, B * p->heads_local * 4}};
     uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};

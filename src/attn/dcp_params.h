@@ -12,6 +12,7 @@ DCP_PARAMS_STRUCT(dcp_scale_params) {
     DCP_U32 ranks;       /* N: DCP group size; gathered heads = N * Hl */
     DCP_U32 rank;        /* this rank (which LSE row of the gather is its own, which heads it keeps) */
     DCP_U32 head_dim;    /* D, multiple of 4 */
+    DCP_U32 lse_stride;  /* floats between consecutive ranks' LSEs in lse_all; 0 (default): batch * N * Hl */
 };
 DCP_PARAMS_END(dcp_scale_params)
 

@@ -24,7 +24,6 @@ typedef struct attn_rank {
     dcp_buffer *qfull;   /* [batch][N*Hl][D] f32 (gathered Q; NULL with q_replicate) */
     dcp_buffer *o_part;  /* [batch][N*Hl][D] f32 local partial O */
     dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
-    dcp_buffer *send;    /* a2a: [N][blk] packed messages; ag_rs: [N][batch][Hl][D] scaled O */
     uint32_t ts[4];      /* timestamp slots around the decode [0, 1] and the merge / scale [2, 3] */
 } attn_rank;
 
@@ -84,7 +83,6 @@ void dcp_attn_destroy(dcp_attn *a)
         dcp_buffer_destroy(r->qfull);
         dcp_buffer_destroy(r->o_part);
         dcp_buffer_destroy(r->lse_part);
-        dcp_buffer_destroy(r->send);
     }
     free(a->r);
     free(a->bt);
@@ -97,6 +95,10 @@ static uint64_t a2a_block(const dcp_attn *a)
 {
     return (uint64_t)a->cfg.batch * a->cfg.heads_local * (a->D + 1) * 4;
 }
+
+/* Bytes between consecutive destinations' a2a messages in the put area: the message padded to 256
+ * bytes, so that every receiver binds its messages at an aligned offset. */
+static uint64_t put_slot(const dcp_attn *a) { return (a2a_block(a) + 255) / 256 * 256; }
 
 dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_config *c, dcp_attn **out)
 {
@@ -157,15 +159,10 @@ dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_c
         if (!c->q_replicate) DCP_TRY(dcp_buffer_create(r->dev, B * NH * D * 4, DCP_MEMORY_DEVICE, &r->qfull));
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * D * 4, DCP_MEMORY_DEVICE, &r->o_part));
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
-        if (c->backend == DCP_BACKEND_A2A) {
-            DCP_TRY(dcp_buffer_create(r->dev, N * a2a_block(a), DCP_MEMORY_DEVICE, &r->send));
-        } else {
-            DCP_TRY(dcp_buffer_create(r->dev, N * B * Hl * D * 4, DCP_MEMORY_DEVICE, &r->send));
-        }
     }
     /* Mailboxes for the largest block of the step. */
     uint64_t blk = c->q_replicate ? 0 : B * Hl * D * 4;
-    uint64_t b2 = c->backend == DCP_BACKEND_A2A ? a2a_block(a) : B * Hl * D * 4;
+    uint64_t b2 = c->backend == DCP_BACKEND_A2A ? put_slot(a) : B * Hl * D * 4;
     if (b2 > blk) blk = b2;
     if (B * NH * 4 > blk) blk = B * NH * 4;
     DCP_TRY(dcp_comm_prepare(comm, blk));
@@ -249,55 +246,63 @@ dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t i, dcp_cm
     attn_rank *r = &a->r[i];
     const int timed = cmd == r->cmd; /* dcp_attn_run's own commands carry the timestamps */
     if (phase == 0) {
-        /* Local decode of all N*Hl heads, then a2a: pack and send; ag_rs: send the LSEs. */
+        /* Local decode of all N*Hl heads, then a2a: pack the messages straight into the put area;
+         * ag_rs: the decode writes its LSEs straight into the put area. */
+        dcp_comm_buf out = dcp_comm_put_area(a->comm, (int)i);
         if (timed) r->ts[0] = stamp(cmd);
-        DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, r->lse_part, 0));
+        if (a2a) DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, r->lse_part, 0));
+        else DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, out.buffer, out.offset));
         if (timed) r->ts[1] = stamp(cmd);
-        dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing or LSE send copies */
         if (a2a) {
-            const uint64_t blk = a2a_block(a);
+            const uint32_t slot = (uint32_t)(put_slot(a) / 4);
+            dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing */
             /* O [b][n][Hl*D] -> message n's O part [b][Hl*D]; LSE [b][n][Hl] -> its LSE part [b][Hl] */
-            dcp_permute_params po = {(uint32_t)B, (uint32_t)N, (uint32_t)(Hl * D), (uint32_t)(N * Hl * D),
-                                     (uint32_t)(blk / 4)};
-            DCP_TRY(dcp_permute_record(cmd, &po, r->o_part, 0, r->send, 0));
-            dcp_permute_params pl = {(uint32_t)B, (uint32_t)N, (uint32_t)Hl, (uint32_t)(N * Hl), (uint32_t)(blk / 4)};
-            DCP_TRY(dcp_permute_record(cmd, &pl, r->lse_part, 0, r->send, B * Hl * D * 4));
-            dcp_cmd_barrier(cmd); /* dcp_permute packing -> mailbox copies */
-            DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_TO_ALL, (dcp_comm_buf){r->send, 0}, blk));
+            dcp_permute_params po = {(uint32_t)B, (uint32_t)N, (uint32_t)(Hl * D), (uint32_t)(N * Hl * D), slot};
+            DCP_TRY(dcp_permute_record(cmd, &po, r->o_part, 0, out.buffer, out.offset));
+            dcp_permute_params pl = {(uint32_t)B, (uint32_t)N, (uint32_t)Hl, (uint32_t)(N * Hl), slot};
+            DCP_TRY(dcp_permute_record(cmd, &pl, r->lse_part, 0, out.buffer, out.offset + B * Hl * D * 4));
+            dcp_comm_record_put(cmd);
         } else {
-            DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_ALL_GATHER, (dcp_comm_buf){r->lse_part, 0},
-                                         B * NH * 4));
+            dcp_comm_record_put(cmd);
         }
         return DCP_OK;
     }
-    /* Blocks received in the last exchange: [src rank][block], read in place. */
-    dcp_comm_buf in = dcp_comm_recv_area(a->comm, (int)i);
     if (phase == 1 && a2a) {
-        /* Merge the N partial states of the own heads straight from the mailboxes. */
-        const uint64_t blk = a2a_block(a);
+        /* Merge the N partial states of the own heads straight from the senders' put areas. */
+        dcp_comm_buf in;
+        uint64_t stride;
+        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_TO_ALL, put_slot(a), &in, &stride);
         if (timed) r->ts[2] = stamp(cmd);
         dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)D,
-                            .o_part_stride = (uint32_t)(blk / 4), .lse_part_stride = (uint32_t)(blk / 4),
+                            .o_part_stride = (uint32_t)(stride / 4), .lse_part_stride = (uint32_t)(stride / 4),
                             .o_in = in.buffer, .o_in_offset = in.offset, .lse_in = in.buffer,
                             .lse_in_offset = in.offset + B * Hl * D * 4, .o_out = o.buffer, .o_out_offset = o.offset,
                             .lse_out = lse.buffer, .lse_out_offset = lse.offset};
         DCP_TRY(dcp_lse_merge_record(cmd, &m));
         if (timed) r->ts[3] = stamp(cmd);
     } else if (phase == 1) {
-        /* ag_rs: gathered LSEs [N][batch][N*Hl] -> scaled O [N][batch][Hl][D] -> reduce-scatter sends. */
+        /* ag_rs: gathered LSEs [N][batch][N*Hl] -> scaled O [N][batch][Hl][D], written straight into
+         * the put area for the reduce-scatter. */
+        dcp_comm_buf in, out = dcp_comm_put_area(a->comm, (int)i);
+        uint64_t stride;
+        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_GATHER, B * NH * 4, &in, &stride);
         if (timed) r->ts[2] = stamp(cmd);
         dcp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N, (uint32_t)dcp_comm_first_rank(a->comm) + i,
-                               (uint32_t)D};
-        DCP_TRY(dcp_scale_record(cmd, &sp, r->o_part, 0, in.buffer, in.offset, r->send, 0, lse.buffer, lse.offset));
+                               (uint32_t)D, (uint32_t)(stride / 4)};
+        DCP_TRY(dcp_scale_record(cmd, &sp, r->o_part, 0, in.buffer, in.offset, out.buffer, out.offset, lse.buffer,
+                                 lse.offset));
         if (timed) r->ts[3] = stamp(cmd);
-        dcp_cmd_barrier(cmd); /* dcp_scale -> mailbox copies */
-        DCP_TRY(dcp_comm_record_send(cmd, a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, (dcp_comm_buf){r->send, 0},
-                                     B * Hl * D * 4));
+        dcp_comm_record_put(cmd);
     } else {
-        /* ag_rs: sum the N scaled parts of the own heads from the mailboxes, in rank order. */
-        dcp_part_sum_params ps = {(uint32_t)(B * Hl * D), (uint32_t)N, (uint32_t)(B * Hl * D), 0,
-                                  0, 0};
-        DCP_TRY(dcp_part_sum_record(cmd, &ps, in.buffer, in.offset, o.buffer, o.offset));
+        /* ag_rs: sum the N scaled parts of the own heads from the senders' put areas, in rank order
+         * (bound from an aligned offset; the rest of the offset goes in floats). */
+        dcp_comm_buf in;
+        uint64_t stride;
+        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, B * Hl * D * 4, &in, &stride);
+        uint64_t base = in.offset / 256 * 256;
+        dcp_part_sum_params ps = {(uint32_t)(B * Hl * D), (uint32_t)N, (uint32_t)(stride / 4),
+                                  (uint32_t)((in.offset - base) / 4), 0, 0};
+        DCP_TRY(dcp_part_sum_record(cmd, &ps, in.buffer, base, o.buffer, o.offset));
     }
     return DCP_OK;
 fail:
@@ -307,11 +312,10 @@ fail:
 dcp_status dcp_attn_exchange(dcp_attn *a, uint32_t phase)
 {
     const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, NH = a->NH;
-    if (a->cfg.backend == DCP_BACKEND_A2A)
-        return dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, a2a_block(a) / 4, DCP_DTYPE_F32);
-    if (phase == 0) return dcp_comm_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH, DCP_DTYPE_F32);
-    /* The reduce-scatter moves blocks like an all-to-all; part_sum sums them on the device. */
-    return dcp_comm_exchange(a->comm, DCP_COLL_ALL_TO_ALL, B * Hl * D, DCP_DTYPE_F32);
+    if (a->cfg.backend == DCP_BACKEND_A2A) return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_TO_ALL, put_slot(a), a2a_block(a));
+    if (phase == 0) return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH * 4, B * NH * 4);
+    /* The reduce-scatter's sum happens on the receiving devices (part_sum). */
+    return dcp_comm_put_exchange(a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * D * 4, B * Hl * D * 4);
 }
 
 dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,

@@ -8,7 +8,12 @@
 #include "vk/hostmem.h"
 
 /* Mailbox layout of one rank's region (block stride = the call's block bytes, capacity cap):
- *   out [size][cap] at 0; in [2 banks][size][cap] at size * cap; res [cap] at 3 * size * cap.
+ *   out [size][cap] at 0; in [2 banks][size][cap] at size * cap; res [cap] at 3 * size * cap;
+ *   put [2 banks][size][cap] at (3 * size + 1) * cap.
+ * The put area serves the put-style exchange (dcp_comm_put_area): with hostmem every device sees
+ * every rank's region in the one imported allocation, so a rank writes its outgoing blocks once
+ * into its own put bank and receivers read them there; other transports move them into the in
+ * areas on the host.
  * The in area has two banks that alternate between consecutive collectives: the DCP step records
  * the receive of one collective and the sends of the next into one submission, and with hostmem
  * the sends write straight into the peers' in areas. */
@@ -28,6 +33,7 @@ struct dcp_comm {
     uint64_t net_cap;
     uint64_t *bytes_sent;     /* [local_count] */
     int send_bank, recv_bank; /* in-area banks of the next send and of the last exchange */
+    uint64_t generation;      /* bumped whenever the mailboxes move (recorded commands referring to them go stale) */
 };
 
 const char *dcp_transport_name(dcp_transport t)
@@ -90,7 +96,7 @@ static dcp_status alloc_mailboxes(dcp_comm *c, uint64_t cap)
 {
     dcp_status st = DCP_OK;
     cap = (cap + 255) / 256 * 256;
-    uint64_t region = (3ull * c->size + 1) * cap;
+    uint64_t region = (5ull * c->size + 1) * cap;
     if (c->transport == DCP_TRANSPORT_HOSTMEM) {
         uint64_t align = 4096;
         for (int i = 0; i < c->local_count; i++) {
@@ -118,6 +124,7 @@ static dcp_status alloc_mailboxes(dcp_comm *c, uint64_t cap)
     }
     c->cap = cap;
     c->region = region;
+    c->generation++;
     return DCP_OK;
 fail:
     free_mailboxes(c);
@@ -364,6 +371,64 @@ dcp_status dcp_comm_record_recv(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind,
 dcp_comm_buf dcp_comm_recv_area(const dcp_comm *c, int i)
 {
     return (dcp_comm_buf){c->views[i], off_in(c, i, c->recv_bank, 0, 0)};
+}
+
+/* ---- put-style exchange ---------------------------------------------------------------------- */
+
+static uint64_t off_put(const dcp_comm *c, int owner_local, int bank)
+{
+    return c->view_base[owner_local] + (3ull * c->size + 1) * c->cap + (uint64_t)bank * c->size * c->cap;
+}
+
+void dcp_comm_reset_banks(dcp_comm *c)
+{
+    c->send_bank = 0;
+    c->recv_bank = 1;
+}
+
+uint64_t dcp_comm_generation(const dcp_comm *c) { return c->generation; }
+
+dcp_comm_buf dcp_comm_put_area(const dcp_comm *c, int i)
+{
+    if (c->transport == DCP_TRANSPORT_HOSTMEM) return (dcp_comm_buf){c->views[i], off_put(c, i, c->send_bank)};
+    return (dcp_comm_buf){c->views[i], off_out(c, i, 0, 0)};
+}
+
+void dcp_comm_record_put(dcp_cmd *cmd)
+{
+    dcp_cmd_barrier_host(cmd); /* writes into the put area (copies, shaders) -> host exchange / peers' reads */
+}
+
+dcp_status dcp_comm_put_exchange(dcp_comm *c, dcp_coll kind, uint64_t slot, uint64_t payload)
+{
+    if (slot > c->cap)
+        return dcp_fail(DCP_ERR_INTERNAL, "communicator: put slot of %llu bytes over the prepared %llu",
+                        (unsigned long long)slot, (unsigned long long)c->cap);
+    for (int i = 0; i < c->local_count; i++) dcp_comm_count(c, i, payload * (uint64_t)(c->size - 1));
+    if (c->transport != DCP_TRANSPORT_HOSTMEM) {
+        /* Move the blocks into the in areas (no reduction: receivers sum on their devices). */
+        dcp_coll move = kind == DCP_COLL_ALL_GATHER || kind == DCP_COLL_ALL_REDUCE ? DCP_COLL_ALL_GATHER
+                                                                                    : DCP_COLL_ALL_TO_ALL;
+        return dcp_comm_exchange(c, move, slot / 4, DCP_DTYPE_F32);
+    }
+    c->recv_bank = c->send_bank;
+    c->send_bank ^= 1;
+    return DCP_OK;
+}
+
+void dcp_comm_put_view(const dcp_comm *c, int i, dcp_coll kind, uint64_t slot, dcp_comm_buf *first,
+                       uint64_t *stride)
+{
+    const int gathers_ = kind == DCP_COLL_ALL_GATHER || kind == DCP_COLL_ALL_REDUCE;
+    if (c->transport == DCP_TRANSPORT_HOSTMEM) {
+        /* Source s's put bank sits in region s of the one allocation that views[i] covers. */
+        *first = (dcp_comm_buf){c->views[i],
+                                off_put(c, 0, c->recv_bank) + (gathers_ ? 0 : (uint64_t)(c->first_rank + i) * slot)};
+        *stride = c->region;
+    } else {
+        *first = (dcp_comm_buf){c->views[i], off_in(c, i, c->recv_bank, 0, slot)};
+        *stride = slot;
+    }
 }
 
 static dcp_status run_all(dcp_comm *c)

@@ -47,4 +47,28 @@ dcp_comm_buf dcp_comm_recv_area(const dcp_comm *c, int local);
 /* Adds logical bytes sent to rank i's counter. */
 void dcp_comm_count(dcp_comm *c, int local, uint64_t bytes);
 
+/* Put-style exchange, one round and no per-destination copies: in its recording, local rank i
+ * writes its outgoing blocks (copies or shaders) straight into dcp_comm_put_area(c, i): one block
+ * for ALL_GATHER / ALL_REDUCE, [size][slot] (slot d for rank d) for ALL_TO_ALL /
+ * REDUCE_SCATTER; slot <= the prepared capacity and a multiple of 4. Then dcp_comm_record_put
+ * (the barrier towards the host). After every local rank's recording ran: dcp_comm_put_exchange
+ * (staging, MPI: moves blocks on the host; hostmem: nothing to move, every device reads the one
+ * shared allocation; counts `payload` bytes sent to each peer by every local rank). Then rank i's next recording reads the blocks
+ * sent to it in place: source s's block at first.offset + s * stride of first.buffer (no
+ * reduction is done: receivers sum on their devices, e.g. part_sum). The put area of the next
+ * exchange is the other bank, so a round may read the last exchange's blocks and write the next
+ * one's. The put area changes with every exchange: fetch it for each recording. */
+dcp_comm_buf dcp_comm_put_area(const dcp_comm *c, int local);
+/* Puts the mailbox banks in their initial state (next exchange in bank 0). Only between
+ * exchanges whose blocks have all been read: e.g. before each model step, so that a step's
+ * commands refer to the same banks every time and can be recorded once and replayed. */
+void dcp_comm_reset_banks(dcp_comm *c);
+/* Changes whenever the mailboxes are reallocated (dcp_comm_prepare growing them): commands
+ * recorded against an older generation refer to freed memory. */
+uint64_t dcp_comm_generation(const dcp_comm *c);
+void dcp_comm_record_put(dcp_cmd *cmd);
+dcp_status dcp_comm_put_exchange(dcp_comm *c, dcp_coll kind, uint64_t slot, uint64_t payload);
+void dcp_comm_put_view(const dcp_comm *c, int local, dcp_coll kind, uint64_t slot, dcp_comm_buf *first,
+                       uint64_t *stride);
+
 #endif

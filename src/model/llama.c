@@ -712,15 +712,19 @@ static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
 {
     dcp_status st = DCP_OK;
     const uint32_t E = s->w->cfg.n_embd, n = tokens * E;
-    for (uint32_t r = 0; r < s->w->nl; r++)
-        DCP_TRY(dcp_comm_record_send(s->r[r].cmd, s->comm, (int)r, DCP_COLL_ALL_GATHER,
-                                     (dcp_comm_buf){s->r[r].part, 0}, (uint64_t)n * 4));
+    for (uint32_t r = 0; r < s->w->nl; r++) {
+        dcp_comm_buf out = dcp_comm_put_area(s->comm, (int)r);
+        DCP_TRY(dcp_cmd_copy(s->r[r].cmd, s->r[r].part, 0, out.buffer, out.offset, (uint64_t)n * 4));
+        dcp_comm_record_put(s->r[r].cmd); /* copy part -> peers' reads after the round */
+    }
     DCP_TRY(round_all(s));
-    DCP_TRY(dcp_comm_exchange(s->comm, DCP_COLL_ALL_GATHER, n, DCP_DTYPE_F32));
+    DCP_TRY(dcp_comm_put_exchange(s->comm, DCP_COLL_ALL_GATHER, (uint64_t)n * 4, (uint64_t)n * 4));
     for (uint32_t r = 0; r < s->w->nl; r++) {
         rank_state *rs = &s->r[r];
-        dcp_comm_buf in = dcp_comm_recv_area(s->comm, (int)r); /* [tp][n] f32 */
-        dcp_part_sum_params ps = {n, s->w->tp, n, 0, 0, 1};
+        dcp_comm_buf in; /* rank j's part [n] f32 at in.offset + j * stride */
+        uint64_t stride;
+        dcp_comm_put_view(s->comm, (int)r, DCP_COLL_ALL_GATHER, (uint64_t)n * 4, &in, &stride);
+        dcp_part_sum_params ps = {n, s->w->tp, (uint32_t)(stride / 4), 0, 0, 1};
         DCP_TRY(dcp_part_sum_record(rs->cmd, &ps, in.buffer, in.offset, rs->x, 0));
         dcp_cmd_barrier(rs->cmd); /* part_sum x += parts -> next rmsnorm */
     }

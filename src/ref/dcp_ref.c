@@ -42,3 +42,13 @@ void dcp_ref_permute(uint32_t A, uint32_t B, uint32_t C, uint32_t src_stride_a, 
         for (uint64_t b = 0; b < B; b++)
             for (uint64_t c = 0; c < C; c++) dst[b * dst_stride_b + a * C + c] = src[a * src_stride_a + b * C + c];
 }
+
+void dcp_ref_part_sum(uint32_t n, uint32_t parts, uint32_t part_stride, uint32_t x_offset, uint32_t y_offset,
+                      int accumulate, const float *x, float *y)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (uint64_t s = 0; s < parts; s++) acc += x[x_offset + s * part_stride + i];
+        y[y_offset + i] = accumulate ? y[y_offset + i] + acc : acc;
+    }
+}

@@ -1,4 +1,4 @@
-/* CPU references of the DCP step's own shaders (dcp_scale, dcp_permute), in double where it
+/* CPU references of the DCP step's own shaders (dcp_scale, dcp_permute, part_sum), in double where it
  * matters. The step as a whole is checked against the single-device dcp_ref_paged_decode. */
 #ifndef DCP_DCP_REF_H
 #define DCP_DCP_REF_H
@@ -13,5 +13,10 @@ void dcp_ref_dcp_scale(uint32_t batch, uint32_t heads_local, uint32_t ranks, uin
 /* dcp_permute: dst[b * dst_stride_b + a * C + c] = src[a * src_stride_a + b * C + c]. */
 void dcp_ref_permute(uint32_t A, uint32_t B, uint32_t C, uint32_t src_stride_a, uint32_t dst_stride_b,
                      const float *src, float *dst);
+/* part_sum: y[y_offset + i] = (accumulate ? y[y_offset + i] : 0) + sum_s x[x_offset + s * part_stride + i],
+ * the sum in f32 from 0 in rank order s = 0 .. parts-1: the shader's contract is this exact order
+ * (bitwise the same on every rank), so the reference follows it and tests compare exactly. */
+void dcp_ref_part_sum(uint32_t n, uint32_t parts, uint32_t part_stride, uint32_t x_offset, uint32_t y_offset,
+                      int accumulate, const float *x, float *y);
 
 #endif
