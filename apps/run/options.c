@@ -7,13 +7,28 @@
 
 #include "run/run.h"
 
+/* Where option and configuration messages go: stderr, or nowhere on the processes of an MPI launch
+ * other than process 0 (every process finds the same fault; one says it). */
+static FILE *diag_stream;
+
+static FILE *diag(void) { return diag_stream ? diag_stream : stderr; }
+
+void run_quiet(int quiet)
+{
+    if (quiet && !diag_stream) diag_stream = fopen("/dev/null", "w");
+    if (!quiet && diag_stream) {
+        fclose(diag_stream);
+        diag_stream = NULL;
+    }
+}
+
 static int parse_u64(const char *prog, const char *name, const char *v, uint64_t min, uint64_t max, uint64_t *out)
 {
     char *end;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (!*v || *end || errno || v[0] == '-' || x < min || x > max) {
-        fprintf(stderr, "%s: option %s: '%s' is not an integer in [%llu, %llu]\n", prog, name, v,
+        fprintf(diag(), "%s: option %s: '%s' is not an integer in [%llu, %llu]\n", prog, name, v,
                 (unsigned long long)min, (unsigned long long)max);
         return RUN_EXIT_USAGE;
     }
@@ -35,7 +50,7 @@ static int parse_f32(const char *prog, const char *name, const char *v, float mi
     errno = 0;
     float x = strtof(v, &end);
     if (!*v || *end || errno || !(x >= min && x <= max)) {
-        fprintf(stderr, "%s: option %s: '%s' is not a number in [%g, %g]\n", prog, name, v, min, max);
+        fprintf(diag(), "%s: option %s: '%s' is not a number in [%g, %g]\n", prog, name, v, min, max);
         return RUN_EXIT_USAGE;
     }
     *out = x;
@@ -79,7 +94,13 @@ void run_print_help(const char *prog)
            "\n"
            "TP and DCP run in one process: rank r on the r-th device of --devices (without a list,\n"
            "on logical devices of device 0). Prompt chunks merge the DCP partial states with an\n"
-           "all-gather whatever the backend; decode steps use the chosen backend.\n",
+           "all-gather whatever the backend; decode steps use the chosen backend.\n"
+           "\n"
+           "Under `mpiexec -n P` the TP ranks spread over the processes, T / P each (e.g. -n T: one\n"
+           "each); process k holds ranks [k T/P, (k+1) T/P) on entries [k T/P, (k+1) T/P) of the\n"
+           "device list, or all on its one entry. The TP all-reduces run over MPI_COMM_WORLD and a\n"
+           "DCP group spread over processes over an MPI sub-communicator. Process 0 prints the text\n"
+           "and the summary; every process checks the configuration and exits with the same code.\n",
            prog);
 }
 
@@ -95,7 +116,7 @@ int run_parse(int argc, char **argv, run_options *o)
 #define IS(s) (strcmp(a, s) == 0)
 #define VALUE()                                                                                    \
     (i + 1 < argc ? argv[++i]                                                                      \
-                  : (fprintf(stderr, "%s: option %s needs a value (see --help)\n", prog, a), (char *)NULL))
+                  : (fprintf(diag(), "%s: option %s needs a value (see --help)\n", prog, a), (char *)NULL))
         const char *v;
         int r = 0;
         if (IS("-h") || IS("--help")) {
@@ -113,7 +134,7 @@ int run_parse(int argc, char **argv, run_options *o)
             int known = 0;
             for (int k = 0; with_value[k]; k++) known |= IS(with_value[k]);
             if (!known) {
-                fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+                fprintf(diag(), "%s: unknown option '%s' (see --help)\n", prog, a);
                 return RUN_EXIT_USAGE;
             }
             if (!(v = VALUE())) return RUN_EXIT_USAGE;
@@ -125,7 +146,7 @@ int run_parse(int argc, char **argv, run_options *o)
             else if (IS("--top-p")) {
                 r = parse_f32(prog, a, v, 0.0f, 1.0f, &o->top_p);
                 if (!r && o->top_p <= 0.0f) {
-                    fprintf(stderr, "%s: option --top-p: %s must be in (0, 1]\n", prog, v);
+                    fprintf(diag(), "%s: option --top-p: %s must be in (0, 1]\n", prog, v);
                     r = RUN_EXIT_USAGE;
                 }
             } else if (IS("--seed")) r = parse_u64(prog, a, v, 0, UINT64_MAX, &o->seed);
@@ -135,7 +156,7 @@ int run_parse(int argc, char **argv, run_options *o)
             else if (IS("--dcp-comm-backend")) {
                 o->backend = v;
                 if (strcmp(v, "a2a") && strcmp(v, "ag_rs")) {
-                    fprintf(stderr, "%s: option --dcp-comm-backend: '%s' is not one of a2a, ag_rs\n", prog, v);
+                    fprintf(diag(), "%s: option --dcp-comm-backend: '%s' is not one of a2a, ag_rs\n", prog, v);
                     r = RUN_EXIT_USAGE;
                 }
             } else if (IS("--cp-kv-cache-interleave-size")) r = parse_u32(prog, a, v, 1, 1u << 20, &o->interleave);
@@ -143,13 +164,13 @@ int run_parse(int argc, char **argv, run_options *o)
             else if (IS("--kv-dtype")) {
                 o->kv_dtype = v;
                 if (strcmp(v, "f16") && strcmp(v, "f32")) {
-                    fprintf(stderr, "%s: option --kv-dtype: '%s' is not one of f16, f32\n", prog, v);
+                    fprintf(diag(), "%s: option --kv-dtype: '%s' is not one of f16, f32\n", prog, v);
                     r = RUN_EXIT_USAGE;
                 }
             } else if (IS("--prefill-chunk")) r = parse_u32(prog, a, v, 1, 4096, &o->prefill_chunk);
             else if (IS("--devices")) o->devices = v;
             else {
-                fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+                fprintf(diag(), "%s: unknown option '%s' (see --help)\n", prog, a);
                 return RUN_EXIT_USAGE;
             }
         }
@@ -173,46 +194,46 @@ static int dcp_ok(uint32_t t, uint32_t n, uint32_t hq, uint32_t hkv)
 
 static void print_allowed(uint32_t hq, uint32_t hkv)
 {
-    fprintf(stderr, "  this model (%u query heads, %u KV heads) allows:", hq, hkv);
+    fprintf(diag(), "  this model (%u query heads, %u KV heads) allows:", hq, hkv);
     for (uint32_t t = 1; t <= hq; t++) {
         if (!tp_ok(t, hq, hkv)) continue;
-        fprintf(stderr, " TP %u (DCP", t);
+        fprintf(diag(), " TP %u (DCP", t);
         for (uint32_t n = 1; n <= t; n++)
-            if (dcp_ok(t, n, hq, hkv)) fprintf(stderr, " %u", n);
-        fprintf(stderr, ");");
+            if (dcp_ok(t, n, hq, hkv)) fprintf(diag(), " %u", n);
+        fprintf(diag(), ");");
     }
-    fprintf(stderr, "\n");
+    fprintf(diag(), "\n");
 }
 
 int run_validate(const run_options *o, uint32_t hq, uint32_t hkv, const char *prog)
 {
     const uint32_t t = o->tp, n = o->dcp;
     if (o->interleave > o->block_size || o->block_size % o->interleave) {
-        fprintf(stderr,
+        fprintf(diag(),
                 "%s: --cp-kv-cache-interleave-size %u must divide --block-size %u (and be at most it)\n",
                 prog, o->interleave, o->block_size);
         return RUN_EXIT_USAGE;
     }
     if (!tp_ok(t, hq, hkv)) {
-        fprintf(stderr, "%s: --tensor-parallel-size %u: the %u query heads must divide by it and the %u KV "
+        fprintf(diag(), "%s: --tensor-parallel-size %u: the %u query heads must divide by it and the %u KV "
                         "heads must divide by it or divide it\n", prog, t, hq, hkv);
         print_allowed(hq, hkv);
         return RUN_EXIT_USAGE;
     }
     if (t % n) {
-        fprintf(stderr, "%s: --decode-context-parallel-size %u must divide --tensor-parallel-size %u "
+        fprintf(diag(), "%s: --decode-context-parallel-size %u must divide --tensor-parallel-size %u "
                         "(DCP groups are runs of TP ranks)\n", prog, n, t);
         print_allowed(hq, hkv);
         return RUN_EXIT_USAGE;
     }
     if (n > 1 && t / hkv < n) {
-        fprintf(stderr, "%s: --decode-context-parallel-size %u exceeds TP / KV heads = %u / %u = %u: the ranks "
+        fprintf(diag(), "%s: --decode-context-parallel-size %u exceeds TP / KV heads = %u / %u = %u: the ranks "
                         "of a DCP group must hold the same KV heads\n", prog, n, t, hkv, t / hkv);
         print_allowed(hq, hkv);
         return RUN_EXIT_USAGE;
     }
     if (n > 1 && (hq / hkv) % n) {
-        fprintf(stderr, "%s: --decode-context-parallel-size %u must divide the %u query heads per KV head\n", prog,
+        fprintf(diag(), "%s: --decode-context-parallel-size %u must divide the %u query heads per KV head\n", prog,
                 n, hq / hkv);
         print_allowed(hq, hkv);
         return RUN_EXIT_USAGE;

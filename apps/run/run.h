@@ -2,6 +2,7 @@
 #ifndef DCP_APPS_RUN_H
 #define DCP_APPS_RUN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Exit codes: 0 ok, 1 runtime failure (device, model file, generation), 2 usage or configuration. */
@@ -36,5 +37,31 @@ void run_print_help(const char *prog);
 /* Checks the TP / DCP / KV options against the model (vLLM's rules, DESIGN.md section 5). Returns
  * 0, or RUN_EXIT_USAGE after printing which rule failed and which sizes this model allows. */
 int run_validate(const run_options *o, uint32_t q_heads, uint32_t kv_heads, const char *prog);
+/* quiet 1: run_parse and run_validate print nothing (MPI processes other than 0); 0: to stderr. */
+void run_quiet(int quiet);
+
+/* ---- processes of an MPI launch (run/world.c) ---------------------------------------------- */
+
+typedef struct run_world {
+    int nproc, proc; /* MPI world size and this process's rank (1, 0 without a launcher) */
+    int mpi;         /* 1: MPI was started here (finalise at the end) */
+} run_world;
+
+/* Starts MPI (dcp_mpi_init) when an MPI launcher started this process ($PMI_RANK, $PMIX_RANK or
+ * $OMPI_COMM_WORLD_RANK set); else one process. Returns 0 or RUN_EXIT_RUNTIME after printing why. */
+int run_world_init(int *argc, char ***argv, run_world *w, const char *prog);
+void run_world_finalize(const run_world *w);
+/* The largest rc over the processes (usage 2 beats runtime 1 beats ok 0): every process calls it at
+ * the same points, so that all stop together. rc itself with one process. */
+int run_world_agree(const run_world *w, int rc);
+/* This process's TP ranks [*first, *first + *count) of tp: all with one process, else tp / nproc
+ * each (tp must divide by nproc; with dcp > 1 a process holds whole DCP groups or an equal part of
+ * one). Returns 0 or RUN_EXIT_USAGE (process 0 prints why). */
+int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *first, uint32_t *count,
+                    const char *prog);
+/* The device list (e.g. "0,0") of this process's count ranks from a user list: one entry: every rank
+ * on it; at least tp entries: entries [first, first + count). Returns 0 or RUN_EXIT_USAGE. */
+int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
+                      char *out, size_t cap, const char *prog);
 
 #endif

@@ -1,0 +1,113 @@
+/* dcp-vk-run under an MPI launcher (`mpiexec -n P`): which process this is, the devices of its TP
+ * ranks, and one exit code agreed by every process, so that none is left waiting in a collective. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/comm.h"
+#include "run/run.h"
+
+/* True when a launcher started this process: MPICH Hydra ($PMI_RANK), PMIx ($PMIX_RANK), Open MPI. */
+static int launched(void)
+{
+    static const char *const vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return 1;
+    }
+    return 0;
+}
+
+int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
+{
+    *w = (run_world){1, 0, 0};
+    if (!launched()) return 0;
+    int rank = 0, size = 1;
+    dcp_status st = dcp_mpi_init(argc, argv, &rank, &size);
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: started by an MPI launcher, but: %s: %s\n", prog, dcp_status_string(st),
+                dcp_last_error());
+        return RUN_EXIT_RUNTIME;
+    }
+    w->nproc = size;
+    w->proc = rank;
+    w->mpi = 1;
+    return 0;
+}
+
+void run_world_finalize(const run_world *w)
+{
+    if (w->mpi) dcp_mpi_finalize();
+}
+
+int run_world_agree(const run_world *w, int rc)
+{
+    if (w->nproc < 2) return rc;
+    return (int)dcp_mpi_max((double)rc);
+}
+
+int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *first, uint32_t *count,
+                    const char *prog)
+{
+    const uint32_t P = (uint32_t)w->nproc;
+    *first = 0;
+    *count = tp;
+    if (P < 2) return 0;
+    if (tp % P) {
+        if (w->proc == 0)
+            fprintf(stderr, "%s: --tensor-parallel-size %u over %u MPI processes: every process holds the same "
+                            "number of TP ranks, so the size must divide by the processes (mpiexec -n %u runs "
+                            "one rank per process)\n", prog, tp, P, tp);
+        return RUN_EXIT_USAGE;
+    }
+    *count = tp / P;
+    *first = (uint32_t)w->proc * *count;
+    if (dcp > 1 && *count % dcp && dcp % *count) {
+        if (w->proc == 0)
+            fprintf(stderr, "%s: %u TP ranks per process with --decode-context-parallel-size %u: a process must "
+                            "hold whole DCP groups or an equal part of one (%u must divide by %u or divide it)\n",
+                    prog, *count, dcp, *count, dcp);
+        return RUN_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
+                      char *out, size_t cap, const char *prog)
+{
+    /* Entries of the list, comma-separated. */
+    const char *e[1024];
+    size_t len[1024];
+    uint32_t n = 0;
+    for (const char *p = list;;) {
+        const char *c = strchr(p, ',');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        if (n == 1024) break;
+        e[n] = p;
+        len[n++] = l;
+        if (!c) break;
+        p = c + 1;
+    }
+    uint32_t from;
+    if (n == 1) from = 0; /* every rank on entry 0 (logical devices of it) */
+    else if (n >= tp) from = first;
+    else {
+        if (w->proc == 0)
+            fprintf(stderr, "%s: the device list '%s' has %u entries: under mpiexec -n %d with "
+                            "--tensor-parallel-size %u give one entry (every rank uses it) or %u (process k uses "
+                            "entries [k %u, (k+1) %u))\n", prog, list, n, w->nproc, tp, tp, count, count);
+        return RUN_EXIT_USAGE;
+    }
+    size_t k = 0;
+    out[0] = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t j = n == 1 ? 0 : from + i;
+        int m = snprintf(out + k, cap - k, "%s%.*s", i ? "," : "", (int)len[j], e[j]);
+        if (m < 0 || (size_t)m >= cap - k) {
+            fprintf(stderr, "%s: device list too long\n", prog);
+            return RUN_EXIT_USAGE;
+        }
+        k += (size_t)m;
+    }
+    return 0;
+}
