@@ -23,3 +23,10 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   dcp_mpi_test(test_llama_mpi4x2_dcp2_ag_rs 4 test_llama_mpi 8 2 ag_rs 2 16 40 24)
   set_tests_properties(test_llama_mpi4x2_dcp2_ag_rs PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0")
 endif()
+# dcp-vk-run under mpiexec as a user runs it: TP 8 / DCP 2 over 8 processes prints the TP 1 text;
+# ag_rs over 4 processes x 2 ranks; exit codes 2 (configuration) and 1 (unreadable model).
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  dcp_test(test_run_mpi SOURCES test_run_mpi.c ARGS ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:dcp-vk-run> TIMEOUT 900)
+  add_dependencies(test_run_mpi dcp-vk-run)
+  set_tests_properties(test_run_mpi PROPERTIES PROCESSORS 8)
+endif()

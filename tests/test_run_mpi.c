@@ -1,0 +1,162 @@
+/* dcp-vk-run under `mpiexec -n P` as a user runs it (argv[1] mpiexec, argv[2] dcp-vk-run): at TP 8 /
+ * DCP 2 over 8 processes (one rank each) the greedy text of "Once upon a time" is the single-process
+ * TP 1 text, printed once (process 0); ag_rs over 4 processes of 2 ranks gives it too, with the
+ * JSON summary naming the processes; rejected configurations exit 2 on every process with one
+ * message, an unreadable model exits 1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static const char *mpiexec, *app;
+
+typedef struct result {
+    int code;
+    char *out, *err;
+} result;
+
+static char *slurp(FILE *f)
+{
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    return s;
+}
+
+/* Runs `mpiexec -n nproc env DCP_VK_DEVICES=devices app args...` (nproc 0: app alone, with
+ * DCP_VK_DEVICES=devices) and captures stdout and stderr. */
+static result run(int nproc, const char *devices, const char *const *args)
+{
+    const char *argv[64];
+    char np[16], dev[64];
+    snprintf(np, sizeof np, "%d", nproc);
+    snprintf(dev, sizeof dev, "DCP_VK_DEVICES=%s", devices);
+    int n = 0;
+    if (nproc > 0) {
+        argv[n++] = mpiexec;
+        argv[n++] = "-n";
+        argv[n++] = np;
+    }
+    argv[n++] = "env";
+    argv[n++] = dev;
+    argv[n++] = app;
+    for (int i = 0; args[i]; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    FILE *fo = tmpfile(), *fe = tmpfile();
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fileno(fo), 1);
+        dup2(fileno(fe), 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(fo), slurp(fe)};
+    fclose(fo);
+    fclose(fe);
+    return r;
+}
+
+/* The runs inherit DCP_VK_VALIDATION=1 from CTest: any validation message fails the test. */
+static void done(result *r)
+{
+    if (strstr(r->err, "dcp-vk: validation ")) fail_msg("validation message:\n%s", r->err);
+    free(r->out);
+    free(r->err);
+}
+
+static int count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static const char *stories(void) { return dcp_test_shared_path("models/stories260K.gguf"); }
+
+static void test_same_text(void **state)
+{
+    const char *one[] = {"-m", stories(), "-p", "Once upon a time", "-n", "32", "--temp", "0", NULL};
+    result ref = run(0, "0", one);
+    if (ref.code != 0) fail_msg("TP 1 run: exit %d\n%s", ref.code, ref.err);
+    assert_true(strlen(ref.out) > 40);
+    const char *a2a[] = {"-m", stories(), "-p", "Once upon a time", "-n", "32", "--temp", "0",
+                         "--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", NULL};
+    result r = run(8, "0", a2a);
+    if (r.code != 0) fail_msg("mpiexec -n 8 TP 8 DCP 2: exit %d\n%s", r.code, r.err);
+    if (strcmp(r.out, ref.out) != 0)
+        fail_msg("mpiexec -n 8 TP 8 DCP 2 a2a prints\n%s\ninstead of the TP 1 text\n%s", r.out, ref.out);
+    assert_int_equal(count(r.err, "generation:"), 1); /* one summary: process 0's */
+    assert_non_null(strstr(r.err, "8 MPI processes, 1 TP ranks each"));
+    printf("mpiexec -n 8, TP 8 DCP 2 a2a: same text as TP 1 in one process\n%s%s", r.out,
+           strstr(r.err, "generation:") ? strstr(r.err, "generation:") : "");
+    done(&r);
+    /* ag_rs, 4 processes of 2 ranks on logical devices of the one entry, JSON summary. */
+    const char *agrs[] = {"-m", stories(), "-p", "Once upon a time", "-n", "32", "--temp", "0",
+                          "--tensor-parallel-size", "8", "--decode-context-parallel-size", "2",
+                          "--dcp-comm-backend", "ag_rs", "--cp-kv-cache-interleave-size", "4", "--json", NULL};
+    r = run(4, "0", agrs);
+    if (r.code != 0) fail_msg("mpiexec -n 4 TP 8 DCP 2 ag_rs: exit %d\n%s", r.code, r.err);
+    assert_int_equal(count(r.out, "\"processes\": 4"), 1);
+    /* The JSON text is the streamed text without the echoed prompt, escaped. */
+    const char *t = strstr(r.out, "\"text\": \"");
+    assert_non_null(t);
+    t += strlen("\"text\": \"");
+    const char *want = ref.out + strlen("Once upon a time");
+    size_t wl = strlen(want);
+    while (wl && want[wl - 1] == '\n') wl--;
+    if (strncmp(t, want, wl) != 0 || t[wl] != '"')
+        fail_msg("mpiexec -n 4 TP 8 DCP 2 ag_rs JSON text differs:\n%s\nwanted\n%.*s", r.out, (int)wl, want);
+    done(&r);
+    done(&ref);
+}
+
+static void test_errors(void **state)
+{
+    /* DCP 4 at TP 8: the 4 KV heads allow DCP <= 2 (vLLM's rule): exit 2, said once. */
+    const char *bad_dcp[] = {"-m", stories(), "-n", "1", "--tensor-parallel-size", "8",
+                             "--decode-context-parallel-size", "4", NULL};
+    result r = run(4, "0", bad_dcp);
+    assert_int_equal(r.code, 2);
+    assert_int_equal(count(r.err, "exceeds TP / KV heads"), 1);
+    done(&r);
+    /* TP 8 over 3 processes. */
+    const char *tp8[] = {"-m", stories(), "-n", "1", "--tensor-parallel-size", "8", NULL};
+    r = run(3, "0", tp8);
+    assert_int_equal(r.code, 2);
+    assert_int_equal(count(r.err, "must divide by the processes"), 1);
+    done(&r);
+    /* A device list that is neither one entry nor one per rank. */
+    r = run(2, "0,0,0", tp8);
+    assert_int_equal(r.code, 2);
+    assert_int_equal(count(r.err, "has 3 entries"), 1);
+    done(&r);
+    /* An unreadable model: every process fails alike, exit 1. */
+    const char *missing[] = {"-m", "/nonexistent/model.gguf", "-n", "1", "--tensor-parallel-size", "2", NULL};
+    r = run(2, "0", missing);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "/nonexistent/model.gguf"));
+    done(&r);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MPIEXEC PATH/dcp-vk-run\n", argv[0]);
+        return 2;
+    }
+    mpiexec = argv[1];
+    app = argv[2];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_same_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
