@@ -341,9 +341,7 @@ int main(int argc, char **argv)
     uint64_t kv_bytes = dcp_llama_state_kv_bytes(s);
     uint64_t run_tokens = dcp_llama_state_tokens_run(s);
     double xbytes = run_tokens ? (double)dcp_llama_state_exchange_bytes(s) / run_tokens : 0.0;
-    if (!lead) {
-        /* process 0 reports */
-    } else if (o.json) {
+    if (lead && o.json) { /* under MPI process 0 reports */
         printf("{\"model\": ");
         json_string(stdout, model, strlen(model));
         printf(", \"device\": ");
@@ -352,14 +350,15 @@ int main(int argc, char **argv)
                "\"interleave\": %u, \"block_size\": %u, \"kv_dtype\": \"%s\", \"prompt_tokens\": %zu, "
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
                "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
-               "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"processes\": %d, \"text\": ",
+               "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"processes\": %d, "
+               "\"text\": ",
                o.tp, o.dcp, o.backend, o.interleave, o.block_size, o.kv_dtype, n_prompt, n_gen, steps, t_prompt,
                t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes, xbytes, world.nproc);
         json_string(stdout, text ? text : "", text_len);
         printf(", \"tokens\": [");
         for (uint32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
         printf("]}\n");
-    } else {
+    } else if (lead) {
         printf("\n");
         fflush(stdout);
         fprintf(stderr,
@@ -368,7 +367,8 @@ int main(int argc, char **argv)
                 "%s: KV cache %.2f MiB per rank (%u ranks); exchange %.0f bytes per token sent by rank 0; "
                 "weights %.2f MiB (%s) loaded in %.2f s\n",
                 prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0, o.tp,
-                xbytes, dcp_llama_weights_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks", t_load);
+                xbytes, dcp_llama_weights_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks",
+                t_load);
     }
     rc = RUN_EXIT_OK;
 done:
