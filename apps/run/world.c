@@ -18,12 +18,24 @@ static int launched(void)
     return 0;
 }
 
+/* World size the launcher announces (1 if it says nothing). */
+static int launched_size(void)
+{
+    static const char *const vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 1;
+}
+
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
     *w = (run_world){1, 0, 0};
     if (!launched()) return 0;
     int rank = 0, size = 1;
     dcp_status st = dcp_mpi_init(argc, argv, &rank, &size);
+    if (st == DCP_ERR_UNSUPPORTED && launched_size() <= 1) return 0; /* built without MPI, mpiexec -n 1 */
     if (st != DCP_OK) {
         fprintf(stderr, "%s: started by an MPI launcher, but: %s: %s\n", prog, dcp_status_string(st),
                 dcp_last_error());
