@@ -2,7 +2,7 @@
  * DCP 2 over 8 processes (one rank each) the greedy text of "Once upon a time" is the single-process
  * TP 1 text, printed once (process 0); ag_rs over 4 processes of 2 ranks gives it too, with the
  * JSON summary naming the processes; rejected configurations exit 2 on every process with one
- * message, an unreadable model exits 1. */
+ * message; a device one process lacks and an unreadable model exit 1 on every process. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +137,13 @@ static void test_errors(void **state)
     r = run(2, "0,0,0", tp8);
     assert_int_equal(r.code, 2);
     assert_int_equal(count(r.err, "has 3 entries"), 1);
+    done(&r);
+    /* A device only process 1 lacks: it says so, and every process stops with exit 1 (none waits). */
+    const char *tp2[] = {"-m", stories(), "-n", "1", "--tensor-parallel-size", "2", NULL};
+    r = run(2, "0,99", tp2);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "process 1: creating the Vulkan devices"));
+    assert_null(strstr(r.err, "process 0:"));
     done(&r);
     /* An unreadable model: every process fails alike, exit 1. */
     const char *missing[] = {"-m", "/nonexistent/model.gguf", "-n", "1", "--tensor-parallel-size", "2", NULL};
