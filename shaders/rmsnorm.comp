@@ -1,6 +1,7 @@
 #version 450
 // rmsnorm: y[t][i] = x[t][i] * w[i] / sqrt(mean_i x[t][i]^2 + eps); x, w, y f32.
 // One workgroup per token row; sum of squares in f32 (subgroupAdd, then across subgroups).
+// RMSNORM_PARTS: first x += the sum of an all-reduce's parts (dcp_rmsnorm_parts_params).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -8,8 +9,16 @@
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
+#ifdef RMSNORM_PARTS
+// Variant: x += the rank-ordered sum of the all-reduce's parts first (see dcp_rmsnorm_parts_params).
+layout(push_constant) uniform PC { dcp_rmsnorm_parts_params pp; };
+#define p pp.norm
+layout(std430, binding = 0) buffer X { float x[]; };            // [tokens][x_stride], updated
+layout(std430, binding = 3) readonly buffer P { float parts[]; }; // [parts][tokens][n] with strides
+#else
 layout(push_constant) uniform PC { dcp_rmsnorm_params p; };
 layout(std430, binding = 0) readonly buffer X { float x[]; };   // [tokens][x_stride]
+#endif
 layout(std430, binding = 1) readonly buffer Wt { float wt[]; }; // [n]
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };  // [tokens][y_stride]
 
@@ -21,7 +30,14 @@ void main()
     const uint lane = gl_LocalInvocationID.x;
     float s = 0.0;
     for (uint i = lane; i < p.n; i += WG) {
+#ifdef RMSNORM_PARTS
+        float acc = 0.0;
+        for (uint r = 0u; r < pp.parts; r++) acc += parts[pp.part_offset + r * pp.part_stride + t * p.n + i];
+        const float v = x[p.x_offset + t * p.x_stride + i] + acc;
+        x[p.x_offset + t * p.x_stride + i] = v; // read back below by this same invocation
+#else
         const float v = x[p.x_offset + t * p.x_stride + i];
+#endif
         s += v * v;
     }
     s = subgroupAdd(s);

@@ -11,6 +11,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
 #include "model/ops.h"
+#include "ref/dcp_ref.h"
 #include "ref/model_ref.h"
 #include "vkutil.h"
 
@@ -180,6 +181,49 @@ static void test_get_rows(void **state)
         free(y);
     }
     dcp_buffer_destroy(ib);
+    dcp_cmd_destroy(cmd);
+}
+
+/* rmsnorm_parts: x += the rank-ordered f32 sum of the parts (exact, as part_sum), then rmsnorm
+ * (ELEM_REL against the double reference); with 1, 3 and 8 parts and a strided part layout. */
+static void test_rmsnorm_parts(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {37};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    static const uint32_t cases[][3] = {{8, 1, 0}, {64, 8, 0}, {172, 3, 13}, {4096, 2, 4}}; /* n, parts, pad */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint32_t n = cases[i][0], P = cases[i][1], T = 3, xo = 5, po = 7;
+        const uint32_t stride = T * n + cases[i][2];
+        const uint64_t xn = xo + (uint64_t)T * n, pn = po + (uint64_t)(P - 1) * stride + (uint64_t)T * n;
+        float *x = rand_floats(&rng, xn, -3, 3), *w = rand_floats(&rng, n, 0.5f, 1.5f);
+        float *pt = rand_floats(&rng, pn, -1, 1), *x2 = malloc(xn * 4), *xr = malloc(xn * 4);
+        float *ref = malloc((uint64_t)T * n * 4), *y = malloc((uint64_t)T * n * 4);
+        dcp_buffer *xb = upload(dev, x, xn * 4), *wb = upload(dev, w, n * 4), *pb = upload(dev, pt, pn * 4), *yb;
+        DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * n * 4, DCP_MEMORY_DEVICE, &yb));
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_rmsnorm_parts(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f, pb, 0, P, stride, po));
+        run(cmd);
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * n * 4));
+        DCP_ASSERT_OK(dcp_buffer_download(xb, 0, x2, xn * 4));
+        memcpy(xr, x, xn * 4);
+        dcp_ref_part_sum(T * n, P, stride, po, xo, 1, pt, xr);
+        if (memcmp(x2, xr, xn * 4) != 0) fail_msg("rmsnorm_parts n %u, %u parts: x differs from part_sum", n, P);
+        dcp_ref_rmsnorm(n, T, xr + xo, w, 1e-5f, ref);
+        for (uint64_t j = 0; j < (uint64_t)T * n; j++) {
+            double e = fabs(y[j] - ref[j]) / (1 + fabs(ref[j]));
+            if (!(e <= ELEM_REL)) fail_msg("rmsnorm_parts n %u: [%llu] %g vs %g", n, (unsigned long long)j, y[j], ref[j]);
+        }
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        assert_int_equal(dcp_op_rmsnorm_parts(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f, pb, 0, P, T * n - 1, po),
+                         DCP_ERR_INVALID_ARGUMENT);
+        dcp_buffer_destroy(xb);
+        dcp_buffer_destroy(wb);
+        dcp_buffer_destroy(pb);
+        dcp_buffer_destroy(yb);
+        free(x); free(w); free(pt); free(x2); free(xr); free(ref); free(y);
+    }
     dcp_cmd_destroy(cmd);
 }
 
@@ -370,7 +414,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add),
+        cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rmsnorm_parts),
         cmocka_unit_test(test_rope_store),  cmocka_unit_test(test_argmax),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

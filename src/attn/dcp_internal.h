@@ -35,5 +35,8 @@ uint32_t dcp_attn_exchanges(const dcp_attn *a);
 dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t local, dcp_cmd *cmd, dcp_comm_buf q,
                                  dcp_comm_buf o, dcp_comm_buf lse);
 dcp_status dcp_attn_exchange(dcp_attn *a, uint32_t phase);
+/* Split-KV chunks of local rank i's decode plan (set by the last dcp_attn_set): recordings of phase
+ * 0 stay valid while this and the communicator's mailboxes (dcp_comm_generation) do not change. */
+uint32_t dcp_attn_plan_chunks(const dcp_attn *a, uint32_t local);
 
 #endif

@@ -232,6 +232,8 @@ static double elapsed(dcp_cmd *cmd, uint32_t s0, uint32_t s1)
     return ns;
 }
 
+uint32_t dcp_attn_plan_chunks(const dcp_attn *a, uint32_t i) { return i < a->L ? dcp_decode_plan_chunks(a->r[i].plan) : 0; }
+
 uint32_t dcp_attn_exchanges(const dcp_attn *a) { return a->cfg.backend == DCP_BACKEND_A2A ? 1 : 2; }
 
 dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t i, dcp_cmd *cmd, dcp_comm_buf q,
@@ -312,7 +314,8 @@ fail:
 dcp_status dcp_attn_exchange(dcp_attn *a, uint32_t phase)
 {
     const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, NH = a->NH;
-    if (a->cfg.backend == DCP_BACKEND_A2A) return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_TO_ALL, put_slot(a), a2a_block(a));
+    if (a->cfg.backend == DCP_BACKEND_A2A)
+        return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_TO_ALL, put_slot(a), a2a_block(a));
     if (phase == 0) return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH * 4, B * NH * 4);
     /* The reduce-scatter's sum happens on the receiving devices (part_sum). */
     return dcp_comm_put_exchange(a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * D * 4, B * Hl * D * 4);

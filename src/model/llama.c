@@ -99,7 +99,29 @@ struct dcp_llama_state {
     dcp_kv_cache **caches;          /* [ng][n_layer] (dcp > 1) */
     dcp_attn **attns;               /* [ng][n_layer] (dcp > 1) */
     uint64_t tokens_run;            /* tokens processed (for the exchange statistics) */
+    /* Decode-step replay (see replay_key): a decode step's commands depend only on the plans'
+     * chunking and the communicators' mailboxes, so they are recorded once and resubmitted. */
+    dcp_cmd **home;                 /* [nl] each rank's own command (rank_state.cmd outside decode steps) */
+    dcp_cmd **rc;                   /* [rc_cap][nl] the recorded rounds of a decode step */
+    uint32_t rc_cap, rc_rounds;     /* rounds allocated; rounds of the valid recording (0: none) */
+    uint32_t rc_round;              /* round being recorded */
+    int rc_recording;               /* 1 while a decode step records into rc */
+    uint64_t rc_key;                /* replay_key of the valid recording */
+    struct rc_action *act;          /* [act_count] host steps after the rounds of the recording */
+    uint32_t act_count, act_cap;
+    uint32_t ar_tokens;             /* > 0: an all-reduce of that many rows awaits its sum (norm_x) */
 };
+
+/* A host step between two rounds of a recorded decode step: a communicator's put exchange or a
+ * DCP step's exchange, replayed in order after round `round`. */
+typedef struct rc_action {
+    uint32_t round;
+    dcp_comm *comm;                 /* put exchange (attn NULL) */
+    dcp_coll kind;
+    uint64_t slot, payload;
+    dcp_attn *attn;                 /* DCP step exchange `phase` */
+    uint32_t phase;
+} rc_action;
 
 /* ---- weights ------------------------------------------------------------------------------- */
 
@@ -633,6 +655,10 @@ void dcp_llama_state_destroy(dcp_llama_state *s)
         free(rs->pplans);
         free(rs->slots);
     }
+    for (uint64_t i = 0; s->rc && i < (uint64_t)s->rc_cap * s->w->nl; i++) dcp_cmd_destroy(s->rc[i]);
+    free(s->rc);
+    free(s->home);
+    free(s->act);
     for (uint32_t i = 0; s->attns && i < G * L; i++) dcp_attn_destroy(s->attns[i]);
     for (uint32_t i = 0; s->caches && i < G * L; i++) dcp_kv_cache_destroy(s->caches[i]);
     for (uint32_t g = 0; s->gcomm && g < G; g++) dcp_comm_destroy(s->gcomm[g]);
@@ -692,22 +718,78 @@ fail:
     return st;
 }
 
+/* Recorded round k of rank r (created on first use). */
+static dcp_status rc_cmd(dcp_llama_state *s, uint32_t k, uint32_t r, dcp_cmd **out)
+{
+    const uint32_t nl = s->w->nl;
+    if (k >= s->rc_cap) {
+        uint32_t cap = s->rc_cap ? 2 * s->rc_cap : 16;
+        dcp_cmd **rc = realloc(s->rc, (size_t)cap * nl * sizeof *rc);
+        if (!rc) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        memset(rc + (size_t)s->rc_cap * nl, 0, (size_t)(cap - s->rc_cap) * nl * sizeof *rc);
+        s->rc = rc;
+        s->rc_cap = cap;
+    }
+    dcp_cmd **c = &s->rc[(size_t)k * nl + r];
+    if (!*c) {
+        dcp_status st = dcp_cmd_create(s->r[r].dev, c);
+        if (st != DCP_OK) return st;
+    }
+    *out = *c;
+    return DCP_OK;
+}
+
 /* Ends the round after each rank's recording: submits every rank's command, waits for all, and
- * resets them for the next recording. */
+ * resets them for the next recording (recording a decode step: moves every rank on to the
+ * command of the next round, keeping this one). */
 static dcp_status round_all(dcp_llama_state *s)
 {
     dcp_status st = DCP_OK;
     DCP_TRY(run_all(s));
-    DCP_TRY(reset_all(s));
+    if (!s->rc_recording) return reset_all(s);
+    s->rc_round++;
+    for (uint32_t r = 0; r < s->w->nl; r++) {
+        DCP_TRY(rc_cmd(s, s->rc_round, r, &s->r[r].cmd));
+        DCP_TRY(dcp_cmd_reset(s->r[r].cmd));
+    }
 fail:
     return st;
 }
 
+/* Host steps between rounds, logged while a decode step is recorded so that replays repeat them. */
+static dcp_status log_action(dcp_llama_state *s, rc_action a)
+{
+    if (!s->rc_recording) return DCP_OK;
+    if (s->act_count == s->act_cap) {
+        uint32_t cap = s->act_cap ? 2 * s->act_cap : 64;
+        rc_action *n = realloc(s->act, cap * sizeof *n);
+        if (!n) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        s->act = n;
+        s->act_cap = cap;
+    }
+    a.round = s->rc_round - 1; /* after the round just run */
+    s->act[s->act_count++] = a;
+    return DCP_OK;
+}
+
+static dcp_status put_exchange(dcp_llama_state *s, dcp_comm *c, dcp_coll kind, uint64_t slot, uint64_t payload)
+{
+    dcp_status st = dcp_comm_put_exchange(c, kind, slot, payload);
+    if (st != DCP_OK) return st;
+    return log_action(s, (rc_action){0, c, kind, slot, payload, NULL, 0});
+}
+
+static dcp_status attn_exchange(dcp_llama_state *s, dcp_attn *a, uint32_t phase)
+{
+    dcp_status st = dcp_attn_exchange(a, phase);
+    if (st != DCP_OK) return st;
+    return log_action(s, (rc_action){0, NULL, DCP_COLL_ALL_GATHER, 0, 0, a, phase});
+}
+
 /* With T > 1: the all-reduce of every rank's part [tokens][n_embd] f32 as one round. Each rank's
  * recording ends with one copy of its part into its put area (hostmem: the one host allocation
- * every device imports); after the round each rank's next recording starts with x += the sum of
- * the T parts, read in place in rank order (part_sum: bitwise the same x on every rank, no host
- * sum, no host copy with hostmem). */
+ * every device imports); after the round the next rmsnorm of each rank adds the T parts to x first
+ * (norm_x). */
 static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
 {
     dcp_status st = DCP_OK;
@@ -718,19 +800,28 @@ static dcp_status all_reduce_part(dcp_llama_state *s, uint32_t tokens)
         dcp_comm_record_put(s->r[r].cmd); /* copy part -> peers' reads after the round */
     }
     DCP_TRY(round_all(s));
-    DCP_TRY(dcp_comm_put_exchange(s->comm, DCP_COLL_ALL_GATHER, (uint64_t)n * 4, (uint64_t)n * 4));
-    for (uint32_t r = 0; r < s->w->nl; r++) {
-        rank_state *rs = &s->r[r];
-        dcp_comm_buf in; /* rank j's part [n] f32 at in.offset + j * stride */
-        uint64_t stride;
-        dcp_comm_put_view(s->comm, (int)r, DCP_COLL_ALL_GATHER, (uint64_t)n * 4, &in, &stride);
-        dcp_part_sum_params ps = {n, s->w->tp, (uint32_t)(stride / 4), 0, 0, 1};
-        DCP_TRY(dcp_part_sum_record(rs->cmd, &ps, in.buffer, in.offset, rs->x, 0));
-        dcp_cmd_barrier(rs->cmd); /* part_sum x += parts -> next rmsnorm */
-    }
+    DCP_TRY(put_exchange(s, s->comm, DCP_COLL_ALL_GATHER, (uint64_t)n * 4, (uint64_t)n * 4));
+    s->ar_tokens = tokens;
     return DCP_OK;
 fail:
     return st;
+}
+
+/* xn rows [row0, row0 + rows) of rank r = rmsnorm(x) * w, after x += the sum of the pending
+ * all-reduce's parts, read in place in rank order, when there is one (rmsnorm_parts: bitwise the
+ * same x on every rank, no host sum, no host copy with hostmem). The caller clears s->ar_tokens
+ * once every rank has recorded its norm. */
+static dcp_status norm_x(dcp_llama_state *s, uint32_t r, dcp_buffer *w, uint32_t row0, uint32_t rows)
+{
+    const dcp_model_config *m = &s->w->cfg;
+    const uint32_t E = m->n_embd;
+    rank_state *rs = &s->r[r];
+    if (!s->ar_tokens) return dcp_op_rmsnorm(rs->cmd, rs->x, row0 * E, E, w, E, rs->xn, E, rows, m->rms_eps);
+    dcp_comm_buf in; /* rank j's part [ar_tokens][E] f32 at in.offset + j * stride */
+    uint64_t stride;
+    dcp_comm_put_view(s->comm, (int)r, DCP_COLL_ALL_GATHER, (uint64_t)s->ar_tokens * E * 4, &in, &stride);
+    return dcp_op_rmsnorm_parts(rs->cmd, rs->x, row0 * E, E, w, E, rs->xn, E, rows, m->rms_eps, in.buffer, in.offset,
+                                s->w->tp, (uint32_t)(stride / 4), row0 * E);
 }
 
 /* DCP attention of layer l for T tokens (q of the group's heads written by rope_store in each
@@ -751,7 +842,7 @@ static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
         for (uint32_t p = 0; p <= X; p++) {
             if (p > 0) {
                 DCP_TRY(round_all(s));
-                for (uint32_t g = 0; g < G; g++) DCP_TRY(dcp_attn_exchange(s->attns[g * L + l], p - 1));
+                for (uint32_t g = 0; g < G; g++) DCP_TRY(attn_exchange(s, s->attns[g * L + l], p - 1));
             }
             for (uint32_t r = 0; r < s->w->nl; r++) {
                 rank_state *rs = &s->r[r];
@@ -846,7 +937,61 @@ fail:
     return st;
 }
 
-/* Records and runs one chunk of T tokens at positions s->pos ... */
+/* What a decode step's recording depends on besides buffers fixed at creation: whether it computes
+ * the logits, the communicators' mailboxes (their banks are reset before every step) and the
+ * split-KV chunking of every decode plan (FNV-1a over them). */
+static uint64_t replay_key(const dcp_llama_state *s, int want_logits)
+{
+    const uint32_t L = s->w->cfg.n_layer;
+    uint64_t h = 1469598103934665603ull;
+#define DCP_MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    DCP_MIX(want_logits);
+    if (s->comm) DCP_MIX(dcp_comm_generation(s->comm));
+    for (uint32_t g = 0; s->gcomm && g < s->ng; g++) DCP_MIX(dcp_comm_generation(s->gcomm[g]));
+    for (uint32_t r = 0; r < s->w->nl; r++)
+        for (uint32_t l = 0; l < L; l++) {
+            const rank_state *rs = &s->r[r];
+            DCP_MIX(s->w->dcp == 1 ? dcp_decode_plan_chunks(rs->dplans[l])
+                                   : dcp_attn_plan_chunks(s->attns[rs->g * L + l], rs->gl));
+        }
+#undef DCP_MIX
+    return h;
+}
+
+/* Resubmits the recorded rounds of a decode step with their host steps in between. */
+static dcp_status replay_step(dcp_llama_state *s)
+{
+    dcp_status st = DCP_OK;
+    const uint32_t nl = s->w->nl;
+    uint32_t a = 0;
+    for (uint32_t k = 0; k < s->rc_rounds; k++) {
+        dcp_cmd **round = s->rc + (size_t)k * nl;
+        for (uint32_t r = 0; r < nl; r++) DCP_TRY(dcp_cmd_submit(round[r]));
+        for (uint32_t r = 0; r < nl; r++) DCP_TRY(dcp_cmd_wait(round[r]));
+        for (; a < s->act_count && s->act[a].round == k; a++) {
+            const rc_action *x = &s->act[a];
+            if (x->attn) DCP_TRY(dcp_attn_exchange(x->attn, x->phase));
+            else DCP_TRY(dcp_comm_put_exchange(x->comm, x->kind, x->slot, x->payload));
+        }
+    }
+    return DCP_OK;
+fail:
+    for (size_t i = 0; i < (size_t)s->rc_rounds * nl; i++) (void)dcp_cmd_wait(s->rc[i]);
+    s->rc_rounds = 0;
+    return st;
+}
+
+/* Every rank back on its own command after a decode step's recording. */
+static void end_recording(dcp_llama_state *s, int ok)
+{
+    s->rc_rounds = ok ? s->rc_round + 1 : 0;
+    s->rc_recording = 0;
+    for (uint32_t r = 0; r < s->w->nl; r++) s->r[r].cmd = s->home[r];
+}
+
+/* Records and runs one chunk of T tokens at positions s->pos ... A decode step (T = 1) is recorded
+ * into its own commands, one per round and rank, and replayed while replay_key stays the same:
+ * only the host-visible inputs (ids, RoPE angles, slots, block tables) change between steps. */
 static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint32_t T, int want_logits)
 {
     dcp_status st = DCP_OK;
@@ -856,6 +1001,27 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
     DCP_TRY(prepare_chunk(s, tokens, T));
     /* Mailboxes for this chunk's all-reduces (grown while every device is idle). */
     if (tp > 1) DCP_TRY(dcp_comm_prepare(s->comm, (uint64_t)T * E * 4));
+    s->ar_tokens = 0;
+    if (T == 1) {
+        if (!s->home) {
+            s->home = malloc(w->nl * sizeof *s->home);
+            if (!s->home) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            for (uint32_t r = 0; r < w->nl; r++) s->home[r] = s->r[r].cmd;
+        }
+        if (s->comm) dcp_comm_reset_banks(s->comm);
+        for (uint32_t g = 0; s->gcomm && g < s->ng; g++) dcp_comm_reset_banks(s->gcomm[g]);
+        uint64_t key = replay_key(s, want_logits);
+        if (s->rc_rounds && key == s->rc_key) {
+            DCP_TRY(replay_step(s));
+            s->pos += T;
+            s->tokens_run += T;
+            return DCP_OK;
+        }
+        s->rc_rounds = s->rc_round = s->act_count = 0;
+        s->rc_key = key;
+        s->rc_recording = 1;
+        for (uint32_t r = 0; r < w->nl; r++) DCP_TRY(rc_cmd(s, 0, r, &s->r[r].cmd));
+    }
     for (uint32_t r = 0; r < w->nl; r++) {
         rank_state *rs = &s->r[r];
         DCP_TRY(dcp_cmd_reset(rs->cmd));
@@ -871,8 +1037,8 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             const llama_layer *L = &rw->layers[l];
             rank_state *rs = &s->r[r];
             dcp_cmd *cmd = rs->cmd;
-            DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, 0, E, L->attn_norm, E, rs->xn, E, T, m->rms_eps));
-            dcp_cmd_barrier(cmd); /* rmsnorm xn -> qkv matmul */
+            DCP_TRY(norm_x(s, r, L->attn_norm, 0, T));
+            dcp_cmd_barrier(cmd); /* rmsnorm xn (and x += parts) -> qkv matmul */
             DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, rs->xn, 0, E, rs->qkv, rs->qkv4, T, 0));
             dcp_cmd_barrier(cmd); /* qkv -> rope_store */
             dcp_rope_store_args ra = {T, rw->gq, rw->hkv, D, m->n_rot, rs->qkv4, rs->qkv, rs->slots[l], rs->cs,
@@ -884,6 +1050,7 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
                 dcp_cmd_barrier(cmd); /* o -> o_proj */
             }
         }
+        s->ar_tokens = 0;
         if (N > 1) DCP_TRY(dcp_attention(s, l, T));
         for (uint32_t r = 0; r < w->nl; r++) {
             const rank_weights *rw = &w->ranks[r];
@@ -903,8 +1070,8 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             rank_state *rs = &s->r[r];
             dcp_cmd *cmd = rs->cmd;
             dcp_buffer *dst = acc ? rs->x : rs->part;
-            DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, 0, E, L->ffn_norm, E, rs->xn, E, T, m->rms_eps));
-            dcp_cmd_barrier(cmd); /* xn -> gate|up matmul */
+            DCP_TRY(norm_x(s, r, L->ffn_norm, 0, T));
+            dcp_cmd_barrier(cmd); /* xn (and x += parts) -> gate|up matmul */
             DCP_TRY(dcp_op_matmul(cmd, &L->wgu, rs->xn, 0, E, rs->gu, 2 * rw->f, T, 0));
             dcp_cmd_barrier(cmd); /* gu -> swiglu */
             DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * rw->f, rs->h, rw->f_pad, rw->f, T));
@@ -912,13 +1079,14 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             DCP_TRY(dcp_op_matmul(cmd, &L->wdown, rs->h, 0, rw->f_pad, dst, E, T, acc));
             dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
         }
+        s->ar_tokens = 0;
         if (!acc) DCP_TRY(all_reduce_part(s, T));
     }
     if (want_logits) {
         rank_state *rs = &s->r[0];
         const rank_weights *rw = &w->ranks[0];
         dcp_cmd *cmd = rs->cmd;
-        DCP_TRY(dcp_op_rmsnorm(cmd, rs->x, (T - 1) * E, E, rw->out_norm, E, rs->xn, E, 1, m->rms_eps));
+        DCP_TRY(norm_x(s, 0, rw->out_norm, T - 1, 1));
         dcp_cmd_barrier(cmd); /* final norm -> output head */
         DCP_TRY(dcp_op_matmul(cmd, &rw->output, rs->xn, 0, E, rs->logits, m->n_vocab, 1, 0));
         dcp_cmd_barrier(cmd); /* logits -> argmax */
@@ -926,10 +1094,12 @@ static dcp_status forward_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
         dcp_cmd_barrier_host(cmd); /* logits, next (host-visible) -> host reads after the wait */
     }
     DCP_TRY(run_all(s));
+    if (s->rc_recording) end_recording(s, 1);
     s->pos += T;
     s->tokens_run += T;
     return DCP_OK;
 fail:
+    if (s->rc_recording) end_recording(s, 0);
     return st;
 }
 

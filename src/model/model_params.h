@@ -44,6 +44,19 @@ DCP_PARAMS_STRUCT(dcp_rmsnorm_params) {
 };
 DCP_PARAMS_END(dcp_rmsnorm_params)
 
+/* rmsnorm_parts (rmsnorm.comp with RMSNORM_PARTS): the all-reduce's receiving side fused into the
+ * next rmsnorm. Per token row t and feature i < n, first
+ *   x[x_offset + t x_stride + i] += sum_{s < parts} p[part_offset + s part_stride + t n + i]
+ * (summed from 0 in rank order s = 0, 1, ..., as part_sum: bitwise the same x on every rank), then
+ * y = rmsnorm(x) * w as rmsnorm. */
+DCP_PARAMS_STRUCT(dcp_rmsnorm_parts_params) {
+    dcp_rmsnorm_params norm;
+    DCP_U32 parts;        /* ranks summed (>= 1) */
+    DCP_U32 part_stride;  /* floats between consecutive ranks' parts in p */
+    DCP_U32 part_offset;  /* floats before part 0, row 0 */
+};
+DCP_PARAMS_END(dcp_rmsnorm_parts_params)
+
 /* rope_store: one token row of src = [q_heads][D] | [kv_heads][D] (K) | [kv_heads][D] (V).
  * Rotates adjacent pairs (2i, 2i+1), i < n_rot/2, of every Q and K head by the angle whose
  * (cos, sin) is cs[t][i]; writes Q to q_out [tokens][q_heads][D] and, for tokens with

@@ -170,6 +170,27 @@ dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32
     return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM, spec, b, &p, tokens, 1, 1);
 }
 
+dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                                dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
+                                uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
+                                uint32_t parts, uint32_t part_stride, uint32_t part_offset)
+{
+    if (tokens == 0) return DCP_OK;
+    uint64_t p_need = ((uint64_t)part_offset + (uint64_t)(parts ? parts - 1 : 0) * part_stride + (uint64_t)tokens * n) * 4;
+    if (parts == 0 || part_stride < (uint64_t)tokens * n || p_offset > dcp_buffer_size(p) ||
+        p_need > dcp_buffer_size(p) - p_offset)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm_parts: %u parts of %u x %u (stride %u) do not fit", parts,
+                        tokens, n, part_stride);
+    if (x_stride < n || y_stride < n ||
+        ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
+        ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) || (uint64_t)n * 4 > dcp_buffer_size(w))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm_parts: %u rows of %u do not fit the buffers", tokens, n);
+    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    dcp_binding b[4] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}, {p, p_offset, p_need}};
+    dcp_rmsnorm_parts_params pp = {{n, tokens, x_stride, y_stride, x_offset, eps}, parts, part_stride, part_offset};
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_PARTS, spec, b, &pp, tokens, 1, 1);
+}
+
 dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
 {
     if (a->head_dim == 0 || a->head_dim % 2 || a->n_rot % 2 || a->n_rot > a->head_dim)

@@ -52,6 +52,15 @@ dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32
                           dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
                           uint32_t tokens, float eps);
 
+/* The all-reduce's receiving side fused into the next rmsnorm: first x rows += the sum, in rank
+ * order s = 0 .. parts-1 from 0 (as part_sum: bitwise the same on every rank), of the parts
+ * p [parts][tokens][n] f32 (part s's row t at float part_offset + s * part_stride + t * n of p,
+ * bound from byte p_offset), writing x back; then y = rmsnorm(x) * w as dcp_op_rmsnorm. */
+dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                                dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
+                                uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
+                                uint32_t parts, uint32_t part_stride, uint32_t part_offset);
+
 /* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
  * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
  * 0xffffffff: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
