@@ -6,8 +6,11 @@
  * ranks get one more); o_proj and ffn_down split by input columns (row-parallel), their partial
  * outputs summed by an all-reduce over the group; embedding, norms and output head replicated
  * (only rank 0 computes the logits). With T = 1 a whole step is one command buffer; with T > 1 a
- * step is 2 n_layer + 1 submits per rank around the host-synchronous all-reduces of the
- * communicator (include/dcpvk/comm.h).
+ * step is one submit-and-wait round of every rank's command per exchange: each all-reduce (parts
+ * put into the communicator's mailboxes, summed by the next rmsnorm in rank order: no host copy
+ * with hostmem, no host sum), each exchange of the DCP decode step (a2a 1, ag_rs 2), and the end.
+ * Decode steps are recorded once and replayed while the plans' chunking and the mailboxes stay
+ * the same (replay_key).
  *
  * DCP (size N > 1, groups of N consecutive TP ranks sharing their KV heads): every rank computes
  * the Q of its group's N * Hl heads; each layer has one dcp_kv_cache per group (interleaved
