@@ -23,6 +23,12 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   set_tests_properties(test_llama_mpi2x4_dcp2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0,0,0")
   dcp_mpi_test(test_llama_mpi4x2_dcp2_ag_rs 4 test_llama_mpi 8 2 ag_rs 2 16 40 24)
   set_tests_properties(test_llama_mpi4x2_dcp2_ag_rs PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0")
+  # Half a DCP group per process: a generated model with 2 KV heads allows DCP 4 at TP 8; 4 processes
+  # of 2 devices, each DCP group a sub-communicator of 2 processes x 2 devices.
+  dcp_mpi_test(test_llama_mpi4x2_dcp4_gen 4 test_llama_mpi 8 4 a2a 2 16 1 24 gen)
+  set_tests_properties(test_llama_mpi4x2_dcp4_gen PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0")
+  dcp_mpi_test(test_llama_mpi4x2_dcp4_gen_ag_rs 4 test_llama_mpi 8 4 ag_rs 4 16 1 24 q_replicate gen)
+  set_tests_properties(test_llama_mpi4x2_dcp4_gen_ag_rs PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0")
 endif()
 # dcp-vk-run under mpiexec as a user runs it: TP 8 / DCP 2 over 8 processes prints the TP 1 text;
 # ag_rs over 4 processes x 2 ranks; exit codes 2 (configuration) and 1 (unreadable model).

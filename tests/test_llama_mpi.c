@@ -4,14 +4,19 @@
  * stories260K greedy decoding reproduces the reference ids (../shared/models/README.md) on every
  * process, and process 0's logits match the double-precision CPU reference step within 1e-4.
  *
- * Usage: test_llama_mpi TP DCP BACKEND INTERLEAVE BLOCK PREFILL STEPS [q_replicate]
- *   PREFILL: tokens of the reference run through one batched prefill first (1: from BOS alone);
- *   STEPS: greedy decode steps checked after it. */
+ * With `gen` the model is instead a generated llama (8 query heads, 2 KV heads: TP 8 allows DCP 4,
+ * so 4 processes of 2 devices hold half a DCP group each) decoded greedily from token 1, process 0's
+ * reference argmax (broadcast) being the id every process must produce.
+ *
+ * Usage: test_llama_mpi TP DCP BACKEND INTERLEAVE BLOCK PREFILL STEPS [q_replicate] [gen]
+ *   PREFILL: tokens of the reference run through one batched prefill first (1: from BOS alone;
+ *   gen: 1); STEPS: greedy decode steps checked after it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dcpvk/comm.h"
 #include "dcpvk/gguf.h"
@@ -41,7 +46,7 @@ static const int32_t stories_ref[257] = {
 typedef struct mpi_case {
     uint32_t tp, dcp, interleave, block, prefill, steps;
     dcp_backend backend;
-    int q_replicate;
+    int q_replicate, gen;
 } mpi_case;
 
 static mpi_case the_case;
@@ -75,7 +80,20 @@ static void test_stories_over_mpi(void **state)
 
     dcp_gguf *g;
     dcp_model_config cfg;
-    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &g));
+    char gen_path[64] = "";
+    if (pc->gen) { /* every process writes the same model (same seed) to its own file */
+        snprintf(gen_path, sizeof gen_path, "/tmp/dcp-vk-llama-mpi-%ld.gguf", (long)getpid());
+        dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+        mc.n_embd = 128;
+        mc.n_layer = 2;
+        mc.n_head = 8;
+        mc.n_head_kv = 2;
+        mc.head_dim = 16;
+        mc.n_ff = 256;
+        mc.seed = 99;
+        DCP_ASSERT_OK(dcp_gguf_make_test_model(gen_path, &mc));
+    }
+    DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_shared_path("models/stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_llama_weights *w;
     DCP_ASSERT_OK(dcp_llama_weights_create_ranks(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, g, &cfg, NULL,
@@ -130,7 +148,7 @@ static void test_stories_over_mpi(void **state)
     if (proc == 0)
         for (uint32_t t = 0; t + 1 < pc->prefill; t++) dcp_ref_llama_step(&ref, stories_ref[t], t, want);
     if (pc->prefill > 1) DCP_ASSERT_OK(dcp_llama_forward(s, stories_ref, pc->prefill - 1, NULL, NULL));
-    int32_t tok = stories_ref[pc->prefill - 1], next = -1;
+    int32_t tok = pc->gen ? 1 : stories_ref[pc->prefill - 1], next = -1;
     double worst = 0.0;
     for (uint32_t step = pc->prefill - 1; step < pc->prefill - 1 + pc->steps; step++) {
         DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, proc == 0 ? logits : NULL, &next));
@@ -146,23 +164,26 @@ static void test_stories_over_mpi(void **state)
                 fail_msg("TP %u DCP %u step %u: logits max abs error %g > %g", pc->tp, pc->dcp, step, err,
                          LOGITS_TOL);
         }
-        if (next != stories_ref[step + 1])
+        int32_t expect = pc->gen ? (int32_t)(proc == 0 ? dcp_ref_argmax(V, want) : 0) : stories_ref[step + 1];
+        if (pc->gen) DCP_ASSERT_OK(dcp_mpi_bcast(&expect, sizeof expect, 0));
+        if (next != expect)
             fail_msg("process %d, TP %u DCP %u step %u: generated id %d, reference %d", proc, pc->tp, pc->dcp,
-                     step, next, stories_ref[step + 1]);
+                     step, next, expect);
         tok = next;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = dcp_mpi_max((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     if (pc->tp > 1) assert_true(dcp_llama_state_exchange_bytes(s) > 0);
     if (proc == 0)
-        printf("%d processes x %u devices, TP %u DCP %u %s I %u B %u%s: %u greedy ids match on every process "
-               "(prefill %u); logits max abs error %.3g; %.1f s (%.1f tokens/s)\n",
-               nproc, nl, pc->tp, pc->dcp, dcp_backend_name(pc->backend), pc->interleave, pc->block,
+        printf("%s, %d processes x %u devices, TP %u DCP %u %s I %u B %u%s: %u greedy ids match on every "
+               "process (prefill %u); logits max abs error %.3g; %.1f s (%.1f tokens/s)\n",
+               pc->gen ? "generated model" : "stories260K", nproc, nl, pc->tp, pc->dcp, dcp_backend_name(pc->backend), pc->interleave, pc->block,
                pc->q_replicate ? " q_replicate" : "", pc->steps, pc->prefill, worst, secs,
                (pc->prefill - 1 + pc->steps) / secs);
     dcp_llama_state_destroy(s);
     dcp_llama_weights_destroy(w);
     dcp_gguf_close(g);
+    if (gen_path[0]) unlink(gen_path);
     dcp_test_context_done(ctx);
     free(ref.k_cache);
     free(ref.v_cache);
@@ -196,9 +217,12 @@ int main(int argc, char **argv)
     c->block = (uint32_t)atoi(argv[5]);
     c->prefill = (uint32_t)atoi(argv[6]);
     c->steps = (uint32_t)atoi(argv[7]);
-    c->q_replicate = argc > 8 && strcmp(argv[8], "q_replicate") == 0;
-    if (c->prefill < 1 || c->prefill - 1 + c->steps > 256) {
-        fprintf(stderr, "PREFILL >= 1 and PREFILL - 1 + STEPS <= 256\n");
+    for (int i = 8; i < argc; i++) {
+        c->q_replicate |= strcmp(argv[i], "q_replicate") == 0;
+        c->gen |= strcmp(argv[i], "gen") == 0;
+    }
+    if (c->prefill < 1 || c->prefill - 1 + c->steps > 256 || (c->gen && c->prefill != 1)) {
+        fprintf(stderr, "PREFILL >= 1 (gen: 1) and PREFILL - 1 + STEPS <= 256\n");
         dcp_mpi_finalize();
         return 2;
     }
