@@ -7,15 +7,13 @@ dcp_test(test_sampler SOURCES test_sampler.c)
 dcp_test(test_run SOURCES test_run.c ARGS $<TARGET_FILE:dcp-vk-run>)
 add_dependencies(test_run dcp-vk-run)
 # The model over MPI processes (one TP rank per process; DCP groups on sub-communicators):
-# stories260K greedy from BOS at TP 8 / DCP 2 a2a under mpiexec -n 8: the first 128 of the 256
-# reference ids (all 256 take 2.7 to 3.6 min on 2 cores, which 8 processes oversubscribe; the
-# in-process test_llama_dcp checks all 256, and `test_llama_mpi 8 2 a2a 1 16 1 256` under
-# mpiexec -n 8 does here); ag_rs with interleave = block size and q_replicate after a prefill over
+# stories260K greedy from BOS at TP 8 / DCP 2 a2a under mpiexec -n 8: all 256 reference ids
+# (about 2 minutes on 2 cores, which 8 processes oversubscribe); ag_rs with interleave = block size and q_replicate after a prefill over
 # the shards; 2 processes x 4 devices and 4 x 2 (whole DCP groups in each process, TP over processes).
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   # Without mpiexec: a singleton MPI world, TP 1 through dcp_llama_weights_create_ranks.
   dcp_test(test_llama_mpi_1 SOURCES test_llama_mpi.c vkutil.c EXE test_llama_mpi ARGS 1 1 a2a 1 16 1 8)
-  dcp_mpi_test(test_llama_mpi8_dcp2_a2a 8 test_llama_mpi 8 2 a2a 1 16 1 128)
+  dcp_mpi_test(test_llama_mpi8_dcp2_a2a 8 test_llama_mpi 8 2 a2a 1 16 1 256)
   set_tests_properties(test_llama_mpi8_dcp2_a2a PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0")
   dcp_mpi_test(test_llama_mpi8_dcp2_ag_rs 8 test_llama_mpi 8 2 ag_rs 8 8 40 24 q_replicate)
   set_tests_properties(test_llama_mpi8_dcp2_ag_rs PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0")
