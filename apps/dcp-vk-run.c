@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cli.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
@@ -49,21 +50,6 @@ static void fail(const char *prog, const char *what, dcp_status st)
                 dcp_last_error());
     else
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dcp_status_string(st), dcp_last_error());
-}
-
-static void json_string(FILE *f, const char *s, size_t n)
-{
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c == '\r') fputs("\\r", f);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 /* Opens the model (or generates the test model into gen_path), reads its hyperparameters and
@@ -343,9 +329,9 @@ int main(int argc, char **argv)
     double xbytes = run_tokens ? (double)dcp_llama_state_exchange_bytes(s) / run_tokens : 0.0;
     if (lead && o.json) { /* under MPI process 0 reports */
         printf("{\"model\": ");
-        json_string(stdout, model, strlen(model));
+        dcp_cli_json_string(stdout, model, strlen(model));
         printf(", \"device\": ");
-        json_string(stdout, info->name, strlen(info->name));
+        dcp_cli_json_string(stdout, info->name, strlen(info->name));
         printf(", \"tensor_parallel_size\": %u, \"decode_context_parallel_size\": %u, \"dcp_comm_backend\": \"%s\", "
                "\"interleave\": %u, \"block_size\": %u, \"kv_dtype\": \"%s\", \"prompt_tokens\": %zu, "
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
@@ -354,7 +340,7 @@ int main(int argc, char **argv)
                "\"text\": ",
                o.tp, o.dcp, o.backend, o.interleave, o.block_size, o.kv_dtype, n_prompt, n_gen, steps, t_prompt,
                t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes, xbytes, world.nproc);
-        json_string(stdout, text ? text : "", text_len);
+        dcp_cli_json_string(stdout, text ? text : "", text_len);
         printf(", \"tokens\": [");
         for (uint32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
         printf("]}\n");

@@ -13,21 +13,7 @@
 
 static const char *app;
 
-typedef struct result {
-    int code;
-    char *out, *err;
-} result;
-
-static char *slurp(FILE *f)
-{
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    return s;
-}
+typedef dcp_test_result result;
 
 /* Runs app with args (NULL-terminated), captures stdout and stderr. */
 static result run_app(const char *const *args)
@@ -37,27 +23,10 @@ static result run_app(const char *const *args)
     argv[n++] = app;
     for (; args[n - 1]; n++) argv[n] = args[n - 1];
     argv[n] = NULL;
-    FILE *fo = tmpfile(), *fe = tmpfile();
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fileno(fo), 1);
-        dup2(fileno(fe), 2);
-        execv(app, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(fo), slurp(fe)};
-    fclose(fo);
-    fclose(fe);
-    return r;
+    return dcp_test_spawn(argv);
 }
 
-static void done(result *r)
-{
-    free(r->out);
-    free(r->err);
-}
+static void done(result *r) { dcp_test_result_free(r); }
 
 static const char *stories(void) { return dcp_test_shared_path("models/stories260K.gguf"); }
 

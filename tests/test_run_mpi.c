@@ -13,21 +13,7 @@
 
 static const char *mpiexec, *app;
 
-typedef struct result {
-    int code;
-    char *out, *err;
-} result;
-
-static char *slurp(FILE *f)
-{
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    return s;
-}
+typedef dcp_test_result result;
 
 /* Runs `mpiexec -n nproc env DCP_VK_DEVICES=devices app args...` (nproc 0: app alone, with
  * DCP_VK_DEVICES=devices) and captures stdout and stderr. */
@@ -48,28 +34,14 @@ static result run(int nproc, const char *devices, const char *const *args)
     argv[n++] = app;
     for (int i = 0; args[i]; i++) argv[n++] = args[i];
     argv[n] = NULL;
-    FILE *fo = tmpfile(), *fe = tmpfile();
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fileno(fo), 1);
-        dup2(fileno(fe), 2);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(fo), slurp(fe)};
-    fclose(fo);
-    fclose(fe);
-    return r;
+    return dcp_test_spawn(argv);
 }
 
 /* The runs inherit DCP_VK_VALIDATION=1 from CTest: any validation message fails the test. */
 static void done(result *r)
 {
     if (strstr(r->err, "dcp-vk: validation ")) fail_msg("validation message:\n%s", r->err);
-    free(r->out);
-    free(r->err);
+    dcp_test_result_free(r);
 }
 
 static int count(const char *s, const char *needle)

@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 const char *dcp_test_shared_path(const char *relative)
 {
@@ -40,4 +42,43 @@ float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi)
 {
     double u = (double)(dcp_test_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(lo + (hi - lo) * u);
+}
+
+static char *slurp(FILE *f)
+{
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    return s;
+}
+
+dcp_test_result dcp_test_spawn(const char *const *argv)
+{
+    FILE *fo = tmpfile(), *fe = tmpfile();
+    assert_true(fo && fe);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fileno(fo), 1);
+        dup2(fileno(fe), 2);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    dcp_test_result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(fo), slurp(fe)};
+    fclose(fo);
+    fclose(fe);
+    return r;
+}
+
+void dcp_test_result_free(dcp_test_result *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
 }

@@ -15,6 +15,16 @@ const char *dcp_test_shared_path(const char *relative);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); fails the test if it cannot. */
 char *dcp_test_read_file(const char *path, size_t *size_out);
 
+/* A finished child process: exit code (-1 if it did not exit) and what it printed. */
+typedef struct dcp_test_result {
+    int code;
+    char *out, *err; /* malloc'd, NUL-terminated */
+} dcp_test_result;
+
+/* Runs argv[0] (searched in PATH when it has no slash) with argv, capturing stdout and stderr. */
+dcp_test_result dcp_test_spawn(const char *const *argv);
+void dcp_test_result_free(dcp_test_result *r);
+
 /* SplitMix64: deterministic random numbers for test data. */
 typedef struct dcp_test_rng {
     uint64_t state;
