@@ -80,7 +80,6 @@ typedef struct rank_state {
     dcp_buffer *x, *xn, *qkv, *q, *o, *lse, *gu, *h, *part; /* activations [prefill_chunk][stride] f32 */
     dcp_buffer *o_all, *lse_all;    /* DCP prefill: gathered partials [N][chunk][gq][D], [N][chunk][gq] */
     dcp_buffer *om, *lsem;          /* DCP prefill: merged [chunk][gq][D], [chunk][gq] */
-    dcp_buffer *q_own;              /* DCP decode without q_replicate: own heads [1][hq][D] */
     dcp_buffer **slots;             /* [n_layer] host-visible [chunk] u32 KV slots */
     dcp_buffer *ids, *cs;           /* host-visible step inputs: [chunk] u32, [chunk][n_rot/2][2] f32 */
     dcp_buffer *logits, *next;      /* host-visible outputs: [n_vocab] f32, [1] u32 */
@@ -490,7 +489,6 @@ static dcp_status rank_state_create(dcp_llama_state *s, uint32_t i)
         DCP_TRY(dcp_buffer_create(rs->dev, N * rows * 4, DCP_MEMORY_DEVICE, &rs->lse_all));
         DCP_TRY(dcp_buffer_create(rs->dev, rows * D * 4, DCP_MEMORY_DEVICE, &rs->om));
         DCP_TRY(dcp_buffer_create(rs->dev, rows * 4, DCP_MEMORY_DEVICE, &rs->lsem));
-        DCP_TRY(dcp_buffer_create(rs->dev, (uint64_t)rw->hq * D * 4, DCP_MEMORY_DEVICE, &rs->q_own));
     }
     /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
     DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
@@ -651,7 +649,7 @@ void dcp_llama_state_destroy(dcp_llama_state *s)
             if (rs->slots) dcp_buffer_destroy(rs->slots[l]);
         }
         dcp_buffer *bufs[] = {rs->x, rs->xn, rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h, rs->part, rs->o_all,
-                              rs->lse_all, rs->om, rs->lsem, rs->q_own, rs->ids, rs->cs, rs->logits, rs->next};
+                              rs->lse_all, rs->om, rs->lsem, rs->ids, rs->cs, rs->logits, rs->next};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
         free(rs->pools);
         free(rs->dplans);
