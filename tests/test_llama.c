@@ -12,6 +12,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "ref/model_ref.h"
+#include "ref_model.h"
 #include "stories_ref.h"
 #include "vkutil.h"
 
@@ -25,72 +26,21 @@ typedef struct fixture {
     dcp_gguf *g;
     dcp_model_config cfg;
     dcp_llama_weights *w;
-    /* reference model */
-    float **tensors;
-    size_t n_tensors;
-    dcp_ref_llama_layer *layers;
-    dcp_ref_llama ref;
+    dcp_test_ref_model rm; /* the CPU reference model */
 } fixture;
-
-static const float *host_tensor(fixture *f, const char *name)
-{
-    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(f->g, name);
-    assert_non_null(t);
-    float *v = malloc(t->n_elements * sizeof *v);
-    DCP_ASSERT_OK(dcp_gguf_tensor_to_f32(f->g, t, v));
-    f->tensors = realloc(f->tensors, (f->n_tensors + 1) * sizeof *f->tensors);
-    f->tensors[f->n_tensors++] = v;
-    return v;
-}
-
-static void ref_reset(fixture *f)
-{
-    size_t n = (size_t)f->cfg.n_layer * f->ref.n_ctx * f->cfg.n_head_kv * f->cfg.head_dim;
-    memset(f->ref.k_cache, 0, n * sizeof(float));
-    memset(f->ref.v_cache, 0, n * sizeof(float));
-}
 
 /* Opens a GGUF, reads its config and builds the f32 reference model of it (KV for 300 tokens). */
 static void load_model(fixture *f, const char *path)
 {
     DCP_ASSERT_OK(dcp_gguf_open(path, &f->g));
     DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    const dcp_model_config *c = &f->cfg;
-    dcp_ref_llama *r = &f->ref;
-    *r = (dcp_ref_llama){c->n_embd, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->n_ff, c->n_vocab,
-                         c->n_rot, 300, c->rms_eps, c->rope_freq_base, NULL, NULL, NULL, NULL, NULL, NULL};
-    r->tok_embd = host_tensor(f, "token_embd.weight");
-    r->output_norm = host_tensor(f, "output_norm.weight");
-    r->output = host_tensor(f, "output.weight");
-    f->layers = calloc(c->n_layer, sizeof *f->layers);
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        char n[64];
-#define T(field, suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), f->layers[l].field = host_tensor(f, n))
-        T(attn_norm, "attn_norm.weight");
-        T(wq, "attn_q.weight");
-        T(wk, "attn_k.weight");
-        T(wv, "attn_v.weight");
-        T(wo, "attn_output.weight");
-        T(ffn_norm, "ffn_norm.weight");
-        T(w_gate, "ffn_gate.weight");
-        T(w_up, "ffn_up.weight");
-        T(w_down, "ffn_down.weight");
-#undef T
-    }
-    r->layers = f->layers;
-    size_t kv = (size_t)c->n_layer * r->n_ctx * c->n_head_kv * c->head_dim;
-    r->k_cache = calloc(kv, sizeof(float));
-    r->v_cache = calloc(kv, sizeof(float));
+    dcp_test_ref_model_load(&f->rm, f->g, &f->cfg, 300);
 }
 
 static void free_model(fixture *f)
 {
     dcp_gguf_close(f->g);
-    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i]);
-    free(f->tensors);
-    free(f->layers);
-    free(f->ref.k_cache);
-    free(f->ref.v_cache);
+    dcp_test_ref_model_free(&f->rm);
 }
 
 static int setup(void **state)
@@ -133,14 +83,14 @@ static void test_stories_greedy_matches_reference(void **state)
     lc.n_ctx = 512;
     dcp_llama_state *s;
     DCP_ASSERT_OK(dcp_llama_state_create(f->w, &lc, &s));
-    ref_reset(f);
+    dcp_test_ref_model_reset(&f->rm);
     float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
     int32_t tok = stories_ref[0];
     double worst = 0.0;
     for (uint32_t step = 0; step < 256; step++) {
         int32_t next = -1;
         DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, logits, &next));
-        dcp_ref_llama_step(&f->ref, tok, step, want);
+        dcp_ref_llama_step(&f->rm.ref, tok, step, want);
         double err = max_abs_diff(logits, want, V);
         if (err > worst) worst = err;
         if (!(err <= LOGITS_TOL)) fail_msg("step %u: logits max abs error %g > %g", step, err, LOGITS_TOL);
@@ -184,8 +134,8 @@ static void test_prefill_chunks(void **state)
     const uint32_t V = f->cfg.n_vocab, P = 70;
     static const uint32_t chunks[] = {16, 70, 128, 1};
     float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
-    ref_reset(f);
-    for (uint32_t t = 0; t < P; t++) dcp_ref_llama_step(&f->ref, stories_ref[t], t, want);
+    dcp_test_ref_model_reset(&f->rm);
+    for (uint32_t t = 0; t < P; t++) dcp_ref_llama_step(&f->rm.ref, stories_ref[t], t, want);
     for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++)
         for (int kvt = 0; kvt < 2; kvt++) {
             dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
@@ -261,16 +211,16 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
     lc.q_replicate = pc->q_replicate;
     dcp_llama_state *s;
     DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
-    ref_reset(f);
+    dcp_test_ref_model_reset(&f->rm);
     float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
-    for (uint32_t t = 0; t + 1 < prefill; t++) dcp_ref_llama_step(&f->ref, stories_ref[t], t, want);
+    for (uint32_t t = 0; t + 1 < prefill; t++) dcp_ref_llama_step(&f->rm.ref, stories_ref[t], t, want);
     int32_t next = -1;
     if (prefill > 1) DCP_ASSERT_OK(dcp_llama_forward(s, stories_ref, prefill - 1, NULL, NULL));
     int32_t tok = stories_ref[prefill - 1];
     double worst = 0.0;
     for (uint32_t step = prefill - 1; step < prefill - 1 + steps; step++) {
         DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, logits, &next));
-        dcp_ref_llama_step(&f->ref, tok, step, want);
+        dcp_ref_llama_step(&f->rm.ref, tok, step, want);
         double err = max_abs_diff(logits, want, V);
         if (err > worst) worst = err;
         if (!(err <= LOGITS_TOL))
@@ -368,7 +318,7 @@ static void test_generated_models(void **state)
         double worst = 0.0;
         for (uint32_t step = 0; step < 24; step++) {
             DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, logits, &next));
-            dcp_ref_llama_step(&f.ref, tok, step, want);
+            dcp_ref_llama_step(&f.rm.ref, tok, step, want);
             double err = max_abs_diff(logits, want, V);
             if (err > worst) worst = err;
             if (!(err <= LOGITS_TOL))

@@ -23,6 +23,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "ref/model_ref.h"
+#include "ref_model.h"
 #include "stories_ref.h"
 #include "vkutil.h"
 
@@ -39,21 +40,6 @@ typedef struct mpi_case {
 
 static mpi_case the_case;
 static int proc, nproc;
-
-/* Host f32 copies of the GGUF tensors the reference reads (freed at the end). */
-static float *tensors[256];
-static size_t n_tensors;
-
-static const float *host_tensor(const dcp_gguf *g, const char *name)
-{
-    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(g, name);
-    assert_non_null(t);
-    assert_true(n_tensors < sizeof tensors / sizeof tensors[0]);
-    float *v = malloc(t->n_elements * sizeof *v);
-    DCP_ASSERT_OK(dcp_gguf_tensor_to_f32(g, t, v));
-    tensors[n_tensors++] = v;
-    return v;
-}
 
 static void test_stories_over_mpi(void **state)
 {
@@ -102,46 +88,21 @@ static void test_stories_over_mpi(void **state)
 
     /* The CPU reference, on process 0 only (the others check the ids). */
     const uint32_t V = cfg.n_vocab;
-    dcp_ref_llama_layer *layers = NULL;
-    dcp_ref_llama ref = {0};
-    if (proc == 0) {
-        ref = (dcp_ref_llama){cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, V,
-                              cfg.n_rot, 300, cfg.rms_eps, cfg.rope_freq_base, NULL, NULL, NULL, NULL, NULL, NULL};
-        ref.tok_embd = host_tensor(g, "token_embd.weight");
-        ref.output_norm = host_tensor(g, "output_norm.weight");
-        ref.output = host_tensor(g, "output.weight");
-        layers = calloc(cfg.n_layer, sizeof *layers);
-        for (uint32_t l = 0; l < cfg.n_layer; l++) {
-            char n[64];
-#define T(field, suffix) (snprintf(n, sizeof n, "blk.%u." suffix, l), layers[l].field = host_tensor(g, n))
-            T(attn_norm, "attn_norm.weight");
-            T(wq, "attn_q.weight");
-            T(wk, "attn_k.weight");
-            T(wv, "attn_v.weight");
-            T(wo, "attn_output.weight");
-            T(ffn_norm, "ffn_norm.weight");
-            T(w_gate, "ffn_gate.weight");
-            T(w_up, "ffn_up.weight");
-            T(w_down, "ffn_down.weight");
-#undef T
-        }
-        ref.layers = layers;
-        size_t kv = (size_t)cfg.n_layer * ref.n_ctx * cfg.n_head_kv * cfg.head_dim;
-        ref.k_cache = calloc(kv, sizeof(float));
-        ref.v_cache = calloc(kv, sizeof(float));
-    }
+    dcp_test_ref_model rm = {0};
+    dcp_ref_llama *ref = &rm.ref;
+    if (proc == 0) dcp_test_ref_model_load(&rm, g, &cfg, 300);
     float *logits = malloc(V * sizeof(float)), *want = malloc(V * sizeof(float));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (proc == 0)
-        for (uint32_t t = 0; t + 1 < pc->prefill; t++) dcp_ref_llama_step(&ref, stories_ref[t], t, want);
+        for (uint32_t t = 0; t + 1 < pc->prefill; t++) dcp_ref_llama_step(ref, stories_ref[t], t, want);
     if (pc->prefill > 1) DCP_ASSERT_OK(dcp_llama_forward(s, stories_ref, pc->prefill - 1, NULL, NULL));
     int32_t tok = pc->gen ? 1 : stories_ref[pc->prefill - 1], next = -1;
     double worst = 0.0;
     for (uint32_t step = pc->prefill - 1; step < pc->prefill - 1 + pc->steps; step++) {
         DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, proc == 0 ? logits : NULL, &next));
         if (proc == 0) {
-            dcp_ref_llama_step(&ref, tok, step, want);
+            dcp_ref_llama_step(ref, tok, step, want);
             double err = 0.0;
             for (uint32_t i = 0; i < V; i++) {
                 double d = fabs((double)logits[i] - want[i]);
@@ -173,11 +134,7 @@ static void test_stories_over_mpi(void **state)
     dcp_gguf_close(g);
     if (gen_path[0]) unlink(gen_path);
     dcp_test_context_done(ctx);
-    free(ref.k_cache);
-    free(ref.v_cache);
-    free(layers);
-    for (size_t i = 0; i < n_tensors; i++) free(tensors[i]);
-    n_tensors = 0;
+    dcp_test_ref_model_free(&rm);
     free(logits);
     free(want);
 }
