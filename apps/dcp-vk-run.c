@@ -190,7 +190,7 @@ int main(int argc, char **argv)
     lc.kv_dtype = strcmp(o.kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
     lc.prefill_chunk = o.prefill_chunk;
     lc.interleave = o.interleave;
-    lc.backend = strcmp(o.backend, "ag_rs") == 0 ? DCP_BACKEND_AG_RS : DCP_BACKEND_A2A;
+    lc.backend = strcmp(o.backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
     lc.q_replicate = o.q_replicate;
     if ((st = dcp_llama_state_create(w, &lc, &s))) {
         fail(prog, "creating the run state", st);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "ref/ref.h"
 #include "vkutil.h"
 
@@ -164,20 +164,20 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
         DCP_ASSERT_OK(open_comm(ctx, in_process[t], &comm));
         for (int qr = 0; qr < 2; qr++)
             for (int be = 0; be < 2; be++) {
-                dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
+                dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
                 ac.batch = batch;
                 ac.heads_local = Hl;
-                ac.backend = be ? DCP_BACKEND_AG_RS : DCP_BACKEND_A2A;
+                ac.backend = be ? DCP_CP_AG_RS : DCP_CP_A2A;
                 ac.q_replicate = qr;
                 ac.chunk_tokens = c->chunk_tokens;
-                dcp_attn *attn = NULL;
+                dcp_cp_attn *attn = NULL;
                 if (N == 1 && !be) {
-                    assert_int_equal(dcp_attn_create(comm, cache, &ac, &attn), DCP_ERR_CONFIG);
+                    assert_int_equal(dcp_cp_attn_create(comm, cache, &ac, &attn), DCP_ERR_CONFIG);
                     assert_non_null(strstr(dcp_last_error(), "a2a needs a DCP size > 1"));
                     continue;
                 }
-                DCP_ASSERT_OK(dcp_attn_create(comm, cache, &ac, &attn));
-                DCP_ASSERT_OK(dcp_attn_set(attn, seq_ids));
+                DCP_ASSERT_OK(dcp_cp_attn_create(comm, cache, &ac, &attn));
+                DCP_ASSERT_OK(dcp_cp_attn_set(attn, seq_ids));
                 dcp_comm_buf qv[16], ov[16], lv[16];
                 for (int i = 0; i < L; i++) {
                     uint32_t g = first + (uint32_t)i;
@@ -192,8 +192,8 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
                     ov[i] = (dcp_comm_buf){ob[i], 0};
                     lv[i] = (dcp_comm_buf){lb[i], 0};
                 }
-                dcp_attn_timing tm;
-                DCP_ASSERT_OK(dcp_attn_run(attn, qv, ov, lv, &tm));
+                dcp_cp_attn_timing tm;
+                DCP_ASSERT_OK(dcp_cp_attn_run(attn, qv, ov, lv, &tm));
                 /* Bytes local rank 0 sent in the step. */
                 uint64_t want_bytes = be ? (uint64_t)(N - 1) * (batch * NH * 4 + (uint64_t)batch * Hl * D * 4)
                                          : (uint64_t)(N - 1) * batch * Hl * (D + 1) * 4;
@@ -205,7 +205,7 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
                     DCP_ASSERT_OK(dcp_buffer_download(lb[i], 0, lse, (uint64_t)batch * Hl * 4));
                     char what[256];
                     snprintf(what, sizeof what, "N %u rank %u I %u page %u %s %s %s%s", N, g, c->interleave, B,
-                             dcp_dtype_name(c->dtype), dcp_backend_name(ac.backend),
+                             dcp_dtype_name(c->dtype), dcp_cp_backend_name(ac.backend),
                              dcp_transport_name(dcp_comm_transport(comm)), qr ? " q_replicate" : "");
                     for (uint32_t b = 0; b < batch; b++) {
                         double e = dcp_test_check_o(what, o + (uint64_t)b * Hl * D,
@@ -225,7 +225,7 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
                         }
                     }
                 }
-                dcp_attn_destroy(attn);
+                dcp_cp_attn_destroy(attn);
             }
         dcp_comm_destroy(comm);
     }
@@ -265,20 +265,20 @@ static void test_interleave_page_f16(void **state)
 
 static void test_config_errors(void **state)
 {
-    assert_int_equal(dcp_group_check(6, 4, 32, 2), DCP_ERR_CONFIG);
+    assert_int_equal(dcp_cp_check(6, 4, 32, 2), DCP_ERR_CONFIG);
     assert_non_null(strstr(dcp_last_error(), "not a multiple of the DCP size"));
-    assert_int_equal(dcp_group_check(8, 8, 32, 2), DCP_ERR_CONFIG);  /* N > T / Hkv */
-    assert_int_equal(dcp_group_check(8, 4, 12, 2), DCP_ERR_CONFIG);  /* (Hq / Hkv) % N */
-    assert_int_equal(dcp_group_check(8, 4, 32, 2), DCP_OK);
-    assert_int_equal(dcp_group_check(8, 1, 32, 16), DCP_OK);
+    assert_int_equal(dcp_cp_check(8, 8, 32, 2), DCP_ERR_CONFIG);  /* N > T / Hkv */
+    assert_int_equal(dcp_cp_check(8, 4, 12, 2), DCP_ERR_CONFIG);  /* (Hq / Hkv) % N */
+    assert_int_equal(dcp_cp_check(8, 4, 32, 2), DCP_OK);
+    assert_int_equal(dcp_cp_check(8, 1, 32, 16), DCP_OK);
     uint32_t g, f;
-    dcp_group_of(5, 2, &g, &f);
+    dcp_cp_group_of(5, 2, &g, &f);
     assert_int_equal(g, 2);
     assert_int_equal(f, 4);
-    dcp_backend be;
-    assert_int_equal(dcp_backend_parse("ag_rs", &be), DCP_OK);
-    assert_int_equal(be, DCP_BACKEND_AG_RS);
-    assert_int_equal(dcp_backend_parse("a2b", &be), DCP_ERR_INVALID_ARGUMENT);
+    dcp_cp_backend be;
+    assert_int_equal(dcp_cp_backend_parse("ag_rs", &be), DCP_OK);
+    assert_int_equal(be, DCP_CP_AG_RS);
+    assert_int_equal(dcp_cp_backend_parse("a2b", &be), DCP_ERR_INVALID_ARGUMENT);
     /* Gathered heads incompatible with the KV heads: Hl 1 over N ranks with 2 KV heads and N > 1. */
     dcp_device *devs[16];
     int L;
@@ -294,12 +294,12 @@ static void test_config_errors(void **state)
     kc.max_blocks = 2;
     dcp_kv_cache *cache;
     DCP_ASSERT_OK(dcp_kv_cache_create(devs, (uint32_t)L, &kc, &cache));
-    dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
     ac.batch = 1;
     ac.heads_local = 1;
-    ac.backend = DCP_BACKEND_AG_RS;
-    dcp_attn *attn = NULL;
-    assert_int_equal(dcp_attn_create(comm, cache, &ac, &attn), DCP_ERR_CONFIG);
+    ac.backend = DCP_CP_AG_RS;
+    dcp_cp_attn *attn = NULL;
+    assert_int_equal(dcp_cp_attn_create(comm, cache, &ac, &attn), DCP_ERR_CONFIG);
     assert_null(attn);
     dcp_kv_cache_destroy(cache);
     dcp_comm_destroy(comm);

@@ -1,12 +1,12 @@
-/* The DCP step's own shaders against their CPU references: dcp_scale (ag_rs weights, empty shards,
- * NaN / +inf LSE, all-empty rows, strided LSE rows), dcp_permute (exact, with strides and offsets)
+/* The DCP step's own shaders against their CPU references: cp_scale (ag_rs weights, empty shards,
+ * NaN / +inf LSE, all-empty rows, strided LSE rows), permute (exact, with strides and offsets)
  * and part_sum (exact: f32 in rank order; and within f32 rounding of a double sum). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/dcp_internal.h"
-#include "ref/dcp_ref.h"
+#include "attn/cp_internal.h"
+#include "ref/cp_ref.h"
 #include "vkutil.h"
 
 static int setup(void **state)
@@ -49,12 +49,12 @@ static void test_scale(void **state)
         for (uint32_t rank = 0; rank < N; rank++) {
             float *send = malloc(rows * D * 4), *lout = malloc(batch * Hl * 4);
             float *send_ref = malloc(rows * D * 4), *lout_ref = malloc(batch * Hl * 4);
-            dcp_ref_dcp_scale(batch, Hl, N, rank, D, o, lse, send_ref, lout_ref);
+            dcp_ref_cp_scale(batch, Hl, N, rank, D, o, lse, send_ref, lout_ref);
             dcp_buffer *ob = upload(dev, o, rows * D, 4), *lb = upload(dev, lse, N * rows, 8);
             dcp_buffer *sb = upload(dev, NULL, rows * D, 0), *lo = upload(dev, NULL, batch * Hl, 4);
             dcp_cmd *cmd;
             DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-            dcp_scale_params p = {batch, Hl, N, rank, D, 0};
+            dcp_cp_scale_params p = {batch, Hl, N, rank, D, 0};
             if (rank == N - 1 && N > 1) {
                 /* The same LSEs with 3 padding floats after each rank's rows (lse_stride). */
                 const uint32_t ls = (uint32_t)rows + 3;
@@ -65,12 +65,12 @@ static void test_scale(void **state)
                 p.lse_stride = ls;
                 free(pad);
             }
-            DCP_ASSERT_OK(dcp_scale_record(cmd, &p, ob, 16, lb, 32, sb, 0, lo, 16));
+            DCP_ASSERT_OK(dcp_cp_scale_record(cmd, &p, ob, 16, lb, 32, sb, 0, lo, 16));
             DCP_ASSERT_OK(dcp_cmd_run(cmd));
             DCP_ASSERT_OK(dcp_buffer_download(sb, 0, send, rows * D * 4));
             DCP_ASSERT_OK(dcp_buffer_download(lo, 16, lout, batch * Hl * 4));
-            dcp_test_check_o("dcp_scale O", send, send_ref, rows * D);
-            dcp_test_check_lse("dcp_scale LSE", lout, lout_ref, batch * Hl);
+            dcp_test_check_o("cp_scale O", send, send_ref, rows * D);
+            dcp_test_check_lse("cp_scale LSE", lout, lout_ref, batch * Hl);
             dcp_cmd_destroy(cmd);
             dcp_buffer_destroy(ob);
             dcp_buffer_destroy(lb);
@@ -104,7 +104,7 @@ static void test_permute(void **state)
         DCP_ASSERT_OK(dcp_permute_record(cmd, &p, sb, 16, outb, 16));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         DCP_ASSERT_OK(dcp_buffer_download(outb, 16, dst, dst_n * 4));
-        if (memcmp(dst, ref, dst_n * 4) != 0) fail_msg("dcp_permute %u x %u x %u differs from the reference", A, B, C);
+        if (memcmp(dst, ref, dst_n * 4) != 0) fail_msg("permute %u x %u x %u differs from the reference", A, B, C);
         dcp_permute_params bad = {A, B, C, B * C - 1, db};
         if (B * C > 1) assert_int_equal(dcp_permute_record(cmd, &bad, sb, 0, outb, 0), DCP_ERR_INVALID_ARGUMENT);
         dcp_cmd_destroy(cmd);

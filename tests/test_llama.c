@@ -186,7 +186,7 @@ static dcp_context *tp_context(uint32_t n)
  * with 8 logical devices and the validation layer is slow: the others are shorter). */
 typedef struct par_case {
     uint32_t tp, dcp, interleave, block;
-    dcp_backend backend;
+    dcp_cp_backend backend;
     int q_replicate;
 } par_case;
 
@@ -232,7 +232,7 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
     }
     assert_true(dcp_llama_state_exchange_bytes(s) > 0);
     printf("TP %u DCP %u %s I %u B %u%s: %u greedy ids match (prefill %u); logits max abs error %.3g; KV %llu "
-           "bytes per rank\n", tp, pc->dcp, dcp_backend_name(pc->backend), pc->interleave, pc->block,
+           "bytes per rank\n", tp, pc->dcp, dcp_cp_backend_name(pc->backend), pc->interleave, pc->block,
            pc->q_replicate ? " q_replicate" : "", steps, prefill, worst,
            (unsigned long long)dcp_llama_state_kv_bytes(s));
     dcp_llama_state_destroy(s);
@@ -244,13 +244,13 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
 
 static void test_tp8_prefill(void **state)
 {
-    par_case c = {8, 1, 1, 16, DCP_BACKEND_A2A, 0};
+    par_case c = {8, 1, 1, 16, DCP_CP_A2A, 0};
     run_par(*state, &c, 40, 48);
 }
 
 static void test_tp2_prefill(void **state)
 {
-    par_case c = {2, 1, 1, 16, DCP_BACKEND_A2A, 0};
+    par_case c = {2, 1, 1, 16, DCP_CP_A2A, 0};
     run_par(*state, &c, 40, 64);
 }
 
@@ -258,13 +258,13 @@ static void test_tp2_prefill(void **state)
  * interleave = block size and q_replicate after a 40-token prefill over the shards. */
 static void test_tp8_dcp2_a2a(void **state)
 {
-    par_case c = {8, 2, 1, 16, DCP_BACKEND_A2A, 0};
+    par_case c = {8, 2, 1, 16, DCP_CP_A2A, 0};
     run_par(*state, &c, 1, 256);
 }
 
 static void test_tp8_dcp2_ag_rs_prefill(void **state)
 {
-    par_case c = {8, 2, 8, 8, DCP_BACKEND_AG_RS, 1};
+    par_case c = {8, 2, 8, 8, DCP_CP_AG_RS, 1};
     run_par(*state, &c, 40, 48);
 }
 

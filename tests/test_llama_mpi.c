@@ -34,7 +34,7 @@
 
 typedef struct mpi_case {
     uint32_t tp, dcp, interleave, block, prefill, steps;
-    dcp_backend backend;
+    dcp_cp_backend backend;
     int q_replicate, gen;
 } mpi_case;
 
@@ -126,7 +126,7 @@ static void test_stories_over_mpi(void **state)
     if (proc == 0)
         printf("%s, %d processes x %u devices, TP %u DCP %u %s I %u B %u%s: %u greedy ids match on every "
                "process (prefill %u); logits max abs error %.3g; %.1f s (%.1f tokens/s)\n",
-               pc->gen ? "generated model" : "stories260K", nproc, nl, pc->tp, pc->dcp, dcp_backend_name(pc->backend), pc->interleave, pc->block,
+               pc->gen ? "generated model" : "stories260K", nproc, nl, pc->tp, pc->dcp, dcp_cp_backend_name(pc->backend), pc->interleave, pc->block,
                pc->q_replicate ? " q_replicate" : "", pc->steps, pc->prefill, worst, secs,
                (pc->prefill - 1 + pc->steps) / secs);
     dcp_llama_state_destroy(s);
@@ -153,7 +153,7 @@ int main(int argc, char **argv)
     mpi_case *c = &the_case;
     c->tp = (uint32_t)atoi(argv[1]);
     c->dcp = (uint32_t)atoi(argv[2]);
-    if (dcp_backend_parse(argv[3], &c->backend) != DCP_OK) {
+    if (dcp_cp_backend_parse(argv[3], &c->backend) != DCP_OK) {
         fprintf(stderr, "%s\n", dcp_last_error());
         dcp_mpi_finalize();
         return 2;

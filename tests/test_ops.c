@@ -11,7 +11,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
 #include "model/ops.h"
-#include "ref/dcp_ref.h"
+#include "ref/cp_ref.h"
 #include "ref/model_ref.h"
 #include "vkutil.h"
 

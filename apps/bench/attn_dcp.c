@@ -12,7 +12,7 @@
 #include "bench/bench.h"
 #include "common/cli.h"
 #include "common/error.h"
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "ref/ref.h"
 
 static uint64_t mix(uint64_t z)
@@ -66,7 +66,7 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
     dcp_context *ctx = NULL;
     dcp_comm *comm = NULL;
     dcp_kv_cache *cache = NULL;
-    dcp_attn *attn = NULL;
+    dcp_cp_attn *attn = NULL;
     rank_bufs rb[64];
     memset(rb, 0, sizeof rb);
     float *q = NULL, *kt = NULL, *vt = NULL, *o_ref = NULL, *l_ref = NULL, *og = NULL, *lg = NULL;
@@ -191,13 +191,13 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
     free(vt);
     kt = vt = NULL;
 
-    dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
     ac.batch = batch;
     ac.heads_local = Hl;
-    ac.backend = (dcp_backend)o->backend;
+    ac.backend = (dcp_cp_backend)o->backend;
     ac.q_replicate = o->q_replicate;
-    DCP_TRY(dcp_attn_create(comm, cache, &ac, &attn));
-    DCP_TRY(dcp_attn_set(attn, seqs));
+    DCP_TRY(dcp_cp_attn_create(comm, cache, &ac, &attn));
+    DCP_TRY(dcp_cp_attn_set(attn, seqs));
     q = malloc((uint64_t)batch * NH * D * 4);
     if (!q) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -228,9 +228,9 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
     }
     uint64_t bytes = 0, q_bytes = 0;
     for (uint32_t it = 0; it <= o->iters; it++) { /* iteration 0 warms up */
-        dcp_attn_timing tm;
+        dcp_cp_attn_timing tm;
         if (mpi) dcp_mpi_barrier();
-        DCP_TRY(dcp_attn_run(attn, qv, ov, lv, &tm));
+        DCP_TRY(dcp_cp_attn_run(attn, qv, ov, lv, &tm));
         if (it == 0) continue;
         tot[it - 1] = dcp_mpi_max(tm.total_ns);
         loc[it - 1] = dcp_mpi_max(tm.local_ns);
@@ -302,7 +302,7 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
                    "\"total_ms\": %.4f, \"total_min_ms\": %.4f, \"exchange_bytes_per_rank\": %llu, \"q_gather_bytes_per_rank\": %llu, "
                    "\"a2a_formula_bytes\": %llu, "
                    "\"kv_bytes_per_rank\": %llu",
-                   info->name, N, nproc, dcp_backend_name(ac.backend), tname, o->q_replicate, o->interleave, o->ctx,
+                   info->name, N, nproc, dcp_cp_backend_name(ac.backend), tname, o->q_replicate, o->interleave, o->ctx,
                    batch, NH, Hl, Hkv, D, B, dcp_dtype_name((dcp_dtype)o->dtype), o->iters, t_loc * 1e-6, t_x * 1e-6,
                    t_m * 1e-6, t_tot * 1e-6, t_min * 1e-6, (unsigned long long)bytes, (unsigned long long)q_bytes, (unsigned long long)formula,
                    (unsigned long long)kv_rank);
@@ -312,7 +312,7 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
             printf("}\n");
         } else {
             printf("attn --dcp %u: %s, %d process(es), backend %s, transport %s%s, interleave %u\n", N, info->name,
-                   nproc, dcp_backend_name(ac.backend), tname, o->q_replicate ? ", q_replicate" : "", o->interleave);
+                   nproc, dcp_cp_backend_name(ac.backend), tname, o->q_replicate ? ", q_replicate" : "", o->interleave);
             printf("  ctx %u, batch %u, %u query heads (%u per rank), %u KV heads, head dim %u, page %u, %s KV\n",
                    o->ctx, batch, NH, Hl, Hkv, D, B, dcp_dtype_name((dcp_dtype)o->dtype));
             printf("  step (median of %u): local decode %.3f ms, exchange %.3f ms, merge %.3f ms, total %.3f ms "
@@ -339,7 +339,7 @@ fail:
     rc = (st == DCP_ERR_CONFIG || st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_UNSUPPORTED) ? DCP_EXIT_USAGE
                                                                                                : DCP_EXIT_RUNTIME;
 done:
-    dcp_attn_destroy(attn);
+    dcp_cp_attn_destroy(attn);
     for (int i = 0; i < L && i < 64; i++) {
         dcp_buffer_destroy(rb[i].k);
         dcp_buffer_destroy(rb[i].v);

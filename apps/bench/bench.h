@@ -14,7 +14,7 @@ int dcp_bench_capacity(int argc, char **argv);
  * process, or under mpiexec -n P with P x (devices per process) = N. */
 typedef struct dcp_bench_dcp_opts {
     uint32_t dcp;            /* N: DCP group size (0: not a DCP run) */
-    int backend;             /* dcp_backend: 0 a2a, 1 ag_rs */
+    int backend;             /* dcp_cp_backend: 0 a2a, 1 ag_rs */
     uint32_t interleave;     /* I, divides the page size */
     int transport;           /* dcp_transport (in-process part) */
     int q_replicate;         /* 1: every rank gets the full Q, no gather */

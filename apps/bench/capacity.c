@@ -7,7 +7,7 @@
 
 #include "bench/bench.h"
 #include "common/cli.h"
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "dcpvk/kv.h"
 
 typedef struct cap_opts {

@@ -19,7 +19,7 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/comm.h"
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"

@@ -1,5 +1,5 @@
 /* Llama-family model on one device, or on a tensor-parallel group of devices in one process or
- * spread over MPI processes, with optional DCP groups (include/dcpvk/dcp.h): device weights, run
+ * spread over MPI processes, with optional DCP groups (include/dcpvk/cp.h): device weights, run
  * state (KV cache pages, attention plans, activations, command buffers) and the forward pass
  * (batched causal prefill and single-token decode), plus the host sampler.
  *
@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
@@ -83,11 +83,11 @@ typedef struct dcp_llama_config {
     uint32_t prefill_chunk; /* prompt tokens per prefill step (default 128) */
     /* DCP (weights with dcp > 1 only): */
     uint32_t interleave;    /* cp_kv_cache_interleave_size: tokens in a row per rank (default 1) */
-    dcp_backend backend;    /* decode exchange, a2a or ag_rs (default a2a) */
+    dcp_cp_backend backend;    /* decode exchange, a2a or ag_rs (default a2a) */
     int q_replicate;        /* 1: ranks use their own copy of the group's Q, no gather (default 0) */
 } dcp_llama_config;
 
-#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128, 1, DCP_BACKEND_A2A, 0}
+#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128, 1, DCP_CP_A2A, 0}
 
 typedef struct dcp_llama_state dcp_llama_state;
 

@@ -15,7 +15,7 @@
  * DCP (size N > 1, groups of N consecutive TP ranks sharing their KV heads): every rank computes
  * the Q of its group's N * Hl heads; each layer has one dcp_kv_cache per group (interleaved
  * placement), into whose pools rope_store writes the K/V rows each rank owns (slots from
- * dcp_kv_cache_append). Decode steps run the DCP attention step (include/dcpvk/dcp.h: a2a or
+ * dcp_kv_cache_append). Decode steps run the DCP attention step (include/dcpvk/cp.h: a2a or
  * ag_rs, Q gathered or replicated). Prefill chunks decode the chunk's queries causally over each
  * rank's shard (local lengths per token), all-gather the partial states (O, LSE) inside the group
  * and merge them exactly with lse_merge; each rank keeps its own heads for o_proj.
@@ -32,11 +32,11 @@
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/comm.h"
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/model.h"
 #include "model/ops.h"
-#include "attn/dcp_internal.h"
+#include "attn/cp_internal.h"
 #include "comm/comm_internal.h"
 #include "vk/hostmem.h"
 
@@ -99,7 +99,7 @@ struct dcp_llama_state {
     dcp_comm *comm;                 /* tp > 1 */
     dcp_comm **gcomm;               /* [ng] DCP group communicators (dcp > 1) */
     dcp_kv_cache **caches;          /* [ng][n_layer] (dcp > 1) */
-    dcp_attn **attns;               /* [ng][n_layer] (dcp > 1) */
+    dcp_cp_attn **attns;               /* [ng][n_layer] (dcp > 1) */
     uint64_t tokens_run;            /* tokens processed (for the exchange statistics) */
     /* Decode-step replay (see replay_key): a decode step's commands depend only on the plans'
      * chunking and the communicators' mailboxes, so they are recorded once and resubmitted. */
@@ -121,7 +121,7 @@ typedef struct rc_action {
     dcp_comm *comm;                 /* put exchange (attn NULL) */
     dcp_coll kind;
     uint64_t slot, payload;
-    dcp_attn *attn;                 /* DCP step exchange `phase` */
+    dcp_cp_attn *attn;                 /* DCP step exchange `phase` */
     uint32_t phase;
 } rc_action;
 
@@ -346,7 +346,7 @@ dcp_status dcp_llama_weights_create_ranks(dcp_device *const *devs, uint32_t firs
         return dcp_fail(DCP_ERR_CONFIG,
                         "tensor-parallel size %u: the %u query heads must divide by it and the %u KV heads must "
                         "divide by it or divide it", tp, Hq, Hkv);
-    dcp_status gs = dcp_group_check(tp, dcp, Hq, Hkv);
+    dcp_status gs = dcp_cp_check(tp, dcp, Hq, Hkv);
     if (gs) return gs;
     if (count == 0 || first + count > tp || first % count)
         return dcp_fail(DCP_ERR_CONFIG,
@@ -569,12 +569,12 @@ static dcp_status state_build(dcp_llama_state *s, int spread)
                 kc.max_seqs = 1;
                 kc.max_blocks = s->pages;
                 DCP_TRY(dcp_kv_cache_create(devs + g * gn, gn, &kc, &s->caches[g * L + l]));
-                dcp_attn_config ac = DCP_ATTN_CONFIG_DEFAULT;
+                dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
                 ac.batch = 1;
                 ac.heads_local = w->ranks[g * gn].hq;
                 ac.backend = c.backend;
                 ac.q_replicate = c.q_replicate;
-                DCP_TRY(dcp_attn_create(s->gcomm[g], s->caches[g * L + l], &ac, &s->attns[g * L + l]));
+                DCP_TRY(dcp_cp_attn_create(s->gcomm[g], s->caches[g * L + l], &ac, &s->attns[g * L + l]));
             }
         }
     }
@@ -660,7 +660,7 @@ void dcp_llama_state_destroy(dcp_llama_state *s)
     free(s->rc);
     free(s->home);
     free(s->act);
-    for (uint32_t i = 0; s->attns && i < G * L; i++) dcp_attn_destroy(s->attns[i]);
+    for (uint32_t i = 0; s->attns && i < G * L; i++) dcp_cp_attn_destroy(s->attns[i]);
     for (uint32_t i = 0; s->caches && i < G * L; i++) dcp_kv_cache_destroy(s->caches[i]);
     for (uint32_t g = 0; s->gcomm && g < G; g++) dcp_comm_destroy(s->gcomm[g]);
     dcp_comm_destroy(s->comm);
@@ -780,9 +780,9 @@ static dcp_status put_exchange(dcp_llama_state *s, dcp_comm *c, dcp_coll kind, u
     return log_action(s, (rc_action){0, c, kind, slot, payload, NULL, 0});
 }
 
-static dcp_status attn_exchange(dcp_llama_state *s, dcp_attn *a, uint32_t phase)
+static dcp_status attn_exchange(dcp_llama_state *s, dcp_cp_attn *a, uint32_t phase)
 {
-    dcp_status st = dcp_attn_exchange(a, phase);
+    dcp_status st = dcp_cp_attn_exchange(a, phase);
     if (st != DCP_OK) return st;
     return log_action(s, (rc_action){0, NULL, DCP_COLL_ALL_GATHER, 0, 0, a, phase});
 }
@@ -839,7 +839,7 @@ static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
         /* Decode: every rank already holds its group's N*Hl query heads (q_replicate semantics,
          * whatever the attention's config), so the step is its exchange rounds (a2a 1, ag_rs 2)
          * recorded around the layer; the merge lands in the recording that continues with o_proj. */
-        const uint32_t X = dcp_attn_exchanges(s->attns[l]);
+        const uint32_t X = dcp_cp_attn_exchanges(s->attns[l]);
         for (uint32_t p = 0; p <= X; p++) {
             if (p > 0) {
                 DCP_TRY(round_all(s));
@@ -847,7 +847,7 @@ static dcp_status dcp_attention(dcp_llama_state *s, uint32_t l, uint32_t T)
             }
             for (uint32_t r = 0; r < s->w->nl; r++) {
                 rank_state *rs = &s->r[r];
-                DCP_TRY(dcp_attn_record_phase(s->attns[rs->g * L + l], p, rs->gl, rs->cmd, (dcp_comm_buf){rs->q, 0},
+                DCP_TRY(dcp_cp_attn_record_phase(s->attns[rs->g * L + l], p, rs->gl, rs->cmd, (dcp_comm_buf){rs->q, 0},
                                               (dcp_comm_buf){rs->o, 0}, (dcp_comm_buf){rs->lse, 0}));
             }
         }
@@ -921,7 +921,7 @@ static dcp_status prepare_chunk(dcp_llama_state *s, const int32_t *tokens, uint3
             else
                 for (uint32_t t = 0; t < T; t++) slots[t] = s->pos + t; /* identity block table */
             if (T == 1 && N > 1) {
-                if (rs->gl == 0) DCP_TRY(dcp_attn_set(s->attns[rs->g * L + l], &(uint32_t){0}));
+                if (rs->gl == 0) DCP_TRY(dcp_cp_attn_set(s->attns[rs->g * L + l], &(uint32_t){0}));
                 continue;
             }
             for (uint32_t t = 0; t < rows; t++) {
@@ -953,7 +953,7 @@ static uint64_t replay_key(const dcp_llama_state *s, int want_logits)
         for (uint32_t l = 0; l < L; l++) {
             const rank_state *rs = &s->r[r];
             DCP_MIX(s->w->dcp == 1 ? dcp_decode_plan_chunks(rs->dplans[l])
-                                   : dcp_attn_plan_chunks(s->attns[rs->g * L + l], rs->gl));
+                                   : dcp_cp_attn_plan_chunks(s->attns[rs->g * L + l], rs->gl));
         }
 #undef DCP_MIX
     return h;
@@ -971,7 +971,7 @@ static dcp_status replay_step(dcp_llama_state *s)
         for (uint32_t r = 0; r < nl; r++) DCP_TRY(dcp_cmd_wait(round[r]));
         for (; a < s->act_count && s->act[a].round == k; a++) {
             const rc_action *x = &s->act[a];
-            if (x->attn) DCP_TRY(dcp_attn_exchange(x->attn, x->phase));
+            if (x->attn) DCP_TRY(dcp_cp_attn_exchange(x->attn, x->phase));
             else DCP_TRY(dcp_comm_put_exchange(x->comm, x->kind, x->slot, x->payload));
         }
     }

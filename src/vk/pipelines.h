@@ -9,7 +9,7 @@
 #include "dcpvk/vk.h"
 #include "attn/attn_params.h"
 #include "kv/kv_params.h"
-#include "attn/dcp_params.h"
+#include "attn/cp_params.h"
 #include "model/model_params.h"
 
 #define DCP_MAX_SPEC 8

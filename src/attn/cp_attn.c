@@ -1,7 +1,7 @@
-/* The DCP attention step (see include/dcpvk/dcp.h): Q gather, local paged decode, a2a or ag_rs
+/* The DCP attention step (see include/dcpvk/cp.h): Q gather, local paged decode, a2a or ag_rs
  * exchange and merge, over the local ranks of a communicator. The step is split at its exchanges
- * into phases (src/attn/dcp_internal.h) that the model records into its own commands; receivers
- * read the communicator's mailboxes in place (lse_merge, dcp_scale, part_sum), so one step costs
+ * into phases (src/attn/cp_internal.h) that the model records into its own commands; receivers
+ * read the communicator's mailboxes in place (lse_merge, cp_scale, part_sum), so one step costs
  * one submit-and-wait round per exchange: a2a 1 (+1 for the final merge when run alone), ag_rs 2
  * (+1), and one more for the Q all-gather without q_replicate. */
 #include <math.h>
@@ -10,11 +10,11 @@
 #include <time.h>
 
 #include "attn/attn_internal.h"
-#include "attn/dcp_internal.h"
+#include "attn/cp_internal.h"
 #include "comm/comm_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
-#include "dcpvk/dcp.h"
+#include "dcpvk/cp.h"
 #include "vk/pipelines.h"
 
 typedef struct attn_rank {
@@ -27,27 +27,27 @@ typedef struct attn_rank {
     uint32_t ts[4];      /* timestamp slots around the decode [0, 1] and the merge / scale [2, 3] */
 } attn_rank;
 
-struct dcp_attn {
+struct dcp_cp_attn {
     dcp_comm *comm;
     dcp_kv_cache *cache;
-    dcp_attn_config cfg;
+    dcp_cp_attn_config cfg;
     uint32_t N, D, NH, L;
     attn_rank *r;
     uint32_t *bt;        /* [batch][max_blocks] scratch */
     uint32_t *lens;      /* [batch] scratch */
 };
 
-const char *dcp_backend_name(dcp_backend b) { return b == DCP_BACKEND_AG_RS ? "ag_rs" : "a2a"; }
+const char *dcp_cp_backend_name(dcp_cp_backend b) { return b == DCP_CP_AG_RS ? "ag_rs" : "a2a"; }
 
-dcp_status dcp_backend_parse(const char *name, dcp_backend *out)
+dcp_status dcp_cp_backend_parse(const char *name, dcp_cp_backend *out)
 {
-    if (name && strcmp(name, "a2a") == 0) *out = DCP_BACKEND_A2A;
-    else if (name && strcmp(name, "ag_rs") == 0) *out = DCP_BACKEND_AG_RS;
+    if (name && strcmp(name, "a2a") == 0) *out = DCP_CP_A2A;
+    else if (name && strcmp(name, "ag_rs") == 0) *out = DCP_CP_AG_RS;
     else return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "backend \"%s\" is not a2a or ag_rs", name ? name : "(null)");
     return DCP_OK;
 }
 
-dcp_status dcp_group_check(uint32_t T, uint32_t N, uint32_t Hq, uint32_t Hkv)
+dcp_status dcp_cp_check(uint32_t T, uint32_t N, uint32_t Hq, uint32_t Hkv)
 {
     if (T == 0 || N == 0 || Hkv == 0 || Hq == 0)
         return dcp_fail(DCP_ERR_CONFIG, "TP size %u, DCP size %u, %u query and %u KV heads must all be >= 1", T,
@@ -67,13 +67,13 @@ dcp_status dcp_group_check(uint32_t T, uint32_t N, uint32_t Hq, uint32_t Hkv)
     return DCP_OK;
 }
 
-void dcp_group_of(uint32_t tp_rank, uint32_t N, uint32_t *group, uint32_t *first)
+void dcp_cp_group_of(uint32_t tp_rank, uint32_t N, uint32_t *group, uint32_t *first)
 {
     *group = tp_rank / N;
     *first = *group * N;
 }
 
-void dcp_attn_destroy(dcp_attn *a)
+void dcp_cp_attn_destroy(dcp_cp_attn *a)
 {
     if (!a) return;
     for (uint32_t i = 0; a->r && i < a->L; i++) {
@@ -91,16 +91,16 @@ void dcp_attn_destroy(dcp_attn *a)
 }
 
 /* Bytes of one a2a message: O [batch][Hl][D] then LSE [batch][Hl], f32. */
-static uint64_t a2a_block(const dcp_attn *a)
+static uint64_t a2a_block(const dcp_cp_attn *a)
 {
     return (uint64_t)a->cfg.batch * a->cfg.heads_local * (a->D + 1) * 4;
 }
 
 /* Bytes between consecutive destinations' a2a messages in the put area: the message padded to 256
  * bytes, so that every receiver binds its messages at an aligned offset. */
-static uint64_t put_slot(const dcp_attn *a) { return (a2a_block(a) + 255) / 256 * 256; }
+static uint64_t put_slot(const dcp_cp_attn *a) { return (a2a_block(a) + 255) / 256 * 256; }
 
-dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_config *c, dcp_attn **out)
+dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *c, dcp_cp_attn **out)
 {
     dcp_status st = DCP_OK;
     *out = NULL;
@@ -115,9 +115,9 @@ dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_c
     for (uint32_t i = 0; i < L; i++)
         if (dcp_kv_pool_device(dcp_kv_cache_pool(cache, i)) != dcp_comm_device(comm, (int)i))
             return dcp_fail(DCP_ERR_CONFIG, "DCP step: local rank %u's pool and communicator use different devices", i);
-    if (c->backend == DCP_BACKEND_A2A && N == 1)
+    if (c->backend == DCP_CP_A2A && N == 1)
         return dcp_fail(DCP_ERR_CONFIG, "DCP step: backend a2a needs a DCP size > 1 (use ag_rs or plain decode for N = 1)");
-    if (c->backend != DCP_BACKEND_A2A && c->backend != DCP_BACKEND_AG_RS)
+    if (c->backend != DCP_CP_A2A && c->backend != DCP_CP_AG_RS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: unknown backend %d", (int)c->backend);
     if (c->batch == 0 || c->heads_local == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: batch (%u) and heads_local (%u) must be >= 1", c->batch,
@@ -128,7 +128,7 @@ dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_c
                         "DCP step: %u gathered query heads (N %u x Hl %u) over %u KV heads: need a multiple of "
                         "the KV heads with (Hq / Hkv) %% N == 0",
                         NH, N, c->heads_local, Hkv);
-    dcp_attn *a = calloc(1, sizeof *a);
+    dcp_cp_attn *a = calloc(1, sizeof *a);
     if (!a) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     a->comm = comm;
     a->cache = cache;
@@ -162,18 +162,18 @@ dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_c
     }
     /* Mailboxes for the largest block of the step. */
     uint64_t blk = c->q_replicate ? 0 : B * Hl * D * 4;
-    uint64_t b2 = c->backend == DCP_BACKEND_A2A ? put_slot(a) : B * Hl * D * 4;
+    uint64_t b2 = c->backend == DCP_CP_A2A ? put_slot(a) : B * Hl * D * 4;
     if (b2 > blk) blk = b2;
     if (B * NH * 4 > blk) blk = B * NH * 4;
     DCP_TRY(dcp_comm_prepare(comm, blk));
     *out = a;
     return DCP_OK;
 fail:
-    dcp_attn_destroy(a);
+    dcp_cp_attn_destroy(a);
     return dcp_fail_context(st, "DCP step");
 }
 
-dcp_status dcp_attn_set(dcp_attn *a, const uint32_t *seqs)
+dcp_status dcp_cp_attn_set(dcp_cp_attn *a, const uint32_t *seqs)
 {
     const dcp_kv_cache_config *kc = dcp_kv_cache_get_config(a->cache);
     for (uint32_t i = 0; i < a->L; i++) {
@@ -198,7 +198,7 @@ static double now_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-static dcp_status run_all(dcp_attn *a)
+static dcp_status run_all(dcp_cp_attn *a)
 {
     dcp_status st = DCP_OK;
     for (uint32_t i = 0; i < a->L; i++) DCP_TRY(dcp_cmd_submit(a->r[i].cmd));
@@ -232,21 +232,21 @@ static double elapsed(dcp_cmd *cmd, uint32_t s0, uint32_t s1)
     return ns;
 }
 
-uint32_t dcp_attn_plan_chunks(const dcp_attn *a, uint32_t i) { return i < a->L ? dcp_decode_plan_chunks(a->r[i].plan) : 0; }
+uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *a, uint32_t i) { return i < a->L ? dcp_decode_plan_chunks(a->r[i].plan) : 0; }
 
-uint32_t dcp_attn_exchanges(const dcp_attn *a) { return a->cfg.backend == DCP_BACKEND_A2A ? 1 : 2; }
+uint32_t dcp_cp_attn_exchanges(const dcp_cp_attn *a) { return a->cfg.backend == DCP_CP_A2A ? 1 : 2; }
 
-dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t i, dcp_cmd *cmd, dcp_comm_buf q,
+dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, dcp_cmd *cmd, dcp_comm_buf q,
                                  dcp_comm_buf o, dcp_comm_buf lse)
 {
     dcp_status st = DCP_OK;
     const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, N = a->N, NH = a->NH;
-    const int a2a = a->cfg.backend == DCP_BACKEND_A2A;
-    if (i >= a->L || phase > dcp_attn_exchanges(a))
+    const int a2a = a->cfg.backend == DCP_CP_A2A;
+    if (i >= a->L || phase > dcp_cp_attn_exchanges(a))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: phase %u of local rank %u (%u phases, %u ranks)", phase, i,
-                        dcp_attn_exchanges(a) + 1, a->L);
+                        dcp_cp_attn_exchanges(a) + 1, a->L);
     attn_rank *r = &a->r[i];
-    const int timed = cmd == r->cmd; /* dcp_attn_run's own commands carry the timestamps */
+    const int timed = cmd == r->cmd; /* dcp_cp_attn_run's own commands carry the timestamps */
     if (phase == 0) {
         /* Local decode of all N*Hl heads, then a2a: pack the messages straight into the put area;
          * ag_rs: the decode writes its LSEs straight into the put area. */
@@ -289,9 +289,9 @@ dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t i, dcp_cm
         uint64_t stride;
         dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_GATHER, B * NH * 4, &in, &stride);
         if (timed) r->ts[2] = stamp(cmd);
-        dcp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N, (uint32_t)dcp_comm_first_rank(a->comm) + i,
+        dcp_cp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N, (uint32_t)dcp_comm_first_rank(a->comm) + i,
                                (uint32_t)D, (uint32_t)(stride / 4)};
-        DCP_TRY(dcp_scale_record(cmd, &sp, r->o_part, 0, in.buffer, in.offset, out.buffer, out.offset, lse.buffer,
+        DCP_TRY(dcp_cp_scale_record(cmd, &sp, r->o_part, 0, in.buffer, in.offset, out.buffer, out.offset, lse.buffer,
                                  lse.offset));
         if (timed) r->ts[3] = stamp(cmd);
         dcp_comm_record_put(cmd);
@@ -308,25 +308,25 @@ dcp_status dcp_attn_record_phase(dcp_attn *a, uint32_t phase, uint32_t i, dcp_cm
     }
     return DCP_OK;
 fail:
-    return dcp_fail_context(st, "DCP step phase %u (%s, local rank %u)", phase, dcp_backend_name(a->cfg.backend), i);
+    return dcp_fail_context(st, "DCP step phase %u (%s, local rank %u)", phase, dcp_cp_backend_name(a->cfg.backend), i);
 }
 
-dcp_status dcp_attn_exchange(dcp_attn *a, uint32_t phase)
+dcp_status dcp_cp_attn_exchange(dcp_cp_attn *a, uint32_t phase)
 {
     const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, NH = a->NH;
-    if (a->cfg.backend == DCP_BACKEND_A2A)
+    if (a->cfg.backend == DCP_CP_A2A)
         return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_TO_ALL, put_slot(a), a2a_block(a));
     if (phase == 0) return dcp_comm_put_exchange(a->comm, DCP_COLL_ALL_GATHER, B * NH * 4, B * NH * 4);
     /* The reduce-scatter's sum happens on the receiving devices (part_sum). */
     return dcp_comm_put_exchange(a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * D * 4, B * Hl * D * 4);
 }
 
-dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
-                        dcp_attn_timing *timing)
+dcp_status dcp_cp_attn_run(dcp_cp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
+                        dcp_cp_attn_timing *timing)
 {
     dcp_status st = DCP_OK;
     const uint64_t B = a->cfg.batch, D = a->D, Hl = a->cfg.heads_local, N = a->N;
-    const uint32_t E = dcp_attn_exchanges(a);
+    const uint32_t E = dcp_cp_attn_exchanges(a);
     double t0 = now_ns(), local_ns = 0.0, merge_ns = 0.0;
     uint64_t sent0 = dcp_comm_bytes_sent(a->comm, 0);
 
@@ -355,10 +355,10 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
                 dcp_permute_params pp = {(uint32_t)N, (uint32_t)B, (uint32_t)(Hl * D), (uint32_t)(B * Hl * D),
                                          (uint32_t)(N * Hl * D)};
                 DCP_TRY(dcp_permute_record(cmd, &pp, in.buffer, in.offset, r->qfull, 0));
-                dcp_cmd_barrier(cmd); /* dcp_permute (gathered Q) -> paged_decode */
+                dcp_cmd_barrier(cmd); /* permute (gathered Q) -> paged_decode */
                 qi = (dcp_comm_buf){r->qfull, 0};
             }
-            DCP_TRY(dcp_attn_record_phase(a, p, i, cmd, qi, o[i], lse[i]));
+            DCP_TRY(dcp_cp_attn_record_phase(a, p, i, cmd, qi, o[i], lse[i]));
         }
         DCP_TRY(run_all(a));
         for (uint32_t i = 0; i < a->L; i++) {
@@ -367,7 +367,7 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
             ns = elapsed(a->r[i].cmd, a->r[i].ts[2], a->r[i].ts[3]);
             if (ns > merge_ns) merge_ns = ns;
         }
-        if (p < E) DCP_TRY(dcp_attn_exchange(a, p));
+        if (p < E) DCP_TRY(dcp_cp_attn_exchange(a, p));
     }
     if (timing) {
         timing->total_ns = now_ns() - t0;
@@ -380,5 +380,5 @@ dcp_status dcp_attn_run(dcp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *
     }
     return DCP_OK;
 fail:
-    return dcp_fail_context(st, "DCP step (%s, N %u)", dcp_backend_name(a->cfg.backend), a->N);
+    return dcp_fail_context(st, "DCP step (%s, N %u)", dcp_cp_backend_name(a->cfg.backend), a->N);
 }

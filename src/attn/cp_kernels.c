@@ -1,7 +1,7 @@
-/* Recording of the DCP step's shaders: dcp_scale (ag_rs), dcp_permute (Q unpack, a2a packing) and
+/* Recording of the DCP step's shaders: cp_scale (ag_rs), permute (Q unpack, a2a packing) and
  * part_sum (mailbox reductions: all-reduce, reduce-scatter). */
 #include "attn/attn_internal.h"
-#include "attn/dcp_internal.h"
+#include "attn/cp_internal.h"
 #include "common/error.h"
 #include "vk/pipelines.h"
 
@@ -13,12 +13,12 @@ static void grid(uint64_t n, uint32_t wg, uint32_t *gx, uint32_t *gy)
     *gy = *gx ? (uint32_t)((groups + *gx - 1) / *gx) : 0;
 }
 
-dcp_status dcp_scale_record(dcp_cmd *cmd, const dcp_scale_params *p, dcp_buffer *o_in, uint64_t o_in_offset,
+dcp_status dcp_cp_scale_record(dcp_cmd *cmd, const dcp_cp_scale_params *p, dcp_buffer *o_in, uint64_t o_in_offset,
                             dcp_buffer *lse_all, uint64_t lse_all_offset, dcp_buffer *send, uint64_t send_offset,
                             dcp_buffer *lse_out, uint64_t lse_out_offset)
 {
     if (p->head_dim == 0 || p->head_dim % 4 || p->rank >= p->ranks)
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "dcp_scale: head dim %u (multiple of 4) or rank %u of %u", p->head_dim,
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "cp_scale: head dim %u (multiple of 4) or rank %u of %u", p->head_dim,
                         p->rank, p->ranks);
     const uint64_t B = p->batch, NH = (uint64_t)p->ranks * p->heads_local, D = p->head_dim;
     if (B * NH == 0) return DCP_OK;
@@ -29,8 +29,8 @@ dcp_status dcp_scale_record(dcp_cmd *cmd, const dcp_scale_params *p, dcp_buffer 
     uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
     uint64_t n = B * NH * (D / 4);
     if ((n + spec[0] - 1) / spec[0] > 65535)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "dcp_scale: %llu invocations exceed one dispatch row", (unsigned long long)n);
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_SCALE, spec, b, p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "cp_scale: %llu invocations exceed one dispatch row", (unsigned long long)n);
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_CP_SCALE, spec, b, p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }
 
 dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buffer *src, uint64_t src_offset,
@@ -39,7 +39,7 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
     uint64_t n = (uint64_t)p->a * p->b * p->c;
     if (n == 0) return DCP_OK;
     if (p->src_stride_a < (uint64_t)p->b * p->c || p->dst_stride_b < (uint64_t)p->a * p->c)
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "dcp_permute: strides %u / %u below the block sizes %llu / %llu",
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "permute: strides %u / %u below the block sizes %llu / %llu",
                         p->src_stride_a, p->dst_stride_b, (unsigned long long)p->b * p->c,
                         (unsigned long long)p->a * p->c);
     uint64_t src_n = (uint64_t)(p->a - 1) * p->src_stride_a + (uint64_t)p->b * p->c;
@@ -48,7 +48,7 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
     uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
     uint32_t gx, gy;
     grid(n, spec[0], &gx, &gy);
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_DCP_PERMUTE, spec, b, p, gx, gy, 1);
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_PERMUTE, spec, b, p, gx, gy, 1);
 }
 
 dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_buffer *x, uint64_t x_offset,

@@ -1,11 +1,11 @@
-/* CPU references of dcp_scale and dcp_permute. */
+/* CPU references of cp_scale and permute. */
 #include <math.h>
 
-#include "ref/dcp_ref.h"
+#include "ref/cp_ref.h"
 
 static double clean(double x) { return (isnan(x) || x == INFINITY) ? -INFINITY : x; }
 
-void dcp_ref_dcp_scale(uint32_t batch, uint32_t Hl, uint32_t N, uint32_t rank, uint32_t D, const float *o_in,
+void dcp_ref_cp_scale(uint32_t batch, uint32_t Hl, uint32_t N, uint32_t rank, uint32_t D, const float *o_in,
                        const float *lse_all, float *send, float *lse_out)
 {
     const uint64_t NH = (uint64_t)N * Hl, rows = batch * NH;

@@ -1,16 +1,16 @@
-/* CPU references of the DCP step's own shaders (dcp_scale, dcp_permute, part_sum), in double where it
+/* CPU references of the DCP step's own shaders (cp_scale, permute, part_sum), in double where it
  * matters. The step as a whole is checked against the single-device dcp_ref_paged_decode. */
-#ifndef DCP_DCP_REF_H
-#define DCP_DCP_REF_H
+#ifndef DCP_CP_REF_H
+#define DCP_CP_REF_H
 
 #include <stdint.h>
 
-/* dcp_scale: o_in [batch][N*Hl][D], lse_all [N][batch][N*Hl] -> send [N][batch][Hl][D] = O of this
+/* cp_scale: o_in [batch][N*Hl][D], lse_all [N][batch][N*Hl] -> send [N][batch][Hl][D] = O of this
  * rank scaled by exp(LSE_rank - LSE_global) (0 for an empty shard), lse_out [batch][Hl] =
  * LSE_global of the rank's own heads (NaN / +inf count as -inf). */
-void dcp_ref_dcp_scale(uint32_t batch, uint32_t heads_local, uint32_t ranks, uint32_t rank, uint32_t head_dim,
+void dcp_ref_cp_scale(uint32_t batch, uint32_t heads_local, uint32_t ranks, uint32_t rank, uint32_t head_dim,
                        const float *o_in, const float *lse_all, float *send, float *lse_out);
-/* dcp_permute: dst[b * dst_stride_b + a * C + c] = src[a * src_stride_a + b * C + c]. */
+/* permute: dst[b * dst_stride_b + a * C + c] = src[a * src_stride_a + b * C + c]. */
 void dcp_ref_permute(uint32_t A, uint32_t B, uint32_t C, uint32_t src_stride_a, uint32_t dst_stride_b,
                      const float *src, float *dst);
 /* part_sum: y[y_offset + i] = (accumulate ? y[y_offset + i] : 0) + sum_s x[x_offset + s * part_stride + i],

@@ -1,10 +1,10 @@
 #version 450
-// dcp_permute: f32 copy swapping the two outer dims of a [A][B][C] tensor with strides:
+// permute: f32 copy swapping the two outer dims of a [A][B][C] tensor with strides:
 //   dst[b * dst_stride_b + a * C + c] = src[a * src_stride_a + b * C + c]
 // Used by the DCP step to unpack the gathered Q ([rank][batch][Hl*D] -> [batch][rank][Hl*D]) and
 // to pack a2a messages ([batch][rank][Hl*D] -> [rank][batch][Hl*D] inside message blocks).
 #extension GL_GOOGLE_include_directive : require
-#include "attn/dcp_params.h"
+#include "attn/cp_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

@@ -3,13 +3,13 @@
  * exact merge with one of vLLM's two patterns:
  *   a2a    per destination rank, the O and LSE of its heads in one message; one all-to-all; the
  *          receiver merges its N partial states with the lse_merge shader;
- *   ag_rs  all-gather of the LSEs; dcp_scale scales each rank's O by exp(LSE_r - LSE_global)
+ *   ag_rs  all-gather of the LSEs; cp_scale scales each rank's O by exp(LSE_r - LSE_global)
  *          (0 for an empty shard); reduce-scatter (sum) along heads.
  * Each rank ends with the merged O and LSE of its own heads [rank * Hl, (rank + 1) * Hl), in the
  * order the row-parallel output projection expects.
- * Not thread-safe: one thread per dcp_attn. */
-#ifndef DCPVK_DCP_H
-#define DCPVK_DCP_H
+ * Not thread-safe: one thread per dcp_cp_attn. */
+#ifndef DCPVK_CP_H
+#define DCPVK_CP_H
 
 #include <stdint.h>
 
@@ -20,54 +20,54 @@
 extern "C" {
 #endif
 
-typedef enum dcp_backend {
-    DCP_BACKEND_A2A = 0,
-    DCP_BACKEND_AG_RS = 1,
-} dcp_backend;
+typedef enum dcp_cp_backend {
+    DCP_CP_A2A = 0,
+    DCP_CP_AG_RS = 1,
+} dcp_cp_backend;
 
 /* "a2a" / "ag_rs". */
-const char *dcp_backend_name(dcp_backend b);
-dcp_status dcp_backend_parse(const char *name, dcp_backend *out);
+const char *dcp_cp_backend_name(dcp_cp_backend b);
+dcp_status dcp_cp_backend_parse(const char *name, dcp_cp_backend *out);
 
 /* vLLM's constraints on a TP group of tp_size ranks with DCP groups of dcp_size ranks, for a model
  * of q_heads query heads and kv_heads KV heads: T % N == 0 and, when N > 1, N <= T / Hkv and
  * (Hq / Hkv) % N == 0. DCP_ERR_CONFIG names the broken rule. */
-dcp_status dcp_group_check(uint32_t tp_size, uint32_t dcp_size, uint32_t q_heads, uint32_t kv_heads);
+dcp_status dcp_cp_check(uint32_t tp_size, uint32_t dcp_size, uint32_t q_heads, uint32_t kv_heads);
 /* The DCP group of TP rank tp_rank: group index and first TP rank of its run of N ranks. */
-void dcp_group_of(uint32_t tp_rank, uint32_t dcp_size, uint32_t *group, uint32_t *first);
+void dcp_cp_group_of(uint32_t tp_rank, uint32_t dcp_size, uint32_t *group, uint32_t *first);
 
-typedef struct dcp_attn dcp_attn;
+typedef struct dcp_cp_attn dcp_cp_attn;
 
-typedef struct dcp_attn_config {
+typedef struct dcp_cp_attn_config {
     uint32_t batch;        /* sequences per step (no default; >= 1) */
     uint32_t heads_local;  /* Hl: query heads each rank ends with; N * Hl heads are decoded (no default) */
-    dcp_backend backend;   /* default a2a; a2a with N = 1 is DCP_ERR_CONFIG, as in vLLM */
+    dcp_cp_backend backend; /* default a2a; a2a with N = 1 is DCP_ERR_CONFIG, as in vLLM */
     int q_replicate;       /* 1: every rank gets the group's full Q, no gather (default 0) */
     float scale;           /* softmax scale; 0 (default): 1/sqrt(head_dim) */
     uint32_t chunk_tokens; /* split-KV chunk of the local decode; 0 (default): automatic */
-} dcp_attn_config;
+} dcp_cp_attn_config;
 
-#define DCP_ATTN_CONFIG_DEFAULT {0, 0, DCP_BACKEND_A2A, 0, 0.0f, 0}
+#define DCP_CP_ATTN_CONFIG_DEFAULT {0, 0, DCP_CP_A2A, 0, 0.0f, 0}
 
 /* Creates the step for comm's local ranks over cache (same group size, same local ranks on the
  * same devices; both must outlive the step). Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0
- * (DCP_ERR_CONFIG). Destroy with dcp_attn_destroy. */
-dcp_status dcp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_attn_config *config, dcp_attn **out);
-void dcp_attn_destroy(dcp_attn *attn);
+ * (DCP_ERR_CONFIG). Destroy with dcp_cp_attn_destroy. */
+dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *config, dcp_cp_attn **out);
+void dcp_cp_attn_destroy(dcp_cp_attn *attn);
 
 /* Sets the step's sequences: seqs [batch] sequence slots of the cache (their current lengths and
  * block tables on every local rank). Call again after the cache changed (append, free). */
-dcp_status dcp_attn_set(dcp_attn *attn, const uint32_t *seqs);
+dcp_status dcp_cp_attn_set(dcp_cp_attn *attn, const uint32_t *seqs);
 
 /* Per-step figures (nanoseconds; max over local ranks for device phases; host clock for total). */
-typedef struct dcp_attn_timing {
+typedef struct dcp_cp_attn_timing {
     double local_ns;     /* paged decode of the local shard (device timestamps; 0 if unavailable) */
-    double merge_ns;     /* a2a: lse_merge; ag_rs: dcp_scale (device timestamps) */
+    double merge_ns;     /* a2a: lse_merge; ag_rs: cp_scale (device timestamps) */
     double exchange_ns;  /* total - local - merge: Q gather, packing, transfers, host exchange */
-    double total_ns;     /* the whole dcp_attn_run */
+    double total_ns;     /* the whole dcp_cp_attn_run */
     uint64_t bytes_sent; /* bytes local rank 0 sent to other ranks in this step (Q gather included) */
     uint64_t q_bytes_sent; /* of which the Q all-gather (0 with q_replicate) */
-} dcp_attn_timing;
+} dcp_cp_attn_timing;
 
 /* Runs one step, synchronously (the writes of q must have completed; on return o and lse hold the
  * result). Per local rank i, on its device:
@@ -75,8 +75,8 @@ typedef struct dcp_attn_timing {
  *   o[i]   [batch][Hl][head_dim] f32 merged O of the rank's own heads
  *   lse[i] [batch][Hl] f32 merged LSE (natural log; -inf for an empty sequence)
  * timing may be NULL. */
-dcp_status dcp_attn_run(dcp_attn *attn, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
-                        dcp_attn_timing *timing);
+dcp_status dcp_cp_attn_run(dcp_cp_attn *attn, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
+                        dcp_cp_attn_timing *timing);
 
 #ifdef __cplusplus
 }

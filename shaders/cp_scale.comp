@@ -1,16 +1,16 @@
 #version 450
-// dcp_scale (DCP ag_rs backend): given this rank's partial O over its KV shard and the gathered
+// cp_scale (DCP ag_rs backend): given this rank's partial O over its KV shard and the gathered
 // LSE of every rank, computes LSE_global = logsumexp_n LSE_n (NaN / +inf count as -inf) and writes
 //   send[h / Hl][b][h % Hl][:] = O[b][h][:] * exp(LSE_rank - LSE_global)   (0 for an empty shard)
 // so that a reduce-scatter (sum) over the ranks yields the exact merged O of each rank's heads.
 // Also writes lse_out[b][hl] = LSE_global of this rank's own heads.
 #extension GL_GOOGLE_include_directive : require
-#include "attn/dcp_params.h"
+#include "attn/cp_params.h"
 #include "dcp_math.glsl"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
-layout(push_constant) uniform PC { dcp_scale_params p; };
+layout(push_constant) uniform PC { dcp_cp_scale_params p; };
 layout(std430, binding = 0) readonly buffer OIn { vec4 o_in[]; };      // [batch][N*Hl][D/4]
 layout(std430, binding = 1) readonly buffer LAll { float lse_all[]; }; // [N][batch][N*Hl], rank n's rows at n * lse_stride
 layout(std430, binding = 2) writeonly buffer Send { vec4 send[]; };    // [N][batch][Hl][D/4]
