@@ -32,7 +32,14 @@ static void usage(FILE *f)
             "  --make-model OUT    write a deterministic test model (GGUF v3, built-in vocabulary)\n"
             "\n"
             "model options (with --make-model):\n"
-            "  --arch NAME         architecture (default llama; the only one so far)\n"
+            "  --arch NAME         architecture: llama or deepseek2 (default llama)\n"
+            "  --mla-config C      deepseek2: A (V2-Lite layout: attn_q, attn_k_b/attn_v_b, softmax\n"
+            "                      gating), B (every feature: q_lora, YaRN, sigmoid gating with\n"
+            "                      exp_probs_b, weight norm and scale, expert groups) or C (A in the\n"
+            "                      legacy attn_kv_b layout, same weights) (default A). deepseek2 takes\n"
+            "                      --name, --n-embd, --n-layer, --n-head, --n-ff (dense FFN), --n-ctx,\n"
+            "                      --rms-eps, --rope-base, --type (f32, f16) and --seed; its other\n"
+            "                      shapes come from the configuration\n"
             "  --name NAME         general.name (default dcp-vk-test)\n"
             "  --n-embd N          embedding size (default 256)\n"
             "  --n-layer N         layers (default 4)\n"
@@ -222,13 +229,27 @@ static void print_text(const dcp_gguf *g, bool full)
     }
     dcp_model_config mc;
     if (dcp_gguf_kv_find(g, "general.architecture") && dcp_gguf_tensor_count(g)) {
-        if (dcp_model_config_read(g, &mc) == DCP_OK)
+        if (dcp_model_config_read(g, &mc) == DCP_OK) {
             printf("\nhyperparameters: arch %s, n_embd %u, n_layer %u, n_head %u, n_head_kv %u, "
                    "head_dim %u, n_ff %u, n_ctx_train %u, n_vocab %u, n_rot %u, rms_eps %g, "
                    "rope_freq_base %g\n", mc.arch_name, mc.n_embd, mc.n_layer, mc.n_head,
                    mc.n_head_kv, mc.head_dim, mc.n_ff, mc.n_ctx_train, mc.n_vocab, mc.n_rot,
                    (double)mc.rms_eps, (double)mc.rope_freq_base);
-        else
+            if (mc.arch == DCP_ARCH_DEEPSEEK2)
+                printf("MLA: %s layout, q_lora %u, kv_lora %u, rope %u, nope %u, v %u, attention scale %g, rope "
+                   "scaling %s (factor %g, original context %u, log multiplier %g, beta %g/%g, magnitude %g)\n"
+                   "MoE: %u dense leading layers (FFN %u), %u experts of %u (%u used, %u shared), gating %s, "
+                   "weights %s x %g, groups %u (%u used)\n",
+                   mc.mla_layout ? "attn_k_b/attn_v_b" : "legacy attn_kv_b", mc.q_lora_rank, mc.kv_lora_rank,
+                   mc.n_rot, mc.head_dim_nope, mc.head_dim_v_mla, (double)mc.attn_scale,
+                   mc.rope_scaling == DCP_ROPE_SCALING_YARN ? "yarn" : "none", (double)mc.rope_scaling_factor,
+                   mc.rope_n_ctx_orig, (double)mc.rope_yarn_log_mul, (double)mc.rope_yarn_beta_fast,
+                   (double)mc.rope_yarn_beta_slow, (double)mc.rope_attn_factor, mc.n_layer_dense_lead, mc.n_ff,
+                   mc.n_expert, mc.n_ff_exp, mc.n_expert_used, mc.n_expert_shared,
+                   mc.expert_gating == DCP_EXPERT_GATING_SIGMOID ? "sigmoid" : "softmax",
+                   mc.expert_weights_norm ? "normalised" : "unnormalised", (double)mc.expert_weights_scale,
+                   mc.n_expert_groups, mc.n_expert_groups_used);
+        } else
             printf("\nhyperparameters: not read (%s)\n", dcp_last_error());
     }
 }
@@ -328,6 +349,11 @@ int main(int argc, char **argv)
     bool json = false, full = false, bos = false, special = false;
     dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
     bool model_opt = false;
+    const char *mla_config = NULL;
+    /* Options given, for deepseek2 (which takes a subset of them over its configuration). */
+    enum { G_NAME = 1, G_EMBD = 2, G_LAYER = 4, G_HEAD = 8, G_FF = 16, G_CTX = 32, G_EPS = 64, G_ROPE = 128,
+           G_TYPE = 256, G_SEED = 512, G_LLAMA_ONLY = 1024 };
+    unsigned given = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -348,26 +374,32 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--detokenize")) { NEEDS_VALUE; detok = v; }
         else if (!strcmp(a, "--make-model")) { NEEDS_VALUE; make = v; }
         else if (!strcmp(a, "--arch")) { NEEDS_VALUE; mc.arch = v; model_opt = true; }
-        else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; }
-        else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_embd); model_opt = true; }
-        else if (!strcmp(a, "--n-layer")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_layer); model_opt = true; }
-        else if (!strcmp(a, "--n-head")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head); model_opt = true; }
-        else if (!strcmp(a, "--n-head-kv")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head_kv); model_opt = true; }
-        else if (!strcmp(a, "--head-dim")) { NEEDS_VALUE; ok = parse_u32(v, &mc.head_dim); model_opt = true; }
-        else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ff); model_opt = true; }
-        else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ctx); model_opt = true; }
-        else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = parse_u64(v, &mc.seed); model_opt = true; }
+        else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; given |= G_NAME; }
+        else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_embd); model_opt = true; given |= G_EMBD; }
+        else if (!strcmp(a, "--n-layer")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_layer); model_opt = true; given |= G_LAYER; }
+        else if (!strcmp(a, "--n-head")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head); model_opt = true; given |= G_HEAD; }
+        else if (!strcmp(a, "--n-head-kv")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head_kv); model_opt = true; given |= G_LLAMA_ONLY; }
+        else if (!strcmp(a, "--head-dim")) { NEEDS_VALUE; ok = parse_u32(v, &mc.head_dim); model_opt = true; given |= G_LLAMA_ONLY; }
+        else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ff); model_opt = true; given |= G_FF; }
+        else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ctx); model_opt = true; given |= G_CTX; }
+        else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = parse_u64(v, &mc.seed); model_opt = true; given |= G_SEED; }
         else if (!strcmp(a, "--rms-eps") || !strcmp(a, "--rope-base")) {
             NEEDS_VALUE;
             char *end;
             double x = strtod(v, &end);
             ok = *v && !*end && x > 0 && isfinite(x);
-            if (!strcmp(a, "--rms-eps")) mc.rms_eps = (float)x;
-            else mc.rope_base = (float)x;
+            if (!strcmp(a, "--rms-eps")) mc.rms_eps = (float)x, given |= G_EPS;
+            else mc.rope_base = (float)x, given |= G_ROPE;
             model_opt = true;
         } else if (!strcmp(a, "--type")) {
             NEEDS_VALUE;
             ok = dcp_ggml_type_from_name(v, &mc.weight_type) == DCP_OK;
+            model_opt = true;
+            given |= G_TYPE;
+        } else if (!strcmp(a, "--mla-config")) {
+            NEEDS_VALUE;
+            mla_config = v;
+            ok = strlen(v) == 1 && strchr("ABCabc", v[0]) != NULL;
             model_opt = true;
         } else if (a[0] == '-' && a[1]) return bad_usage("unknown option", a);
         else if (!file) file = a;
@@ -378,6 +410,29 @@ int main(int argc, char **argv)
 
     if (make) {
         if (file || tok_text || detok || json) return bad_usage("--make-model takes no FILE, --tokenize, --detokenize or --json", NULL);
+        if (mc.arch && !strcmp(mc.arch, "deepseek2")) {
+            dcp_test_deepseek2_config dc;
+            if (given & G_LLAMA_ONLY)
+                return bad_usage("--n-head-kv and --head-dim do not apply to deepseek2 (see --mla-config)", NULL);
+            if (dcp_test_deepseek2_preset(mla_config ? mla_config[0] : 'A', &dc) != DCP_OK) return die("--mla-config");
+            if (given & G_NAME) dc.name = mc.name;
+            if (given & G_EMBD) dc.n_embd = mc.n_embd;
+            if (given & G_LAYER) {
+                dc.n_layer = mc.n_layer;
+                if (dc.n_layer_dense > dc.n_layer) dc.n_layer_dense = dc.n_layer;
+            }
+            if (given & G_HEAD) dc.n_head = mc.n_head;
+            if (given & G_FF) dc.n_ff = mc.n_ff;
+            if (given & G_CTX) dc.n_ctx = mc.n_ctx;
+            if (given & G_EPS) dc.rms_eps = mc.rms_eps;
+            if (given & G_ROPE) dc.rope_base = mc.rope_base;
+            if (given & G_TYPE) dc.weight_type = mc.weight_type;
+            if (given & G_SEED) dc.seed = mc.seed;
+            if (dcp_gguf_make_test_model_deepseek2(make, &dc) != DCP_OK) return die("--make-model");
+            printf("wrote %s\n", make);
+            return 0;
+        }
+        if (mla_config) return bad_usage("--mla-config needs --arch deepseek2", NULL);
         if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) return die("--make-model");
         printf("wrote %s\n", make);
         return 0;

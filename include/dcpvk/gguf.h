@@ -267,6 +267,62 @@ dcp_status dcp_gguf_make_test_model(const char *path, const dcp_test_model_confi
 /* Same, into a writer the caller then writes or inspects (the caller destroys it). */
 dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_writer **out);
 
+/* ---- deepseek2 test models (MLA attention + MoE) --------------------------------------------- */
+
+/* Shapes and features of a generated deepseek2 model. The defaults (variant A) have pairwise
+ * distinct dimensions so that a swapped axis fails: n_embd 64, 4 heads (TP up to 4 splits them),
+ * kv_lora 32, rope 16, nope 24, v 20, dense FFN 72, 6 experts of width 56 (2 used, 1 shared),
+ * 2 layers (one dense, one MoE), the built-in vocabulary. Weights are drawn from one SplitMix64
+ * stream in the same order for every layout, scaled so that the attention and router softmaxes
+ * are neither flat nor one-hot. Matrices in weight_type (F32 or F16), norms and router in F32. */
+typedef struct dcp_test_deepseek2_config {
+    const char *name;          /* general.name. Default "dcp-vk-test-deepseek2" */
+    uint32_t n_embd;           /* Default 64 */
+    uint32_t n_layer;          /* Default 2 */
+    uint32_t n_layer_dense;    /* leading dense layers (<= n_layer). Default 1 */
+    uint32_t n_head;           /* Default 4 */
+    uint32_t q_lora_rank;      /* 0: attn_q; else attn_q_a / attn_q_a_norm / attn_q_b. Default 0 */
+    uint32_t kv_lora_rank;     /* latent width, multiple of 4. Default 32 */
+    uint32_t n_rot;            /* rope part of a head, multiple of 4. Default 16 */
+    uint32_t head_dim_nope;    /* non-rope part of a query/key head, multiple of 4. Default 24 */
+    uint32_t head_dim_v;       /* value head, multiple of 4. Default 20 */
+    uint32_t n_ff;             /* dense FFN width. Default 72 */
+    uint32_t n_expert;         /* routed experts. Default 6 */
+    uint32_t n_expert_used;    /* Default 2 */
+    uint32_t n_expert_shared;  /* Default 1 */
+    uint32_t n_ff_exp;         /* expert FFN width. Default 56 */
+    uint32_t n_ctx;            /* context_length. Default 4096 */
+    int legacy_kv_b;           /* 1: the legacy layout (attn_kv_b, no key_length_mla). Default 0 */
+    uint32_t gating_func;      /* expert_gating_func: 1 softmax, 2 sigmoid. Default 1 */
+    int exp_probs_b;           /* 1: write exp_probs_b.bias (selection bias). Default 0 */
+    int weights_norm;          /* expert_weights_norm. Default 0 */
+    float weights_scale;       /* expert_weights_scale. Default 1 */
+    uint32_t n_expert_groups;  /* expert_group_count (0 or 1: not written). Default 0 */
+    uint32_t n_expert_groups_used; /* expert_group_used_count. Default 0 */
+    float yarn_factor;         /* > 0: rope.scaling.type yarn with this factor. Default 0 (none) */
+    uint32_t yarn_orig_ctx;    /* rope.scaling.original_context_length. Default 0 */
+    float yarn_log_mul;        /* rope.scaling.yarn_log_multiplier (0.1 * mscale_all_dim). Default 0 */
+    float yarn_beta_fast, yarn_beta_slow; /* Defaults 32, 1 */
+    float rms_eps;             /* Default 1e-6 */
+    float rope_base;           /* Default 10000 */
+    dcp_ggml_type weight_type; /* F32 or F16. Default F32 */
+    uint64_t seed;             /* Default 4242 */
+} dcp_test_deepseek2_config;
+
+/* The named configurations of the deepseek2 tests:
+ *   'A': the DeepSeek-V2-Lite layout: attn_q, attn_k_b / attn_v_b, softmax gating, no YaRN;
+ *   'B': every feature: q_lora 40, YaRN (factor 4, original context 32, log multiplier 0.0707,
+ *        beta 32 / 1), sigmoid gating with exp_probs_b, expert_weights_norm, scale 2.5, 3 expert
+ *        groups of 2 with 2 used;
+ *   'C': A in the legacy attn_kv_b layout, from the same draw (the same logits as A).
+ * DCP_ERR_INVALID_ARGUMENT for another letter. */
+dcp_status dcp_test_deepseek2_preset(char variant, dcp_test_deepseek2_config *out);
+
+/* Generates a deepseek2 test model into a writer (the caller destroys it) or a file. Checks the
+ * config (DCP_ERR_INVALID_ARGUMENT naming the field). Thread-safe. */
+dcp_status dcp_gguf_build_test_model_deepseek2(const dcp_test_deepseek2_config *cfg, dcp_gguf_writer **out);
+dcp_status dcp_gguf_make_test_model_deepseek2(const char *path, const dcp_test_deepseek2_config *cfg);
+
 #ifdef __cplusplus
 }
 #endif

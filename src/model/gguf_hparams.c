@@ -1,4 +1,5 @@
 /* Model hyperparameters from GGUF metadata (include/dcpvk/model_config.h). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,177 @@ static dcp_status get_f32(const dcp_gguf *g, const char *arch, const char *suffi
     return DCP_OK;
 }
 
+/* Reads <arch>.<suffix> as a u32 in [0, 2^31); *out = def when absent. */
+static dcp_status get_u32_or_zero(const dcp_gguf *g, const char *arch, const char *suffix, uint32_t def,
+                                  uint32_t *out)
+{
+    char key[128];
+    uint64_t v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!dcp_gguf_kv_find(g, key)) {
+        *out = def;
+        return DCP_OK;
+    }
+    dcp_status st = dcp_gguf_get_uint(g, key, &v);
+    if (st) return st;
+    if (v > 0x7fffffffu)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: key '%s' = %llu is out of range [0, 2^31)", dcp_gguf_name(g), key,
+                        (ull)v);
+    *out = (uint32_t)v;
+    return DCP_OK;
+}
+
+/* Reads <arch>.<suffix> as a finite float >= 0; *out = def when absent. */
+static dcp_status get_f32_or_zero(const dcp_gguf *g, const char *arch, const char *suffix, float def, float *out)
+{
+    char key[128];
+    double v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!dcp_gguf_kv_find(g, key)) {
+        *out = def;
+        return DCP_OK;
+    }
+    dcp_status st = dcp_gguf_get_float(g, key, &v);
+    if (st) return st;
+    if (!(v >= 0.0) || v > 1e30)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: key '%s' = %g is not a finite number >= 0", dcp_gguf_name(g), key, v);
+    *out = (float)v;
+    return DCP_OK;
+}
+
+static bool has_key(const dcp_gguf *g, const char *arch, const char *suffix)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return dcp_gguf_kv_find(g, key) != NULL;
+}
+
+/* The deepseek2 part: MLA head sizes, MoE, rope scaling (see include/dcpvk/model_config.h). */
+static dcp_status read_deepseek2(const dcp_gguf *g, const char *arch, dcp_model_config *c)
+{
+    dcp_status st;
+    const char *name = dcp_gguf_name(g);
+    if (!has_key(g, arch, "rope.dimension_count"))
+        return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key '%s.rope.dimension_count' (the rope part "
+                        "of a deepseek2 head)", name, arch);
+    if (!has_key(g, arch, "attention.key_length") || !has_key(g, arch, "attention.value_length"))
+        return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key '%s.attention.%s'", name, arch,
+                        has_key(g, arch, "attention.key_length") ? "value_length" : "key_length");
+    if ((st = get_u32_or_zero(g, arch, "attention.q_lora_rank", 0, &c->q_lora_rank))) return st;
+    if ((st = get_u32(g, arch, "attention.kv_lora_rank", true, 0, &c->kv_lora_rank))) return st;
+    c->mla_layout = has_key(g, arch, "attention.key_length_mla") ? 1u : 0u;
+    if (c->mla_layout != (has_key(g, arch, "attention.value_length_mla") ? 1u : 0u))
+        return dcp_fail(DCP_ERR_FORMAT, "%s: '%s.attention.key_length_mla' and '%s.attention.value_length_mla' "
+                        "must be present together", name, arch, arch);
+    if (c->mla_layout) {
+        if ((st = get_u32(g, arch, "attention.key_length_mla", true, 0, &c->head_dim_qk))) return st;
+        if ((st = get_u32(g, arch, "attention.value_length_mla", true, 0, &c->head_dim_v_mla))) return st;
+        if (c->head_dim != c->kv_lora_rank + c->n_rot || c->head_dim_v != c->kv_lora_rank)
+            return dcp_fail(DCP_ERR_FORMAT, "%s: %s.attention.key_length = %u and value_length = %u must be "
+                            "kv_lora_rank + rope = %u and kv_lora_rank = %u in a file with key_length_mla",
+                            name, arch, c->head_dim, c->head_dim_v, c->kv_lora_rank + c->n_rot, c->kv_lora_rank);
+    } else {
+        c->head_dim_qk = c->head_dim;
+        c->head_dim_v_mla = c->head_dim_v;
+    }
+    if (c->head_dim_qk <= c->n_rot)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: %s.rope.dimension_count = %u leaves no non-rope part of the %u-wide "
+                        "query/key head", name, arch, c->n_rot, c->head_dim_qk);
+    c->head_dim_nope = c->head_dim_qk - c->n_rot;
+
+    if ((st = get_u32_or_zero(g, arch, "expert_count", 0, &c->n_expert))) return st;
+    if ((st = get_u32_or_zero(g, arch, "leading_dense_block_count", 0, &c->n_layer_dense_lead))) return st;
+    if ((st = get_u32_or_zero(g, arch, "expert_shared_count", 0, &c->n_expert_shared))) return st;
+    if (c->n_layer_dense_lead > c->n_layer)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: %s.leading_dense_block_count = %u exceeds block_count = %u", name, arch,
+                        c->n_layer_dense_lead, c->n_layer);
+    c->expert_weights_scale = 1.0f;
+    c->expert_gating = DCP_EXPERT_GATING_SOFTMAX;
+    c->n_expert_groups = 1;
+    c->n_expert_groups_used = 1;
+    if (c->n_layer_dense_lead < c->n_layer && c->n_expert == 0)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: layers %u..%u are MoE layers (leading_dense_block_count = %u) but "
+                        "'%s.expert_count' is missing or 0", name, c->n_layer_dense_lead, c->n_layer - 1,
+                        c->n_layer_dense_lead, arch);
+    if (c->n_expert) {
+        if ((st = get_u32(g, arch, "expert_used_count", true, 0, &c->n_expert_used))) return st;
+        if ((st = get_u32(g, arch, "expert_feed_forward_length", true, 0, &c->n_ff_exp))) return st;
+        if (c->n_expert_used > c->n_expert)
+            return dcp_fail(DCP_ERR_FORMAT, "%s: %s.expert_used_count = %u exceeds expert_count = %u", name, arch,
+                            c->n_expert_used, c->n_expert);
+        float sc;
+        if ((st = get_f32_or_zero(g, arch, "expert_weights_scale", 1.0f, &sc))) return st;
+        c->expert_weights_scale = sc > 0.0f ? sc : 1.0f;
+        char key[128];
+        snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+        if (dcp_gguf_kv_find(g, key)) {
+            bool b;
+            if ((st = dcp_gguf_get_bool(g, key, &b))) return st;
+            c->expert_weights_norm = b ? 1u : 0u;
+        }
+        uint32_t gf;
+        if ((st = get_u32_or_zero(g, arch, "expert_gating_func", 0, &gf))) return st;
+        if (gf > 2)
+            return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: %s.expert_gating_func = %u is not supported (1 softmax, "
+                            "2 sigmoid)", name, arch, gf);
+        c->expert_gating = gf == 2 ? DCP_EXPERT_GATING_SIGMOID : DCP_EXPERT_GATING_SOFTMAX;
+        if ((st = get_u32_or_zero(g, arch, "expert_group_count", 1, &c->n_expert_groups))) return st;
+        if (c->n_expert_groups == 0) c->n_expert_groups = 1;
+        if ((st = get_u32_or_zero(g, arch, "expert_group_used_count", c->n_expert_groups,
+                                  &c->n_expert_groups_used)))
+            return st;
+        uint32_t ng = c->n_expert_groups, per = c->n_expert / ng;
+        if (c->n_expert % ng || (ng > 1 && per < 2))
+            return dcp_fail(DCP_ERR_FORMAT, "%s: %s.expert_group_count = %u must divide expert_count = %u into "
+                            "groups of at least 2 experts", name, arch, ng, c->n_expert);
+        if (c->n_expert_groups_used == 0 || c->n_expert_groups_used > ng ||
+            c->n_expert_used > c->n_expert_groups_used * per)
+            return dcp_fail(DCP_ERR_FORMAT, "%s: %s.expert_group_used_count = %u must be in 1..%u and keep at "
+                            "least expert_used_count = %u experts (%u per group)", name, arch,
+                            c->n_expert_groups_used, ng, c->n_expert_used, per);
+    }
+
+    c->rope_scaling = DCP_ROPE_SCALING_NONE;
+    c->rope_scaling_factor = 1.0f;
+    c->rope_n_ctx_orig = c->n_ctx_train;
+    c->rope_yarn_beta_fast = 32.0f;
+    c->rope_yarn_beta_slow = 1.0f;
+    {
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+        if (dcp_gguf_kv_find(g, key)) {
+            const char *type;
+            if ((st = dcp_gguf_get_string(g, key, &type, NULL))) return st;
+            if (strcmp(type, "yarn") == 0) c->rope_scaling = DCP_ROPE_SCALING_YARN;
+            else if (strcmp(type, "none") != 0)
+                return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: %s = '%.32s' is not supported for deepseek2 (none, yarn)",
+                                name, key, type);
+        }
+    }
+    if (c->rope_scaling == DCP_ROPE_SCALING_YARN) {
+        if ((st = get_f32(g, arch, "rope.scaling.factor", false, 1.0f, &c->rope_scaling_factor))) return st;
+        if ((st = get_u32(g, arch, "rope.scaling.original_context_length", false, c->n_ctx_train,
+                          &c->rope_n_ctx_orig)))
+            return st;
+        if ((st = get_f32_or_zero(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &c->rope_yarn_log_mul)))
+            return st;
+        if ((st = get_f32(g, arch, "rope.scaling.yarn_beta_fast", false, 32.0f, &c->rope_yarn_beta_fast))) return st;
+        if ((st = get_f32(g, arch, "rope.scaling.yarn_beta_slow", false, 1.0f, &c->rope_yarn_beta_slow))) return st;
+    }
+    /* Attention scale and rotation magnitude, as llama.cpp's deepseek2 graph and YaRN context
+     * setup compute them: a yarn_log_multiplier of 0.1 * mscale_all_dim gives rotations of
+     * magnitude 1 and mscale = 1 + 0.1 mscale_all_dim ln(factor); without it the magnitude and
+     * mscale are 1 + 0.1 ln(factor) (factor > 1). */
+    double f = c->rope_scaling_factor, pre = 1.0, mscale = 1.0;
+    if (c->rope_scaling == DCP_ROPE_SCALING_YARN) {
+        if (c->rope_yarn_log_mul == 0.0f && f > 1.0) pre = 1.0 + 0.1 * log(f);
+        mscale = pre * (1.0 + (double)c->rope_yarn_log_mul * log(f));
+    }
+    c->rope_attn_factor = (float)pre;
+    c->attn_scale = (float)(mscale * mscale / sqrt((double)c->head_dim_qk));
+    return DCP_OK;
+}
+
 dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out)
 {
     dcp_status st;
@@ -62,11 +234,10 @@ dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out)
         return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'general.architecture'", name);
     if ((st = dcp_gguf_get_string(g, "general.architecture", &arch, NULL))) return st;
     if (strcmp(arch, "llama") == 0) c.arch = DCP_ARCH_LLAMA;
-    else if (strcmp(arch, "deepseek2") == 0)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture deepseek2 is not supported yet", name);
+    else if (strcmp(arch, "deepseek2") == 0) c.arch = DCP_ARCH_DEEPSEEK2;
     else
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported (supported: "
-                        "llama)", name, arch);
+                        "llama, deepseek2)", name, arch);
     snprintf(c.arch_name, sizeof c.arch_name, "%s", arch);
 
     if ((st = get_u32(g, arch, "embedding_length", true, 0, &c.n_embd))) return st;
@@ -103,6 +274,7 @@ dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out)
     if (c.n_vocab == 0)
         return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key '%s.vocab_size' (and no "
                         "tokenizer.ggml.tokens array)", name, arch);
+    if (c.arch == DCP_ARCH_DEEPSEEK2 && (st = read_deepseek2(g, arch, &c))) return st;
     *out = c;
     return DCP_OK;
 }
