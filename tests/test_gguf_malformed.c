@@ -437,8 +437,9 @@ static void test_missing_required_keys(void **state)
         expect_hparams_fail(p, n, DCP_ERR_FORMAT, needle);
         free(p);
     }
+    /* deepseek2 is read with its own keys (tests/test_deepseek2_ref.c covers them). */
     p = llama_file(NULL, "deepseek2", &n);
-    expect_hparams_fail(p, n, DCP_ERR_UNSUPPORTED, "deepseek2");
+    expect_hparams_fail(p, n, DCP_ERR_FORMAT, "missing required key 'deepseek2.embedding_length'");
     free(p);
     p = llama_file(NULL, "mamba", &n);
     expect_hparams_fail(p, n, DCP_ERR_UNSUPPORTED, "mamba");
