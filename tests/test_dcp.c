@@ -103,7 +103,8 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
 
     /* The DCP KV cache, filled through kv_append. */
     dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
-    kc.pool = (dcp_kv_pool_config){Hkv, D, B, c->dtype, batch * (max_len / B + 1)};
+    kc.pool = (dcp_kv_pool_config){.kv_heads = Hkv, .head_dim = D, .page_size = B,
+                                   .dtype = c->dtype, .num_pages = batch * (max_len / B + 1)};
     kc.dcp_size = N;
     kc.first_rank = first;
     kc.interleave = c->interleave;
@@ -287,7 +288,8 @@ static void test_config_errors(void **state)
     DCP_ASSERT_OK(open_comm(*state, DCP_TRANSPORT_STAGING, &comm));
     uint32_t N = (uint32_t)dcp_comm_size(comm);
     dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
-    kc.pool = (dcp_kv_pool_config){2 * N, 8, 16, DCP_DTYPE_F32, 4};
+    kc.pool = (dcp_kv_pool_config){.kv_heads = 2 * N, .head_dim = 8, .page_size = 16,
+                                   .dtype = DCP_DTYPE_F32, .num_pages = 4};
     kc.dcp_size = N;
     kc.first_rank = (uint32_t)dcp_comm_first_rank(comm);
     kc.max_seqs = 1;

@@ -151,7 +151,8 @@ static void test_append_and_accounting(void **state)
     for (int t = 0; t < 2; t++)
         for (int k = 0; k < 3; k++) {
             dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-            c.pool = (dcp_kv_pool_config){2, 8, B, t ? DCP_DTYPE_F16 : DCP_DTYPE_F32, 40};
+            c.pool = (dcp_kv_pool_config){.kv_heads = 2, .head_dim = 8, .page_size = B,
+                                          .dtype = t ? DCP_DTYPE_F16 : DCP_DTYPE_F32, .num_pages = 40};
             c.dcp_size = N;
             c.interleave = interleaves[k];
             c.max_seqs = 3;
@@ -189,7 +190,8 @@ static void test_out_of_pages(void **state)
     dcp_context *ctx = *state;
     uint32_t N = (uint32_t)dcp_context_device_count(ctx);
     dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-    c.pool = (dcp_kv_pool_config){1, 4, 4, DCP_DTYPE_F32, 3};
+    c.pool = (dcp_kv_pool_config){.kv_heads = 1, .head_dim = 4, .page_size = 4,
+                                  .dtype = DCP_DTYPE_F32, .num_pages = 3};
     c.dcp_size = N;
     c.interleave = 4;
     c.max_seqs = 2;
@@ -234,7 +236,8 @@ static void test_config_errors(void **state)
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_kv_cache *cache = NULL;
     dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-    c.pool = (dcp_kv_pool_config){1, 4, 16, DCP_DTYPE_F32, 4};
+    c.pool = (dcp_kv_pool_config){.kv_heads = 1, .head_dim = 4, .page_size = 16,
+                                  .dtype = DCP_DTYPE_F32, .num_pages = 4};
     c.max_seqs = 1;
     c.max_blocks = 1;
     c.interleave = 3;
@@ -261,7 +264,8 @@ static void test_host_only(void **state)
 {
     (void)state;
     dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-    c.pool = (dcp_kv_pool_config){2, 64, 16, DCP_DTYPE_F16, 10};
+    c.pool = (dcp_kv_pool_config){.kv_heads = 2, .head_dim = 64, .page_size = 16,
+                                  .dtype = DCP_DTYPE_F16, .num_pages = 10};
     c.dcp_size = 4;
     c.interleave = 16;
     c.max_seqs = 1;

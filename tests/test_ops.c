@@ -303,7 +303,8 @@ static void test_rope_store(void **state)
                     cs[(t * (R / 2) + i) * 2] = (float)cos(a);
                     cs[(t * (R / 2) + i) * 2 + 1] = (float)sin(a);
                 }
-            dcp_kv_pool_config pc = {Hkv, D, B, f16 ? DCP_DTYPE_F16 : DCP_DTYPE_F32, pages};
+            dcp_kv_pool_config pc = {.kv_heads = Hkv, .head_dim = D, .page_size = B,
+                                     .dtype = f16 ? DCP_DTYPE_F16 : DCP_DTYPE_F32, .num_pages = pages};
             dcp_kv_pool *pool;
             DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
             dcp_buffer *sb = upload(dev, src, (uint64_t)T * stride * 4), *slb = upload(dev, slot, sizeof slot);

@@ -62,7 +62,8 @@ static void run_on_device(dcp_device *dev, const decode_case *c, const uint32_t 
     float *o = malloc(rows * D * sizeof(float)), *lse = malloc(rows * sizeof(float));
     float *o_ref = malloc(rows * D * sizeof(float)), *lse_ref = malloc(rows * sizeof(float));
 
-    dcp_kv_pool_config pc = {c->kv_heads, D, B, c->dtype, num_pages};
+    dcp_kv_pool_config pc = {.kv_heads = c->kv_heads, .head_dim = D, .page_size = B, .dtype = c->dtype,
+                             .num_pages = num_pages};
     dcp_kv_pool *pool;
     DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
     DCP_ASSERT_OK(dcp_kv_pool_write_pages(pool, 0, num_pages, bytes));
@@ -211,16 +212,32 @@ static void test_bad_input(void **state)
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_kv_pool *pool = NULL;
 
-    /* Unsupported head dims. */
-    static const uint32_t bad_dims[] = {0, 6, 260, 512};
+    /* Unsupported head dims: for any pool, and beyond 256 for the GQA decode. */
+    static const uint32_t bad_dims[] = {0, 6, 1028, 2048};
     for (size_t i = 0; i < 4; i++) {
-        dcp_kv_pool_config pc = {2, bad_dims[i], 16, DCP_DTYPE_F16, 4};
+        dcp_kv_pool_config pc = {.kv_heads = 2, .head_dim = bad_dims[i], .page_size = 16, .dtype = DCP_DTYPE_F16,
+                                 .num_pages = 4};
         assert_int_equal(dcp_kv_pool_create(dev, &pc, &pool), DCP_ERR_UNSUPPORTED);
         assert_null(pool);
         assert_non_null(strstr(dcp_last_error(), "head dim"));
     }
+    for (int k_only = 0; k_only < 2; k_only++) {
+        dcp_kv_pool_config pc = {.kv_heads = 2, .head_dim = k_only ? 8 : 260, .page_size = 16,
+                                 .dtype = DCP_DTYPE_F16, .num_pages = 4, .k_only = (uint32_t)k_only};
+        DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
+        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+        dc.batch = 1;
+        dc.q_heads = 2;
+        dc.max_blocks = 2;
+        dcp_decode_plan *plan = NULL;
+        assert_int_equal(dcp_decode_plan_create(pool, &dc, &plan), DCP_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_non_null(strstr(dcp_last_error(), k_only ? "K-only" : "head dim 260"));
+        dcp_kv_pool_destroy(pool);
+        pool = NULL;
+    }
 
-    dcp_kv_pool_config pc = {2, 8, 16, DCP_DTYPE_F16, 4};
+    dcp_kv_pool_config pc = {.kv_heads = 2, .head_dim = 8, .page_size = 16, .dtype = DCP_DTYPE_F16, .num_pages = 4};
     DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
     dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
     dc.batch = 2;

@@ -179,7 +179,8 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
     fill_random(s->pages, s->num_pages * page_elems, o->dtype, seed);
     fill_random(s->q, rows * D, DCP_DTYPE_F32, seed + 1);
 
-    dcp_kv_pool_config pc = {o->kv_heads, D, P, o->dtype, s->num_pages};
+    dcp_kv_pool_config pc = {.kv_heads = o->kv_heads, .head_dim = D, .page_size = P, .dtype = o->dtype,
+                             .num_pages = s->num_pages};
     DCP_TRY(dcp_kv_pool_create(s->dev, &pc, &s->pool));
     DCP_TRY(dcp_kv_pool_write_pages(s->pool, 0, s->num_pages, s->pages));
     dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;

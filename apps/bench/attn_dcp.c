@@ -111,7 +111,8 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
     uint64_t local_max = dcp_kv_local_length(o->ctx, 0, N, o->interleave);
     uint32_t blocks = (uint32_t)((local_max + B - 1) / B) + 1;
     dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
-    kc.pool = (dcp_kv_pool_config){Hkv, D, B, (dcp_dtype)o->dtype, batch * blocks};
+    kc.pool = (dcp_kv_pool_config){.kv_heads = Hkv, .head_dim = D, .page_size = B,
+                                   .dtype = (dcp_dtype)o->dtype, .num_pages = batch * blocks};
     kc.dcp_size = N;
     kc.first_rank = first;
     kc.interleave = o->interleave;

@@ -39,7 +39,8 @@ static void usage(FILE *f)
 static dcp_status longest(const cap_opts *o, uint32_t heads, uint32_t n, uint32_t pages, uint64_t *out)
 {
     dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-    c.pool = (dcp_kv_pool_config){heads, o->head_dim, o->page_size, o->dtype, pages};
+    c.pool = (dcp_kv_pool_config){.kv_heads = heads, .head_dim = o->head_dim, .page_size = o->page_size,
+                                  .dtype = o->dtype, .num_pages = pages};
     c.dcp_size = n;
     c.interleave = o->interleave;
     c.max_seqs = 1;

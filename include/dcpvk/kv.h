@@ -2,7 +2,9 @@
  * (segments) so that no binding exceeds the device's maxStorageBufferRange or allocation limit.
  *
  * Page layout: K[kv_heads][page_size][head_dim] followed by V[kv_heads][page_size][head_dim], in
- * the pool's dtype. Page p lives in segment p / pages_per_segment.
+ * the pool's dtype; a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
+ * being the first kv_lora entries of the same row) has no V part. Page p lives in segment
+ * p / pages_per_segment.
  *
  * DCP: a dcp_kv_cache holds one pool per rank of a DCP group and places every token on one rank
  * by the interleaved rule (owner, local index, local length below). */
@@ -23,13 +25,19 @@ typedef struct dcp_kv_pool dcp_kv_pool;
 
 typedef struct dcp_kv_pool_config {
     uint32_t kv_heads;   /* KV heads stored per token (no default; >= 1) */
-    uint32_t head_dim;   /* D: multiple of 4, at most 256 (no default) */
+    uint32_t head_dim;   /* D: multiple of 4, at most DCP_KV_MAX_HEAD_DIM (no default); the GQA
+                          * decode reads K+V pools of D <= 256, the MLA decode K-only pools of
+                          * kv_lora + rope (576 for DeepSeek) */
     uint32_t page_size;  /* tokens per page (default 16) */
     dcp_dtype dtype;     /* element type (default f16) */
     uint32_t num_pages;  /* pages in the pool (no default; >= 1) */
+    uint32_t k_only;     /* 1: pages hold K rows only, no V (MLA's latent cache); default 0: K then V */
 } dcp_kv_pool_config;
 
-#define DCP_KV_POOL_CONFIG_DEFAULT {0, 0, 16, DCP_DTYPE_F16, 0}
+#define DCP_KV_POOL_CONFIG_DEFAULT {0, 0, 16, DCP_DTYPE_F16, 0, 0}
+
+/* Longest row a pool stores (elements). */
+#define DCP_KV_MAX_HEAD_DIM 1024
 
 /* Creates the pool's segments on dev (device-local memory, zero-filled). Errors: unsupported head
  * dim (DCP_ERR_UNSUPPORTED), a page larger than the device's binding range, more segments than
@@ -40,7 +48,7 @@ void dcp_kv_pool_destroy(dcp_kv_pool *pool);
 
 const dcp_kv_pool_config *dcp_kv_pool_get_config(const dcp_kv_pool *pool);
 dcp_device *dcp_kv_pool_device(const dcp_kv_pool *pool);
-/* Bytes of one page (K and V). */
+/* Bytes of one page (K and V, or K only). */
 uint64_t dcp_kv_pool_page_bytes(const dcp_kv_pool *pool);
 uint32_t dcp_kv_pool_pages_per_segment(const dcp_kv_pool *pool);
 uint32_t dcp_kv_pool_segment_count(const dcp_kv_pool *pool);
@@ -104,7 +112,8 @@ dcp_status dcp_kv_cache_append(dcp_kv_cache *cache, uint32_t n, const uint32_t *
 uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *cache);
 /* Records the kv_append shader of local rank `local` on its command: writes the K and V rows of
  * the tokens this rank owns, k and v [tokens][kv_heads][head_dim] f32 (the same on every rank),
- * converted to the pool dtype. Uploads the slot table (synchronously) into a per-rank buffer that
+ * converted to the pool dtype (K+V pools; K-only pools are written by their model's own store,
+ * DCP_ERR_INVALID_ARGUMENT here). Uploads the slot table (synchronously) into a per-rank buffer that
  * the recording reads: submit before the next dcp_kv_cache_append. */
 dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache, uint32_t local, dcp_buffer *k,
                                       uint64_t k_offset, dcp_buffer *v, uint64_t v_offset);

@@ -49,6 +49,11 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     if (c->batch == 0 || c->max_blocks == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "decode plan: batch (%u) and max_blocks (%u) must be >= 1",
                         c->batch, c->max_blocks);
+    if (pc->k_only || pc->head_dim > 256)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "decode plan: the GQA decode reads K+V pools of head dim up to 256 (this pool: %s, head "
+                        "dim %u; MLA latent pools use dcp_mla_decode_plan_create)",
+                        pc->k_only ? "K-only" : "K+V", pc->head_dim);
     if (c->q_heads == 0 || c->q_heads % pc->kv_heads)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "decode plan: %u query heads is not a multiple of the pool's %u KV heads",

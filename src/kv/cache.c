@@ -58,7 +58,8 @@ dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
         st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: kv_heads, head_dim, page_size and num_pages must be >= 1");
         goto fail;
     }
-    kc->page_bytes = 2ull * c->pool.kv_heads * c->pool.page_size * c->pool.head_dim * dcp_dtype_size(c->pool.dtype);
+    kc->page_bytes = (c->pool.k_only ? 1ull : 2ull) * c->pool.kv_heads * c->pool.page_size * c->pool.head_dim *
+                     dcp_dtype_size(c->pool.dtype);
     for (uint32_t i = 0; i < local_count; i++) {
         kv_rank *r = &kc->ranks[i];
         if (!c->host_only) DCP_TRY(dcp_kv_pool_create(devices[i], &c->pool, &r->pool));
@@ -199,6 +200,9 @@ dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *kc, uint32_t i
     uint32_t T = kc->append_tokens;
     if (!r->pool)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV append: the cache is host_only (no device pools)");
+    if (kc->cfg.pool.k_only)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV append: the pools are K-only (an MLA latent cache is "
+                        "written by its own store, dcp_op_mla_kv_store)");
     if (T == 0) return DCP_OK;
     dcp_device *dev = dcp_kv_pool_device(r->pool);
     if (dcp_cmd_device(cmd) != dev)

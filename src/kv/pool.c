@@ -19,17 +19,17 @@ dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_
     dcp_status st = DCP_OK;
     *out = NULL;
     const dcp_device_info *info = dcp_device_get_info(dev);
-    if (c->head_dim == 0 || c->head_dim % 4 || c->head_dim > 256)
+    if (c->head_dim == 0 || c->head_dim % 4 || c->head_dim > DCP_KV_MAX_HEAD_DIM)
         return dcp_fail(DCP_ERR_UNSUPPORTED,
-                        "KV pool: head dim %u is not supported (supported: multiples of 4 from 4 to 256)",
-                        c->head_dim);
+                        "KV pool: head dim %u is not supported (supported: multiples of 4 from 4 to %d)",
+                        c->head_dim, DCP_KV_MAX_HEAD_DIM);
     if (c->kv_heads == 0 || c->page_size == 0 || c->num_pages == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "KV pool: kv_heads (%u), page_size (%u) and num_pages (%u) must be >= 1",
                         c->kv_heads, c->page_size, c->num_pages);
     if (c->dtype != DCP_DTYPE_F32 && c->dtype != DCP_DTYPE_F16)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "KV pool: dtype %d is not supported (f32, f16)", (int)c->dtype);
-    uint64_t page_bytes = 2ull * c->kv_heads * c->page_size * c->head_dim * dcp_dtype_size(c->dtype);
+    uint64_t page_bytes = (c->k_only ? 1ull : 2ull) * c->kv_heads * c->page_size * c->head_dim * dcp_dtype_size(c->dtype);
     uint64_t seg_max = info->max_storage_buffer_range;
     if (info->max_allocation_size < seg_max) seg_max = info->max_allocation_size;
     if (seg_max > (2ull << 30)) seg_max = 2ull << 30;

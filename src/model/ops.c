@@ -212,6 +212,8 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
     dcp_pipeline_id id = DCP_PIPE_ROPE_STORE_F32;
     if (a->pool) {
         const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(a->pool);
+        if (pc->k_only)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rope_store: the pool is K-only (MLA latent cache)");
         if (pc->kv_heads != a->kv_heads || pc->head_dim != a->head_dim)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                             "rope_store: pool has %u KV heads of dim %u, the model step %u of dim %u",
