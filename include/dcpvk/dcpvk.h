@@ -4,6 +4,7 @@
  *   dtype.h     element types, IEEE half conversion
  *   kv.h        paged KV pools, interleaved DCP placement, the KV cache of a DCP group
  *   attn.h      paged flash-decoding and the log-sum-exp merge on one device
+ *   mla.h       MLA latent decode (every head against one latent cache) on one device
  *   comm.h      communicator (all_gather, reduce_scatter, all_to_all, all_reduce), in-process/MPI
  *   dcp.h       the DCP attention step (a2a, ag_rs) over a group
  *   gguf.h      GGUF reader/writer, tensor types, the project's test models
@@ -18,6 +19,7 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/attn.h"
+#include "dcpvk/mla.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/gguf.h"

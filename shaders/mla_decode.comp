@@ -1,0 +1,178 @@
+#version 450
+// mla_decode: paged flash-decoding of MLA (DeepSeek-V2/V3 latent attention) in its absorbed form:
+// every query head q = [q_lat (DV) | q_pe] against the one latent cache of rows [c_kv (DV) | k_pe]
+// (DK = DV + rope entries), i.e. multi-query attention with values = the first DV entries of each
+// row. score = scale * q . row; O = softmax-weighted sum of c_kv (normalised, f32); LSE natural log;
+// an empty key set gives O = 0, LSE = -inf.
+//
+// One workgroup per (chunk of the sequence, group of HG heads, sequence). Lanes form a grid of HG
+// heads x C dim parts (C = WG / HG): lane (g, part) holds its part of head g's query (QPL quads)
+// and of head g's latent output (OPL quads) in registers. The chunk is walked in tiles of T tokens:
+//   1. the workgroup loads the T rows into shared memory (f32): each cache row is read once for
+//      all HG heads of the group;
+//   2. partial scores: lane (g, part) dots its query part with each row's part;
+//   3. the online softmax of each head: every lane of head g sums the C partial scores of each row
+//      and keeps the running max and sum itself (the same values on each), then
+//   4. adds the probability-weighted row parts to its output part.
+// Three barriers per tile. The tile keeps the cache's element type in shared memory.
+// In phases 2 and 4 the lanes of one subgroup read the same shared-memory row entries when they
+// share a part (UNIFORM_PART: HG a multiple of the fixed subgroup size; the part then follows from
+// gl_SubgroupID alone), so that CPU drivers broadcast instead of gathering.
+// Work per invocation is bounded by chunk_tokens (Mesa 22 lavapipe ends loops after 65,535
+// iterations per invocation; the plan sizes chunks from the per-tile iteration count). Long loops
+// over T are kept rolled (unrolled they made lavapipe's compile take minutes); the loops over the
+// register arrays are unrolled so that they stay registers (indexed arrays become if-ladders).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#include "kv_pool.glsl"
+#include "attn/attn_params.h"
+#include "attn/mla_params.h"
+#include "dcp_math.glsl"
+
+layout(constant_id = 0) const uint WG = 64;   // invocations
+layout(constant_id = 1) const uint HG = 16;   // heads per workgroup (divides the heads; <= WG)
+layout(constant_id = 2) const uint DK = 576;  // row width (DV + rope), multiple of 4
+layout(constant_id = 3) const uint DV = 512;  // latent width (values), multiple of 4, < DK
+layout(constant_id = 4) const uint T = 8;     // tokens per tile
+layout(constant_id = 5) const uint UNIFORM_PART = 0; // 1: lane = subgroup * subgroup size + invocation,
+                                                     // and HG is a multiple of the subgroup size
+layout(local_size_x_id = 0) in;
+
+const uint DQ = DK / 4u;                       // quads per row
+const uint DVQ = DV / 4u;                      // quads of the latent
+const uint C = WG / HG;                        // dim parts (lanes per head)
+const uint QPL = (DQ + C - 1u) / C;            // query quads per lane
+const uint OPL = (DVQ + C - 1u) / C;           // output quads per lane
+
+layout(push_constant) uniform PC { dcp_mla_decode_params p; };
+layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };          // [batch][heads][DK/4] f32
+layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch][bt_stride] page ids
+layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
+layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][heads][DV/4]
+layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][heads]
+// The tile keeps the cache's element type: f16 rows as 4 halves per uvec2 (twice the tokens per
+// tile in the same shared memory), f32 rows as vec4.
+#ifdef KV_F16
+layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_ARRAY]; // 4 halves per unit
+#define TILE_T uvec2
+TILE_T load_quad(uint seg, uint i) { return kv[DCP_KV_SEG(seg)].data[i]; }
+vec4 unpack_quad(TILE_T w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
+#else
+layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
+#define TILE_T vec4
+TILE_T load_quad(uint seg, uint i) { return kv[DCP_KV_SEG(seg)].data[i]; }
+vec4 unpack_quad(TILE_T w) { return w; }
+#endif
+
+shared TILE_T tile[T * DQ];  // the tile's rows
+shared uint tile_ok[T];      // 1: the row exists (inside the chunk, page inside the pool)
+shared float part_s[WG * T]; // partial scores [part][head][token]
+
+void main()
+{
+    const uint lane = gl_LocalInvocationID.x;
+    const uint chunk = gl_WorkGroupID.x;
+    const uint h0 = gl_WorkGroupID.y * HG;
+    const uint b = gl_WorkGroupID.z;
+    const uint len = lens[b];
+    const uint t0 = chunk * p.chunk_tokens;
+    const uint t1 = min(t0 + p.chunk_tokens, len);
+    const uint seg_mask = (1u << p.segment_shift) - 1u;
+
+    // This lane's head g and dim part (computed from the subgroup id when that makes the part
+    // subgroup-uniform).
+    uint g, part;
+    if (UNIFORM_PART != 0u) {
+        const uint first = gl_SubgroupID * gl_SubgroupSize;
+        part = first / HG;
+        g = first % HG + gl_SubgroupInvocationID;
+    } else {
+        part = lane / HG;
+        g = lane % HG;
+    }
+    const bool in_grid = part < C;
+    const uint slot = part * HG + g; // this lane's row of part_s
+    vec4 qr[QPL];
+    [[unroll]] for (uint i = 0u; i < QPL; i++) {
+        const uint d = part * QPL + i;
+        qr[i] = in_grid && d < DQ ? q[(b * p.heads + h0 + g) * DQ + d] : vec4(0.0);
+    }
+    vec4 acc[OPL];
+    [[unroll]] for (uint j = 0u; j < OPL; j++) acc[j] = vec4(0.0);
+    // Online-softmax state of head g, kept by each of its C lanes alike (same inputs, same order).
+    float m = dcp_neg_inf(), l = 0.0;
+
+    [[dont_unroll]] for (uint base = t0; base < t1; base += T) {
+        const uint n = min(T, t1 - base);
+        // 1. Load the tile (rows past the chunk or on a page outside the pool load as zeros).
+        [[dont_unroll]] for (uint u = lane; u < T * DQ; u += WG) {
+            const uint tt = u / DQ, d = u % DQ;
+            TILE_T v = TILE_T(0);
+            bool ok = false;
+            if (tt < n) {
+                const uint t = base + tt;
+                const uint page = bt[b * p.bt_stride + t / p.page_size];
+                ok = page < p.total_pages;
+                if (ok)
+                    v = load_quad(page >> p.segment_shift, ((page & seg_mask) * p.page_size + t % p.page_size) * DQ + d);
+            }
+            tile[u] = v;
+            if (d == 0u) tile_ok[tt] = ok ? 1u : 0u;
+        }
+        barrier(); // tile writes -> score reads
+
+        // 2. Partial scores of this lane's head and dim part.
+        if (in_grid) {
+            [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) {
+                float s = 0.0;
+                [[unroll]] for (uint i = 0u; i < QPL; i++) {
+                    const uint d = part * QPL + i;
+                    if (d < DQ) s += dot(qr[i], unpack_quad(tile[tt * DQ + d]));
+                }
+                part_s[slot * T + tt] = s;
+            }
+        }
+        barrier(); // partial scores -> softmax
+
+        // 3. Online softmax of head g (each of its lanes alike) and 4. the O update of this lane's
+        //    head and part over the tile's rows (their first DV entries).
+        if (in_grid) {
+            float mx = m;
+            [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) {
+                if (tile_ok[tt] == 0u) continue;
+                float s = 0.0;
+                [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
+                mx = max(mx, s * p.scale);
+            }
+            if (!dcp_is_neg_inf(mx)) {
+                const float alpha = dcp_is_neg_inf(m) ? 0.0 : exp(m - mx);
+                l *= alpha;
+                [[unroll]] for (uint j = 0u; j < OPL; j++) acc[j] *= alpha;
+                m = mx;
+                [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) {
+                    if (tile_ok[tt] == 0u) continue;
+                    float s = 0.0;
+                    [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
+                    const float pr = exp(s * p.scale - mx);
+                    l += pr;
+                    [[unroll]] for (uint j = 0u; j < OPL; j++) {
+                        const uint dq = part * OPL + j;
+                        if (dq < DVQ) acc[j] += pr * unpack_quad(tile[tt * DQ + dq]);
+                    }
+                }
+            }
+        }
+        barrier(); // tile / part_s reads -> the next tile's writes
+    }
+
+    if (in_grid) {
+        const uint row = b * p.heads + h0 + g;
+        const uint orow = p.direct != 0u ? row : chunk * p.batch * p.heads + row;
+        [[unroll]] for (uint j = 0u; j < OPL; j++) {
+            const uint dq = part * OPL + j;
+            if (dq < DVQ) o[orow * DVQ + dq] = l > 0.0 ? acc[j] / l : vec4(0.0);
+        }
+        if (part == 0u) lse[orow] = l > 0.0 ? m + log(l) : dcp_neg_inf();
+    }
+}
