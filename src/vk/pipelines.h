@@ -12,6 +12,7 @@
 #include "attn/cp_params.h"
 #include "model/model_params.h"
 #include "attn/mla_params.h"
+#include "model/ds2_params.h"
 
 #define DCP_MAX_SPEC 8
 #define DCP_MAX_BINDINGS 8

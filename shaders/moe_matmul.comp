@@ -1,0 +1,60 @@
+#version 450
+// moe_matmul: the selected experts' products of a MoE layer (src/model/ds2_params.h). W holds every
+// expert's rows, expert e's at row e * rows, in one of the weight dtypes of weights.glsl.
+//   gate|up (default): y[t][j][n] = W_{ids[t][j]}[n] . x[t][j]   (one workgroup per (token, slot j))
+//   down (MOE_DOWN):   y[t][n] (+)= sum_j w[t][j] (W_{ids[t][j]}[n] . x[t][j])   (one per token)
+// As matmul.comp: one subgroup per output row, lanes split k in quads and reduce with subgroupAdd.
+// Loop work per invocation: n_used (down) * k/4/subgroup per row it owns (bounded for Mesa 22).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "model/ds2_params.h"
+
+layout(constant_id = 0) const uint WG = 64;  // invocations
+layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform PC { dcp_moe_matmul_params p; };
+layout(std430, binding = 0) readonly buffer W { uint w[]; };     // weights, see weights.glsl
+layout(std430, binding = 1) readonly buffer X { vec4 x[]; };     // f32 rows, strides in p
+layout(std430, binding = 2) buffer Y { float y[]; };             // f32
+layout(std430, binding = 3) readonly buffer Ids { uint ids[]; }; // [tokens][n_used]
+layout(std430, binding = 4) readonly buffer Wt { float wt[]; };  // [tokens][n_used] (down)
+#define wscale_offset p.scale_offset
+#include "weights.glsl"
+
+void main()
+{
+    const uint kq = p.k / 4u;
+#ifdef MOE_DOWN
+    const uint t = gl_WorkGroupID.y;
+#else
+    const uint t = gl_WorkGroupID.y / p.n_used, j = gl_WorkGroupID.y % p.n_used;
+    const uint e = ids[t * p.n_used + j];
+    const uint xo = (t * p.x_stride + j * p.x_used_stride) / 4u;
+#endif
+    for (uint r = gl_SubgroupID; r < RPW; r += gl_NumSubgroups) {
+        const uint n = gl_WorkGroupID.x * RPW + r;
+        if (n >= p.rows) break; // uniform in the subgroup
+        float acc = 0.0;
+#ifdef MOE_DOWN
+        for (uint j = 0u; j < p.n_used; j++) {
+            const uint e = ids[t * p.n_used + j];
+            if (e >= p.n_expert) continue; // uniform in the workgroup
+            const uint xo = (t * p.x_stride + j * p.x_used_stride) / 4u;
+            float a = 0.0;
+            for (uint q = gl_SubgroupInvocationID; q < kq; q += gl_SubgroupSize) a += dot(w4(e * p.rows + n, q, p.k), x[xo + q]);
+            acc += wt[t * p.n_used + j] * a;
+        }
+        const float s = subgroupAdd(acc);
+        if (subgroupElect()) {
+            const uint i = t * p.y_stride + n;
+            y[i] = p.accumulate != 0u ? y[i] + s : s;
+        }
+#else
+        if (e < p.n_expert)
+            for (uint q = gl_SubgroupInvocationID; q < kq; q += gl_SubgroupSize) acc += dot(w4(e * p.rows + n, q, p.k), x[xo + q]);
+        const float s = subgroupAdd(acc);
+        if (subgroupElect()) y[t * p.y_stride + j * p.y_used_stride + n] = s;
+#endif
+    }
+}
