@@ -1,0 +1,329 @@
+/* The MoE kernels against their double-precision references: moe_route (softmax and sigmoid
+ * gating, selection bias, group limits, renormalisation, scale; the routing shapes of the test
+ * models, DeepSeek-V2-Lite, V2 and V3), moe_gate_up / moe_down (weight dtypes, padded widths, an
+ * out-of-range id), and a whole MoE feed-forward of test model B's MoE layer split over TP 1, 2, 4
+ * (router, experts and shared expert from dcp_ds2_layer_slice / dcp_ds2_layer_upload; the ranks'
+ * partial outputs summed) against the double-precision FFN. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/deepseek2_weights.h"
+#include "model/mla_ops.h"
+#include "ref/deepseek2_ref.h"
+#include "ref/mla_ref.h"
+#include "ref/model_ref.h"
+#include "ref_deepseek2.h"
+#include "vkutil.h"
+
+static int setup(void **state)
+{
+    *state = dcp_test_context();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    dcp_test_context_done(*state);
+    return 0;
+}
+
+static dcp_buffer *upload(dcp_device *dev, const void *data, uint64_t bytes)
+{
+    dcp_buffer *b;
+    DCP_ASSERT_OK(dcp_buffer_create(dev, bytes ? bytes : 4, DCP_MEMORY_DEVICE, &b));
+    if (data) DCP_ASSERT_OK(dcp_buffer_upload(b, 0, data, bytes));
+    else DCP_ASSERT_OK(dcp_buffer_fill(b, 0, bytes ? bytes : 4, 0));
+    return b;
+}
+
+static void test_route(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    dcp_test_rng rng = {41};
+    static const struct {
+        uint32_t X, K, G, GU;
+        dcp_expert_gating gating;
+        int bias, norm;
+        float scale;
+    } cases[] = {
+        {6, 2, 1, 1, DCP_EXPERT_GATING_SOFTMAX, 0, 0, 1.0f},   /* test model A */
+        {6, 2, 3, 2, DCP_EXPERT_GATING_SIGMOID, 1, 1, 2.5f},   /* test model B */
+        {64, 6, 1, 1, DCP_EXPERT_GATING_SOFTMAX, 0, 0, 1.0f},  /* DeepSeek-V2-Lite */
+        {160, 6, 8, 3, DCP_EXPERT_GATING_SOFTMAX, 0, 0, 16.0f},/* DeepSeek-V2 */
+        {256, 8, 8, 4, DCP_EXPERT_GATING_SIGMOID, 1, 1, 2.5f}, /* DeepSeek-V3 */
+        {8, 8, 2, 2, DCP_EXPERT_GATING_SOFTMAX, 1, 1, 1.0f},   /* every expert */
+    };
+    const uint32_t T = 7, stride = 260;
+    uint32_t bias_matters = 0, groups_matter = 0; /* choices the bias / the group limit changed */
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const uint32_t X = cases[ci].X, K = cases[ci].K;
+        float *logits = malloc((size_t)T * stride * 4), *bias = malloc(X * 4);
+        for (uint32_t i = 0; i < T * stride; i++) logits[i] = dcp_test_rng_uniform(&rng, -3, 3);
+        for (uint32_t e = 0; e < X; e++) bias[e] = dcp_test_rng_uniform(&rng, -0.1f, 0.1f);
+        dcp_buffer *lb = upload(dev, logits, (uint64_t)T * stride * 4), *bb = upload(dev, bias, X * 4);
+        dcp_buffer *ib = upload(dev, NULL, (uint64_t)T * K * 4), *wb = upload(dev, NULL, (uint64_t)T * K * 4);
+        dcp_cmd *cmd;
+        DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+        dcp_moe_route_args a = {T, X, K, cases[ci].G, cases[ci].GU, cases[ci].gating, cases[ci].norm, cases[ci].scale,
+                                lb, stride, cases[ci].bias ? bb : NULL, ib, wb};
+        DCP_ASSERT_OK(dcp_op_moe_route(cmd, &a));
+        DCP_ASSERT_OK(dcp_cmd_run(cmd));
+        uint32_t ids[8 * 7];
+        float w[8 * 7];
+        DCP_ASSERT_OK(dcp_buffer_download(ib, 0, ids, (uint64_t)T * K * 4));
+        DCP_ASSERT_OK(dcp_buffer_download(wb, 0, w, (uint64_t)T * K * 4));
+        dcp_ref_moe_route_args ra = {X, K, cases[ci].G, cases[ci].GU, cases[ci].gating == DCP_EXPERT_GATING_SIGMOID,
+                                     cases[ci].norm, cases[ci].scale};
+        double *ld = malloc(X * sizeof *ld), rw[8];
+        uint32_t rid[8];
+        for (uint32_t t = 0; t < T; t++) {
+            for (uint32_t e = 0; e < X; e++) ld[e] = logits[(size_t)t * stride + e];
+            dcp_ref_moe_route(&ra, ld, cases[ci].bias ? bias : NULL, rid, rw, NULL);
+            uint32_t alt[8];
+            double aw[8];
+            if (cases[ci].bias) {
+                dcp_ref_moe_route(&ra, ld, NULL, alt, aw, NULL);
+                bias_matters += memcmp(alt, rid, K * sizeof *alt) != 0;
+            }
+            if (cases[ci].G > 1 && cases[ci].K < cases[ci].X) {
+                dcp_ref_moe_route_args flat = ra;
+                flat.n_groups = 1;
+                dcp_ref_moe_route(&flat, ld, cases[ci].bias ? bias : NULL, alt, aw, NULL);
+                groups_matter += memcmp(alt, rid, K * sizeof *alt) != 0;
+            }
+            for (uint32_t k = 0; k < K; k++) {
+                if (ids[t * K + k] != rid[k])
+                    fail_msg("route case %zu token %u: slot %u chose expert %u, reference %u", ci, t, k, ids[t * K + k],
+                             rid[k]);
+                if (fabs(w[t * K + k] - rw[k]) > 1e-6 * (1.0 + fabs(rw[k])))
+                    fail_msg("route case %zu token %u: weight %u = %.9g, reference %.9g", ci, t, k, w[t * K + k], rw[k]);
+            }
+        }
+        dcp_cmd_destroy(cmd);
+        dcp_buffer_destroy(lb);
+        dcp_buffer_destroy(bb);
+        dcp_buffer_destroy(ib);
+        dcp_buffer_destroy(wb);
+        free(logits);
+        free(bias);
+        free(ld);
+    }
+    /* The cases exercise the bias and the group limit: they change some choices. */
+    printf("choices changed by the selection bias: %u, by the group limit: %u\n", bias_matters, groups_matter);
+    assert_true(bias_matters > 0 && groups_matter > 0);
+    /* Bad routing shapes. */
+    dcp_buffer *b = upload(dev, NULL, 4096);
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    dcp_moe_route_args bad = {1, 6, 2, 4, 2, DCP_EXPERT_GATING_SOFTMAX, 0, 1.0f, b, 6, NULL, b, b};
+    assert_int_equal(dcp_op_moe_route(cmd, &bad), DCP_ERR_INVALID_ARGUMENT);
+    bad.n_groups = 1;
+    bad.n_expert = 600;
+    bad.logits_stride = 600;
+    assert_int_equal(dcp_op_moe_route(cmd, &bad), DCP_ERR_INVALID_ARGUMENT);
+    dcp_cmd_destroy(cmd);
+    dcp_buffer_destroy(b);
+}
+
+static void test_expert_matmuls(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    dcp_test_rng rng = {51};
+    enum { X = 5, E = 64, FE = 14, FP = 16, U = 2, T = 3 };
+    const uint32_t rows_gu = X * 2 * FE, rows_d = X * E;
+    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F32, DCP_GGML_TYPE_F16, DCP_GGML_TYPE_Q8_0};
+    for (size_t ti = 0; ti < 3; ti++) {
+        /* gate|up: [X 2 FE][E]; down: [X E][FP] with zero pad columns. */
+        float *wgu = malloc((size_t)rows_gu * E * 4), *wd = calloc((size_t)rows_d * FP, 4);
+        for (size_t i = 0; i < (size_t)rows_gu * E; i++) wgu[i] = dcp_test_rng_uniform(&rng, -0.2f, 0.2f);
+        for (size_t r = 0; r < rows_d; r++)
+            for (uint32_t k = 0; k < FE; k++) wd[r * FP + k] = dcp_test_rng_uniform(&rng, -0.3f, 0.3f);
+        dcp_ggml_type tdown = types[ti] == DCP_GGML_TYPE_Q8_0 ? DCP_GGML_TYPE_F32 : types[ti];
+        uint32_t be, bb;
+        dcp_ggml_type_block(types[ti], &be, &bb);
+        void *qgu = malloc((size_t)rows_gu * E / be * bb);
+        DCP_ASSERT_OK(dcp_ggml_from_f32(types[ti], wgu, qgu, (uint64_t)rows_gu * E));
+        DCP_ASSERT_OK(dcp_ggml_to_f32(types[ti], qgu, wgu, (uint64_t)rows_gu * E));
+        dcp_ggml_type_block(tdown, &be, &bb);
+        void *qd = malloc((size_t)rows_d * FP / be * bb);
+        DCP_ASSERT_OK(dcp_ggml_from_f32(tdown, wd, qd, (uint64_t)rows_d * FP));
+        DCP_ASSERT_OK(dcp_ggml_to_f32(tdown, qd, wd, (uint64_t)rows_d * FP));
+        dcp_matrix mgu, md;
+        const void *p1[1] = {qgu}, *p2[1] = {qd};
+        DCP_ASSERT_OK(dcp_matrix_create(dev, types[ti], E, 1, p1, &rows_gu, &mgu));
+        DCP_ASSERT_OK(dcp_matrix_create(dev, tdown, FP, 1, p2, &rows_d, &md));
+        const uint32_t ids[T * U] = {4, 0, 2, 3, 9 /* out of range: contributes 0 */, 1};
+        float wts[T * U], x[T * E], y0[T * E];
+        for (uint32_t i = 0; i < T * U; i++) wts[i] = dcp_test_rng_uniform(&rng, 0.1f, 1.0f);
+        for (uint32_t i = 0; i < T * E; i++) x[i] = dcp_test_rng_uniform(&rng, -1, 1);
+        for (uint32_t i = 0; i < T * E; i++) y0[i] = dcp_test_rng_uniform(&rng, -1, 1);
+        dcp_buffer *ib = upload(dev, ids, sizeof ids), *wb = upload(dev, wts, sizeof wts), *xb = upload(dev, x, sizeof x);
+        dcp_buffer *gub = upload(dev, NULL, (uint64_t)T * U * 2 * FE * 4), *hb = upload(dev, NULL, (uint64_t)T * U * FP * 4);
+        dcp_buffer *yb = upload(dev, y0, sizeof y0);
+        dcp_cmd *cmd;
+        DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+        dcp_moe_matmul_args gu = {&mgu, X, 2 * FE, T, U, ib, wb, xb, E, 0, gub, U * 2 * FE, 2 * FE, 0};
+        DCP_ASSERT_OK(dcp_op_moe_gate_up(cmd, &gu));
+        dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
+        DCP_ASSERT_OK(dcp_op_swiglu(cmd, gub, 2 * FE, hb, FP, FE, T * U));
+        dcp_cmd_barrier(cmd); /* swiglu -> down */
+        dcp_moe_matmul_args dn = {&md, X, E, T, U, ib, wb, hb, U * FP, FP, yb, E, 0, 1};
+        DCP_ASSERT_OK(dcp_op_moe_down(cmd, &dn));
+        DCP_ASSERT_OK(dcp_cmd_run(cmd));
+        float gug[T * U * 2 * FE], yg[T * E], gur[T * U * 2 * FE], h[T * U * FP], yr[T * E];
+        DCP_ASSERT_OK(dcp_buffer_download(gub, 0, gug, sizeof gug));
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 0, yg, sizeof yg));
+        dcp_ref_moe_gate_up(X, 2 * FE, E, T, U, wgu, ids, x, E, 0, gur, U * 2 * FE, 2 * FE);
+        memset(h, 0, sizeof h);
+        for (uint32_t r = 0; r < T * U; r++) dcp_ref_swiglu(FE, 1, gug + r * 2 * FE, h + r * FP);
+        memcpy(yr, y0, sizeof yr);
+        dcp_ref_moe_down(X, E, FP, T, U, wd, ids, wts, h, U * FP, FP, yr, E, 1);
+        for (uint32_t i = 0; i < T * U * 2 * FE; i++)
+            if (fabs(gug[i] - gur[i]) > 2e-5 * (1 + fabs(gur[i]))) fail_msg("gate_up %s [%u]: %g vs %g",
+                                                                           dcp_ggml_type_name(types[ti]), i, gug[i], gur[i]);
+        for (uint32_t i = 0; i < T * E; i++)
+            if (fabs(yg[i] - yr[i]) > 2e-5 * (1 + fabs(yr[i]))) fail_msg("down %s [%u]: %g vs %g",
+                                                                        dcp_ggml_type_name(types[ti]), i, yg[i], yr[i]);
+        dcp_cmd_destroy(cmd);
+        dcp_buffer *bufs[] = {ib, wb, xb, gub, hb, yb};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
+        dcp_matrix_destroy(&mgu);
+        dcp_matrix_destroy(&md);
+        free(wgu);
+        free(wd);
+        free(qgu);
+        free(qd);
+    }
+}
+
+/* Test model B's MoE layer: the whole feed-forward over TP ranks against the double FFN. */
+static void test_moe_ffn_tp(void **state)
+{
+    dcp_context *ctx = *state;
+    char path[512];
+    dcp_test_ds2_make(dcp_test_ds2_tmp("moe-B.gguf", path, sizeof path), 'B', 0);
+    dcp_test_ds2 m;
+    dcp_test_ds2_load(&m, path, 0, 4);
+    const dcp_model_config *c = &m.cfg;
+    const dcp_ref_ds2_layer *L = &m.layers[1];
+    const uint32_t E = c->n_embd, X = c->n_expert, U = c->n_expert_used, FE = c->n_ff_exp, FS = FE * c->n_expert_shared;
+    const uint32_t T = 5;
+    dcp_test_rng rng = {61};
+    float xn[5 * 64];
+    for (uint32_t i = 0; i < T * E; i++) xn[i] = dcp_test_rng_uniform(&rng, -1.5f, 1.5f);
+    /* The double FFN: router, routed experts, shared expert. */
+    double want[5 * 64];
+    dcp_ref_moe_route_args ra = {X, U, c->n_expert_groups, c->n_expert_groups_used,
+                                 c->expert_gating == DCP_EXPERT_GATING_SIGMOID, (int)c->expert_weights_norm,
+                                 c->expert_weights_scale};
+    uint32_t want_ids[5 * 8];
+    for (uint32_t t = 0; t < T; t++) {
+        const float *x = xn + t * E;
+        double lg[64], rw[8];
+        uint32_t ids[8];
+        for (uint32_t e = 0; e < X; e++) {
+            double s = 0;
+            for (uint32_t i = 0; i < E; i++) s += (double)L->gate_inp[(size_t)e * E + i] * x[i];
+            lg[e] = s;
+        }
+        dcp_ref_moe_route(&ra, lg, L->exp_probs_b, ids, rw, NULL);
+        memcpy(want_ids + t * U, ids, U * sizeof *ids);
+        for (uint32_t i = 0; i < E; i++) want[t * E + i] = 0.0;
+        for (uint32_t j = 0; j <= U; j++) {
+            const int shared = j == U;
+            const uint32_t F = shared ? FS : FE, e = shared ? 0 : ids[j];
+            const float *wg = shared ? L->gate_sh : L->gate_exps + (size_t)e * FE * E;
+            const float *wu = shared ? L->up_sh : L->up_exps + (size_t)e * FE * E;
+            const float *wdn = shared ? L->down_sh : L->down_exps + (size_t)e * E * FE;
+            double hh[128];
+            for (uint32_t f = 0; f < F; f++) {
+                double g = 0, u = 0;
+                for (uint32_t i = 0; i < E; i++) {
+                    g += (double)wg[(size_t)f * E + i] * x[i];
+                    u += (double)wu[(size_t)f * E + i] * x[i];
+                }
+                hh[f] = g / (1 + exp(-g)) * u;
+            }
+            for (uint32_t i = 0; i < E; i++) {
+                double s = 0;
+                for (uint32_t f = 0; f < F; f++) s += (double)wdn[(size_t)i * F + f] * hh[f];
+                want[t * E + i] += (shared ? 1.0 : rw[j]) * s;
+            }
+        }
+    }
+    const int ndev = dcp_context_device_count(ctx);
+    for (uint32_t tp = 1; tp <= 4; tp *= 2) {
+        double got[5 * 64] = {0};
+        for (uint32_t rank = 0; rank < tp; rank++) {
+            dcp_device *dev = dcp_context_device(ctx, (int)(rank % (uint32_t)ndev));
+            dcp_ds2_shard s;
+            DCP_ASSERT_OK(dcp_ds2_shard_for_rank(c, tp, rank, 1, 0, &s));
+            dcp_ds2_layer_host h;
+            dcp_ds2_layer_dev d;
+            DCP_ASSERT_OK(dcp_ds2_layer_slice(c, &m.t, 1, &s, &h));
+            DCP_ASSERT_OK(dcp_ds2_layer_upload(dev, &h, 1, &d));
+            const uint32_t fp = h.w_down_exps.k, fsp = h.w_down_sh.k;
+            dcp_buffer *xb = upload(dev, xn, sizeof xn), *lgb = upload(dev, NULL, (uint64_t)T * X * 4);
+            dcp_buffer *ib = upload(dev, NULL, (uint64_t)T * U * 4), *wb = upload(dev, NULL, (uint64_t)T * U * 4);
+            dcp_buffer *gub = upload(dev, NULL, (uint64_t)T * U * 2 * s.fe * 4), *hb = upload(dev, NULL, (uint64_t)T * U * fp * 4);
+            dcp_buffer *sgu = upload(dev, NULL, (uint64_t)T * 2 * s.fs * 4), *sh = upload(dev, NULL, (uint64_t)T * fsp * 4);
+            dcp_buffer *yb = upload(dev, NULL, (uint64_t)T * E * 4);
+            dcp_cmd *cmd;
+            DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.gate_inp, xb, 0, E, lgb, X, T, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.w_gu_sh, xb, 0, E, sgu, 2 * s.fs, T, 0));
+            dcp_cmd_barrier(cmd); /* router logits, shared gate|up -> route, swiglu */
+            dcp_moe_route_args ra2;
+            dcp_moe_route_args_from_config(c, &ra2);
+            ra2.tokens = T;
+            ra2.logits = lgb;
+            ra2.logits_stride = X;
+            ra2.bias = d.exp_probs_b;
+            ra2.ids = ib;
+            ra2.weights = wb;
+            DCP_ASSERT_OK(dcp_op_moe_route(cmd, &ra2));
+            DCP_ASSERT_OK(dcp_op_swiglu(cmd, sgu, 2 * s.fs, sh, fsp, s.fs, T));
+            dcp_cmd_barrier(cmd); /* route -> experts; shared swiglu -> shared down */
+            dcp_moe_matmul_args gu = {&d.w_gu_exps, X, 2 * s.fe, T, U, ib, wb, xb, E, 0, gub, U * 2 * s.fe, 2 * s.fe, 0};
+            DCP_ASSERT_OK(dcp_op_moe_gate_up(cmd, &gu));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.w_down_sh, sh, 0, fsp, yb, E, T, 0));
+            dcp_cmd_barrier(cmd); /* experts' gate|up -> swiglu; shared down -> routed down (accumulates) */
+            DCP_ASSERT_OK(dcp_op_swiglu(cmd, gub, 2 * s.fe, hb, fp, s.fe, T * U));
+            dcp_cmd_barrier(cmd); /* swiglu -> down */
+            dcp_moe_matmul_args dn = {&d.w_down_exps, X, E, T, U, ib, wb, hb, U * fp, fp, yb, E, 0, 1};
+            DCP_ASSERT_OK(dcp_op_moe_down(cmd, &dn));
+            DCP_ASSERT_OK(dcp_cmd_run(cmd));
+            float y[5 * 64];
+            uint32_t ids[5 * 8];
+            DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, sizeof y));
+            DCP_ASSERT_OK(dcp_buffer_download(ib, 0, ids, (uint64_t)T * U * 4));
+            assert_memory_equal(ids, want_ids, (size_t)T * U * 4);
+            for (uint32_t i = 0; i < T * E; i++) got[i] += y[i];
+            dcp_cmd_destroy(cmd);
+            dcp_buffer *bufs[] = {xb, lgb, ib, wb, gub, hb, sgu, sh, yb};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
+            dcp_ds2_layer_dev_destroy(&d);
+            dcp_ds2_layer_host_free(&h);
+        }
+        double err = 0;
+        for (uint32_t i = 0; i < T * E; i++) err = fmax(err, fabs(got[i] - want[i]));
+        printf("MoE FFN of test model B at TP %u: max error %.3g\n", tp, err);
+        assert_true(err < 2e-5);
+    }
+    dcp_test_ds2_free(&m);
+    remove(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_route),
+        cmocka_unit_test(test_expert_matmuls),
+        cmocka_unit_test(test_moe_ffn_tp),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
