@@ -20,6 +20,8 @@ typedef struct attn_opts {
     int verify, json;
     const char *devices;
     dcp_bench_dcp_opts dcp; /* --dcp and its options (apps/bench/attn_dcp.c) */
+    dcp_bench_mla_opts mla; /* --mla and its options (apps/bench/attn_mla.c) */
+    int q_heads_set;        /* --q-heads given */
 } attn_opts;
 
 static void usage(FILE *f)
@@ -43,15 +45,24 @@ static void usage(FILE *f)
             "  --backend B        a2a or ag_rs (default a2a; a2a needs N > 1)\n"
             "  --interleave I     tokens in a row on one rank, divides --page-size (default 1)\n"
             "  --transport T      auto, hostmem, staging or devgroup (default auto: $DCP_VK_TRANSPORT, else best)\n"
-            "  --q-replicate      every rank gets the group's full Q; no Q all-gather\n");
+            "  --q-replicate      every rank gets the group's full Q; no Q all-gather\n"
+            "MLA (DeepSeek's latent attention: every head against one latent cache, K-only pool):\n"
+            "  --mla              decode MLA instead of GQA; --q-heads then counts the heads per rank\n"
+            "                     (default 16: DeepSeek-V3's 128 at TP 8); --kv-heads and --head-dim do not apply\n"
+            "  --kv-lora N        latent width, multiple of 4 (default 512)\n"
+            "  --rope N           rope part of a row, multiple of 4 (default 64); rows are kv_lora + rope\n"
+            "  --scale X          softmax scale (default 1/sqrt(192): DeepSeek's nope 128 + rope 64)\n");
 }
 
 static int parse(int argc, char **argv, attn_opts *o)
 {
     static const char *const dtypes[] = {"f32", "f16", NULL};
     const char *p = "dcp-vk-bench attn";
-    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL, {0}};
+    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL, {0}, {0}, 0};
     o->dcp.interleave = 1;
+    o->mla.kv_lora = 512;
+    o->mla.rope = 64;
+    o->mla.scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int ok = 1;
@@ -63,7 +74,7 @@ static int parse(int argc, char **argv, attn_opts *o)
         }
         U32("--ctx", ctx, 0, 1u << 26);
         U32("--batch", batch, 1, 1024);
-        U32("--q-heads", q_heads, 1, 1024);
+        U32("--q-heads", q_heads, 1, 1024), o->q_heads_set = 1;
         U32("--kv-heads", kv_heads, 1, 1024);
         U32("--head-dim", head_dim, 4, 256);
         U32("--page-size", page_size, 1, 4096);
@@ -87,6 +98,17 @@ static int parse(int argc, char **argv, attn_opts *o)
             ok = k >= 0;
             if (ok) o->dcp.transport = k; /* dcp_transport order */
         } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = 1;
+        else if (strcmp(a, "--mla") == 0) o->mla.mla = 1;
+        U32("--kv-lora", mla.kv_lora, 4, 1020);
+        U32("--rope", mla.rope, 4, 1020);
+        else if (strcmp(a, "--scale") == 0) {
+            v = dcp_cli_value(p, argc, argv, &i);
+            char *end = NULL;
+            double x = v ? strtod(v, &end) : 0.0;
+            ok = v && end && !*end && x > 0 && isfinite(x);
+            if (ok) o->mla.scale = (float)x;
+            else if (v) fprintf(stderr, "%s: --scale '%s' is not a positive number\n", p, v);
+        }
         else if (strcmp(a, "--json") == 0) o->json = 1;
         else {
             fprintf(stderr, "%s: unknown option '%s' (see --help)\n", p, a);
@@ -94,6 +116,20 @@ static int parse(int argc, char **argv, attn_opts *o)
         }
 #undef U32
         if (!ok) return -1;
+    }
+    if (o->mla.mla) {
+        if (o->dcp.dcp) {
+            fprintf(stderr, "%s: --mla with --dcp is not available yet (the MLA DCP step comes with the deepseek2 "
+                    "graph); measure one rank's latent decode with --mla alone\n", p);
+            return -1;
+        }
+        if (o->mla.kv_lora % 4 || o->mla.rope % 4 || o->mla.kv_lora + o->mla.rope > DCP_KV_MAX_HEAD_DIM) {
+            fprintf(stderr, "%s: --kv-lora %u and --rope %u must be multiples of 4 summing to at most %d\n", p,
+                    o->mla.kv_lora, o->mla.rope, DCP_KV_MAX_HEAD_DIM);
+            return -1;
+        }
+        if (!o->q_heads_set) o->q_heads = 16;
+        return 0;
     }
     if (o->q_heads % o->kv_heads) {
         fprintf(stderr, "%s: --q-heads %u is not a multiple of --kv-heads %u\n", p, o->q_heads, o->kv_heads);
@@ -111,8 +147,7 @@ static uint64_t next(uint64_t *s)
     return *s * 0x2545F4914F6CDD1Dull;
 }
 
-/* Fills n elements with values in (-1, 1). */
-static void fill_random(void *dst, uint64_t n, dcp_dtype t, uint64_t seed)
+void dcp_bench_fill_random(void *dst, uint64_t n, int t, uint64_t seed)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     if (t == DCP_DTYPE_F16) {
@@ -176,8 +211,8 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
         perm[i] = perm[j];
         perm[j] = t;
     }
-    fill_random(s->pages, s->num_pages * page_elems, o->dtype, seed);
-    fill_random(s->q, rows * D, DCP_DTYPE_F32, seed + 1);
+    dcp_bench_fill_random(s->pages, s->num_pages * page_elems, o->dtype, seed);
+    dcp_bench_fill_random(s->q, rows * D, DCP_DTYPE_F32, seed + 1);
 
     dcp_kv_pool_config pc = {.kv_heads = o->kv_heads, .head_dim = D, .page_size = P, .dtype = o->dtype,
                              .num_pages = s->num_pages};
@@ -267,6 +302,12 @@ int dcp_bench_attn(int argc, char **argv)
     attn_opts o;
     int pr = parse(argc, argv, &o);
     if (pr) return pr > 0 ? DCP_EXIT_OK : DCP_EXIT_USAGE;
+    if (o.mla.mla) {
+        dcp_bench_mla_opts m = o.mla;
+        m.ctx = o.ctx, m.batch = o.batch, m.heads = o.q_heads, m.page_size = o.page_size, m.iters = o.iters;
+        m.dtype = o.dtype, m.verify = o.verify, m.json = o.json, m.devices = o.devices;
+        return dcp_bench_attn_mla(&m);
+    }
     if (o.dcp.dcp) {
         dcp_bench_dcp_opts d = o.dcp;
         d.ctx = o.ctx, d.batch = o.batch, d.q_heads = o.q_heads, d.kv_heads = o.kv_heads, d.head_dim = o.head_dim;

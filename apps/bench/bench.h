@@ -26,6 +26,22 @@ typedef struct dcp_bench_dcp_opts {
 
 int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o);
 
+/* dcp-vk-bench attn --mla (apps/bench/attn_mla.c): MLA's latent decode on each device. */
+typedef struct dcp_bench_mla_opts {
+    int mla;                 /* 1: an MLA run */
+    uint32_t kv_lora, rope;  /* row = kv_lora + rope values */
+    float scale;             /* softmax scale; 0: 1/sqrt(192) */
+    uint32_t ctx, batch, heads, page_size, iters;
+    int dtype;               /* dcp_dtype of the latent cache */
+    int verify, json;
+    const char *devices;
+} dcp_bench_mla_opts;
+
+int dcp_bench_attn_mla(const dcp_bench_mla_opts *o);
+
+/* Fills n elements of dtype t (dcp_dtype f32 or f16) with deterministic values in (-1, 1). */
+void dcp_bench_fill_random(void *dst, uint64_t n, int t, uint64_t seed);
+
 /* Yardsticks measured on one device in the same run: a plain streaming-read shader and
  * vkCmdCopyBuffer, in bytes per second. */
 typedef struct dcp_bench_yardsticks {
