@@ -11,3 +11,25 @@ dcp_test(test_mla_kernels_2dev EXE test_mla_kernels ENV "DCP_VK_DEVICES=0,0")
 # The MoE kernels, and test model B's MoE feed-forward split over TP 1, 2, 4.
 dcp_test(test_moe_kernels SOURCES test_moe_kernels.c ref_deepseek2.c vkutil.c LABELS mesa22)
 dcp_test(test_moe_kernels_2dev EXE test_moe_kernels ENV "DCP_VK_DEVICES=0,0")
+# A whole deepseek2 forward on one device from the loader's slices and the kernels: logits of the
+# test models A, B, C within 1e-4 of the double-precision oracle, the same greedy tokens, A = C.
+dcp_test(test_deepseek2_forward SOURCES test_deepseek2_forward.c ref_deepseek2.c vkutil.c TIMEOUT 600)
+
+# The tools: deepseek2 test models from dcp-vk-gguf (listed with their MLA / MoE hyperparameters),
+# and dcp-vk-bench's MLA decode checked against the reference.
+add_test(NAME dcp_vk_gguf_make_deepseek2
+         COMMAND dcp-vk-gguf --make-model ${CMAKE_CURRENT_BINARY_DIR}/dcp-vk-test-ds2-B.gguf --arch deepseek2
+                 --mla-config B)
+set_tests_properties(dcp_vk_gguf_make_deepseek2 PROPERTIES PASS_REGULAR_EXPRESSION "^wrote "
+                     FIXTURES_SETUP ds2_model LABELS gguf)
+add_test(NAME dcp_vk_gguf_list_deepseek2 COMMAND dcp-vk-gguf ${CMAKE_CURRENT_BINARY_DIR}/dcp-vk-test-ds2-B.gguf)
+set_tests_properties(dcp_vk_gguf_list_deepseek2 PROPERTIES
+                     PASS_REGULAR_EXPRESSION "MLA: attn_k_b/attn_v_b layout, q_lora 40, kv_lora 32, rope 16, nope 24, v 20.*rope scaling yarn \\(factor 4, original context 32.*MoE: 1 dense leading layers \\(FFN 72\\), 6 experts of 56 \\(2 used, 1 shared\\), gating sigmoid, weights normalised x 2.5, groups 3 \\(2 used\\)"
+                     FIXTURES_REQUIRED ds2_model LABELS gguf)
+add_test(NAME dcp_vk_gguf_mla_config_bad COMMAND dcp-vk-gguf --make-model ${CMAKE_CURRENT_BINARY_DIR}/x.gguf
+                 --arch deepseek2 --mla-config D)
+set_tests_properties(dcp_vk_gguf_mla_config_bad PROPERTIES WILL_FAIL TRUE LABELS gguf)
+add_test(NAME dcp_vk_bench_mla_verify COMMAND dcp-vk-bench attn --mla --ctx 300 --q-heads 4 --kv-lora 32 --rope 16
+                 --iters 1 --verify)
+set_tests_properties(dcp_vk_bench_mla_verify PROPERTIES PASS_REGULAR_EXPRESSION "verify: ok"
+                     ENVIRONMENT "${DCP_TEST_ENV}")
