@@ -176,8 +176,16 @@ int main(int argc, char **argv)
     load_progress lp = {now_s(), 0};
     double t_load = now_s();
     int wrc = 0;
-    if ((st = dcp_llama_weights_create_ranks(devs, first, nl, o.tp, o.dcp, g, &mc, lead ? on_progress : NULL, &lp,
-                                             &w))) {
+    dcp_llama_weights_config wc = DCP_LLAMA_WEIGHTS_CONFIG_DEFAULT;
+    wc.devices = devs;
+    wc.count = nl;
+    wc.first_rank = first;
+    wc.tp = o.tp;
+    wc.dcp = o.dcp;
+    wc.q_replicate = o.q_replicate;
+    wc.progress = lead ? on_progress : NULL;
+    wc.progress_user = &lp;
+    if ((st = dcp_llama_weights_create(&wc, g, &mc, &w))) {
         fail(prog, "loading the weights", st);
         wrc = RUN_EXIT_RUNTIME;
     }
@@ -191,7 +199,6 @@ int main(int argc, char **argv)
     lc.prefill_chunk = o.prefill_chunk;
     lc.interleave = o.interleave;
     lc.backend = strcmp(o.backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
-    lc.q_replicate = o.q_replicate;
     if ((st = dcp_llama_state_create(w, &lc, &s))) {
         fail(prog, "creating the run state", st);
         goto done;

@@ -48,7 +48,8 @@ static int setup(void **state)
     fixture *f = calloc(1, sizeof *f);
     f->ctx = dcp_test_context();
     load_model(f, dcp_test_shared_path("models/stories260K.gguf"));
-    DCP_ASSERT_OK(dcp_llama_weights_create(dcp_context_device(f->ctx, 0), f->g, &f->cfg, NULL, NULL, &f->w));
+    dcp_device *dev = dcp_context_device(f->ctx, 0);
+    DCP_ASSERT_OK(dcp_test_llama_weights(&dev, 0, 1, 1, 1, false, f->g, &f->cfg, &f->w));
     *state = f;
     return 0;
 }
@@ -198,7 +199,7 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_llama_weights *w;
-    DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tp, pc->dcp, f->g, &f->cfg, NULL, NULL, &w));
+    DCP_ASSERT_OK(dcp_test_llama_weights(devs, 0, tp, tp, pc->dcp, pc->q_replicate, f->g, &f->cfg, &w));
     assert_int_equal(dcp_llama_weights_tp(w), tp);
     assert_int_equal(dcp_llama_weights_dcp(w), pc->dcp);
     dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
@@ -208,7 +209,6 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
     lc.block_size = pc->block;
     lc.interleave = pc->interleave;
     lc.backend = pc->backend;
-    lc.q_replicate = pc->q_replicate;
     dcp_llama_state *s;
     DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
     dcp_test_ref_model_reset(&f->rm);
@@ -273,7 +273,7 @@ static void test_tp_bad(void **state)
     fixture *f = *state;
     dcp_device *devs[3] = {dcp_context_device(f->ctx, 0), dcp_context_device(f->ctx, 0), dcp_context_device(f->ctx, 0)};
     dcp_llama_weights *w = NULL;
-    assert_int_equal(dcp_llama_weights_create_tp(devs, 3, 1, f->g, &f->cfg, NULL, NULL, &w), DCP_ERR_CONFIG);
+    assert_int_equal(dcp_test_llama_weights(devs, 0, 3, 3, 1, false, f->g, &f->cfg, &w), DCP_ERR_CONFIG);
     assert_null(w);
     assert_non_null(strstr(dcp_last_error(), "query heads"));
 }
@@ -306,7 +306,7 @@ static void test_generated_models(void **state)
         load_model(&f, path);
         dcp_device *devs[2] = {dcp_context_device(tps[c] == 1 ? base->ctx : ctx2, 0), dcp_context_device(ctx2, 1)};
         dcp_llama_weights *w;
-        DCP_ASSERT_OK(dcp_llama_weights_create_tp(devs, tps[c], 1, f.g, &f.cfg, NULL, NULL, &w));
+        DCP_ASSERT_OK(dcp_test_llama_weights(devs, 0, tps[c], tps[c], 1, false, f.g, &f.cfg, &w));
         dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
         lc.kv_dtype = DCP_DTYPE_F32;
         lc.n_ctx = 64;

@@ -70,8 +70,7 @@ static void test_stories_over_mpi(void **state)
     DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_shared_path("models/stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_llama_weights *w;
-    DCP_ASSERT_OK(dcp_llama_weights_create_ranks(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, g, &cfg, NULL,
-                                                 NULL, &w));
+    DCP_ASSERT_OK(dcp_test_llama_weights(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, pc->q_replicate, g, &cfg, &w));
     assert_int_equal(dcp_llama_weights_tp(w), pc->tp);
     assert_int_equal(dcp_llama_weights_first_rank(w), (uint32_t)proc * nl);
     assert_int_equal(dcp_llama_weights_local_count(w), nl);
@@ -82,7 +81,6 @@ static void test_stories_over_mpi(void **state)
     lc.block_size = pc->block;
     lc.interleave = pc->interleave;
     lc.backend = pc->backend;
-    lc.q_replicate = pc->q_replicate;
     dcp_llama_state *s;
     DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
 

@@ -5,15 +5,17 @@
  *
  * Model state is config (dcp_model_config, read from GGUF by include/dcpvk/model_config.h) /
  * weights (dcp_llama_weights) / run state (dcp_llama_state), each created and destroyed on its
- * own. On one device a forward call records the whole step (every layer, the output head and the
- * argmax) into one command buffer and submits it once; with TP > 1 each layer is split around the
- * communicator's host-synchronous all-reduces (2 submits per layer and rank), and DCP decode
- * steps run the DCP attention step between them.
+ * own. A forward call runs each chunk of tokens as one step of the step layer (src/step/step.h):
+ * on one device the whole step (every layer, the output head and the argmax) is one command
+ * buffer submitted once; with TP > 1 the step is split into rounds at its exchanges (each
+ * all-reduce; each exchange of the DCP attention step), one submit and wait per round and rank.
+ * Decode steps are recorded once and replayed.
  *
  * Threading: one thread at a time per run state; weights are read-only after creation. */
 #ifndef DCPVK_MODEL_H
 #define DCPVK_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/cp.h"
@@ -34,43 +36,57 @@ typedef struct dcp_llama_weights dcp_llama_weights;
 /* Called while weights load: done / total bytes uploaded so far. */
 typedef void (*dcp_progress_fn)(void *user, uint64_t done, uint64_t total);
 
-/* Uploads the weights of a `llama` GGUF (described by cfg, from dcp_model_config_read) to dev.
- * Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see src/model/ops.h); Q|K|V
- * and gate|up are fused into one matrix each (converted to F32 when their types differ); norms
- * become F32; a missing output.weight means it is tied to token_embd.weight. Errors name the
- * tensor: missing (DCP_ERR_FORMAT), wrong shape (DCP_ERR_FORMAT), unsupported type
- * (DCP_ERR_UNSUPPORTED). progress may be NULL. g, cfg and dev must outlive nothing: the weights
- * copy what they need; dev must outlive the weights. Destroy with dcp_llama_weights_destroy. */
-dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
-                                    dcp_progress_fn progress, void *user, dcp_llama_weights **out);
-/* Same over a tensor-parallel group: devs [tp] distinct devices (rank r on devs[r]). Sharding:
- * query heads split evenly; KV heads split when they divide by tp, else replicated (tp must then
- * be a multiple of them: vLLM's rule); FFN rows split unevenly when tp does not divide n_ff;
- * attn_output and ffn_down split by input columns (zero-padded to multiples of 4; a column slice
- * that is not Q8_0-block aligned is uploaded as F32); embedding and norms replicated; output head
- * on rank 0 only. dcp: DCP group size (1: none); with dcp > 1 every rank also holds the Q rows of
- * its group's heads. DCP_ERR_CONFIG for sizes the heads do not allow (vLLM's rules). */
-dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uint32_t dcp, const dcp_gguf *g,
-                                       const dcp_model_config *cfg, dcp_progress_fn progress, void *user,
-                                       dcp_llama_weights **out);
-/* Same for the part of a TP group this process holds, when the group spans processes (MPI, one
- * process per device under `mpiexec -n T`, or several devices per process): devs [count] hold TP
- * ranks [first, first + count) of a group of tp ranks. Every process passes the same count, and
- * with dcp > 1 a process holds whole DCP groups (first and count multiples of dcp) or a part of one
- * (dcp a multiple of count, first a multiple of count); DCP_ERR_CONFIG otherwise. The output head
- * is uploaded on the first rank held (devs[0]): every process computes the logits itself, from
- * the same all-reduced activations. first 0, count tp: exactly dcp_llama_weights_create_tp. */
-dcp_status dcp_llama_weights_create_ranks(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp,
-                                          uint32_t dcp, const dcp_gguf *g, const dcp_model_config *cfg,
-                                          dcp_progress_fn progress, void *user, dcp_llama_weights **out);
+/* Where the weights go: the TP ranks this process holds and the parallel layout of the group. */
+typedef struct dcp_llama_weights_config {
+    dcp_device *const *devices; /* [count] devices[i] holds TP rank first_rank + i: distinct
+                                 * dcp_devices, which must outlive the weights (no default) */
+    uint32_t count;             /* TP ranks this process holds (default 1) */
+    uint32_t first_rank;        /* the first of them (default 0) */
+    uint32_t tp;                /* TP size of the whole group; 0 (default): count (one process) */
+    uint32_t dcp;               /* DCP group size: groups of dcp consecutive TP ranks share their KV
+                                 * heads and shard the KV cache along the sequence (default 1: none) */
+    bool q_replicate;           /* dcp > 1: every rank projects its whole group's query heads itself
+                                 * (dcp times the Q weights) instead of all-gathering Q (default false) */
+    dcp_progress_fn progress;   /* called while weights load; NULL (default): none */
+    void *progress_user;        /* passed to progress (default NULL) */
+} dcp_llama_weights_config;
+
+#define DCP_LLAMA_WEIGHTS_CONFIG_DEFAULT {.devices = NULL, .count = 1, .first_rank = 0, .tp = 0, .dcp = 1, \
+                                          .q_replicate = false, .progress = NULL, .progress_user = NULL}
+
+/* Uploads the weights of a `llama` GGUF (described by cfg, from dcp_model_config_read) to the
+ * devices of wc. Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see
+ * src/model/ops.h); Q|K|V and gate|up are fused into one matrix each (converted to F32 when their
+ * types differ); norms become F32; a missing output.weight means it is tied to token_embd.weight.
+ *
+ * Sharding over the TP group (size T): query heads split evenly; KV heads split when they divide
+ * by T, else replicated (T must then be a multiple of them: vLLM's rule); FFN rows split unevenly
+ * when T does not divide n_ff; attn_output and ffn_down split by input columns (zero-padded to
+ * multiples of 4; a column slice that is not Q8_0-block aligned is uploaded as F32); embedding and
+ * norms replicated; the output head on the first rank held (every process computes the logits
+ * itself, from the same all-reduced activations). DCP (dcp > 1): see the config's fields.
+ *
+ * A group spread over processes (MPI, one process per device under `mpiexec -n T`, or several
+ * devices per process): every process passes the same count, and with dcp > 1 a process holds
+ * whole DCP groups (first_rank and count multiples of dcp) or an equal part of one (dcp a multiple
+ * of count, first_rank a multiple of count).
+ *
+ * Errors name the tensor: missing or wrong shape (DCP_ERR_FORMAT), unsupported type
+ * (DCP_ERR_UNSUPPORTED); DCP_ERR_CONFIG for sizes the heads do not allow (vLLM's rules) or a rank
+ * layout that is not one of the above. g and cfg need not outlive the weights (they copy what
+ * they need). Destroy with dcp_llama_weights_destroy, before the devices. */
+dcp_status dcp_llama_weights_create(const dcp_llama_weights_config *wc, const dcp_gguf *g,
+                                    const dcp_model_config *cfg, dcp_llama_weights **out);
 void dcp_llama_weights_destroy(dcp_llama_weights *w);
 /* Tensor-parallel and DCP sizes of the weights (the whole group's, wherever its ranks are). */
 uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w);
 uint32_t dcp_llama_weights_dcp(const dcp_llama_weights *w);
+/* Whether every rank projects its DCP group's query heads itself (dcp_llama_weights_config). */
+bool dcp_llama_weights_q_replicate(const dcp_llama_weights *w);
 /* TP ranks held by this process: [first_rank, first_rank + local_count). */
 uint32_t dcp_llama_weights_first_rank(const dcp_llama_weights *w);
 uint32_t dcp_llama_weights_local_count(const dcp_llama_weights *w);
-const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w);
+const dcp_model_config *dcp_llama_weights_model(const dcp_llama_weights *w);
 /* Bytes of device memory the weights use. */
 uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w);
 
@@ -83,20 +99,21 @@ typedef struct dcp_llama_config {
     uint32_t prefill_chunk; /* prompt tokens per prefill step (default 128) */
     /* DCP (weights with dcp > 1 only): */
     uint32_t interleave;    /* cp_kv_cache_interleave_size: tokens in a row per rank (default 1) */
-    dcp_cp_backend backend;    /* decode exchange, a2a or ag_rs (default a2a) */
-    int q_replicate;        /* 1: ranks use their own copy of the group's Q, no gather (default 0) */
+    dcp_cp_backend backend; /* attention exchange, a2a or ag_rs (default a2a) */
 } dcp_llama_config;
 
-#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128, 1, DCP_CP_A2A, 0}
+#define DCP_LLAMA_CONFIG_DEFAULT {.n_ctx = 0, .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .prefill_chunk = 128, \
+                                  .interleave = 1, .backend = DCP_CP_A2A}
 
 typedef struct dcp_llama_state dcp_llama_state;
 
 /* Creates the run state of one sequence over w (which must outlive it): per rank, one KV page
- * pool per layer (DCP: one dcp_kv_cache per layer and group, interleaved placement), attention
- * plans for decode and prefill, activations; the communicators of the TP group and of each DCP
- * group; then runs a 2-token warm-up (which creates every pipeline) and forgets it.
+ * pool per layer (DCP: one dcp_kv_cache per layer and group, interleaved placement, and one DCP
+ * attention step, include/dcpvk/cp.h), attention plans for decode and prefill, activations; the
+ * communicators of the TP group and of each DCP group; the step over the ranks held here; then
+ * runs a 2-token warm-up (which creates every pipeline) and forgets it.
  * DCP_ERR_CONFIG for a bad interleave / block size pair.
- * Weights of part of the group (dcp_llama_weights_create_ranks): collective over MPI_COMM_WORLD
+ * Weights of part of the group (count < tp): collective over MPI_COMM_WORLD
  * (MPI initialised, every process calls it with the same config): the TP communicator spans the
  * world (its size must be tp: DCP_ERR_CONFIG otherwise), a DCP group spread over processes gets a
  * sub-communicator (dcp_comm_init_mpi_split), and a failure on any process fails it on every

@@ -133,9 +133,15 @@ dcp_status dcp_cmd_submit(dcp_cmd *cmd);
 dcp_status dcp_cmd_wait(dcp_cmd *cmd);
 /* Submit and wait. */
 dcp_status dcp_cmd_run(dcp_cmd *cmd);
+/* Submits cmds[0..n) (one per device, each on its own queue), then waits for all of them: the
+ * devices run side by side. On failure waits for every command already submitted. */
+dcp_status dcp_cmd_run_all(dcp_cmd *const *cmds, uint32_t n);
 
 /* Full memory barrier between compute and transfer work recorded before and after it. */
 void dcp_cmd_barrier(dcp_cmd *cmd);
+/* Barrier: compute and transfer writes recorded before -> host reads (of host-visible memory)
+ * after the command completes. */
+void dcp_cmd_barrier_host(dcp_cmd *cmd);
 dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_buffer *dst,
                         uint64_t dst_offset, uint64_t size);
 dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
