@@ -113,8 +113,8 @@ int main(int argc, char **argv)
     dcp_gguf *g = NULL;
     dcp_tokenizer *tok = NULL;
     dcp_context *ctx = NULL;
-    dcp_llama_weights *w = NULL;
-    dcp_llama_state *s = NULL;
+    dcp_model *w = NULL;
+    dcp_model_state *s = NULL;
     dcp_sampler *smp = NULL;
     dcp_detokenizer *detok = NULL;
     int32_t *prompt = NULL, *gen = NULL;
@@ -176,7 +176,7 @@ int main(int argc, char **argv)
     load_progress lp = {now_s(), 0};
     double t_load = now_s();
     int wrc = 0;
-    dcp_llama_weights_config wc = DCP_LLAMA_WEIGHTS_CONFIG_DEFAULT;
+    dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
     wc.devices = devs;
     wc.count = nl;
     wc.first_rank = first;
@@ -185,21 +185,21 @@ int main(int argc, char **argv)
     wc.q_replicate = o.q_replicate;
     wc.progress = lead ? on_progress : NULL;
     wc.progress_user = &lp;
-    if ((st = dcp_llama_weights_create(&wc, g, &mc, &w))) {
+    if ((st = dcp_model_load(&wc, g, &mc, &w))) {
         fail(prog, "loading the weights", st);
         wrc = RUN_EXIT_RUNTIME;
     }
     if ((rc = run_world_agree(&world, wrc))) goto done;
     rc = RUN_EXIT_RUNTIME;
     t_load = dcp_mpi_max(now_s() - t_load);
-    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     lc.n_ctx = o.ctx;
     lc.block_size = o.block_size;
     lc.kv_dtype = strcmp(o.kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
-    lc.prefill_chunk = o.prefill_chunk;
+    lc.max_rows = o.prefill_chunk;
     lc.interleave = o.interleave;
     lc.backend = strcmp(o.backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
-    if ((st = dcp_llama_state_create(w, &lc, &s))) {
+    if ((st = dcp_model_state_create(w, &lc, &s))) {
         fail(prog, "creating the run state", st);
         goto done;
     }
@@ -222,7 +222,7 @@ int main(int argc, char **argv)
         prompt[0] = bos >= 0 ? bos : 0;
         n_prompt = 1;
     }
-    uint32_t n_ctx = dcp_llama_state_n_ctx(s);
+    uint32_t n_ctx = dcp_model_state_n_ctx(s);
     if (n_prompt + (size_t)o.n_predict > n_ctx) {
         fprintf(stderr, "%s: %zu prompt tokens + %u to generate exceed the context of %u tokens (-c)\n", prog,
                 n_prompt, o.n_predict, n_ctx);
@@ -260,12 +260,12 @@ int main(int argc, char **argv)
     uint32_t n_gen = 0;
     double t_prompt = 0, t_gen = 0;
     if (o.n_predict > 0) {
-        if ((st = dcp_llama_forward(s, prompt, (uint32_t)n_prompt, greedy ? NULL : logits, &next))) {
+        if ((st = dcp_model_state_forward(s, prompt, (uint32_t)n_prompt, greedy ? NULL : logits, &next))) {
             fail(prog, "prefill", st);
             lost = 1;
             goto done;
         }
-    } else if ((st = dcp_llama_forward(s, prompt, (uint32_t)n_prompt, NULL, NULL))) {
+    } else if ((st = dcp_model_state_forward(s, prompt, (uint32_t)n_prompt, NULL, NULL))) {
         fail(prog, "prefill", st);
         lost = 1;
         goto done;
@@ -305,7 +305,7 @@ int main(int argc, char **argv)
             }
         }
         if (n_gen == o.n_predict) break;
-        if ((st = dcp_llama_forward(s, &next, 1, greedy ? NULL : logits, &next))) {
+        if ((st = dcp_model_state_forward(s, &next, 1, greedy ? NULL : logits, &next))) {
             fail(prog, "decode step", st);
             lost = 1;
             goto done;
@@ -331,9 +331,9 @@ int main(int argc, char **argv)
     uint32_t steps = n_gen > 0 ? n_gen - 1 : 0;
     double prompt_tps = t_prompt > 0 ? n_prompt / t_prompt : 0;
     double gen_tps = t_gen > 0 && steps ? steps / t_gen : 0;
-    uint64_t kv_bytes = dcp_llama_state_kv_bytes(s);
-    uint64_t run_tokens = dcp_llama_state_tokens_run(s);
-    double xbytes = run_tokens ? (double)dcp_llama_state_exchange_bytes(s) / run_tokens : 0.0;
+    uint64_t kv_bytes = dcp_model_state_kv_bytes(s);
+    uint64_t run_tokens = dcp_model_state_tokens_run(s);
+    double xbytes = run_tokens ? (double)dcp_model_state_exchange_bytes(s) / run_tokens : 0.0;
     if (lead && o.json) { /* under MPI process 0 reports */
         printf("{\"model\": ");
         dcp_cli_json_string(stdout, model, strlen(model));
@@ -360,7 +360,7 @@ int main(int argc, char **argv)
                 "%s: KV cache %.2f MiB per rank (%u ranks); exchange %.0f bytes per token sent by rank 0; "
                 "weights %.2f MiB (%s) loaded in %.2f s\n",
                 prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0, o.tp,
-                xbytes, dcp_llama_weights_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks",
+                xbytes, dcp_model_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks",
                 t_load);
     }
     rc = RUN_EXIT_OK;
@@ -371,8 +371,8 @@ done:
     free(prompt);
     dcp_detokenizer_destroy(detok);
     dcp_sampler_destroy(smp);
-    dcp_llama_state_destroy(s);
-    dcp_llama_weights_destroy(w);
+    dcp_model_state_destroy(s);
+    dcp_model_destroy(w);
     dcp_context_destroy(ctx);
     dcp_tokenizer_destroy(tok);
     dcp_gguf_close(g);

@@ -3,6 +3,8 @@ dcp_test(test_ops SOURCES test_ops.c vkutil.c)
 dcp_test(test_llama SOURCES test_llama.c ref_model.c vkutil.c ARGS nodcp)
 dcp_test(test_llama_dcp EXE test_llama ARGS dcp)
 dcp_test(test_sampler SOURCES test_sampler.c)
+# Many sequences in one run state: batch invariance (bitwise), page accounting, bad steps.
+dcp_test(test_batch SOURCES test_batch.c ref_model.c vkutil.c)
 # dcp-vk-run end to end (exit codes, --help, stories260K reference ids, same text for every prefill chunk).
 dcp_test(test_run SOURCES test_run.c ARGS $<TARGET_FILE:dcp-vk-run>)
 add_dependencies(test_run dcp-vk-run)

@@ -1,0 +1,393 @@
+/* The llama architecture (GQA) on the shared graph (src/model/graph.h): its layer weights and their
+ * sharding, its part of the run state, and one layer of the forward pass.
+ *
+ * Sharding (TP size T, rank r): query heads [r Hq/T, (r+1) Hq/T); KV heads split when Hkv % T == 0,
+ * else replicated (rank r holds KV head r / (T / Hkv)); FFN rows split unevenly (the first F % T
+ * ranks get one more); attn_output and ffn_down split by input columns (row-parallel), their
+ * partial outputs summed by the all-reduce; Q|K|V and gate|up fused into one matrix each
+ * (converted to F32 when their types differ). DCP (size N > 1): groups of N consecutive TP ranks
+ * share their KV heads; with q_replicate every rank also projects its whole group's query heads.
+ *
+ * One layer, per rank:
+ *   attention block  rmsnorm (+ the all-reduce's sum), Q|K|V matmul, RoPE of Q and K with the K/V
+ *                    store into the rank's pool (only the token's owner stores it under DCP),
+ *                    attention (paged decode over the rank's pool; DCP: the DCP attention step of
+ *                    every group held here, rounds for its exchanges), o_proj (row-parallel)
+ *   all-reduce
+ *   FFN block        rmsnorm (+ sum), gate|up matmul, SwiGLU, down (row-parallel)
+ *   all-reduce */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "model/graph.h"
+
+typedef struct llama_layer {
+    dcp_buffer *attn_norm, *ffn_norm; /* [n_embd] f32 */
+    dcp_matrix wqkv;                  /* [(qh + 2 hkv) D][n_embd]: projected Q heads, local K, V heads */
+    dcp_matrix wo;                    /* [n_embd][hq D]: the rank's input columns */
+    dcp_matrix wgu;                   /* [2 f][n_embd]: local gate rows then up rows */
+    dcp_matrix wdown;                 /* [n_embd][f_pad]: local input columns, zero-padded */
+} llama_layer;
+
+typedef struct llama_rank {
+    uint32_t hq, hkv;      /* own query heads, local KV heads */
+    uint32_t q0, kv0;      /* first own query head, first local KV head */
+    uint32_t qh, qh0;      /* query heads this rank projects (own, or its DCP group's with
+                            * q_replicate) and the first */
+    uint32_t f, f0, f_pad; /* local FFN rows, first row, padded to a multiple of 4 */
+    llama_layer *layers;   /* [n_layer] */
+} llama_rank;
+
+typedef struct llama_weights {
+    llama_rank *ranks;     /* [nl] */
+} llama_weights;
+
+/* Run state of one rank: activations [max_rows][...] f32. */
+typedef struct llama_rank_state {
+    uint32_t qkv4;                  /* qkv row stride (floats, a multiple of 4) */
+    dcp_buffer *qkv;                /* [qkv4] projected Q | K | V */
+    dcp_buffer *q;                  /* [qh][D] roped queries */
+    dcp_buffer *o, *lse;            /* [hq][D], [hq] attention of the own heads */
+    dcp_buffer *gu, *h;             /* [2 f], [f_pad] FFN */
+    dcp_decode_plan **plans;        /* [n_layer] (DCP = 1) */
+} llama_rank_state;
+
+typedef struct llama_state {
+    llama_rank_state *r;            /* [nl] */
+    dcp_cp_attn **attns;            /* [n_layer][ng] (DCP > 1) */
+    dcp_comm_buf *qv, *ov, *lv;     /* [nl] each rank's q, o, lse (for dcp_step_cp_attn) */
+} llama_state;
+
+static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
+
+/* ---- weights ------------------------------------------------------------------------------- */
+
+static dcp_status llama_check(const dcp_model *m, const dcp_gguf *g)
+{
+    const dcp_model_config *cfg = &m->cfg;
+    const uint32_t tp = m->tp, Hq = cfg->n_head, Hkv = cfg->n_head_kv;
+    if (cfg->head_dim_v != cfg->head_dim)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: value head size %u differs from key head size %u",
+                        dcp_gguf_name(g), cfg->head_dim_v, cfg->head_dim);
+    if (cfg->head_dim % 4)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: head size %u must be a multiple of 4", dcp_gguf_name(g),
+                        cfg->head_dim);
+    if (Hq % tp || (Hkv % tp && tp % Hkv))
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "tensor-parallel size %u: the %u query heads must divide by it and the %u KV heads must "
+                        "divide by it or divide it", tp, Hq, Hkv);
+    return dcp_cp_check(tp, m->dcp, Hq, Hkv);
+}
+
+/* The layers of TP rank r (local index i). */
+static dcp_status load_rank(dcp_model *m, dcp_load_ctx *lc, uint32_t i, llama_rank *rw)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model_config *cfg = &m->cfg;
+    const uint32_t r = m->first + i, tp = m->tp, dcp = m->dcp;
+    const uint32_t E = cfg->n_embd, D = cfg->head_dim, Hq = cfg->n_head, Hkv = cfg->n_head_kv, F = cfg->n_ff;
+    dcp_device *dev = m->ranks[i].dev;
+    rw->hq = Hq / tp;
+    rw->q0 = r * rw->hq;
+    if (Hkv % tp == 0) {
+        rw->hkv = Hkv / tp;
+        rw->kv0 = r * rw->hkv;
+    } else {
+        rw->hkv = 1;
+        rw->kv0 = r / (tp / Hkv);
+    }
+    rw->qh = m->q_replicate ? rw->hq * dcp : rw->hq;
+    rw->qh0 = m->q_replicate ? r / dcp * rw->qh : rw->q0;
+    rw->f = F / tp + (r < F % tp ? 1 : 0);
+    rw->f0 = r * (F / tp) + (r < F % tp ? r : F % tp);
+    rw->f_pad = round4(rw->f);
+    rw->layers = calloc(cfg->n_layer, sizeof *rw->layers);
+    if (!rw->layers) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    const uint64_t vE[1] = {E};
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        llama_layer *L = &rw->layers[l];
+        char n[9][64];
+        const char *sfx[9] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+                              "attn_norm", "ffn_norm"};
+        for (int k = 0; k < 9; k++) snprintf(n[k], 64, "blk.%u.%s.weight", l, sfx[k]);
+        dcp_slice qkv[3] = {{n[0], rw->qh0 * D, rw->qh * D, 0, E},
+                            {n[1], rw->kv0 * D, rw->hkv * D, 0, E},
+                            {n[2], rw->kv0 * D, rw->hkv * D, 0, E}};
+        const uint64_t k3[3] = {E, E, E}, r3[3] = {(uint64_t)Hq * D, (uint64_t)Hkv * D, (uint64_t)Hkv * D};
+        DCP_TRY(dcp_load_slices(lc, dev, 3, qkv, k3, r3, E, &L->wqkv));
+        dcp_slice wo = {n[3], 0, E, rw->q0 * D, rw->hq * D};
+        const uint64_t kq[1] = {(uint64_t)Hq * D};
+        DCP_TRY(dcp_load_slices(lc, dev, 1, &wo, kq, vE, rw->hq * D, &L->wo));
+        dcp_slice gu[2] = {{n[4], rw->f0, rw->f, 0, E}, {n[5], rw->f0, rw->f, 0, E}};
+        const uint64_t k2[2] = {E, E}, rF[2] = {F, F};
+        DCP_TRY(dcp_load_slices(lc, dev, 2, gu, k2, rF, E, &L->wgu));
+        dcp_slice dn = {n[6], 0, E, rw->f0, rw->f};
+        DCP_TRY(dcp_load_slices(lc, dev, 1, &dn, rF, vE, rw->f_pad, &L->wdown));
+        DCP_TRY(dcp_load_norm(lc, dev, n[7], E, &L->attn_norm));
+        DCP_TRY(dcp_load_norm(lc, dev, n[8], E, &L->ffn_norm));
+        m->bytes += dcp_buffer_size(L->wqkv.buf) + dcp_buffer_size(L->wo.buf) + dcp_buffer_size(L->wgu.buf) +
+                    dcp_buffer_size(L->wdown.buf) + 8ull * E;
+    }
+fail:
+    return st;
+}
+
+static void llama_unload(dcp_model *m)
+{
+    llama_weights *w = m->arch;
+    if (!w) return;
+    for (uint32_t i = 0; w->ranks && i < m->nl; i++) {
+        llama_rank *rw = &w->ranks[i];
+        for (uint32_t l = 0; rw->layers && l < m->cfg.n_layer; l++) {
+            llama_layer *L = &rw->layers[l];
+            dcp_buffer_destroy(L->attn_norm);
+            dcp_buffer_destroy(L->ffn_norm);
+            dcp_matrix_destroy(&L->wqkv);
+            dcp_matrix_destroy(&L->wo);
+            dcp_matrix_destroy(&L->wgu);
+            dcp_matrix_destroy(&L->wdown);
+        }
+        free(rw->layers);
+    }
+    free(w->ranks);
+    free(w);
+    m->arch = NULL;
+}
+
+static dcp_status llama_load(dcp_model *m, dcp_load_ctx *lc)
+{
+    dcp_status st = DCP_OK;
+    llama_weights *w = calloc(1, sizeof *w);
+    if (!w) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    m->arch = w;
+    w->ranks = calloc(m->nl, sizeof *w->ranks);
+    if (!w->ranks) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(load_rank(m, lc, i, &w->ranks[i]));
+fail:
+    return st;
+}
+
+static void llama_kv_pool(const dcp_model *m, uint32_t i, dcp_kv_pool_config *pool)
+{
+    const llama_weights *w = m->arch;
+    pool->kv_heads = w->ranks[i].hkv;
+    pool->head_dim = m->cfg.head_dim;
+}
+
+/* ---- run state ----------------------------------------------------------------------------- */
+
+static void llama_state_destroy(dcp_model_state *s)
+{
+    llama_state *ls = s->arch;
+    const uint32_t L = s->m->cfg.n_layer;
+    for (uint32_t i = 0; ls->r && i < s->m->nl; i++) {
+        llama_rank_state *rs = &ls->r[i];
+        for (uint32_t l = 0; rs->plans && l < L; l++) dcp_decode_plan_destroy(rs->plans[l]);
+        dcp_buffer *bufs[] = {rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h};
+        for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) dcp_buffer_destroy(bufs[k]);
+        free(rs->plans);
+    }
+    for (uint32_t k = 0; ls->attns && k < s->ng * L; k++) dcp_cp_attn_destroy(ls->attns[k]);
+    free(ls->attns);
+    free(ls->r);
+    free(ls->qv);
+    free(ls->ov);
+    free(ls->lv);
+    free(ls);
+    s->arch = NULL;
+}
+
+static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_t i)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model *m = s->m;
+    const llama_rank *rw = &((const llama_weights *)m->arch)->ranks[i];
+    llama_rank_state *rs = &ls->r[i];
+    dcp_device *dev = m->ranks[i].dev;
+    const uint64_t R = s->cfg.max_rows, D = m->cfg.head_dim;
+    rs->qkv4 = round4((rw->qh + 2 * rw->hkv) * (uint32_t)D);
+    struct {
+        dcp_buffer **b;
+        uint64_t floats;
+    } acts[] = {{&rs->qkv, rs->qkv4},     {&rs->q, rw->qh * D}, {&rs->o, rw->hq * D},
+                {&rs->lse, rw->hq},       {&rs->gu, 2ull * rw->f}, {&rs->h, rw->f_pad}};
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
+        DCP_TRY(dcp_buffer_create(dev, (acts[k].floats ? acts[k].floats : 1) * R * 4, DCP_MEMORY_DEVICE, acts[k].b));
+    /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
+    DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
+    ls->qv[i] = (dcp_comm_buf){rs->q, 0};
+    ls->ov[i] = (dcp_comm_buf){rs->o, 0};
+    ls->lv[i] = (dcp_comm_buf){rs->lse, 0};
+    if (m->dcp > 1) return DCP_OK;
+    rs->plans = calloc(m->cfg.n_layer, sizeof *rs->plans);
+    if (!rs->plans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+        dc.batch = s->cfg.max_rows;
+        dc.q_heads = rw->hq;
+        dc.max_blocks = s->max_blocks;
+        dc.chunk_tokens = s->cfg.chunk_tokens;
+        DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], 0), &dc, &rs->plans[l]));
+    }
+fail:
+    return st;
+}
+
+static dcp_status llama_state_create(dcp_model_state *s)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model *m = s->m;
+    const llama_weights *w = m->arch;
+    const uint32_t L = m->cfg.n_layer, G = s->ng;
+    llama_state *ls = calloc(1, sizeof *ls);
+    if (!ls) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    s->arch = ls;
+    ls->r = calloc(m->nl, sizeof *ls->r);
+    ls->qv = calloc(m->nl, sizeof *ls->qv);
+    ls->ov = calloc(m->nl, sizeof *ls->ov);
+    ls->lv = calloc(m->nl, sizeof *ls->lv);
+    if (m->dcp > 1) ls->attns = calloc((size_t)L * G, sizeof *ls->attns);
+    if (!ls->r || !ls->qv || !ls->ov || !ls->lv || (m->dcp > 1 && !ls->attns))
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(rank_state_create(s, ls, i));
+    for (uint32_t l = 0; m->dcp > 1 && l < L; l++)
+        for (uint32_t g = 0; g < G; g++) {
+            dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+            ac.batch = s->cfg.max_rows;
+            ac.heads_local = w->ranks[g * s->gn].hq;
+            ac.backend = s->cfg.backend;
+            ac.q_replicate = m->q_replicate;
+            ac.chunk_tokens = s->cfg.chunk_tokens;
+            DCP_TRY(dcp_cp_attn_create(s->gcomm[g], s->caches[l * G + g], &ac, &ls->attns[l * G + g]));
+        }
+fail:
+    return st;
+}
+
+static dcp_status llama_set_rows(dcp_model_state *s)
+{
+    dcp_status st = DCP_OK;
+    llama_state *ls = s->arch;
+    const uint32_t L = s->m->cfg.n_layer;
+    if (s->m->dcp > 1) {
+        for (uint32_t k = 0; k < L * s->ng; k++) DCP_TRY(dcp_cp_attn_set_rows(ls->attns[k], s->rows, s->row_seq, s->row_len));
+        return DCP_OK;
+    }
+    for (uint32_t i = 0; i < s->m->nl; i++)
+        for (uint32_t l = 0; l < L; l++) {
+            dcp_graph_rows_tables(s, l, i);
+            DCP_TRY(dcp_decode_plan_set_rows(ls->r[i].plans[l], s->rows, s->lens, s->bt));
+        }
+fail:
+    return st;
+}
+
+static uint64_t llama_key(const dcp_model_state *s)
+{
+    const llama_state *ls = s->arch;
+    const uint32_t L = s->m->cfg.n_layer;
+    uint64_t key = DCP_STEP_KEY_SEED;
+    for (uint32_t l = 0; l < L; l++) {
+        if (s->m->dcp > 1)
+            for (uint32_t g = 0; g < s->ng; g++) key = dcp_step_key_mix(key, dcp_cp_attn_key(ls->attns[l * s->ng + g]));
+        else
+            for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(ls->r[i].plans[l]));
+    }
+    return key;
+}
+
+/* ---- one layer ----------------------------------------------------------------------------- */
+
+static dcp_status attention(dcp_model_state *s, uint32_t l)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model *m = s->m;
+    const llama_weights *w = m->arch;
+    llama_state *ls = s->arch;
+    const uint32_t E = m->cfg.n_embd, D = m->cfg.head_dim, T = s->rows;
+    for (uint32_t i = 0; i < m->nl; i++) {
+        const llama_rank *rw = &w->ranks[i];
+        const llama_layer *L = &rw->layers[l];
+        llama_rank_state *rs = &ls->r[i];
+        dcp_cmd *cmd = dcp_graph_cmd(s, i);
+        dcp_buffer *xn = s->r[i].xn;
+        DCP_TRY(dcp_graph_norm(s, i, L->attn_norm));
+        dcp_cmd_barrier(cmd); /* rmsnorm xn (and x += parts) -> qkv matmul */
+        DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, xn, 0, E, rs->qkv, rs->qkv4, T, 0));
+        dcp_cmd_barrier(cmd); /* qkv -> rope_store */
+        dcp_rope_store_args ra = {T,        rw->qh,         rw->hkv,  D,     m->cfg.n_rot,
+                                  rs->qkv4, rs->qkv,        s->r[i].slots[l], dcp_graph_rope(s, i),
+                                  rs->q,    dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], s->r[i].gl)};
+        DCP_TRY(dcp_op_rope_store(cmd, &ra));
+        dcp_cmd_barrier(cmd); /* q, KV pages -> attention */
+        if (m->dcp == 1) {
+            DCP_TRY(dcp_decode_record(cmd, rs->plans[l], rs->q, 0, rs->o, 0, rs->lse, 0));
+            dcp_cmd_barrier(cmd); /* o -> o_proj */
+        }
+    }
+    dcp_graph_norm_done(s);
+    if (m->dcp > 1) {
+        DCP_TRY(dcp_step_cp_attn(s->step, ls->attns + (size_t)l * s->ng, s->ng, ls->qv, ls->ov, ls->lv));
+        for (uint32_t i = 0; i < m->nl; i++) dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* merged o -> o_proj */
+    }
+    for (uint32_t i = 0; i < m->nl; i++) {
+        const llama_rank *rw = &w->ranks[i];
+        DCP_TRY(dcp_op_matmul(dcp_graph_cmd(s, i), &rw->layers[l].wo, ls->r[i].o, 0, rw->hq * D,
+                              dcp_graph_row_parallel_out(s, i), E, T, dcp_graph_row_parallel_accumulate(s)));
+        dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* x (residual) or part -> ffn rmsnorm / all-reduce */
+    }
+fail:
+    return st;
+}
+
+static dcp_status ffn(dcp_model_state *s, uint32_t l)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model *m = s->m;
+    const llama_weights *w = m->arch;
+    llama_state *ls = s->arch;
+    const uint32_t E = m->cfg.n_embd, T = s->rows;
+    for (uint32_t i = 0; i < m->nl; i++) {
+        const llama_rank *rw = &w->ranks[i];
+        const llama_layer *L = &rw->layers[l];
+        llama_rank_state *rs = &ls->r[i];
+        dcp_cmd *cmd = dcp_graph_cmd(s, i);
+        DCP_TRY(dcp_graph_norm(s, i, L->ffn_norm));
+        dcp_cmd_barrier(cmd); /* xn (and x += parts) -> gate|up matmul */
+        DCP_TRY(dcp_op_matmul(cmd, &L->wgu, s->r[i].xn, 0, E, rs->gu, 2 * rw->f, T, 0));
+        dcp_cmd_barrier(cmd); /* gu -> swiglu */
+        DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * rw->f, rs->h, rw->f_pad, rw->f, T));
+        dcp_cmd_barrier(cmd); /* h -> down matmul */
+        DCP_TRY(dcp_op_matmul(cmd, &L->wdown, rs->h, 0, rw->f_pad, dcp_graph_row_parallel_out(s, i), E, T,
+                              dcp_graph_row_parallel_accumulate(s)));
+        dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
+    }
+    dcp_graph_norm_done(s);
+fail:
+    return st;
+}
+
+static dcp_status llama_layer_record(dcp_model_state *s, uint32_t l)
+{
+    dcp_status st = DCP_OK;
+    DCP_TRY(attention(s, l));
+    DCP_TRY(dcp_graph_all_reduce(s));
+    DCP_TRY(ffn(s, l));
+    DCP_TRY(dcp_graph_all_reduce(s));
+fail:
+    return st;
+}
+
+const dcp_arch_ops dcp_arch_llama = {
+    .name = "llama",
+    .check = llama_check,
+    .load = llama_load,
+    .unload = llama_unload,
+    .kv_pool = llama_kv_pool,
+    .state_create = llama_state_create,
+    .state_destroy = llama_state_destroy,
+    .set_rows = llama_set_rows,
+    .key = llama_key,
+    .layer = llama_layer_record,
+};
