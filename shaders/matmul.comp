@@ -1,13 +1,17 @@
 #version 450
 // matmul: y[t][n] (+)= sum_k W[n][k] x[t][k] for a small batch of token rows (decode: 1 token;
 // prefill: many). W [n_out][k] in one of the weight dtypes of weights.glsl; x, y f32.
-// One subgroup per output row: its lanes split k in quads and reduce with subgroupAdd; each
-// workgroup holds RPW rows and DCP_MATMUL_TOKENS tokens, so a weight quad is loaded once per
-// DCP_MATMUL_TOKENS tokens. Loop work per invocation: (k/4/subgroup) * DCP_MATMUL_TOKENS * rows it
-// owns (bounded: lavapipe on Mesa 22 ends loops after 65,535 iterations per invocation).
+// One subgroup per output row: its lanes split the row in units (a quad, or for the
+// block-quantized types a dequantized-in-registers group of 32 or 64 weights) and reduce with
+// subgroupAdd; each workgroup holds RPW rows and DCP_MATMUL_TOKENS tokens, so a weight unit is
+// loaded and dequantized once per DCP_MATMUL_TOKENS tokens. A token's sum does not depend on the
+// other tokens of the batch (same lanes, same order for any T). Loop work per invocation:
+// (units/subgroup) * groups * DCP_MATMUL_TOKENS * rows it owns (bounded: lavapipe on Mesa 22
+// ends loops after 65,535 iterations per invocation).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "model/model_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
@@ -26,7 +30,7 @@ void main()
 {
     const uint t0 = gl_WorkGroupID.y * TB;
     const uint nt = min(TB, p.tokens - t0);
-    const uint kq = p.k / 4u;
+    const uint nu = w_units(p.k);
     const uint xs = p.x_stride / 4u;
     const uint xo = p.x_offset / 4u;
     for (uint r = gl_SubgroupID; r < RPW; r += gl_NumSubgroups) {
@@ -34,10 +38,15 @@ void main()
         if (n >= p.n_out) break; // uniform in the subgroup
         float acc[TB];
         for (uint j = 0u; j < TB; j++) acc[j] = 0.0;
-        for (uint q = gl_SubgroupInvocationID; q < kq; q += gl_SubgroupSize) {
-            const vec4 wv = w4(n, q, p.k);
-            for (uint j = 0u; j < TB; j++)
-                if (j < nt) acc[j] += dot(wv, x[xo + (t0 + j) * xs + q]);
+        for (uint u = gl_SubgroupInvocationID; u < nu; u += gl_SubgroupSize) {
+            [[dont_unroll]] for (uint g = 0u; g < W_UNIT_GROUPS; g++) {
+                vec4 wv[W_GROUP_VEC4];
+                w_group(n, u, g, p.k, wv);
+                const uint xg = xo + w_group_x4(u, g);
+                for (uint j = 0u; j < TB; j++)
+                    if (j < nt)
+                        for (uint i = 0u; i < W_GROUP_VEC4; i++) acc[j] += dot(wv[i], x[xg + (t0 + j) * xs + i]);
+            }
         }
         for (uint j = 0u; j < TB; j++) {
             const float s = subgroupAdd(acc[j]);

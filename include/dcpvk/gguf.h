@@ -40,9 +40,10 @@ typedef enum dcp_gguf_type {
     DCP_GGUF_TYPE_COUNT = 13,
 } dcp_gguf_type;
 
-/* Tensor element types (ggml type codes). Only F32, F16, BF16 and Q8_0 can be read as data; the
- * others are known by name and size so that a directory can be listed and checked, and reading
- * their data fails with DCP_ERR_UNSUPPORTED naming the type. */
+/* Tensor element types (ggml type codes). F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+ * Q3_K, Q4_K, Q5_K and Q6_K can be read as data (DCP_GGML_SUPPORTED_LIST); the others are known by
+ * name and size so that a directory can be listed and checked, and reading their data fails with
+ * DCP_ERR_UNSUPPORTED naming the type. */
 typedef enum dcp_ggml_type {
     DCP_GGML_TYPE_F32 = 0,
     DCP_GGML_TYPE_F16 = 1,
@@ -81,6 +82,10 @@ typedef enum dcp_ggml_type {
 /* Q8_0 block: 32 weights = d * qs[i], d stored as IEEE half. 34 bytes, no padding. */
 enum { DCP_Q8_0_BLOCK = 32, DCP_Q8_0_BYTES = 34 };
 
+/* The tensor types whose data dcp-vk reads, for messages. The block layouts of the quantized ones
+ * are written down in src/model/quants.h. */
+#define DCP_GGML_SUPPORTED_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
+
 /* Name of a metadata value type ("uint32", "string", ...), or "unknown". Thread-safe. */
 const char *dcp_gguf_type_name(dcp_gguf_type type);
 
@@ -96,15 +101,16 @@ dcp_status dcp_ggml_type_from_name(const char *name, dcp_ggml_type *out);
  * false (outputs 0) for an unknown code. Thread-safe. */
 bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *block_bytes);
 
-/* True for the types whose data dcp-vk reads: F32, F16, BF16, Q8_0. */
+/* True for the types whose data dcp-vk reads (DCP_GGML_SUPPORTED_LIST). */
 bool dcp_ggml_type_supported(dcp_ggml_type type);
 
 /* Converts n elements of a supported type to f32. n must be a multiple of the block size.
  * src: n elements of `type` (any alignment); dst: [n] f32. Thread-safe. */
 dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint64_t n);
 
-/* Converts n f32 values to F32, F16, BF16 or Q8_0 (round to nearest even; Q8_0 scale = max|x|/127
- * per block). n must be a multiple of the block size. dst: dcp_ggml_row_size(type, n) bytes. */
+/* Converts n f32 values to a supported type (round to nearest even; Q8_0 scale = max|x|/127 per
+ * block; the other quantized types by the reference quantizers of src/model/quants.h). n must be
+ * a multiple of the block size. dst: n / block elements * block bytes. */
 dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
 
 /* ---- reader --------------------------------------------------------------------------------- */
@@ -191,7 +197,7 @@ const dcp_gguf_tensor *dcp_gguf_tensor_at(const dcp_gguf *g, uint64_t index);
 const dcp_gguf_tensor *dcp_gguf_tensor_find(const dcp_gguf *g, const char *name);
 
 /* Reads a tensor as f32 into dst [n_elements]. DCP_ERR_UNSUPPORTED (naming the tensor and its
- * type) for types other than F32/F16/BF16/Q8_0. */
+ * type) for types outside DCP_GGML_SUPPORTED_LIST. */
 dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, float *dst);
 
 /* ---- writer ---------------------------------------------------------------------------------- */

@@ -1,0 +1,3 @@
+# Block-quantized weight types (issue 11): the shaders against the reference dequantizer x a
+# double matmul, batch invariance, get_rows, refused shapes.
+dcp_test(test_quant_ops SOURCES test_quant_ops.c vkutil.c LABELS quant)
