@@ -7,10 +7,16 @@
 
 /* Tokens one matmul workgroup multiplies per weight load (size of the per-row accumulator array). */
 #define DCP_MATMUL_TOKENS 8
+/* Output rows one matmul subgroup computes together, sharing each load of x (RPW, the rows per
+ * workgroup, is subgroups per workgroup times this). */
+#ifndef DCP_MATMUL_SUBGROUP_ROWS
+#define DCP_MATMUL_SUBGROUP_ROWS 4
+#endif
 
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
- * (GGUF row order: k contiguous). One subgroup per output row, DCP_MATMUL_TOKENS tokens per
- * workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens / DCP_MATMUL_TOKENS)). */
+ * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS output rows,
+ * DCP_MATMUL_TOKENS tokens per workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens /
+ * DCP_MATMUL_TOKENS)). */
 DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 n_out;        /* N: output features (rows of W) */
     DCP_U32 k;            /* K: input features, multiple of 4 (of the block: 32 or 256) */

@@ -166,6 +166,7 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
     uint32_t wg = dcp_ops_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
+    rpw *= DCP_MATMUL_SUBGROUP_ROWS;
     uint32_t spec[2] = {wg, rpw};
     dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
     dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,
