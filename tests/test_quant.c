@@ -20,8 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "dcpvk/gguf.h"
 #include "model/quants.h"
+#include "test_gguf_util.h"
 #include "vkutil.h"
 
 static const dcp_ggml_type qtypes[] = {DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q5_0,
@@ -266,6 +270,186 @@ static void test_repack(void **state)
     assert_null(dcp_quant_layout_of(DCP_GGML_TYPE_IQ4_XS));
 }
 
+/* A llama-like directory of n_layer layers (F32 data of zeros) with rows of `e`, ffn_down rows of
+ * `f`; tied: no output.weight. Returns an open reader over the bytes in *mem. */
+static dcp_gguf *mix_model(uint32_t n_layer, uint64_t e, uint64_t f, int tied, uint8_t **mem)
+{
+    dcp_gguf_writer *w;
+    DCP_ASSERT_OK(dcp_gguf_writer_create(32, &w));
+    DCP_ASSERT_OK(dcp_gguf_writer_set_string(w, "general.architecture", "llama", 5));
+    DCP_ASSERT_OK(dcp_gguf_writer_set_uint(w, "llama.attention.head_count", DCP_GGUF_TYPE_UINT32, 8));
+    DCP_ASSERT_OK(dcp_gguf_writer_set_uint(w, "llama.attention.head_count_kv", DCP_GGUF_TYPE_UINT32, 2));
+    float *zeros = calloc(e * f + e * 64, sizeof *zeros);
+    char name[64];
+    uint64_t ne_e[2] = {e, 64}, ne_f[2] = {f, e}, ne_n[1] = {e};
+    DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, "token_embd.weight", DCP_GGML_TYPE_F32, 2, ne_e, zeros, e * 64 * 4));
+    if (!tied) DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, "output.weight", DCP_GGML_TYPE_F32, 2, ne_e, zeros, e * 64 * 4));
+    for (uint32_t l = 0; l < n_layer; l++) {
+        static const char *const sq[] = {"attn_q", "attn_v", "attn_output"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, sq[i]);
+            DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, name, DCP_GGML_TYPE_F32, 2, ne_e, zeros, e * 64 * 4));
+        }
+        snprintf(name, sizeof name, "blk.%u.ffn_down.weight", l);
+        DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, name, DCP_GGML_TYPE_F32, 2, ne_f, zeros, e * f * 4));
+        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
+        DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, name, DCP_GGML_TYPE_F32, 1, ne_n, zeros, e * 4));
+    }
+    size_t n;
+    *mem = tg_writer_bytes(w, &n);
+    dcp_gguf_writer_destroy(w);
+    free(zeros);
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open_memory(*mem, n, "mix.gguf", &g));
+    return g;
+}
+
+static dcp_ggml_type plan_type(dcp_quantize_plan *p, const dcp_gguf *g, const char *name, int *fb)
+{
+    /* The plan counts attn_v / ffn_down in file order: walk the directory up to name. */
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
+        dcp_ggml_type ty = dcp_quantize_tensor_type(p, t, fb);
+        if (strcmp(t->name, name) == 0) return ty;
+    }
+    fail_msg("no tensor %s", name);
+    return DCP_GGML_TYPE_F32;
+}
+
+/* llama-quantize's mixes: which tensor gets which type. */
+static void test_mix_rules(void **state)
+{
+    (void)state;
+    uint8_t *mem;
+    dcp_gguf *g = mix_model(8, 256, 512, 0, &mem); /* more-bits layers of 8: 0, 3, 6, 7 */
+    dcp_quantize_plan p;
+    int fb;
+    static const struct { dcp_ftype f; const char *tensor; dcp_ggml_type want; } cases[] = {
+        {DCP_FTYPE_Q4_K_M, "output.weight", DCP_GGML_TYPE_Q6_K},
+        {DCP_FTYPE_Q4_K_M, "token_embd.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q4_K_M, "blk.0.attn_v.weight", DCP_GGML_TYPE_Q6_K},
+        {DCP_FTYPE_Q4_K_M, "blk.1.attn_v.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q4_K_M, "blk.3.attn_v.weight", DCP_GGML_TYPE_Q6_K},
+        {DCP_FTYPE_Q4_K_M, "blk.5.attn_v.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q4_K_M, "blk.7.ffn_down.weight", DCP_GGML_TYPE_Q6_K},
+        {DCP_FTYPE_Q4_K_M, "blk.4.ffn_down.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q4_K_M, "blk.2.attn_q.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q4_K_M, "blk.2.attn_norm.weight", DCP_GGML_TYPE_F32},
+        {DCP_FTYPE_Q5_K_M, "blk.6.ffn_down.weight", DCP_GGML_TYPE_Q6_K},
+        {DCP_FTYPE_Q5_K_M, "blk.1.attn_output.weight", DCP_GGML_TYPE_Q5_K},
+        {DCP_FTYPE_Q4_K_S, "blk.3.attn_v.weight", DCP_GGML_TYPE_Q5_K},
+        {DCP_FTYPE_Q4_K_S, "blk.4.attn_v.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q2_K, "blk.0.attn_v.weight", DCP_GGML_TYPE_Q4_K}, /* 8 heads / 2 KV heads >= 4 */
+        {DCP_FTYPE_Q2_K, "blk.0.ffn_down.weight", DCP_GGML_TYPE_Q3_K},
+        {DCP_FTYPE_Q2_K, "blk.0.attn_q.weight", DCP_GGML_TYPE_Q2_K},
+        {DCP_FTYPE_Q3_K_M, "blk.1.attn_v.weight", DCP_GGML_TYPE_Q5_K},
+        {DCP_FTYPE_Q3_K_M, "blk.2.attn_v.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q3_K_M, "blk.1.attn_output.weight", DCP_GGML_TYPE_Q4_K},
+        {DCP_FTYPE_Q4_0, "output.weight", DCP_GGML_TYPE_Q6_K},
+        {DCP_FTYPE_Q4_0, "blk.1.attn_v.weight", DCP_GGML_TYPE_Q4_0},
+        {DCP_FTYPE_Q8_0, "output.weight", DCP_GGML_TYPE_Q8_0},
+        {DCP_FTYPE_F16, "output.weight", DCP_GGML_TYPE_F16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        DCP_ASSERT_OK(dcp_quantize_plan_init(g, cases[i].f, false, &p));
+        dcp_ggml_type got = plan_type(&p, g, cases[i].tensor, &fb);
+        if (got != cases[i].want)
+            fail_msg("%s: %s is %s, want %s", dcp_ftype_name(cases[i].f), cases[i].tensor, dcp_ggml_type_name(got),
+                     dcp_ggml_type_name(cases[i].want));
+    }
+    DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q4_K_M, true, &p)); /* pure: no mix */
+    assert_int_equal(plan_type(&p, g, "output.weight", &fb), DCP_GGML_TYPE_Q4_K);
+    assert_int_equal(plan_type(&p, g, "blk.0.attn_v.weight", &fb), DCP_GGML_TYPE_Q4_K);
+    dcp_gguf_close(g);
+    free(mem);
+    /* Rows that are not whole blocks: fallbacks, and the tied embedding as output. */
+    g = mix_model(2, 96, 160, 1, &mem);
+    DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q4_K_M, false, &p));
+    assert_int_equal(plan_type(&p, g, "token_embd.weight", &fb), DCP_GGML_TYPE_Q8_0); /* output rule: 96 % 256 */
+    DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q4_K_M, false, &p));
+    assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_Q5_0);
+    assert_true(fb);
+    DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q5_K_S, false, &p));
+    assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_Q5_1);
+    DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q2_K, false, &p));
+    assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_Q4_0);
+    dcp_gguf_close(g);
+    free(mem);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q6_K, 96), DCP_GGML_TYPE_Q8_0);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q6_K, 100), DCP_GGML_TYPE_F16);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q4_0, 172), DCP_GGML_TYPE_F16);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q4_K, 512), DCP_GGML_TYPE_Q4_K);
+    dcp_ftype f;
+    DCP_ASSERT_OK(dcp_ftype_from_name("q4_k", &f));
+    assert_int_equal(f, DCP_FTYPE_Q4_K_M);
+    DCP_ASSERT_OK(dcp_ftype_from_name("Q5_K_S", &f));
+    assert_int_equal(f, DCP_FTYPE_Q5_K_S);
+    assert_int_equal(dcp_ftype_from_name("q4_k_x", &f), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "q4_k_m"));
+}
+
+/* dcp_gguf_quantize end to end on a small file, and the writer's safety: a symbolic link or a
+ * directory as the target is refused (the link's target untouched), and no temporary is left. */
+static void test_quantize_file(void **state)
+{
+    (void)state;
+    dcp_gguf *g;
+    char in[256], out[256], link[256], victim[256];
+    snprintf(in, sizeof in, "%s", tg_tmp_path("quant-in.gguf"));
+    snprintf(out, sizeof out, "%s", tg_tmp_path("quant-out.gguf"));
+    snprintf(link, sizeof link, "%s", tg_tmp_path("quant-link.gguf"));
+    snprintf(victim, sizeof victim, "%s", tg_tmp_path("quant-victim"));
+    FILE *f;
+    dcp_gguf_writer *w;
+    DCP_ASSERT_OK(dcp_gguf_writer_create(32, &w));
+    DCP_ASSERT_OK(dcp_gguf_writer_set_string(w, "general.architecture", "llama", 5));
+    DCP_ASSERT_OK(dcp_gguf_writer_set_uint(w, "general.file_type", DCP_GGUF_TYPE_UINT32, 0));
+    float *x = malloc(256 * 8 * 4);
+    dcp_test_rng rng = {3};
+    for (int i = 0; i < 256 * 8; i++) x[i] = dcp_test_rng_uniform(&rng, -1, 1);
+    uint64_t ne[2] = {256, 8}, ne1[1] = {256};
+    DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", DCP_GGML_TYPE_F32, 2, ne, x, 256 * 8 * 4));
+    DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", DCP_GGML_TYPE_F32, 1, ne1, x, 256 * 4));
+    DCP_ASSERT_OK(dcp_gguf_writer_write(w, in));
+    dcp_gguf_writer_destroy(w);
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = DCP_FTYPE_Q6_K;
+    DCP_ASSERT_OK(dcp_gguf_quantize(in, out, &qc, NULL, NULL));
+    DCP_ASSERT_OK(dcp_gguf_open(out, &g));
+    assert_int_equal(dcp_gguf_tensor_find(g, "blk.0.attn_q.weight")->type, DCP_GGML_TYPE_Q6_K);
+    assert_int_equal(dcp_gguf_tensor_find(g, "blk.0.attn_norm.weight")->type, DCP_GGML_TYPE_F32);
+    uint64_t ft;
+    DCP_ASSERT_OK(dcp_gguf_get_uint(g, "general.file_type", &ft));
+    assert_int_equal(ft, DCP_FTYPE_Q6_K);
+    float y[256 * 8];
+    DCP_ASSERT_OK(dcp_gguf_tensor_to_f32(g, dcp_gguf_tensor_find(g, "blk.0.attn_q.weight"), y));
+    double se = 0, sx = 0;
+    for (int i = 0; i < 256 * 8; i++) {
+        se += (y[i] - x[i]) * (y[i] - x[i]);
+        sx += x[i] * x[i];
+    }
+    assert_true(sqrt(se / sx) < 0.02);
+    dcp_gguf_close(g);
+    /* A symbolic link as the target: refused, what it points to untouched. */
+    f = fopen(victim, "wb");
+    fputs("keep", f);
+    fclose(f);
+    unlink(link);
+    assert_int_equal(symlink(victim, link), 0);
+    assert_int_equal(dcp_gguf_quantize(in, link, &qc, NULL, NULL), DCP_ERR_IO);
+    assert_non_null(strstr(dcp_last_error(), "not a regular file"));
+    struct stat sb;
+    assert_int_equal(stat(victim, &sb), 0);
+    assert_int_equal(sb.st_size, 4);
+    /* A directory as the target: refused. */
+    assert_int_equal(dcp_gguf_quantize(in, ".", &qc, NULL, NULL), DCP_ERR_IO);
+    unlink(link);
+    unlink(victim);
+    unlink(in);
+    unlink(out);
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +457,8 @@ int main(void)
         cmocka_unit_test(test_known_blocks_256),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_repack),
+        cmocka_unit_test(test_mix_rules),
+        cmocka_unit_test(test_quantize_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
