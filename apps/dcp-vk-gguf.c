@@ -1,10 +1,12 @@
 /* dcp-vk-gguf: inspect GGUF files (metadata, tensor directory, text or JSON), run their tokenizer
- * both ways, and make the project's deterministic test models. */
+ * both ways, make the project's deterministic test models, and quantize files as llama-quantize
+ * does (the same file type names and mixes). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
@@ -19,6 +21,7 @@ static void usage(FILE *f)
             "       dcp-vk-gguf FILE --tokenize TEXT [--bos] [--special]\n"
             "       dcp-vk-gguf FILE --detokenize IDS [--special]\n"
             "       dcp-vk-gguf --make-model OUT.gguf [model options]\n"
+            "       dcp-vk-gguf --quantize IN.gguf OUT.gguf --type T [--pure]\n"
             "\n"
             "  FILE                print the metadata (arrays longer than %d elements abbreviated)\n"
             "                      and the tensor directory\n"
@@ -30,6 +33,13 @@ static void usage(FILE *f)
             "                      --detokenize: show control tokens (default: off)\n"
             "  --detokenize IDS    print the text of IDS (space- or comma-separated)\n"
             "  --make-model OUT    write a deterministic test model (GGUF v3, built-in vocabulary)\n"
+            "  --quantize IN OUT   convert IN (F32, F16, BF16 or quantized) to OUT with --type T, a\n"
+            "                      llama-quantize file type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+            "                      q5_1, q2_k, q3_k_s, q3_k_m (= q3_k), q3_k_l, q4_k_s, q4_k_m (= q4_k),\n"
+            "                      q5_k_s, q5_k_m (= q5_k), q6_k; its mix rules give output.weight Q6_K,\n"
+            "                      some attn_v / ffn_down more bits, and tensors whose rows are not whole\n"
+            "                      blocks a fallback type (see include/dcpvk/gguf.h); prints each tensor\n"
+            "  --pure              with --quantize: no mix rules, every matrix in the base type\n"
             "\n"
             "model options (with --make-model):\n"
             "  --arch NAME         architecture (default llama; the only one so far)\n"
@@ -43,7 +53,10 @@ static void usage(FILE *f)
             "  --n-ctx N           context length (default 4096)\n"
             "  --rms-eps X         RMS norm epsilon (default 1e-5)\n"
             "  --rope-base X       RoPE frequency base (default 10000)\n"
-            "  --type T            matrix weight type: f32, f16 or q8_0 (default f32)\n"
+            "  --type T            matrix weight type, every matrix (f32, f16, bf16, q8_0, q4_0, q4_1,\n"
+            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k; its block must divide the\n"
+            "                      sizes), or a file type mix (q3_k_s/m/l, q4_k_s, q4_k_m, q5_k_s,\n"
+            "                      q5_k_m: an F32 model quantized as --quantize does) (default f32)\n"
             "  --seed N            random seed (default 1234)\n"
             "\n"
             "Errors print a message on stderr and exit with status 1.\n",
@@ -322,10 +335,76 @@ out:
     return rc;
 }
 
+static void quantize_report(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back)
+{
+    (void)user;
+    char shape[64];
+    int k = snprintf(shape, sizeof shape, "[");
+    for (uint32_t d = 0; d < t->n_dims && k < (int)sizeof shape; ++d)
+        k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
+    if (k < (int)sizeof shape) snprintf(shape + k, sizeof shape - (size_t)k, "]");
+    printf("  %-32s %-16s %-6s -> %-6s%s\n", t->name, shape, dcp_ggml_type_name(t->type), dcp_ggml_type_name(to),
+           fell_back ? "  (fallback: rows are not whole blocks of the mix's type)" : "");
+}
+
+static int quantize(const char *in, const char *out, dcp_ftype ftype, bool pure)
+{
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = ftype;
+    qc.pure = pure;
+    printf("quantizing %s to %s as %s%s\n", in, out, dcp_ftype_name(ftype), pure ? " (pure)" : "");
+    if (dcp_gguf_quantize(in, out, &qc, quantize_report, NULL) != DCP_OK) {
+        fflush(stdout);
+        return die("--quantize");
+    }
+    dcp_gguf *g;
+    if (dcp_gguf_open(out, &g) != DCP_OK) return die("--quantize: reading the output back");
+    uint64_t weights = 0, bytes = 0;
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); ++i) {
+        weights += dcp_gguf_tensor_at(g, i)->n_elements;
+        bytes += dcp_gguf_tensor_at(g, i)->size;
+    }
+    printf("wrote %s: %llu bytes, %.3f bits per weight over %llu tensors\n", out,
+           (unsigned long long)dcp_gguf_file_size(g), weights ? 8.0 * (double)bytes / (double)weights : 0.0,
+           (unsigned long long)dcp_gguf_tensor_count(g));
+    dcp_gguf_close(g);
+    return 0;
+}
+
+/* --make-model with a file type mix: an F32 model in an exclusive temporary beside OUT, quantized
+ * into OUT, then removed. */
+static int make_mixed(const char *out, dcp_test_model_config *mc, dcp_ftype ftype)
+{
+    size_t n = strlen(out);
+    char *tmp = malloc(n + 12);
+    if (!tmp) return die("--make-model: out of memory");
+    memcpy(tmp, out, n);
+    memcpy(tmp + n, ".f32.XXXXXX", 12);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "dcp-vk-gguf: --make-model: cannot create a temporary beside %s: %s\n", out, strerror(errno));
+        free(tmp);
+        return 1;
+    }
+    close(fd);
+    mc->weight_type = DCP_GGML_TYPE_F32;
+    int rc = 0;
+    if (dcp_gguf_make_test_model(tmp, mc) != DCP_OK) rc = die("--make-model");
+    else {
+        dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+        qc.ftype = ftype;
+        if (dcp_gguf_quantize(tmp, out, &qc, NULL, NULL) != DCP_OK) rc = die("--make-model");
+    }
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL;
-    bool json = false, full = false, bos = false, special = false;
+    const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL, *q_in = NULL, *q_out = NULL;
+    const char *type_name = NULL;
+    bool json = false, full = false, bos = false, special = false, pure = false;
     dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
     bool model_opt = false;
     for (int i = 1; i < argc; ++i) {
@@ -347,6 +426,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tokenize")) { NEEDS_VALUE; tok_text = v; }
         else if (!strcmp(a, "--detokenize")) { NEEDS_VALUE; detok = v; }
         else if (!strcmp(a, "--make-model")) { NEEDS_VALUE; make = v; }
+        else if (!strcmp(a, "--quantize")) {
+            if (i + 2 >= argc) return bad_usage("--quantize needs IN and OUT", NULL);
+            q_in = argv[++i];
+            q_out = argv[++i];
+        } else if (!strcmp(a, "--pure")) pure = true;
         else if (!strcmp(a, "--arch")) { NEEDS_VALUE; mc.arch = v; model_opt = true; }
         else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; }
         else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_embd); model_opt = true; }
@@ -367,8 +451,7 @@ int main(int argc, char **argv)
             model_opt = true;
         } else if (!strcmp(a, "--type")) {
             NEEDS_VALUE;
-            ok = dcp_ggml_type_from_name(v, &mc.weight_type) == DCP_OK;
-            model_opt = true;
+            type_name = v;
         } else if (a[0] == '-' && a[1]) return bad_usage("unknown option", a);
         else if (!file) file = a;
         else return bad_usage("more than one FILE:", a);
@@ -376,12 +459,29 @@ int main(int argc, char **argv)
 #undef NEEDS_VALUE
     }
 
+    if (q_in) {
+        if (make || file || tok_text || detok || json || model_opt)
+            return bad_usage("--quantize takes only --type and --pure", NULL);
+        if (!type_name) return bad_usage("--quantize needs --type T", NULL);
+        dcp_ftype ft;
+        if (dcp_ftype_from_name(type_name, &ft) != DCP_OK) return bad_usage(dcp_last_error(), NULL);
+        return quantize(q_in, q_out, ft, pure);
+    }
+    if (pure) return bad_usage("--pure needs --quantize", NULL);
     if (make) {
         if (file || tok_text || detok || json) return bad_usage("--make-model takes no FILE, --tokenize, --detokenize or --json", NULL);
-        if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) return die("--make-model");
+        dcp_ftype mix = DCP_FTYPE_F32;
+        if (type_name && dcp_ggml_type_from_name(type_name, &mc.weight_type) != DCP_OK) {
+            if (dcp_ftype_from_name(type_name, &mix) != DCP_OK)
+                return bad_usage("--type: not a tensor type or file type:", type_name);
+            if (make_mixed(make, &mc, mix)) return 1;
+        } else if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) {
+            return die("--make-model");
+        }
         printf("wrote %s\n", make);
         return 0;
     }
+    if (type_name) model_opt = true;
     if (model_opt) return bad_usage("model options need --make-model", NULL);
     if (!file) return bad_usage("no FILE given", NULL);
     if (tok_text && detok) return bad_usage("--tokenize and --detokenize exclude each other", NULL);

@@ -137,8 +137,10 @@ static void test_matrix_bad(void **state)
     uint8_t data[64] = {0};
     const void *parts[1] = {data};
     uint32_t rows[1] = {1};
-    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q4_0, 32, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(dcp_last_error(), "Q4_0"));
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_IQ2_XXS, 256, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "IQ2_XXS"));
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q4_K, 128, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "multiple of 256"));
     assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q8_0, 16, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
     assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_F32, 6, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
     assert_null(m.buf);

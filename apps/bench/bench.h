@@ -9,6 +9,9 @@
 int dcp_bench_attn(int argc, char **argv);
 /* dcp-vk-bench capacity (apps/bench/capacity.c): longest context in a KV budget, plain TP vs DCP. */
 int dcp_bench_capacity(int argc, char **argv);
+/* dcp-vk-bench matmul (apps/bench/matmul.c): weight read rate of each weight type at several batch
+ * sizes against the same device's yardsticks. */
+int dcp_bench_matmul(int argc, char **argv);
 
 /* dcp-vk-bench attn --dcp N (apps/bench/attn_dcp.c): the DCP attention step over N devices in one
  * process, or under mpiexec -n P with P x (devices per process) = N. */

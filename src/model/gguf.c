@@ -803,7 +803,7 @@ dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, f
 {
     if (!dcp_ggml_type_supported(t->type))
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which dcp-vk does not "
-                        "read (supported: F32, F16, BF16, Q8_0)", g->name, t->name,
+                        "read (supported: " DCP_GGML_SUPPORTED_LIST ")", g->name, t->name,
                         dcp_ggml_type_name(t->type));
     return dcp_ggml_to_f32(t->type, t->data, dst, t->n_elements);
 }

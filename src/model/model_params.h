@@ -7,29 +7,35 @@
 
 /* Tokens one matmul workgroup multiplies per weight load (size of the per-row accumulator array). */
 #define DCP_MATMUL_TOKENS 8
+/* Output rows one matmul subgroup computes together, sharing each load of x (RPW, the rows per
+ * workgroup, is subgroups per workgroup times this). */
+#ifndef DCP_MATMUL_SUBGROUP_ROWS
+#define DCP_MATMUL_SUBGROUP_ROWS 4
+#endif
 
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
- * (GGUF row order: k contiguous). One subgroup per output row, DCP_MATMUL_TOKENS tokens per
- * workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens / DCP_MATMUL_TOKENS)). */
+ * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS output rows,
+ * DCP_MATMUL_TOKENS tokens per workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens /
+ * DCP_MATMUL_TOKENS)). */
 DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 n_out;        /* N: output features (rows of W) */
-    DCP_U32 k;            /* K: input features, multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 k;            /* K: input features, multiple of 4 (of the block: 32 or 256) */
     DCP_U32 tokens;       /* T: rows of x and y */
     DCP_U32 x_stride;     /* floats between rows of x, multiple of 4 */
     DCP_U32 y_stride;     /* floats between rows of y */
     DCP_U32 accumulate;   /* 1: y += W x (fused residual add); 0: y = W x */
-    DCP_U32 scale_offset; /* Q8_0: word offset of the f32 scales [n_out][k/32] in W; else 0 */
+    DCP_U32 scale_offset; /* Q8_0, block-quantized: word offset of the scales in W; else 0 */
     DCP_U32 x_offset;     /* floats before row 0 of x, multiple of 4 */
 };
 DCP_PARAMS_END(dcp_matmul_params)
 
 /* get_rows: y[t][:] = W[ids[t]][:] (embedding lookup), W in its dtype's layout. Grid (tokens). */
 DCP_PARAMS_STRUCT(dcp_get_rows_params) {
-    DCP_U32 k;            /* row length, multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 k;            /* row length, multiple of 4 (of the block: 32 or 256) */
     DCP_U32 tokens;       /* rows to gather */
     DCP_U32 n_rows;       /* rows of W; ids outside [0, n_rows) give a zero row */
     DCP_U32 y_stride;     /* floats between output rows */
-    DCP_U32 scale_offset; /* Q8_0: word offset of the f32 scales in W; else 0 */
+    DCP_U32 scale_offset; /* Q8_0, block-quantized: word offset of the scales in W; else 0 */
 };
 DCP_PARAMS_END(dcp_get_rows_params)
 

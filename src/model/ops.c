@@ -6,19 +6,20 @@
 #include "common/error.h"
 #include "dcpvk/dtype.h"
 #include "model/ops.h"
+#include "model/quants.h"
 #include "vk/pipelines.h"
 
 uint32_t dcp_ops_workgroup_size(const dcp_device *dev) { return dcp_attn_workgroup_size(dev); }
 
 static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)
 {
-    if (type != DCP_GGML_TYPE_F32 && type != DCP_GGML_TYPE_F16 && type != DCP_GGML_TYPE_BF16 &&
-        type != DCP_GGML_TYPE_Q8_0) {
+    if (!dcp_ggml_type_supported(type)) {
         const char *n = dcp_ggml_type_name(type);
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (F32, F16, BF16, Q8_0)",
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (" DCP_GGML_SUPPORTED_LIST ")",
                         what, n ? n : "unknown");
     }
-    uint32_t align = type == DCP_GGML_TYPE_Q8_0 ? 32 : 4;
+    const dcp_quant_layout *ql = dcp_quant_layout_of(type);
+    uint32_t align = ql ? ql->block_elems : type == DCP_GGML_TYPE_Q8_0 ? 32 : 4;
     if (k == 0 || k % align)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: row length %u is not a positive multiple of %u", what, k, align);
     return DCP_OK;
@@ -36,7 +37,9 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
     if (rows == 0 || rows > UINT32_MAX)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "matrix upload: %llu rows", (unsigned long long)rows);
     uint64_t elems = rows * k;
-    uint64_t bytes = type == DCP_GGML_TYPE_F32 ? elems * 4
+    const dcp_quant_layout *ql = dcp_quant_layout_of(type);
+    uint64_t bytes = ql ? dcp_quant_device_bytes(ql, elems / ql->block_elems)
+                     : type == DCP_GGML_TYPE_F32 ? elems * 4
                      : type == DCP_GGML_TYPE_Q8_0 ? elems + elems / 32 * 4
                                                   : elems * 2;
     const dcp_device_info *info = dcp_device_get_info(dev);
@@ -63,6 +66,17 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
                 }
         }
         out->scale_offset = (uint32_t)(elems / 4);
+    } else if (ql) {
+        uint64_t blocks = elems / ql->block_elems, first = 0;
+        uint32_t *body = (uint32_t *)host;
+        uint16_t *halves = (uint16_t *)(body + blocks * ql->body_words);
+        memset(host, 0, bytes); /* the padding half, if any */
+        for (uint32_t i = 0; i < parts; i++) {
+            uint64_t nb = (uint64_t)part_rows[i] * (k / ql->block_elems);
+            dcp_quant_repack(ql, data[i], nb, first, body, halves);
+            first += nb;
+        }
+        out->scale_offset = (uint32_t)(blocks * ql->body_words);
     } else {
         uint64_t row_bytes = bytes / rows, off = 0;
         for (uint32_t i = 0; i < parts; i++) {
@@ -96,6 +110,15 @@ static dcp_pipeline_id matmul_pipe(dcp_ggml_type t)
     case DCP_GGML_TYPE_F16: return DCP_PIPE_MATMUL_F16;
     case DCP_GGML_TYPE_BF16: return DCP_PIPE_MATMUL_BF16;
     case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_MATMUL_Q8_0;
+    case DCP_GGML_TYPE_Q4_0: return DCP_PIPE_MATMUL_Q4_0;
+    case DCP_GGML_TYPE_Q4_1: return DCP_PIPE_MATMUL_Q4_1;
+    case DCP_GGML_TYPE_Q5_0: return DCP_PIPE_MATMUL_Q5_0;
+    case DCP_GGML_TYPE_Q5_1: return DCP_PIPE_MATMUL_Q5_1;
+    case DCP_GGML_TYPE_Q2_K: return DCP_PIPE_MATMUL_Q2_K;
+    case DCP_GGML_TYPE_Q3_K: return DCP_PIPE_MATMUL_Q3_K;
+    case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_MATMUL_Q4_K;
+    case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_MATMUL_Q5_K;
+    case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_MATMUL_Q6_K;
     default: return DCP_PIPE_MATMUL_F32;
     }
 }
@@ -106,6 +129,15 @@ static dcp_pipeline_id get_rows_pipe(dcp_ggml_type t)
     case DCP_GGML_TYPE_F16: return DCP_PIPE_GET_ROWS_F16;
     case DCP_GGML_TYPE_BF16: return DCP_PIPE_GET_ROWS_BF16;
     case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_GET_ROWS_Q8_0;
+    case DCP_GGML_TYPE_Q4_0: return DCP_PIPE_GET_ROWS_Q4_0;
+    case DCP_GGML_TYPE_Q4_1: return DCP_PIPE_GET_ROWS_Q4_1;
+    case DCP_GGML_TYPE_Q5_0: return DCP_PIPE_GET_ROWS_Q5_0;
+    case DCP_GGML_TYPE_Q5_1: return DCP_PIPE_GET_ROWS_Q5_1;
+    case DCP_GGML_TYPE_Q2_K: return DCP_PIPE_GET_ROWS_Q2_K;
+    case DCP_GGML_TYPE_Q3_K: return DCP_PIPE_GET_ROWS_Q3_K;
+    case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_GET_ROWS_Q4_K;
+    case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_GET_ROWS_Q5_K;
+    case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_GET_ROWS_Q6_K;
     default: return DCP_PIPE_GET_ROWS_F32;
     }
 }
@@ -134,6 +166,7 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
     uint32_t wg = dcp_ops_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
+    rpw *= DCP_MATMUL_SUBGROUP_ROWS;
     uint32_t spec[2] = {wg, rpw};
     dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
     dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,

@@ -16,18 +16,21 @@
 /* A weight matrix on one device: rows x k, k contiguous (GGUF ne0 = k, ne1 = rows).
  * Device layout by type: F32 [rows][k] f32; F16 / BF16 [rows][k] 16-bit; Q8_0 repacked as
  * int8 quants [rows][k] followed (at word scale_offset) by f32 block scales [rows][k/32] (the
- * GGUF f16 scale widened: exact). Created by dcp_matrix_create, destroyed by dcp_matrix_destroy
- * (before the device). */
+ * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K as block
+ * bodies [rows][k/block][body words] followed (at word scale_offset) by their f16 scales
+ * (src/model/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
+ * dcp_matrix_destroy (before the device). */
 typedef struct dcp_matrix {
     dcp_buffer *buf;
-    dcp_ggml_type type;     /* F32, F16, BF16 or Q8_0 */
+    dcp_ggml_type type;     /* a type of DCP_GGML_SUPPORTED_LIST */
     uint32_t rows, k;
-    uint32_t scale_offset;  /* Q8_0: words before the scales; else 0 */
+    uint32_t scale_offset;  /* Q8_0 and block-quantized types: words before the scales; else 0 */
 } dcp_matrix;
 
 /* Uploads the row-wise concatenation of `parts` GGUF tensors that share one type and k (part i
  * has part_rows[i] rows, data[i] its GGUF bytes) as one matrix: fused Q|K|V or gate|up.
- * DCP_ERR_UNSUPPORTED for another type or k not a multiple of 4 (32 for Q8_0);
+ * DCP_ERR_UNSUPPORTED for another type or k not a multiple of 4 (of the block size, 32 or 256,
+ * for the quantized types);
  * DCP_ERR_INVALID_ARGUMENT when the matrix exceeds the device's storage-buffer range. */
 dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
                              const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
