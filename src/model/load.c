@@ -18,7 +18,7 @@ dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint
                         (unsigned long long)ne1);
     if (!dcp_ggml_type_supported(t->type)) {
         const char *tn = dcp_ggml_type_name(t->type);
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: F32, F16, BF16, Q8_0",
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: " DCP_GGML_SUPPORTED_LIST,
                         dcp_gguf_name(g), name, tn ? tn : "unknown");
     }
     *out = t;
