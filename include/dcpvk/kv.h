@@ -33,7 +33,7 @@ typedef struct dcp_kv_pool_config {
 
 /* Creates the pool's segments on dev (device-local memory, zero-filled). Errors: unsupported head
  * dim (DCP_ERR_UNSUPPORTED), a page larger than the device's binding range, more segments than
- * DCP_KV_MAX_SEGMENTS (DCP_ERR_INVALID_ARGUMENT), allocation failure (DCP_ERR_OUT_OF_MEMORY).
+ * a pool may span (64; DCP_ERR_INVALID_ARGUMENT), allocation failure (DCP_ERR_OUT_OF_MEMORY).
  * Destroy with dcp_kv_pool_destroy before the device's context. */
 dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *config, dcp_kv_pool **out);
 void dcp_kv_pool_destroy(dcp_kv_pool *pool);
@@ -121,10 +121,8 @@ uint32_t dcp_kv_cache_pages_used(const dcp_kv_cache *cache, uint32_t local);
 uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *cache, uint32_t local);
 uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *cache, uint32_t local);
 
-/* Slot value meaning "not stored on this rank" in slot tables. */
-#define DCP_KV_NO_SLOT 0xffffffffu
 /* Slot table of the last append on local rank i: [tokens] page * page_size + offset, or
- * DCP_KV_NO_SLOT for tokens another rank owns. */
+ * UINT32_MAX (not stored on this rank) for tokens another rank owns. */
 const uint32_t *dcp_kv_cache_append_slots(const dcp_kv_cache *cache, uint32_t local);
 
 #ifdef __cplusplus

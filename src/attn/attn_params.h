@@ -3,10 +3,6 @@
 #define DCP_ATTN_PARAMS_H
 #include "common/params_begin.h"
 
-/* Maximum number of storage buffers (segments) one KV page pool spans; each segment is at most
- * the device's maxStorageBufferRange. */
-#define DCP_KV_MAX_SEGMENTS 64
-
 /* paged_decode: one workgroup per (chunk, kv head x head-split, sequence). */
 DCP_PARAMS_STRUCT(dcp_paged_decode_params) {
     DCP_U32 batch;            /* sequences */

@@ -6,6 +6,7 @@
 #include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/kv.h"
+#include "kv/kv_params.h"
 #include "vk/pipelines.h"
 
 typedef struct kv_rank {

@@ -1,9 +1,9 @@
 /* KV page pools split into segments (see include/dcpvk/kv.h). */
 #include <stdlib.h>
 
-#include "attn/attn_params.h"
 #include "common/error.h"
 #include "dcpvk/kv.h"
+#include "kv/kv_params.h"
 
 struct dcp_kv_pool {
     dcp_device *dev;

@@ -63,7 +63,7 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
 
 /* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
  * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
- * 0xffffffff: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
+ * DCP_KV_NO_SLOT: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
  * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. */
 typedef struct dcp_rope_store_args {
     uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
