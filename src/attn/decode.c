@@ -6,6 +6,7 @@
 #include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
+#include "kv/kv_internal.h"
 #include "vk/pipelines.h"
 
 /* Longest chunk one workgroup scans: bounds each invocation's loop iterations (Mesa 22 lavapipe
@@ -199,9 +200,7 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
         b[3] = (dcp_binding){p->work_o, 0, p->chunks * rows * pc->head_dim * 4};
         b[4] = (dcp_binding){p->work_lse, 0, p->chunks * rows * 4};
     }
-    uint32_t nseg = dcp_kv_pool_segment_count(p->pool);
-    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-        b[5 + s] = (dcp_binding){dcp_kv_pool_segment(p->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_pool_bindings(p->pool, b + 5);
     dcp_paged_decode_params pp = {
         .batch = c->batch, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
         .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,

@@ -5,6 +5,7 @@
 #include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/dtype.h"
+#include "kv/kv_internal.h"
 #include "model/ops.h"
 #include "vk/pipelines.h"
 
@@ -220,11 +221,9 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
         p.pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool);
         p.total_pages = pc->num_pages;
         if (pc->dtype == DCP_DTYPE_F16) id = DCP_PIPE_ROPE_STORE_F16;
-        uint32_t nseg = dcp_kv_pool_segment_count(a->pool);
-        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-            b[4 + s] = (dcp_binding){dcp_kv_pool_segment(a->pool, s < nseg ? s : 0), 0, 0};
-    } else {
-        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){a->q_out, 0, 0};
+        dcp_kv_pool_bindings(a->pool, b + 4);
+    } else { /* nothing is stored: any valid buffer fills the array */
+        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = b[3];
     }
     uint32_t wg = dcp_ops_workgroup_size(dev);
     uint32_t spec[1] = {wg};
