@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "kv/kv_internal.h"
@@ -54,7 +53,7 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "decode plan: %u query heads is not a multiple of the pool's %u KV heads",
                         c->q_heads, pc->kv_heads);
-    uint32_t wg = dcp_attn_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t dq = pc->head_dim / 4;
     /* Loads of 16 bytes where rows allow (f16 rows of a multiple of 8 elements), else 8. */
     uint32_t unit_quads = (pc->dtype == DCP_DTYPE_F16 && pc->head_dim % 8 == 0) ? 2 : 1;

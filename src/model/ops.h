@@ -33,10 +33,6 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
                              const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
 void dcp_matrix_destroy(dcp_matrix *m);
 
-/* Workgroup size of the model kernels on dev: a multiple of the subgroup size, >= 64, within the
- * device's limits (from the device properties). */
-uint32_t dcp_ops_workgroup_size(const dcp_device *dev);
-
 /* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T.
  * x_stride, x_offset multiples of 4. accumulate != 0 adds to y (fused residual). */
 dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,

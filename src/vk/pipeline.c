@@ -32,6 +32,15 @@ static const struct {
 
 const dcp_pipeline_desc *dcp_pipeline_get_desc(dcp_pipeline_id id) { return &table[id]; }
 
+uint32_t dcp_vk_workgroup_size(const dcp_device *dev)
+{
+    const dcp_device_info *info = &dev->info;
+    uint32_t wg = info->subgroup_size > 64 ? info->subgroup_size : 64;
+    if (wg > info->max_workgroup_invocations) wg = info->max_workgroup_invocations;
+    if (wg > info->max_workgroup_size[0]) wg = info->max_workgroup_size[0];
+    return wg;
+}
+
 void dcp_device_destroy_pipelines(dcp_device *dev)
 {
     for (uint32_t i = 0; i < dev->pipeline_count; i++)

@@ -41,6 +41,12 @@ typedef struct dcp_binding {
     uint64_t range;
 } dcp_binding;
 
+/* Workgroup size (specialization constant 0) of the project's 1-D kernels on dev: the subgroup
+ * size, at least 64, within the device's limits (maxComputeWorkGroupInvocations and
+ * maxComputeWorkGroupSize[0]); a multiple of the subgroup size whenever the limits allow.
+ * From the device properties; thread-safe. */
+uint32_t dcp_vk_workgroup_size(const dcp_device *dev);
+
 /* Records a dispatch of pipeline id specialised with spec[0..spec_count) (spec[0] = workgroup
  * size). bindings holds the descriptors of every binding in order, arrays flattened (the sum of
  * binding_counts entries). push points at the pipeline's push-constant struct. */
