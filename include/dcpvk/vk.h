@@ -140,11 +140,6 @@ dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_
                         uint64_t dst_offset, uint64_t size);
 dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
                         uint32_t value);
-/* Records the yardstick streaming-read shader: reads the first `bytes` bytes (a multiple of 16) of
- * src, load_bytes (16 or 4) per load per invocation, and writes at most 4 bytes of dst. Used by
- * benchmarks to measure a device's shader read rate. */
-dcp_status dcp_cmd_stream_read(dcp_cmd *cmd, dcp_buffer *src, uint64_t bytes, dcp_buffer *dst,
-                               uint32_t load_bytes);
 /* Records a timestamp and returns its slot in *slot (at most 64 per recording). */
 dcp_status dcp_cmd_timestamp(dcp_cmd *cmd, uint32_t *slot);
 /* After completion: nanoseconds between timestamp slots a and b. */

@@ -30,11 +30,4 @@ DCP_PARAMS_STRUCT(dcp_lse_merge_params) {
 };
 DCP_PARAMS_END(dcp_lse_merge_params)
 
-/* stream_read: the yardstick streaming-read shader of the benchmark; sums words [0, words). */
-DCP_PARAMS_STRUCT(dcp_stream_read_params) {
-    DCP_U32 words;            /* 32-bit words to read (multiple of 4) */
-    DCP_U32 words_per_group;  /* words each workgroup reads */
-};
-DCP_PARAMS_END(dcp_stream_read_params)
-
 #endif

@@ -11,6 +11,7 @@
 #include "kv/kv_params.h"
 #include "attn/cp_params.h"
 #include "model/model_params.h"
+#include "vk/yardstick_params.h"
 
 #define DCP_MAX_SPEC 8
 #define DCP_MAX_BINDINGS 8
