@@ -47,7 +47,8 @@ typedef struct dcp_cp_attn_config {
     uint32_t chunk_tokens; /* split-KV chunk of the local decode; 0 (default): automatic */
 } dcp_cp_attn_config;
 
-#define DCP_CP_ATTN_CONFIG_DEFAULT {0, 0, DCP_CP_A2A, 0, 0.0f, 0}
+#define DCP_CP_ATTN_CONFIG_DEFAULT                                                                 \
+    {.backend = DCP_CP_A2A, .q_replicate = 0, .scale = 0.0f, .chunk_tokens = 0}
 
 /* Creates the step for comm's local ranks over cache (same group size, same local ranks on the
  * same devices; both must outlive the step). Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0

@@ -29,7 +29,7 @@ typedef struct dcp_kv_pool_config {
     uint32_t num_pages;  /* pages in the pool (no default; >= 1) */
 } dcp_kv_pool_config;
 
-#define DCP_KV_POOL_CONFIG_DEFAULT {0, 0, 16, DCP_DTYPE_F16, 0}
+#define DCP_KV_POOL_CONFIG_DEFAULT {.page_size = 16, .dtype = DCP_DTYPE_F16}
 
 /* Creates the pool's segments on dev (device-local memory, zero-filled). Errors: unsupported head
  * dim (DCP_ERR_UNSUPPORTED), a page larger than the device's binding range, more segments than
@@ -78,7 +78,9 @@ typedef struct dcp_kv_cache_config {
                               * may be NULL; record_append fails). Default 0. */
 } dcp_kv_cache_config;
 
-#define DCP_KV_CACHE_CONFIG_DEFAULT {DCP_KV_POOL_CONFIG_DEFAULT, 1, 0, 1, 0, 0, 0}
+#define DCP_KV_CACHE_CONFIG_DEFAULT                                                                \
+    {.pool = DCP_KV_POOL_CONFIG_DEFAULT, .dcp_size = 1, .first_rank = 0, .interleave = 1,          \
+     .host_only = 0}
 
 /* Creates one pool per local rank: devices[i] holds group rank first_rank + i (local_count
  * devices, first_rank + local_count <= dcp_size). Errors: DCP_ERR_CONFIG for a bad placement

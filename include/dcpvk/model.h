@@ -87,7 +87,9 @@ typedef struct dcp_llama_config {
     int q_replicate;        /* 1: ranks use their own copy of the group's Q, no gather (default 0) */
 } dcp_llama_config;
 
-#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128, 1, DCP_CP_A2A, 0}
+#define DCP_LLAMA_CONFIG_DEFAULT                                                                   \
+    {.n_ctx = 0, .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .prefill_chunk = 128,                \
+     .interleave = 1, .backend = DCP_CP_A2A, .q_replicate = 0}
 
 typedef struct dcp_llama_state dcp_llama_state;
 
@@ -139,7 +141,7 @@ typedef struct dcp_sampler_config {
     uint64_t seed;      /* random stream seed (default 0); same seed and config: same choices */
 } dcp_sampler_config;
 
-#define DCP_SAMPLER_CONFIG_DEFAULT {0.0f, 0, 1.0f, 0}
+#define DCP_SAMPLER_CONFIG_DEFAULT {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}
 
 typedef struct dcp_sampler dcp_sampler;
 

@@ -30,7 +30,7 @@ typedef struct dcp_context_config {
     int robust_access;
 } dcp_context_config;
 
-#define DCP_CONTEXT_CONFIG_DEFAULT {NULL, -1, -1}
+#define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1}
 
 enum { DCP_MAX_HEAPS = 16 };
 
