@@ -233,7 +233,7 @@ int main(int argc, char **argv)
     gen = malloc((o.n_predict + 1) * sizeof *gen);
     logits = malloc((size_t)mc.n_vocab * sizeof *logits);
     if (!gen || !logits) goto done;
-    int greedy = dcp_sampler_is_greedy(smp);
+    bool greedy = dcp_sampler_is_greedy(smp);
     const dcp_device_info *info = dcp_device_get_info(dev);
     if (!o.json && lead) {
         fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "

@@ -109,8 +109,8 @@ int run_parse(int argc, char **argv, run_options *o)
     const char *prog = argv[0];
     *o = (run_options){.model = NULL, .prompt = "Once upon a time", .n_predict = 64, .temp = 0.8f, .top_k = 40,
                        .top_p = 0.95f, .seed = 0, .ctx = 0, .tp = 1, .dcp = 1, .backend = "a2a", .interleave = 1,
-                       .q_replicate = 0, .block_size = 16, .kv_dtype = "f16", .prefill_chunk = 128,
-                       .devices = NULL, .json = 0, .help = 0};
+                       .q_replicate = false, .block_size = 16, .kv_dtype = "f16", .prefill_chunk = 128,
+                       .devices = NULL, .json = false, .help = false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define IS(s) (strcmp(a, s) == 0)
@@ -120,11 +120,11 @@ int run_parse(int argc, char **argv, run_options *o)
         const char *v;
         int r = 0;
         if (IS("-h") || IS("--help")) {
-            o->help = 1;
+            o->help = true;
         } else if (IS("--json")) {
-            o->json = 1;
+            o->json = true;
         } else if (IS("--dcp-q-replicate")) {
-            o->q_replicate = 1;
+            o->q_replicate = true;
         } else {
             static const char *const with_value[] = {
                 "-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--temp", "--top-k", "--top-p", "--seed",

@@ -2,6 +2,7 @@
 #ifndef DCP_APPS_RUN_H
 #define DCP_APPS_RUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,13 +22,13 @@ typedef struct run_options {
     uint32_t dcp;             /* --decode-context-parallel-size (default 1) */
     const char *backend;      /* --dcp-comm-backend a2a|ag_rs (default a2a) */
     uint32_t interleave;      /* --cp-kv-cache-interleave-size (default 1) */
-    int q_replicate;          /* --dcp-q-replicate (default off) */
+    bool q_replicate;         /* --dcp-q-replicate (default off) */
     uint32_t block_size;      /* --block-size (default 16) */
     const char *kv_dtype;     /* --kv-dtype f16|f32 (default f16) */
     uint32_t prefill_chunk;   /* --prefill-chunk (default 128) */
     const char *devices;      /* --devices (default $DCP_VK_DEVICES, else every device) */
-    int json;                 /* --json */
-    int help;                 /* --help */
+    bool json;                /* --json */
+    bool help;                /* --help */
 } run_options;
 
 /* Fills defaults, parses argv. Returns 0, or RUN_EXIT_USAGE after printing why to stderr. */

@@ -9,6 +9,7 @@
 #ifndef DCPVK_KV_H
 #define DCPVK_KV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/dtype.h"
@@ -74,13 +75,13 @@ typedef struct dcp_kv_cache_config {
     uint32_t interleave;     /* I: tokens in a row on one rank, divides pool.page_size (default 1) */
     uint32_t max_seqs;       /* sequence slots 0..max_seqs-1 (no default; >= 1) */
     uint32_t max_blocks;     /* block-table entries per sequence and rank (no default; >= 1) */
-    int host_only;           /* 1: page accounting only, no device pools (capacity planning; devices
-                              * may be NULL; record_append fails). Default 0. */
+    bool host_only;          /* page accounting only, no device pools (capacity planning; devices
+                              * may be NULL; record_append fails). Default false. */
 } dcp_kv_cache_config;
 
 #define DCP_KV_CACHE_CONFIG_DEFAULT                                                                \
     {.pool = DCP_KV_POOL_CONFIG_DEFAULT, .dcp_size = 1, .first_rank = 0, .interleave = 1,          \
-     .host_only = 0}
+     .host_only = false}
 
 /* Creates one pool per local rank: devices[i] holds group rank first_rank + i (local_count
  * devices, first_rank + local_count <= dcp_size). Errors: DCP_ERR_CONFIG for a bad placement

@@ -14,6 +14,7 @@
 #ifndef DCPVK_MODEL_H
 #define DCPVK_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/cp.h"
@@ -84,12 +85,12 @@ typedef struct dcp_llama_config {
     /* DCP (weights with dcp > 1 only): */
     uint32_t interleave;    /* cp_kv_cache_interleave_size: tokens in a row per rank (default 1) */
     dcp_cp_backend backend;    /* decode exchange, a2a or ag_rs (default a2a) */
-    int q_replicate;        /* 1: ranks use their own copy of the group's Q, no gather (default 0) */
+    bool q_replicate;       /* ranks use their own copy of the group's Q, no gather (default false) */
 } dcp_llama_config;
 
 #define DCP_LLAMA_CONFIG_DEFAULT                                                                   \
     {.n_ctx = 0, .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .prefill_chunk = 128,                \
-     .interleave = 1, .backend = DCP_CP_A2A, .q_replicate = 0}
+     .interleave = 1, .backend = DCP_CP_A2A, .q_replicate = false}
 
 typedef struct dcp_llama_state dcp_llama_state;
 
@@ -150,7 +151,7 @@ typedef struct dcp_sampler dcp_sampler;
 dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
 void dcp_sampler_destroy(dcp_sampler *s);
 /* True when the sampler is greedy (the caller may use the device argmax instead of logits). */
-int dcp_sampler_is_greedy(const dcp_sampler *s);
+bool dcp_sampler_is_greedy(const dcp_sampler *s);
 /* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream. */
 int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
 

@@ -6,6 +6,7 @@
 #ifndef DCPVK_VK_H
 #define DCPVK_VK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,12 +49,12 @@ typedef struct dcp_device_info {
     uint8_t device_uuid[16];
     uint32_t subgroup_size;          /* invocations */
     uint32_t min_subgroup_size;      /* smallest subgroup a compute dispatch may get */
-    uint32_t subgroup_arithmetic;    /* 1 if compute shaders have subgroup arithmetic ops */
-    uint32_t subgroup_shuffle;       /* 1 if compute shaders have subgroup shuffles */
-    uint32_t nonuniform_indexing;    /* 1 if storage-buffer arrays take non-uniform indices */
-    uint32_t kv_multi_segment;       /* 1 if a KV pool may span several buffers (non-uniform
-                                        indexing and enough storage-buffer bindings per stage);
-                                        else pools are limited to one buffer */
+    bool subgroup_arithmetic;        /* compute shaders have subgroup arithmetic ops */
+    bool subgroup_shuffle;           /* compute shaders have subgroup shuffles */
+    bool nonuniform_indexing;        /* storage-buffer arrays take non-uniform indices */
+    bool kv_multi_segment;           /* a KV pool may span several buffers (non-uniform indexing
+                                        and enough storage-buffer bindings per stage); else pools
+                                        are limited to one buffer */
     uint64_t max_storage_buffer_range; /* bytes */
     uint64_t max_allocation_size;    /* bytes */
     uint64_t max_buffer_size;        /* bytes (maintenance4; else max_allocation_size) */
@@ -65,8 +66,8 @@ typedef struct dcp_device_info {
     float timestamp_period_ns;       /* nanoseconds per timestamp tick; 0 if no timestamps */
     uint32_t heap_count;
     uint64_t heap_size[DCP_MAX_HEAPS];  /* bytes */
-    uint32_t heap_device_local[DCP_MAX_HEAPS];
-    uint32_t has_external_memory_host; /* VK_EXT_external_memory_host */
+    bool heap_device_local[DCP_MAX_HEAPS];
+    bool has_external_memory_host;   /* VK_EXT_external_memory_host is enabled */
     uint32_t physical_group_size;    /* physical devices in this device's Vulkan device group */
 } dcp_device_info;
 

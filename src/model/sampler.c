@@ -46,7 +46,7 @@ void dcp_sampler_destroy(dcp_sampler *s)
     free(s);
 }
 
-int dcp_sampler_is_greedy(const dcp_sampler *s) { return s->cfg.temperature == 0.0f || s->cfg.top_k == 1; }
+bool dcp_sampler_is_greedy(const dcp_sampler *s) { return s->cfg.temperature == 0.0f || s->cfg.top_k == 1; }
 
 static uint64_t next_u64(dcp_sampler *s)
 {
