@@ -12,21 +12,15 @@
 #include "bench/bench.h"
 #include "common/cli.h"
 #include "common/error.h"
+#include "common/splitmix.h"
 #include "dcpvk/cp.h"
 #include "ref/ref.h"
-
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* Deterministic f16-exact value in (-1, 1) for element i of stream `salt`. */
 static float value(uint64_t salt, uint64_t i)
 {
-    uint64_t h = mix(salt * 0x100000001B3ull ^ i);
+    uint64_t s = salt * 0x100000001B3ull ^ i;
+    uint64_t h = dcp_splitmix64_next(&s);
     float f = (float)((double)(h >> 40) * (2.0 / 16777216.0) - 1.0);
     return dcp_f16_to_f32(dcp_f32_to_f16(f));
 }
