@@ -53,7 +53,7 @@ static void fail(const char *prog, const char *what, dcp_status st)
 }
 
 /* Opens the model (or generates the test model into gen_path), reads its hyperparameters and
- * tokenizer, and validates the options against them. Returns 0, RUN_EXIT_USAGE or RUN_EXIT_RUNTIME. */
+ * tokenizer, and validates the options against them. Returns 0, DCP_EXIT_USAGE or DCP_EXIT_RUNTIME. */
 static int open_model(const char *prog, const run_options *o, const char **model, char *gen_path, size_t cap,
                       int verbose, dcp_gguf **g, dcp_model_config *mc, dcp_tokenizer **tok)
 {
@@ -65,7 +65,7 @@ static int open_model(const char *prog, const run_options *o, const char **model
         dcp_test_model_config tc = DCP_TEST_MODEL_CONFIG_DEFAULT;
         if ((st = dcp_gguf_make_test_model(gen_path, &tc))) {
             fail(prog, "generating the test model", st);
-            return RUN_EXIT_RUNTIME;
+            return DCP_EXIT_RUNTIME;
         }
         if (verbose)
             fprintf(stderr, "%s: no -m given: using the project's generated test model (llama, %u layers, "
@@ -75,19 +75,19 @@ static int open_model(const char *prog, const run_options *o, const char **model
     }
     if ((st = dcp_gguf_open(*model, g))) {
         fail(prog, "reading the model", st);
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
     if (gen_path[0]) remove(gen_path); /* mapped: the file may go */
     if ((st = dcp_model_config_read(*g, mc))) {
         fail(prog, "reading the model's hyperparameters", st);
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
-    if (run_validate(o, mc->n_head, mc->n_head_kv, prog)) return RUN_EXIT_USAGE;
+    if (run_validate(o, mc->n_head, mc->n_head_kv, prog)) return DCP_EXIT_USAGE;
     if ((st = dcp_tokenizer_create(*g, tok))) {
         fail(prog, "reading the tokenizer", st);
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
     uint32_t first = 0, nl = o.tp;
     rc = run_world_agree(&world, run_world_split(&world, o.tp, o.dcp, &first, &nl, prog));
     if (rc) goto done;
-    rc = RUN_EXIT_RUNTIME;
+    rc = DCP_EXIT_RUNTIME;
     dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
     cc.devices = o.devices;
     char same_dev[4096], own_dev[4096];
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
         int drc = run_world_devices(&world, o.devices ? o.devices : env_devices, first, nl, o.tp, own_dev,
                                     sizeof own_dev, prog);
         if ((rc = run_world_agree(&world, drc))) goto done;
-        rc = RUN_EXIT_RUNTIME;
+        rc = DCP_EXIT_RUNTIME;
         cc.devices = own_dev;
     } else if (!o.devices && !(env_devices && *env_devices) && o.tp > 1) {
         /* No device list: TP ranks on logical devices of physical device 0 unless there are enough
@@ -161,15 +161,15 @@ int main(int argc, char **argv)
     int crc = 0;
     if ((st = dcp_context_create(&cc, &ctx))) {
         fail(prog, "creating the Vulkan devices", st);
-        crc = st == DCP_ERR_INVALID_ARGUMENT ? RUN_EXIT_USAGE : RUN_EXIT_RUNTIME;
+        crc = st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     } else if (dcp_context_device_count(ctx) < (int)nl) {
         fprintf(stderr, "%s: --tensor-parallel-size %u needs %u devices; the device list gives %d (--devices or "
                         "DCP_VK_DEVICES, e.g. 0,0,0,0 for four logical devices on device 0)\n",
                 prog, o.tp, nl, dcp_context_device_count(ctx));
-        crc = RUN_EXIT_USAGE;
+        crc = DCP_EXIT_USAGE;
     }
     if ((rc = run_world_agree(&world, crc))) goto done;
-    rc = RUN_EXIT_RUNTIME;
+    rc = DCP_EXIT_RUNTIME;
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_device *devs[1024];
     for (uint32_t r = 0; r < nl; r++) devs[r] = dcp_context_device(ctx, (int)r);
@@ -179,10 +179,10 @@ int main(int argc, char **argv)
     if ((st = dcp_llama_weights_create_ranks(devs, first, nl, o.tp, o.dcp, g, &mc, lead ? on_progress : NULL, &lp,
                                              &w))) {
         fail(prog, "loading the weights", st);
-        wrc = RUN_EXIT_RUNTIME;
+        wrc = DCP_EXIT_RUNTIME;
     }
     if ((rc = run_world_agree(&world, wrc))) goto done;
-    rc = RUN_EXIT_RUNTIME;
+    rc = DCP_EXIT_RUNTIME;
     t_load = dcp_mpi_max(now_s() - t_load);
     dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
     lc.n_ctx = o.ctx;
@@ -199,7 +199,7 @@ int main(int argc, char **argv)
     dcp_sampler_config sc = {o.temp, o.top_k, o.top_p, o.seed};
     if ((st = dcp_sampler_create(&sc, mc.n_vocab, &smp))) {
         fail(prog, "sampler", st);
-        rc = RUN_EXIT_USAGE;
+        rc = DCP_EXIT_USAGE;
         goto done;
     }
     unsigned flags = dcp_tokenizer_wants_bos(tok) ? DCP_TOKENIZE_ADD_BOS : 0;
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
     if (n_prompt + (size_t)o.n_predict > n_ctx) {
         fprintf(stderr, "%s: %zu prompt tokens + %u to generate exceed the context of %u tokens (-c)\n", prog,
                 n_prompt, o.n_predict, n_ctx);
-        rc = RUN_EXIT_USAGE;
+        rc = DCP_EXIT_USAGE;
         goto done;
     }
     /* The generated text continues the prompt: keep the leading space of its first piece unless the
@@ -356,7 +356,7 @@ int main(int argc, char **argv)
                 xbytes, dcp_llama_weights_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks",
                 t_load);
     }
-    rc = RUN_EXIT_OK;
+    rc = DCP_EXIT_OK;
 done:
     free(text);
     free(gen);

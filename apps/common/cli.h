@@ -8,8 +8,10 @@
 
 #include "dcpvk/status.h"
 
-/* Exit codes of every app. */
-enum { DCP_EXIT_OK = 0, DCP_EXIT_RUNTIME = 1, DCP_EXIT_USAGE = 2 };
+/* Exit codes of every app: 0 ok; 1 a runtime failure (device, model file, generation, a --verify
+ * mismatch); 2 a usage or configuration error (unknown option, bad value, sizes the model or the
+ * devices do not allow). Under MPI the processes agree on the largest (usage beats runtime). */
+typedef enum dcp_exit_code { DCP_EXIT_OK = 0, DCP_EXIT_RUNTIME = 1, DCP_EXIT_USAGE = 2 } dcp_exit_code;
 
 /* Parses an unsigned integer option value in [min, max]; on error prints
  * "<prog>: option <name>: '<value>' is not an integer in [min, max]" and returns 0. */
