@@ -46,10 +46,9 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
 {
     const char *prog = "dcp-vk-bench attn --dcp";
     int rc = DCP_EXIT_OK, mpi = 0, proc = 0, nproc = 1;
-    const char *ps = getenv("PMI_SIZE");
-    if (!ps) ps = getenv("OMPI_COMM_WORLD_SIZE");
+    int announced;
     dcp_status st = DCP_OK;
-    if (ps && atoi(ps) > 1) {
+    if (dcp_cli_mpi_launched(&announced) && announced > 1) {
         st = dcp_mpi_init(NULL, NULL, &proc, &nproc);
         if (st != DCP_OK) {
             dcp_cli_report(prog, "starting MPI", st);

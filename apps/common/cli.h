@@ -1,7 +1,9 @@
-/* Command-line helpers shared by the apps: option values with clear errors, and failure output. */
+/* Command-line helpers shared by the apps: exit codes, option values with clear errors, failure
+ * output, and whether an MPI launcher started the process. */
 #ifndef DCP_APPS_CLI_H
 #define DCP_APPS_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,5 +30,10 @@ const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i);
 void dcp_cli_json_string(FILE *f, const char *s, size_t n);
 /* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
 void dcp_cli_report(const char *prog, const char *what, dcp_status st);
+/* True when an MPI launcher started this process, as its environment says: MPICH Hydra and other
+ * PMI launchers ($PMI_RANK), PMIx ($PMIX_RANK), Open MPI ($OMPI_COMM_WORLD_RANK). *size receives
+ * the world size the launcher announces ($PMI_SIZE, $OMPI_COMM_WORLD_SIZE; 1 if none). Reads the
+ * environment only: MPI is not started. */
+bool dcp_cli_mpi_launched(int *size);
 
 #endif

@@ -46,11 +46,11 @@ void run_quiet(int quiet);
 
 typedef struct run_world {
     int nproc, proc; /* MPI world size and this process's rank (1, 0 without a launcher) */
-    int mpi;         /* 1: MPI was started here (finalise at the end) */
+    bool mpi;        /* MPI was started here (finalise at the end) */
 } run_world;
 
-/* Starts MPI (dcp_mpi_init) when an MPI launcher started this process ($PMI_RANK, $PMIX_RANK or
- * $OMPI_COMM_WORLD_RANK set); else one process. Returns 0 or DCP_EXIT_RUNTIME after printing why. */
+/* Starts MPI (dcp_mpi_init) when an MPI launcher started this process (dcp_cli_mpi_launched);
+ * else one process. Returns 0 or DCP_EXIT_RUNTIME after printing why. */
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog);
 void run_world_finalize(const run_world *w);
 /* The largest rc over the processes (usage 2 beats runtime 1 beats ok 0): every process calls it at

@@ -1,41 +1,19 @@
 /* dcp-vk-run under an MPI launcher (`mpiexec -n P`): which process this is, the devices of its TP
  * ranks, and one exit code agreed by every process, so that none is left waiting in a collective. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "dcpvk/comm.h"
 #include "run/run.h"
 
-/* True when a launcher started this process: MPICH Hydra ($PMI_RANK), PMIx ($PMIX_RANK), Open MPI. */
-static int launched(void)
-{
-    static const char *const vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return 1;
-    }
-    return 0;
-}
-
-/* World size the launcher announces (1 if it says nothing). */
-static int launched_size(void)
-{
-    static const char *const vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return atoi(v);
-    }
-    return 1;
-}
-
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
-    *w = (run_world){1, 0, 0};
-    if (!launched()) return DCP_EXIT_OK;
+    *w = (run_world){1, 0, false};
+    int announced;
+    if (!dcp_cli_mpi_launched(&announced)) return DCP_EXIT_OK;
     int rank = 0, size = 1;
     dcp_status st = dcp_mpi_init(argc, argv, &rank, &size);
-    if (st == DCP_ERR_UNSUPPORTED && launched_size() <= 1) return DCP_EXIT_OK; /* built without MPI, mpiexec -n 1 */
+    if (st == DCP_ERR_UNSUPPORTED && announced <= 1) return DCP_EXIT_OK; /* built without MPI, mpiexec -n 1 */
     if (st != DCP_OK) {
         fprintf(stderr, "%s: started by an MPI launcher, but: %s: %s\n", prog, dcp_status_string(st),
                 dcp_last_error());
@@ -43,7 +21,7 @@ int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
     }
     w->nproc = size;
     w->proc = rank;
-    w->mpi = 1;
+    w->mpi = true;
     return DCP_EXIT_OK;
 }
 
