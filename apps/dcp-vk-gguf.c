@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cli.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
@@ -59,20 +60,21 @@ static void usage(FILE *f)
             "                      q5_k_m: an F32 model quantized as --quantize does) (default f32)\n"
             "  --seed N            random seed (default 1234)\n"
             "\n"
-            "Errors print a message on stderr and exit with status 1.\n",
+            "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
+            "bad tokenizer data), 2 for a usage error.\n",
             ABBREV);
 }
 
 static int die(const char *what)
 {
     fprintf(stderr, "dcp-vk-gguf: %s%s%s\n", what, dcp_last_error()[0] ? ": " : "", dcp_last_error());
-    return 1;
+    return DCP_EXIT_RUNTIME;
 }
 
 static int bad_usage(const char *msg, const char *arg)
 {
     fprintf(stderr, "dcp-vk-gguf: %s%s%s (see --help)\n", msg, arg ? " " : "", arg ? arg : "");
-    return 1;
+    return DCP_EXIT_USAGE;
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -292,7 +294,7 @@ static int tokenize(const dcp_gguf *g, const char *text, bool bos, bool special)
     putchar('\n');
     free(ids);
     dcp_tokenizer_destroy(t);
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 static int detokenize(const dcp_gguf *g, const char *list, bool special)
@@ -301,7 +303,7 @@ static int detokenize(const dcp_gguf *g, const char *list, bool special)
     dcp_detokenizer *d;
     const char *piece;
     size_t len;
-    int rc = 0;
+    int rc = DCP_EXIT_OK;
     if (dcp_tokenizer_create(g, &t) != DCP_OK) return die("cannot load the tokenizer");
     if (dcp_detokenizer_create(t, special ? DCP_DECODE_SPECIAL : 0, &d) != DCP_OK) {
         dcp_tokenizer_destroy(t);
@@ -418,7 +420,7 @@ int main(int argc, char **argv)
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            return 0;
+            return DCP_EXIT_OK;
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--full")) full = true;
         else if (!strcmp(a, "--bos")) bos = true;
@@ -479,7 +481,7 @@ int main(int argc, char **argv)
             return die("--make-model");
         }
         printf("wrote %s\n", make);
-        return 0;
+        return DCP_EXIT_OK;
     }
     if (type_name) model_opt = true;
     if (model_opt) return bad_usage("model options need --make-model", NULL);
@@ -488,7 +490,7 @@ int main(int argc, char **argv)
 
     dcp_gguf *g;
     if (dcp_gguf_open(file, &g) != DCP_OK) return die("cannot read GGUF file");
-    int rc = 0;
+    int rc = DCP_EXIT_OK;
     if (tok_text) rc = tokenize(g, tok_text, bos, special);
     else if (detok) rc = detokenize(g, detok, special);
     else if (json) print_json(g, full);
@@ -496,7 +498,7 @@ int main(int argc, char **argv)
     dcp_gguf_close(g);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "dcp-vk-gguf: cannot write output: %s\n", strerror(errno));
-        rc = 1;
+        rc = DCP_EXIT_RUNTIME;
     }
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
+#include "kv/kv_params.h"
 #include "model/ops.h"
 #include "ref/cp_ref.h"
 #include "ref/model_ref.h"
@@ -297,7 +298,7 @@ static void test_rope_store(void **state)
             const uint32_t T = 7, B = 16, pages = 5, width = (Hq + 2 * Hkv) * D, stride = width + 2;
             const float base = ci == 1 ? 500000.0f : 10000.0f;
             float *src = rand_floats(&rng, (uint64_t)T * stride, -1, 1);
-            uint32_t pos[7] = {0, 1, 15, 16, 4999, 77, 3}, slot[7] = {0, 1, 15, 16, 79, 0xffffffffu, 40};
+            uint32_t pos[7] = {0, 1, 15, 16, 4999, 77, 3}, slot[7] = {0, 1, 15, 16, 79, DCP_KV_NO_SLOT, 40};
             float *cs = malloc((uint64_t)T * (R / 2) * 8);
             for (uint32_t t = 0; t < T; t++)
                 for (uint32_t i = 0; i < R / 2; i++) {
@@ -331,7 +332,7 @@ static void test_rope_store(void **state)
                     if (e > worst) worst = e;
                     if (!(e <= ROPE_ABS)) fail_msg("rope q: token %u elem %u: %g vs %g", t, i, q[t * Hq * D + i], row[i]);
                 }
-                if (slot[t] == 0xffffffffu) continue;
+                if (slot[t] == DCP_KV_NO_SLOT) continue;
                 uint32_t pg = slot[t] / B, r = slot[t] % B;
                 for (uint32_t kvh = 0; kvh < Hkv; kvh++)
                     for (uint32_t d = 0; d < D; d++)

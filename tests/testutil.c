@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/splitmix.h"
+
 const char *dcp_test_shared_path(const char *relative)
 {
     static char buf[4096];
@@ -30,13 +32,7 @@ char *dcp_test_read_file(const char *path, size_t *size_out)
     return buf;
 }
 
-uint64_t dcp_test_rng_next(dcp_test_rng *rng)
-{
-    uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t dcp_test_rng_next(dcp_test_rng *rng) { return dcp_splitmix64_next(&rng->state); }
 
 float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi)
 {

@@ -25,7 +25,7 @@ typedef struct dcp_test_result {
 dcp_test_result dcp_test_spawn(const char *const *argv);
 void dcp_test_result_free(dcp_test_result *r);
 
-/* SplitMix64: deterministic random numbers for test data. */
+/* Deterministic random numbers for test data: SplitMix64 (src/common/splitmix.h). */
 typedef struct dcp_test_rng {
     uint64_t state;
 } dcp_test_rng;

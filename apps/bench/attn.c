@@ -17,7 +17,7 @@
 typedef struct attn_opts {
     uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters;
     dcp_dtype dtype;
-    int verify, json;
+    bool verify, json;
     const char *devices;
     dcp_bench_dcp_opts dcp; /* --dcp and its options (apps/bench/attn_dcp.c) */
 } attn_opts;
@@ -50,7 +50,7 @@ static int parse(int argc, char **argv, attn_opts *o)
 {
     static const char *const dtypes[] = {"f32", "f16", NULL};
     const char *p = "dcp-vk-bench attn";
-    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL, {0}};
+    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, false, false, NULL, {0}};
     o->dcp.interleave = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -73,7 +73,7 @@ static int parse(int argc, char **argv, attn_opts *o)
             ok = k >= 0;
             if (ok) o->dtype = (dcp_dtype)k;
         } else if (strcmp(a, "--devices") == 0) ok = (o->devices = dcp_cli_value(p, argc, argv, &i)) != NULL;
-        else if (strcmp(a, "--verify") == 0) o->verify = 1;
+        else if (strcmp(a, "--verify") == 0) o->verify = true;
         U32("--dcp", dcp.dcp, 1, 64);
         U32("--interleave", dcp.interleave, 1, 4096);
         else if (strcmp(a, "--backend") == 0) {
@@ -86,8 +86,8 @@ static int parse(int argc, char **argv, attn_opts *o)
             int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, transports) : -1;
             ok = k >= 0;
             if (ok) o->dcp.transport = k; /* dcp_transport order */
-        } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = 1;
-        else if (strcmp(a, "--json") == 0) o->json = 1;
+        } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = true;
+        else if (strcmp(a, "--json") == 0) o->json = true;
         else {
             fprintf(stderr, "%s: unknown option '%s' (see --help)\n", p, a);
             ok = 0;

@@ -2,6 +2,7 @@
 #ifndef DCP_BENCH_H
 #define DCP_BENCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/vk.h"
@@ -20,10 +21,10 @@ typedef struct dcp_bench_dcp_opts {
     int backend;             /* dcp_cp_backend: 0 a2a, 1 ag_rs */
     uint32_t interleave;     /* I, divides the page size */
     int transport;           /* dcp_transport (in-process part) */
-    int q_replicate;         /* 1: every rank gets the full Q, no gather */
+    bool q_replicate;        /* every rank gets the full Q, no gather */
     uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters; /* as in attn; q_heads: after the gather */
     int dtype;               /* dcp_dtype of the KV cache */
-    int verify, json;
+    bool verify, json;
     const char *devices;
 } dcp_bench_dcp_opts;
 

@@ -71,3 +71,23 @@ void dcp_cli_json_string(FILE *f, const char *s, size_t n)
     }
     fputc('"', f);
 }
+
+bool dcp_cli_mpi_launched(int *size)
+{
+    static const char *const rank_vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", NULL};
+    static const char *const size_vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
+    bool launched = false;
+    for (int i = 0; rank_vars[i] && !launched; i++) {
+        const char *v = getenv(rank_vars[i]);
+        launched = v && *v;
+    }
+    *size = 1;
+    for (int i = 0; size_vars[i]; i++) {
+        const char *v = getenv(size_vars[i]);
+        if (v && *v) {
+            *size = atoi(v);
+            break;
+        }
+    }
+    return launched;
+}

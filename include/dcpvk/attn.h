@@ -28,7 +28,7 @@ typedef struct dcp_decode_config {
     uint32_t target_workgroups; /* parallelism the chunking aims at; 0 (default): by device type */
 } dcp_decode_config;
 
-#define DCP_DECODE_CONFIG_DEFAULT {0, 0, 0, 0.0f, 0, 0}
+#define DCP_DECODE_CONFIG_DEFAULT {.scale = 0.0f, .chunk_tokens = 0, .target_workgroups = 0}
 
 /* Creates a plan for decoding over pool (which must outlive the plan). Checks the shapes against
  * the pool and the device (shared memory, workgroup size). */

@@ -55,7 +55,7 @@ typedef struct dcp_comm_config {
     uint64_t block_bytes;
 } dcp_comm_config;
 
-#define DCP_COMM_CONFIG_DEFAULT {DCP_TRANSPORT_AUTO, 65536}
+#define DCP_COMM_CONFIG_DEFAULT {.transport = DCP_TRANSPORT_AUTO, .block_bytes = 65536}
 
 /* A position in a device buffer: bytes from the start. */
 typedef struct dcp_comm_buf {

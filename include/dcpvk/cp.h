@@ -11,6 +11,7 @@
 #ifndef DCPVK_CP_H
 #define DCPVK_CP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/comm.h"
@@ -42,12 +43,13 @@ typedef struct dcp_cp_attn_config {
     uint32_t batch;        /* sequences per step (no default; >= 1) */
     uint32_t heads_local;  /* Hl: query heads each rank ends with; N * Hl heads are decoded (no default) */
     dcp_cp_backend backend; /* default a2a; a2a with N = 1 is DCP_ERR_CONFIG, as in vLLM */
-    int q_replicate;       /* 1: every rank gets the group's full Q, no gather (default 0) */
+    bool q_replicate;      /* every rank gets the group's full Q, no gather (default false) */
     float scale;           /* softmax scale; 0 (default): 1/sqrt(head_dim) */
     uint32_t chunk_tokens; /* split-KV chunk of the local decode; 0 (default): automatic */
 } dcp_cp_attn_config;
 
-#define DCP_CP_ATTN_CONFIG_DEFAULT {0, 0, DCP_CP_A2A, 0, 0.0f, 0}
+#define DCP_CP_ATTN_CONFIG_DEFAULT                                                                 \
+    {.backend = DCP_CP_A2A, .q_replicate = false, .scale = 0.0f, .chunk_tokens = 0}
 
 /* Creates the step for comm's local ranks over cache (same group size, same local ranks on the
  * same devices; both must outlive the step). Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0

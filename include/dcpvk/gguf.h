@@ -352,7 +352,9 @@ typedef struct dcp_test_model_config {
 } dcp_test_model_config;
 
 #define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \
-    { "llama", "dcp-vk-test", 256, 4, 16, 4, 16, 768, 4096, 1e-5f, 10000.0f, DCP_GGML_TYPE_F32, 1234 }
+    {.arch = "llama", .name = "dcp-vk-test", .n_embd = 256, .n_layer = 4, .n_head = 16,            \
+     .n_head_kv = 4, .head_dim = 16, .n_ff = 768, .n_ctx = 4096, .rms_eps = 1e-5f,                 \
+     .rope_base = 10000.0f, .weight_type = DCP_GGML_TYPE_F32, .seed = 1234}
 
 /* Number of tokens of the built-in vocabulary. */
 uint32_t dcp_test_model_vocab_size(void);

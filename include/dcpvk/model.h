@@ -195,7 +195,7 @@ typedef struct dcp_sampler_config {
     uint64_t seed;      /* random stream seed (default 0); same seed and config: same choices */
 } dcp_sampler_config;
 
-#define DCP_SAMPLER_CONFIG_DEFAULT {0.0f, 0, 1.0f, 0}
+#define DCP_SAMPLER_CONFIG_DEFAULT {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}
 
 typedef struct dcp_sampler dcp_sampler;
 
@@ -204,7 +204,7 @@ typedef struct dcp_sampler dcp_sampler;
 dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
 void dcp_sampler_destroy(dcp_sampler *s);
 /* True when the sampler is greedy (the caller may use the device argmax instead of logits). */
-int dcp_sampler_is_greedy(const dcp_sampler *s);
+bool dcp_sampler_is_greedy(const dcp_sampler *s);
 /* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream. */
 int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
 

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "attn/attn_internal.h"
 #include "attn/cp_internal.h"
 #include "comm/put.h"
 #include "common/error.h"

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
+#include "kv/kv_internal.h"
 #include "vk/pipelines.h"
 
 /* Longest chunk one workgroup scans: bounds each invocation's loop iterations (Mesa 22 lavapipe
@@ -55,7 +55,7 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "decode plan: %u query heads is not a multiple of the pool's %u KV heads",
                         c->q_heads, pc->kv_heads);
-    uint32_t wg = dcp_attn_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t dq = pc->head_dim / 4;
     /* Loads of 16 bytes where rows allow (f16 rows of a multiple of 8 elements), else 8. */
     uint32_t unit_quads = (pc->dtype == DCP_DTYPE_F16 && pc->head_dim % 8 == 0) ? 2 : 1;
@@ -217,9 +217,7 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
         b[3] = (dcp_binding){p->work_o, 0, p->chunks * rows * pc->head_dim * 4};
         b[4] = (dcp_binding){p->work_lse, 0, p->chunks * rows * 4};
     }
-    uint32_t nseg = dcp_kv_pool_segment_count(p->pool);
-    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-        b[5 + s] = (dcp_binding){dcp_kv_pool_segment(p->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_pool_bindings(p->pool, b + 5);
     dcp_paged_decode_params pp = {
         .batch = p->rows, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
         .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,

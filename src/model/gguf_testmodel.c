@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/splitmix.h"
 #include "dcpvk/gguf.h"
 
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_UNUSED = 5, TOK_BYTE = 6 };
@@ -83,17 +84,8 @@ uint32_t dcp_test_model_vocab_size(void)
     return n;
 }
 
-/* SplitMix64. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [-1, 1), exact in float (24 random bits). */
-static float rng_sym(uint64_t *s) { return (float)(rng_next(s) >> 40) * (1.0f / 8388608.0f) - 1.0f; }
+static float rng_sym(uint64_t *s) { return (float)(dcp_splitmix64_next(s) >> 40) * (1.0f / 8388608.0f) - 1.0f; }
 
 static dcp_status add_weight(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
                              uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t *rng, bool norm)

@@ -66,8 +66,8 @@ DCP_PARAMS_END(dcp_rmsnorm_parts_params)
 /* rope_store: one token row of src = [q_heads][D] | [kv_heads][D] (K) | [kv_heads][D] (V).
  * Rotates adjacent pairs (2i, 2i+1), i < n_rot/2, of every Q and K head by the angle whose
  * (cos, sin) is cs[t][i]; writes Q to q_out [tokens][q_heads][D] and, for tokens with
- * slot[t] != 0xffffffff, rotated K and plain V into the KV page of token slot
- * (page = slot / page_size, row = slot % page_size). Grid (ceil(heads * D/2 / WG), tokens). */
+ * slot[t] != DCP_KV_NO_SLOT (src/kv/kv_params.h), rotated K and plain V into the KV page of
+ * token slot (page = slot / page_size, row = slot % page_size). Grid (ceil(heads * D/2 / WG), tokens). */
 DCP_PARAMS_STRUCT(dcp_rope_store_params) {
     DCP_U32 tokens;
     DCP_U32 q_heads;

@@ -2,14 +2,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/dtype.h"
+#include "kv/kv_internal.h"
 #include "model/ops.h"
 #include "model/quants.h"
 #include "vk/pipelines.h"
-
-uint32_t dcp_ops_workgroup_size(const dcp_device *dev) { return dcp_attn_workgroup_size(dev); }
 
 static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)
 {
@@ -163,7 +161,7 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
                         (unsigned long long)dcp_buffer_size(y));
     dcp_device *dev = dcp_cmd_device(cmd);
     const dcp_device_info *info = dcp_device_get_info(dev);
-    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
     rpw *= DCP_MATMUL_SUBGROUP_ROWS;
@@ -182,7 +180,7 @@ dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, d
     if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
         (uint64_t)tokens * 4 > dcp_buffer_size(ids))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "get_rows: %u rows of %u do not fit the buffers", tokens, w->k);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[3] = {{w->buf, 0, 0}, {ids, 0, 0}, {y, 0, 0}};
     dcp_get_rows_params p = {w->k, tokens, w->rows, y_stride, w->scale_offset};
     return dcp_cmd_dispatch(cmd, get_rows_pipe(w->type), spec, b, &p, tokens, 1, 1);
@@ -197,7 +195,7 @@ dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) || (uint64_t)n * 4 > dcp_buffer_size(w))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm: %u rows of %u do not fit the buffers", tokens, n);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[3] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}};
     dcp_rmsnorm_params p = {n, tokens, x_stride, y_stride, x_offset, eps};
     return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM, spec, b, &p, tokens, 1, 1);
@@ -218,7 +216,7 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) || (uint64_t)n * 4 > dcp_buffer_size(w))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm_parts: %u rows of %u do not fit the buffers", tokens, n);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[4] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}, {p, p_offset, p_need}};
     dcp_rmsnorm_parts_params pp = {{n, tokens, x_stride, y_stride, x_offset, eps}, parts, part_stride, part_offset};
     return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_PARTS, spec, b, &pp, tokens, 1, 1);
@@ -253,13 +251,11 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
         p.pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool);
         p.total_pages = pc->num_pages;
         if (pc->dtype == DCP_DTYPE_F16) id = DCP_PIPE_ROPE_STORE_F16;
-        uint32_t nseg = dcp_kv_pool_segment_count(a->pool);
-        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-            b[4 + s] = (dcp_binding){dcp_kv_pool_segment(a->pool, s < nseg ? s : 0), 0, 0};
-    } else {
-        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){a->q_out, 0, 0};
+        dcp_kv_pool_bindings(a->pool, b + 4);
+    } else { /* nothing is stored: any valid buffer fills the array */
+        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = b[3];
     }
-    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t spec[1] = {wg};
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
 }
@@ -271,7 +267,7 @@ dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buf
     if (x_stride < 2 * n || y_stride < n || ((uint64_t)(tokens - 1) * x_stride + 2 * n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "swiglu: %u rows of %u do not fit the buffers", tokens, n);
-    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     dcp_binding b[2] = {{x, 0, 0}, {y, 0, 0}};
     dcp_swiglu_params p = {n, tokens, x_stride, y_stride};
@@ -284,7 +280,7 @@ dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b_, dcp_buffer *y
     if ((uint64_t)n * 4 > dcp_buffer_size(a) || (uint64_t)n * 4 > dcp_buffer_size(b_) ||
         (uint64_t)n * 4 > dcp_buffer_size(y))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "add: %u floats do not fit the buffers", n);
-    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     dcp_binding b[3] = {{a, 0, 0}, {b_, 0, 0}, {y, 0, 0}};
     dcp_add_params p = {n};
@@ -299,7 +295,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t strid
     if (n == 0 || stride < n || ((uint64_t)(rows - 1) * stride + n) * 4 > dcp_buffer_size(x) ||
         (uint64_t)rows * 4 > dcp_buffer_size(out))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "argmax: %u rows of %u do not fit the buffers", rows, n);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[2] = {{x, 0, 0}, {out, 0, 0}};
     dcp_argmax_params p = {n, rows, stride};
     return dcp_cmd_dispatch(cmd, DCP_PIPE_ARGMAX, spec, b, &p, rows, 1, 1);

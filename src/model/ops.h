@@ -36,10 +36,6 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
                              const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
 void dcp_matrix_destroy(dcp_matrix *m);
 
-/* Workgroup size of the model kernels on dev: a multiple of the subgroup size, >= 64, within the
- * device's limits (from the device properties). */
-uint32_t dcp_ops_workgroup_size(const dcp_device *dev);
-
 /* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T.
  * x_stride, x_offset multiples of 4. accumulate != 0 adds to y (fused residual). */
 dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
@@ -66,7 +62,7 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
 
 /* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
  * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
- * 0xffffffff: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
+ * DCP_KV_NO_SLOT: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
  * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. */
 typedef struct dcp_rope_store_args {
     uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
