@@ -10,7 +10,7 @@ if(TARGET test_gguf_fuzz)
 endif()
 
 # The dcp-vk-gguf command: output of --tokenize/--detokenize, and exit status 1 on errors.
-set(DCP_GGUF_STORIES ${CMAKE_SOURCE_DIR}/../shared/models/stories260K.gguf)
+set(DCP_GGUF_STORIES ${DCP_TEST_DATA}/stories260K.gguf)
 add_test(NAME dcp_vk_gguf_tokenize
          COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES} --tokenize "Once upon a time" --bos)
 set_tests_properties(dcp_vk_gguf_tokenize PROPERTIES PASS_REGULAR_EXPRESSION "^1 403 407 261 378\n$"

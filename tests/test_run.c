@@ -28,7 +28,7 @@ static result run_app(const char *const *args)
 
 static void done(result *r) { dcp_test_result_free(r); }
 
-static const char *stories(void) { return dcp_test_shared_path("models/stories260K.gguf"); }
+static const char *stories(void) { return dcp_test_data_path("stories260K.gguf"); }
 
 static void test_help(void **state)
 {

@@ -14,7 +14,7 @@ static dcp_tokenizer *load(const char *rel, dcp_gguf **gout)
 {
     dcp_gguf *g;
     dcp_tokenizer *t;
-    if (dcp_gguf_open(dcp_test_shared_path(rel), &g) != DCP_OK) fail_msg("%s", dcp_last_error());
+    if (dcp_gguf_open(dcp_test_data_path(rel), &g) != DCP_OK) fail_msg("%s", dcp_last_error());
     if (dcp_tokenizer_create(g, &t) != DCP_OK) fail_msg("%s", dcp_last_error());
     if (gout) *gout = g;
     else dcp_gguf_close(g);
@@ -26,11 +26,11 @@ static int run_vectors(const char *vocab)
 {
     char rel[256];
     size_t n_inp, n_out;
-    snprintf(rel, sizeof rel, "models/%s.inp", vocab);
-    char *inp = dcp_test_read_file(dcp_test_shared_path(rel), &n_inp);
-    snprintf(rel, sizeof rel, "models/%s.out", vocab);
-    char *out = dcp_test_read_file(dcp_test_shared_path(rel), &n_out);
-    snprintf(rel, sizeof rel, "models/%s", vocab);
+    snprintf(rel, sizeof rel, "%s.inp", vocab);
+    char *inp = dcp_test_read_file(dcp_test_data_path(rel), &n_inp);
+    snprintf(rel, sizeof rel, "%s.out", vocab);
+    char *out = dcp_test_read_file(dcp_test_data_path(rel), &n_out);
+    snprintf(rel, sizeof rel, "%s", vocab);
     dcp_tokenizer *t = load(rel, NULL);
     static const char sep[] = "\n__ggml_vocab_test__\n";
     char *p = inp, *line = out;
@@ -89,7 +89,7 @@ static void test_deepseek_vectors(void **state)
 static void test_vocab_properties(void **state)
 {
     (void)state;
-    dcp_tokenizer *t = load("models/ggml-vocab-phi-3.gguf", NULL);
+    dcp_tokenizer *t = load("ggml-vocab-phi-3.gguf", NULL);
     assert_int_equal(dcp_tokenizer_get_kind(t), DCP_TOKENIZER_SPM);
     assert_int_equal(dcp_tokenizer_n_vocab(t), 32064);
     assert_int_equal(dcp_tokenizer_bos(t), 1);
@@ -113,7 +113,7 @@ static void test_vocab_properties(void **state)
     free(ids);
     dcp_tokenizer_destroy(t);
 
-    t = load("models/ggml-vocab-deepseek-llm.gguf", NULL);
+    t = load("ggml-vocab-deepseek-llm.gguf", NULL);
     assert_int_equal(dcp_tokenizer_get_kind(t), DCP_TOKENIZER_BPE);
     assert_string_equal(dcp_tokenizer_pre(t), "deepseek-llm");
     assert_int_equal(dcp_tokenizer_n_vocab(t), 102400);
@@ -155,7 +155,7 @@ static const int32_t stories_ref[] = {
 static void test_stories_vocab(void **state)
 {
     (void)state;
-    dcp_tokenizer *t = load("models/stories260K.gguf", NULL);
+    dcp_tokenizer *t = load("stories260K.gguf", NULL);
     assert_int_equal(dcp_tokenizer_n_vocab(t), 512);
     assert_int_equal(dcp_tokenizer_bos(t), 1);
     assert_int_equal(dcp_tokenizer_eos(t), 2);
@@ -201,7 +201,7 @@ static void test_stories_vocab(void **state)
 static void test_stream_utf8(void **state)
 {
     (void)state;
-    dcp_tokenizer *t = load("models/stories260K.gguf", NULL);
+    dcp_tokenizer *t = load("stories260K.gguf", NULL);
     /* "é€😀" as byte tokens, with an ASCII word between, and a broken sequence at the end */
     const int32_t ids[] = {1, 3 + 0xc3, 3 + 0xa9, 403, 3 + 0xe2, 3 + 0x82, 3 + 0xac,
                            3 + 0xf0, 3 + 0x9f, 3 + 0x98, 3 + 0x80, 3 + 0xe2, 3 + 0x82};
@@ -244,7 +244,7 @@ static void test_stream_utf8(void **state)
     dcp_tokenizer_destroy(t);
 
     /* byte-level BPE: an emoji split over several tokens streams as one character */
-    t = load("models/ggml-vocab-deepseek-llm.gguf", NULL);
+    t = load("ggml-vocab-deepseek-llm.gguf", NULL);
     const char *s = "a\xf0\x9f\x9a\x80\xe4\xbd\xa0\xe5\xa5\xbd \xd0\x9f";
     int32_t *e;
     size_t ne;

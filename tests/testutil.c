@@ -6,11 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-const char *dcp_test_shared_path(const char *relative)
+const char *dcp_test_data_path(const char *name)
 {
     static char buf[4096];
-    const char *dir = getenv("DCP_SHARED_DIR");
-    snprintf(buf, sizeof buf, "%s/%s", dir && *dir ? dir : "../shared", relative);
+    snprintf(buf, sizeof buf, "%s/%s", DCP_TEST_DATA_DIR, name);
     return buf;
 }
 
