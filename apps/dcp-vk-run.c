@@ -244,7 +244,7 @@ int main(int argc, char **argv)
     }
 
     if (!o.json && lead) {
-        fputs(o.prompt, stdout); /* the prompt, then the continuation as it is generated */
+        dcp_cli_put_text(stdout, o.prompt, strlen(o.prompt)); /* the prompt, then the continuation */
         fflush(stdout);
     }
     /* Prompt: one batched prefill; the first generated token comes from its last logits. */
@@ -293,7 +293,7 @@ int main(int argc, char **argv)
                 memcpy(text + text_len, piece, len);
                 text_len += len;
             } else if (lead) {
-                fwrite(piece, 1, len, stdout);
+                dcp_cli_put_text(stdout, piece, len);
                 fflush(stdout);
             }
         }
@@ -316,7 +316,7 @@ int main(int argc, char **argv)
                 memcpy(text + text_len, piece, len);
                 text_len += len;
             } else if (lead) {
-                fwrite(piece, 1, len, stdout);
+                dcp_cli_put_text(stdout, piece, len);
             }
         }
     }

@@ -172,6 +172,21 @@ static void test_generated_model(void **state)
     assert_non_null(strstr(r.err, "generated test model"));
     assert_non_null(strstr(r.out, "\"generated_tokens\": 8"));
     done(&r);
+    /* The generated model's text is noise, often byte tokens that do not form characters: printed,
+     * it is still valid UTF-8 (U+FFFD for such bytes), sampled or greedy, at TP 8 / DCP 2 as
+     * scripts/setup.sh ran it before; an ill-formed prompt is echoed the same way. */
+    static const char *const temps[] = {"0", "1.5"};
+    for (int i = 0; i < 2; i++) {
+        const char *b[] = {"-p", "\xff\xe2\x82 tale", "-n", "96", "--temp", temps[i], "--seed", "3",
+                           "--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", "--devices",
+                           "0,0,0,0,0,0,0,0", NULL};
+        r = run_app(b);
+        if (r.code) fail_msg("exit %d: %s", r.code, r.err);
+        if (!dcp_test_valid_utf8(r.out, strlen(r.out))) fail_msg("--temp %s: output is not valid UTF-8", temps[i]);
+        if (strncmp(r.out, "\xef\xbf\xbd\xef\xbf\xbd tale", 11))
+            fail_msg("the prompt is not echoed as U+FFFD U+FFFD \" tale\": %s", r.out);
+        done(&r);
+    }
 }
 
 int main(int argc, char **argv)

@@ -25,6 +25,10 @@ typedef struct dcp_test_result {
 dcp_test_result dcp_test_spawn(const char *const *argv);
 void dcp_test_result_free(dcp_test_result *r);
 
+/* 1 if s[0, n) is well-formed UTF-8: decoded code point by code point, no overlong forms, no
+ * surrogates, nothing above U+10FFFF (written independently of src/common/utf8.c). */
+int dcp_test_valid_utf8(const char *s, size_t n);
+
 /* SplitMix64: deterministic random numbers for test data. */
 typedef struct dcp_test_rng {
     uint64_t state;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "model/tokenizer_internal.h"
 
 typedef unsigned long long ull;
@@ -513,8 +514,7 @@ struct dcp_detokenizer {
     const dcp_tokenizer *t;
     unsigned flags;
     bool started;          /* some text was produced (the SPM leading space is dropped before) */
-    char hold[4];          /* incomplete UTF-8 sequence carried to the next piece */
-    size_t n_hold;
+    dcp_utf8_stream utf8;  /* holds an incomplete UTF-8 character until the next piece */
     char *out;
     size_t cap;
 };
@@ -552,67 +552,13 @@ void dcp_detokenizer_destroy(dcp_detokenizer *d)
     free(d);
 }
 
-/* Number of bytes of a complete, valid UTF-8 sequence at s (n bytes available): > 0 valid,
- * 0 = valid so far but incomplete, -1 = invalid first byte or continuation. */
-static int utf8_check(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) need = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        need = 3;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 4;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-    } else return -1;
-    for (size_t i = 1; i < need; ++i) {
-        if (i >= n) return 0;
-        unsigned char lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xbf;
-        if (s[i] < lo_i || s[i] > hi_i) return -1;
-    }
-    return (int)need;
-}
-
-/* Appends the raw bytes of a piece to d->out, emitting whole characters only. out holds m bytes. */
+/* Appends the bytes of a piece to d->out (which holds *m bytes) through the UTF-8 sanitizer:
+ * whole, valid characters only; final: an incomplete character left over becomes U+FFFD. */
 static bool emit_bytes(dcp_detokenizer *d, const char *p, size_t n, size_t *m, bool final)
 {
-    /* work buffer = held bytes + new bytes */
-    char small[64];
-    char *w = n + d->n_hold <= sizeof small ? small : malloc(n + d->n_hold);
-    if (!w) return false;
-    memcpy(w, d->hold, d->n_hold);
-    memcpy(w + d->n_hold, p, n);
-    size_t total = n + d->n_hold, i = 0;
-    d->n_hold = 0;
-    if (!out_reserve(d, *m + 3 * total + 4)) {
-        if (w != small) free(w);
-        return false;
-    }
-    while (i < total) {
-        int k = utf8_check((const unsigned char *)w + i, total - i);
-        if (k > 0) {
-            memcpy(d->out + *m, w + i, (size_t)k);
-            *m += (size_t)k;
-            i += (size_t)k;
-        } else if (k == 0 && !final) {
-            memcpy(d->hold, w + i, total - i);
-            d->n_hold = total - i;
-            break;
-        } else {
-            memcpy(d->out + *m, "\xef\xbf\xbd", 3); /* U+FFFD */
-            *m += 3;
-            i += 1;
-            if (k == 0) { /* a truncated sequence at the end counts as one bad character */
-                while (i < total && ((unsigned char)w[i] & 0xc0) == 0x80) ++i;
-            }
-        }
-    }
-    if (w != small) free(w);
+    if (!out_reserve(d, *m + DCP_UTF8_OUT_MAX(n))) return false;
+    *m += dcp_utf8_push(&d->utf8, p, n, d->out + *m);
+    if (final) *m += dcp_utf8_flush(&d->utf8, d->out + *m);
     return true;
 }
 
@@ -663,7 +609,7 @@ dcp_status dcp_detokenizer_push(dcp_detokenizer *d, int32_t id, const char **tex
     free(dec);
     dec = NULL;
     if (!ok) goto oom;
-    if (m || d->n_hold) d->started = true;
+    if (m || d->utf8.n_hold) d->started = true;
     *text = d->out;
     *len = m;
     return DCP_OK;
