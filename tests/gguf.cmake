@@ -21,6 +21,16 @@ add_test(NAME dcp_vk_gguf_detokenize
          COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES} --detokenize "1 403 407 261 378 432 383")
 set_tests_properties(dcp_vk_gguf_detokenize PROPERTIES PASS_REGULAR_EXPRESSION "^Once upon a time, there"
                      LABELS gguf)
+# phi-3 stores "</s>" as user-defined; like llama.cpp, dcp-vk counts it as a control token, so it is
+# text unless --special (the ids: tests/test_tokenizer.c test_vocab_properties says how they follow).
+add_test(NAME dcp_vk_gguf_tokenize_control_as_text
+         COMMAND dcp-vk-gguf ${DCP_TEST_DATA}/ggml-vocab-phi-3.gguf --tokenize "a </s>")
+set_tests_properties(dcp_vk_gguf_tokenize_control_as_text PROPERTIES PASS_REGULAR_EXPRESSION "^263 1533 29879 29958\n$"
+                     LABELS gguf)
+add_test(NAME dcp_vk_gguf_tokenize_control_special
+         COMMAND dcp-vk-gguf ${DCP_TEST_DATA}/ggml-vocab-phi-3.gguf --tokenize "a </s>" --special)
+set_tests_properties(dcp_vk_gguf_tokenize_control_special PROPERTIES PASS_REGULAR_EXPRESSION "^263 29871 2\n$"
+                     LABELS gguf)
 add_test(NAME dcp_vk_gguf_list COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES})
 set_tests_properties(dcp_vk_gguf_list PROPERTIES
                      PASS_REGULAR_EXPRESSION "tensor data at offset 14176.*tensors \\(48\\)" LABELS gguf)
