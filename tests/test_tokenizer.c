@@ -147,6 +147,10 @@ static void test_vocab_properties(void **state)
     assert_int_equal(dcp_tokenizer_n_vocab(t), 102400);
     assert_int_equal(dcp_tokenizer_bos(t), 100000);
     assert_int_equal(dcp_tokenizer_eos(t), 100001);
+    /* none of this vocabulary's tokens is a well-known control spelling: types as stored */
+    assert_int_equal(dcp_tokenizer_token_type(t, 100001), DCP_TOKEN_CONTROL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 100002), DCP_TOKEN_USER_DEFINED);
+    assert_int_equal(dcp_tokenizer_token_type(t, 1), DCP_TOKEN_NORMAL);
     assert_int_equal(dcp_tokenizer_encode(t, "", 0, DCP_TOKENIZE_ADD_BOS | DCP_TOKENIZE_ADD_EOS, &ids, &n), DCP_OK);
     assert_int_equal(n, 2);
     assert_int_equal(ids[0], 100000);
@@ -186,6 +190,8 @@ static void test_stories_vocab(void **state)
     assert_int_equal(dcp_tokenizer_n_vocab(t), 512);
     assert_int_equal(dcp_tokenizer_bos(t), 1);
     assert_int_equal(dcp_tokenizer_eos(t), 2);
+    assert_int_equal(dcp_tokenizer_token_type(t, 2), DCP_TOKEN_CONTROL); /* stored CONTROL already */
+    assert_int_equal(dcp_tokenizer_token_type(t, 3), DCP_TOKEN_BYTE);
     int32_t *ids;
     size_t n;
     const char *s = "Once upon a time";
