@@ -12,6 +12,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
+#include "common/utf8.h"
 
 enum { ABBREV = 8 };
 
@@ -98,31 +99,29 @@ static bool parse_u32(const char *s, uint32_t *out)
 
 /* ---- printing ------------------------------------------------------------------------------ */
 
-/* Prints a string: text mode quotes with C escapes; JSON mode with JSON escapes. */
+/* Prints a string: text mode quotes with C escapes; JSON mode with JSON escapes. Bytes that are
+ * not UTF-8 are shown as U+FFFD (src/common/utf8.h), so the output is always valid UTF-8. */
 static void put_str(const char *s, size_t n, bool json)
 {
+    char small[256];
+    char *u = DCP_UTF8_OUT_MAX(n) <= sizeof small ? small : malloc(DCP_UTF8_OUT_MAX(n));
+    if (!u) {
+        fputs("\"(out of memory)\"", stdout);
+        return;
+    }
+    n = dcp_utf8_sanitize(s, n, u);
     putchar('"');
     for (size_t i = 0; i < n; ++i) {
-        unsigned char c = (unsigned char)s[i];
+        unsigned char c = (unsigned char)u[i];
         if (c == '"' || c == '\\') printf("\\%c", c);
         else if (c == '\n') fputs("\\n", stdout);
         else if (c == '\t') fputs("\\t", stdout);
         else if (c == '\r') fputs("\\r", stdout);
         else if (c < 0x20 || c == 0x7f) printf(json ? "\\u%04x" : "\\x%02x", c);
-        else if (c >= 0x80 && json) {
-            /* pass valid UTF-8 through; replace invalid bytes */
-            size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-            bool ok = k && k <= n - i;
-            for (size_t j = 1; ok && j < k; ++j) ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
-            if (ok) {
-                fwrite(s + i, 1, k, stdout);
-                i += k - 1;
-            } else {
-                fputs("\\ufffd", stdout);
-            }
-        } else putchar(c);
+        else putchar(c);
     }
     putchar('"');
+    if (u != small) free(u);
 }
 
 static void put_float(double v, bool json)

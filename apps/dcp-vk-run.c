@@ -283,14 +283,14 @@ static void print_header(const run_app *a)
     if (a->mpi)
         fprintf(stderr, "%s: %d MPI processes, %u TP ranks each; process 0 prints\n", a->prog, a->world.nproc,
                 a->nl);
-    fputs(o->prompt, stdout); /* the prompt, then the continuation as it is generated */
+    dcp_cli_put_text(stdout, o->prompt, strlen(o->prompt)); /* the prompt, then the continuation */
     fflush(stdout);
 }
 
 /* Writes a piece of generated text to stdout as it comes (process 0, text output). */
 static void print_piece(const char *piece, size_t len)
 {
-    fwrite(piece, 1, len, stdout);
+    dcp_cli_put_text(stdout, piece, len);
     fflush(stdout);
 }
 

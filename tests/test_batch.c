@@ -105,7 +105,7 @@ static void check_invariance(uint32_t tp, uint32_t dcp, dcp_cp_backend backend)
 {
     dcp_gguf *g;
     dcp_model_config cfg;
-    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &g));
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_context *ctx = context_of(tp);
     dcp_device *devs[8];
@@ -161,7 +161,7 @@ static void test_pages(void **state)
     (void)state;
     dcp_gguf *g;
     dcp_model_config cfg;
-    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &g));
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_context *ctx = context_of(8);
     dcp_device *devs[8];
@@ -220,7 +220,7 @@ static void test_bad_steps(void **state)
     (void)state;
     dcp_gguf *g;
     dcp_model_config cfg;
-    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_shared_path("models/stories260K.gguf"), &g));
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_context *ctx = context_of(1);
     dcp_device *dev = dcp_context_device(ctx, 0);

@@ -1,5 +1,5 @@
 /* GGUF reader, writer, hyperparameters and test models: stories260K read exactly as documented in
- * ../shared/models/README.md, writer round trips, generated test models. */
+ * tests/data/README.md, writer round trips, generated test models. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@ static uint64_t get_u(const dcp_gguf *g, const char *key)
 static void test_stories_metadata(void **state)
 {
     (void)state;
-    dcp_gguf *g = open_ok(dcp_test_shared_path("models/stories260K.gguf"));
+    dcp_gguf *g = open_ok(dcp_test_data_path("stories260K.gguf"));
     assert_int_equal(dcp_gguf_version(g), 3);
     assert_int_equal(dcp_gguf_file_size(g), 1185376);
     assert_int_equal(dcp_gguf_alignment(g), 32);
@@ -113,7 +113,7 @@ static void test_stories_metadata(void **state)
 static void test_stories_tensors(void **state)
 {
     (void)state;
-    dcp_gguf *g = open_ok(dcp_test_shared_path("models/stories260K.gguf"));
+    dcp_gguf *g = open_ok(dcp_test_data_path("stories260K.gguf"));
     assert_int_equal(dcp_gguf_tensor_count(g), 48);
     struct { const char *name; uint32_t n_dims; uint64_t ne0, ne1; } want[] = {
         {"token_embd.weight", 2, 64, 512}, {"output_norm.weight", 1, 64, 1}, {"output.weight", 2, 64, 512},
@@ -167,7 +167,7 @@ static void test_stories_tensors(void **state)
 static void test_stories_hparams(void **state)
 {
     (void)state;
-    dcp_gguf *g = open_ok(dcp_test_shared_path("models/stories260K.gguf"));
+    dcp_gguf *g = open_ok(dcp_test_data_path("stories260K.gguf"));
     dcp_model_config c;
     assert_int_equal(dcp_model_config_read(g, &c), DCP_OK);
     assert_int_equal(c.arch, DCP_ARCH_LLAMA);
@@ -255,7 +255,7 @@ static void assert_same_content(const dcp_gguf *a, const dcp_gguf *b)
 static void test_roundtrip_stories(void **state)
 {
     (void)state;
-    const char *path = dcp_test_shared_path("models/stories260K.gguf");
+    const char *path = dcp_test_data_path("stories260K.gguf");
     size_t n_orig, n_copy;
     char *orig = dcp_test_read_file(path, &n_orig);
     dcp_gguf *g = open_ok(path);

@@ -1,7 +1,7 @@
 /* The llama model over MPI processes: under `mpiexec -n P`, each process holds the TP ranks of its
  * $DCP_VK_DEVICES (count = number of devices listed; process p holds ranks [p count, (p+1) count)),
  * the TP communicator spans the world and DCP groups spread over processes get sub-communicators.
- * stories260K greedy decoding reproduces the reference ids (../shared/models/README.md) on every
+ * stories260K greedy decoding reproduces the reference ids (tests/data/README.md) on every
  * process, and process 0's logits match the double-precision CPU reference step within 1e-4.
  *
  * With `gen` the model is instead a generated llama (8 query heads, 2 KV heads: TP 8 allows DCP 4,
@@ -67,7 +67,7 @@ static void test_stories_over_mpi(void **state)
         mc.seed = 99;
         DCP_ASSERT_OK(dcp_gguf_make_test_model(gen_path, &mc));
     }
-    DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_shared_path("models/stories260K.gguf"), &g));
+    DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_model *w;
     DCP_ASSERT_OK(dcp_test_llama_weights(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, pc->q_replicate, g, &cfg, &w));

@@ -60,7 +60,7 @@ static void test_stories_q4_0(void **state)
 {
     (void)state;
     const char *out = path_in("stories260K-q4_0.gguf");
-    const char *argv[] = {gguf_app, "--quantize", dcp_test_shared_path("models/stories260K.gguf"), out, "--type", "q4_0", NULL};
+    const char *argv[] = {gguf_app, "--quantize", dcp_test_data_path("stories260K.gguf"), out, "--type", "q4_0", NULL};
     dcp_test_result r = dcp_test_spawn(argv);
     if (r.code != 0) fail_msg("--quantize: exit %d: %s", r.code, r.err);
     assert_non_null(strstr(r.out, "blk.0.ffn_down.weight"));

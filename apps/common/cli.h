@@ -26,8 +26,12 @@ int dcp_cli_choice(const char *prog, const char *name, const char *value, const 
 /* The value after option argv[*i] (advancing *i), or NULL after printing that it is missing. */
 const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i);
 /* Writes n bytes of s as a JSON string literal (quotes included; control characters, quotes and
- * backslashes escaped; other bytes as they are, so UTF-8 passes through). */
+ * backslashes escaped; UTF-8 passes through, bytes that do not form a character become U+FFFD). */
 void dcp_cli_json_string(FILE *f, const char *s, size_t n);
+/* Writes n bytes of text to f as valid UTF-8: bytes that do not form a character become U+FFFD
+ * (src/common/utf8.h). Each call stands alone: pieces of a stream must end on a character
+ * boundary, as the detokenizer's do. */
+void dcp_cli_put_text(FILE *f, const char *s, size_t n);
 /* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
 void dcp_cli_report(const char *prog, const char *what, dcp_status st);
 /* True when an MPI launcher started this process, as its environment says: MPICH Hydra and other

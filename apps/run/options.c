@@ -184,7 +184,7 @@ int run_parse(int argc, char **argv, run_options *o)
 /* vLLM's rules for TP alone: the query heads split evenly, the KV heads split or replicate. */
 static int tp_ok(uint32_t t, uint32_t hq, uint32_t hkv) { return hq % t == 0 && (hkv % t == 0 || t % hkv == 0); }
 
-/* DESIGN.md section 5: T % N == 0 and, for N > 1, N <= T / Hkv (so T > Hkv) and (Hq / Hkv) % N == 0. */
+/* docs/design.md section 7: T % N == 0 and, for N > 1, N <= T / Hkv (so T > Hkv) and (Hq / Hkv) % N == 0. */
 static int dcp_ok(uint32_t t, uint32_t n, uint32_t hq, uint32_t hkv)
 {
     if (t % n) return 0;

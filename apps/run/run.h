@@ -36,7 +36,7 @@ typedef struct run_options {
 int run_parse(int argc, char **argv, run_options *o);
 void run_print_help(const char *prog);
 
-/* Checks the TP / DCP / KV options against the model (vLLM's rules, DESIGN.md section 5). Returns
+/* Checks the TP / DCP / KV options against the model (vLLM's rules, docs/design.md section 7). Returns
  * 0, or DCP_EXIT_USAGE after printing which rule failed and which sizes this model allows. */
 int run_validate(const run_options *o, uint32_t q_heads, uint32_t kv_heads, const char *prog);
 /* quiet 1: run_parse and run_validate print nothing (MPI processes other than 0); 0: to stderr. */

@@ -1,6 +1,6 @@
-/* The DCP attention step of one layer (DESIGN.md section 5): Q all-gather inside the DCP group (or
- * q_replicate), paged decode of all gathered heads over each rank's KV shard, then exchange and
- * exact merge with one of vLLM's two patterns:
+/* The DCP attention step of one layer (docs/design.md section 7): Q all-gather inside the DCP
+ * group (or q_replicate), paged decode of all gathered heads over each rank's KV shard, then
+ * exchange and exact merge with one of vLLM's two patterns:
  *   a2a    per destination rank, the O and LSE of its heads in one message; one all-to-all; the
  *          receiver merges its N partial states with the lse_merge shader;
  *   ag_rs  all-gather of the LSEs; cp_scale scales each rank's O by exp(LSE_r - LSE_global)

@@ -51,7 +51,7 @@ dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
  * layout above, pool dtype). Synchronous. */
 dcp_status dcp_kv_pool_write_pages(dcp_kv_pool *pool, uint32_t first, uint32_t count, const void *data);
 
-/* ---- interleaved placement (DESIGN.md section 4) ------------------------------------------- */
+/* ---- interleaved placement (docs/design.md section 4) ---------------------------------- */
 /* DCP size N (ranks of the group), interleave I (tokens in a row on one rank), positions and
  * lengths in tokens. Pure functions, thread-safe. */
 

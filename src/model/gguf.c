@@ -108,11 +108,14 @@ static void *track_alloc(dcp_gguf *g, size_t bytes)
     return p;
 }
 
-/* Reads a GGUF string (u64 length + bytes) into a NUL-terminated arena copy. */
+/* Reads a GGUF string (u64 length + bytes) into a NUL-terminated arena copy. On failure *s is
+ * NULL and *len 0. */
 static dcp_status read_string(cursor *c, const char *ctx, const char *what, const char **s,
                               uint64_t *len)
 {
     uint64_t at = c->off, n;
+    *s = NULL;
+    *len = 0;
     dcp_status st = read_u64(c, ctx, what, &n);
     if (st) return st;
     if (n > left(c)) {

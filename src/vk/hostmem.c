@@ -6,6 +6,7 @@
 
 dcp_status dcp_vk_host_import_alignment(dcp_device *dev, uint64_t *align)
 {
+    *align = 0;
     if (!dev->info.has_external_memory_host || !dev->vk.vkGetMemoryHostPointerPropertiesEXT)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "device %d (%s) lacks VK_EXT_external_memory_host",
                         dev->info.logical_index, dev->info.name);

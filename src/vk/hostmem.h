@@ -7,7 +7,8 @@
 
 #include "dcpvk/vk.h"
 
-/* minImportedHostPointerAlignment of dev (bytes); DCP_ERR_UNSUPPORTED without the extension. */
+/* minImportedHostPointerAlignment of dev (bytes); DCP_ERR_UNSUPPORTED (and *align 0) without the
+ * extension. */
 dcp_status dcp_vk_host_import_alignment(dcp_device *dev, uint64_t *align);
 /* A storage/transfer buffer of dev over [ptr, ptr + size) of host memory; ptr and size aligned to
  * the import alignment. The host memory must outlive the buffer (dcp_buffer_destroy frees only the
