@@ -13,7 +13,7 @@ add_dependencies(test_run dcp-vk-run)
 # (about 2 minutes on 2 cores, which 8 processes oversubscribe); ag_rs with interleave = block size and q_replicate after a prefill over
 # the shards; 2 processes x 4 devices and 4 x 2 (whole DCP groups in each process, TP over processes).
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  # Without mpiexec: a singleton MPI world, TP 1 through dcp_llama_weights_create_ranks.
+  # Without mpiexec: a singleton MPI world, TP 1 through dcp_model_load.
   dcp_test(test_llama_mpi_1 SOURCES test_llama_mpi.c ref_model.c vkutil.c EXE test_llama_mpi ARGS 1 1 a2a 1 16 1 8)
   dcp_mpi_test(test_llama_mpi8_dcp2_a2a 8 test_llama_mpi 8 2 a2a 1 16 1 256)
   set_tests_properties(test_llama_mpi8_dcp2_a2a PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0")
