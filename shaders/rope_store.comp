@@ -10,7 +10,7 @@
 // pool, so no two invocations share a word.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
-#include "model/model_params.h"
+#include "ops/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

@@ -10,7 +10,7 @@ dcp_shader(kv_append_f16 kv_append.comp KV_F16=1)
 dcp_shader(cp_scale cp_scale.comp)
 dcp_shader(permute permute.comp)
 dcp_shader(part_sum part_sum.comp)
-# Model kernels (src/model/ops.c); weight dtype variants by W_* defines (shaders/common/weights.glsl).
+# Model kernels (src/ops/ops.c); weight dtype variants by W_* defines (shaders/common/weights.glsl).
 dcp_shader(matmul_f32 matmul.comp W_F32=1)
 dcp_shader(matmul_f16 matmul.comp W_F16=1)
 dcp_shader(matmul_bf16 matmul.comp W_BF16=1)

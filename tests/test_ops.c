@@ -11,7 +11,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
 #include "kv/kv_params.h"
-#include "model/ops.h"
+#include "dcpvk/ops.h"
 #include "ref/cp_ref.h"
 #include "ref/model_ref.h"
 #include "vkutil.h"

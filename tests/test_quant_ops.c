@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "dcpvk/gguf.h"
-#include "model/ops.h"
+#include "dcpvk/ops.h"
 #include "model/quants.h"
 #include "vkutil.h"
 

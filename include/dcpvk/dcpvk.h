@@ -8,9 +8,10 @@
  *   comm.h      communicator (all_gather, reduce_scatter, all_to_all, all_reduce), in-process/MPI
  *   cp.h        the DCP attention step (a2a, ag_rs) over a group
  *   gguf.h      GGUF reader/writer, tensor types, the project's test models
+ *   ops.h       weight matrices on a device and the model kernels (matmul, norms, RoPE, ...)
  *   model_config.h  model hyperparameters from GGUF
  *   tokenizer.h SentencePiece and byte-level BPE tokenizers, streaming detokenizer
- *   model.h     llama weights over TP ranks, run state, forward step, sampler */
+ *   model.h     model weights over TP ranks, run state of many sequences, steps, sampler */
 #ifndef DCPVK_DCPVK_H
 #define DCPVK_DCPVK_H
 
@@ -23,6 +24,7 @@
 #include "dcpvk/comm.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/gguf.h"
+#include "dcpvk/ops.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
 #include "dcpvk/model.h"

@@ -57,7 +57,7 @@ typedef struct dcp_model_load_config {
 
 /* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
  * devices of lc. Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see
- * src/model/ops.h); norms become F32; a missing output.weight means it is tied to
+ * include/dcpvk/ops.h); norms become F32; a missing output.weight means it is tied to
  * token_embd.weight.
  *
  * Sharding over the TP group (size T): query heads split evenly; KV heads split when they divide

@@ -30,7 +30,7 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/model.h"
 #include "model/load.h"
-#include "model/ops.h"
+#include "dcpvk/ops.h"
 #include "step/step.h"
 
 typedef struct dcp_arch_ops dcp_arch_ops;

@@ -7,7 +7,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
-#include "model/ops.h"
+#include "dcpvk/ops.h"
 
 enum { DCP_LOAD_MAX_PARTS = 4 };
 

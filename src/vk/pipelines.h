@@ -10,7 +10,7 @@
 #include "attn/attn_params.h"
 #include "kv/kv_params.h"
 #include "attn/cp_params.h"
-#include "model/model_params.h"
+#include "ops/ops_params.h"
 #include "vk/yardstick_params.h"
 
 #define DCP_MAX_SPEC 8

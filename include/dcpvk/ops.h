@@ -1,17 +1,22 @@
-/* Recording of the model kernels (shaders/matmul, get_rows, rmsnorm, rope_store, swiglu, add,
- * argmax) into a caller's command buffer, and device weight matrices.
+/* The model kernels: weight matrices on a device and the recording of the ops a model graph is
+ * made of (shaders/matmul, get_rows, rmsnorm, rope_store, swiglu, add, argmax) into a caller's
+ * command buffer. Implemented in src/ops/ops.c; push constants in src/ops/ops_params.h.
  *
  * Every op only records (no submit, no wait); the caller orders dependent ops with
  * dcp_cmd_barrier. Buffers are bound whole (offset 0) so no binding offset alignment applies;
  * row offsets go through push constants. Activations are f32. Not thread-safe per command. */
-#ifndef DCP_MODEL_OPS_H
-#define DCP_MODEL_OPS_H
+#ifndef DCPVK_OPS_H
+#define DCPVK_OPS_H
 
 #include <stdint.h>
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/vk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* A weight matrix on one device: rows x k, k contiguous (GGUF ne0 = k, ne1 = rows).
  * Device layout by type: F32 [rows][k] f32; F16 / BF16 [rows][k] 16-bit; Q8_0 repacked as
@@ -82,4 +87,7 @@ dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b, dcp_buffer *y,
 dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
                          dcp_buffer *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,11 +1,11 @@
-/* Recording of the model kernels and upload of weight matrices (see src/model/ops.h). */
+/* Recording of the model kernels and upload of weight matrices (see include/dcpvk/ops.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "dcpvk/dtype.h"
 #include "kv/kv_internal.h"
-#include "model/ops.h"
+#include "dcpvk/ops.h"
 #include "model/quants.h"
 #include "vk/pipelines.h"
 

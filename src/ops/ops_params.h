@@ -1,8 +1,8 @@
 /* Push constants of the model kernels (matmul, get_rows, rmsnorm, rope_store, swiglu, add,
  * argmax), shared by C and GLSL. All activations are f32; element counts and strides are in
  * elements (floats) unless a field says words. */
-#ifndef DCP_MODEL_PARAMS_H
-#define DCP_MODEL_PARAMS_H
+#ifndef DCP_OPS_PARAMS_H
+#define DCP_OPS_PARAMS_H
 #include "common/params_begin.h"
 
 /* Tokens one matmul workgroup multiplies per weight load (size of the per-row accumulator array). */
