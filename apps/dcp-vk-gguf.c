@@ -1,14 +1,18 @@
 /* dcp-vk-gguf: inspect GGUF files (metadata, tensor directory, text or JSON), run their tokenizer
- * both ways, and make the project's deterministic test models. */
+ * both ways, make the project's deterministic test models, and quantize files as llama-quantize
+ * does (the same file type names and mixes). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/cli.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
+#include "common/utf8.h"
 
 enum { ABBREV = 8 };
 
@@ -19,6 +23,7 @@ static void usage(FILE *f)
             "       dcp-vk-gguf FILE --tokenize TEXT [--bos] [--special]\n"
             "       dcp-vk-gguf FILE --detokenize IDS [--special]\n"
             "       dcp-vk-gguf --make-model OUT.gguf [model options]\n"
+            "       dcp-vk-gguf --quantize IN.gguf OUT.gguf --type T [--pure]\n"
             "\n"
             "  FILE                print the metadata (arrays longer than %d elements abbreviated)\n"
             "                      and the tensor directory\n"
@@ -30,6 +35,13 @@ static void usage(FILE *f)
             "                      --detokenize: show control tokens (default: off)\n"
             "  --detokenize IDS    print the text of IDS (space- or comma-separated)\n"
             "  --make-model OUT    write a deterministic test model (GGUF v3, built-in vocabulary)\n"
+            "  --quantize IN OUT   convert IN (F32, F16, BF16 or quantized) to OUT with --type T, a\n"
+            "                      llama-quantize file type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+            "                      q5_1, q2_k, q3_k_s, q3_k_m (= q3_k), q3_k_l, q4_k_s, q4_k_m (= q4_k),\n"
+            "                      q5_k_s, q5_k_m (= q5_k), q6_k; its mix rules give output.weight Q6_K,\n"
+            "                      some attn_v / ffn_down more bits, and tensors whose rows are not whole\n"
+            "                      blocks a fallback type (see include/dcpvk/gguf.h); prints each tensor\n"
+            "  --pure              with --quantize: no mix rules, every matrix in the base type\n"
             "\n"
             "model options (with --make-model):\n"
             "  --arch NAME         architecture: llama or deepseek2 (default llama)\n"
@@ -50,23 +62,27 @@ static void usage(FILE *f)
             "  --n-ctx N           context length (default 4096)\n"
             "  --rms-eps X         RMS norm epsilon (default 1e-5)\n"
             "  --rope-base X       RoPE frequency base (default 10000)\n"
-            "  --type T            matrix weight type: f32, f16 or q8_0 (default f32)\n"
+            "  --type T            matrix weight type, every matrix (f32, f16, bf16, q8_0, q4_0, q4_1,\n"
+            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k; its block must divide the\n"
+            "                      sizes), or a file type mix (q3_k_s/m/l, q4_k_s, q4_k_m, q5_k_s,\n"
+            "                      q5_k_m: an F32 model quantized as --quantize does) (default f32)\n"
             "  --seed N            random seed (default 1234)\n"
             "\n"
-            "Errors print a message on stderr and exit with status 1.\n",
+            "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
+            "bad tokenizer data), 2 for a usage error.\n",
             ABBREV);
 }
 
 static int die(const char *what)
 {
     fprintf(stderr, "dcp-vk-gguf: %s%s%s\n", what, dcp_last_error()[0] ? ": " : "", dcp_last_error());
-    return 1;
+    return DCP_EXIT_RUNTIME;
 }
 
 static int bad_usage(const char *msg, const char *arg)
 {
     fprintf(stderr, "dcp-vk-gguf: %s%s%s (see --help)\n", msg, arg ? " " : "", arg ? arg : "");
-    return 1;
+    return DCP_EXIT_USAGE;
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -90,31 +106,29 @@ static bool parse_u32(const char *s, uint32_t *out)
 
 /* ---- printing ------------------------------------------------------------------------------ */
 
-/* Prints a string: text mode quotes with C escapes; JSON mode with JSON escapes. */
+/* Prints a string: text mode quotes with C escapes; JSON mode with JSON escapes. Bytes that are
+ * not UTF-8 are shown as U+FFFD (src/common/utf8.h), so the output is always valid UTF-8. */
 static void put_str(const char *s, size_t n, bool json)
 {
+    char small[256];
+    char *u = DCP_UTF8_OUT_MAX(n) <= sizeof small ? small : malloc(DCP_UTF8_OUT_MAX(n));
+    if (!u) {
+        fputs("\"(out of memory)\"", stdout);
+        return;
+    }
+    n = dcp_utf8_sanitize(s, n, u);
     putchar('"');
     for (size_t i = 0; i < n; ++i) {
-        unsigned char c = (unsigned char)s[i];
+        unsigned char c = (unsigned char)u[i];
         if (c == '"' || c == '\\') printf("\\%c", c);
         else if (c == '\n') fputs("\\n", stdout);
         else if (c == '\t') fputs("\\t", stdout);
         else if (c == '\r') fputs("\\r", stdout);
         else if (c < 0x20 || c == 0x7f) printf(json ? "\\u%04x" : "\\x%02x", c);
-        else if (c >= 0x80 && json) {
-            /* pass valid UTF-8 through; replace invalid bytes */
-            size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-            bool ok = k && k <= n - i;
-            for (size_t j = 1; ok && j < k; ++j) ok = ((unsigned char)s[i + j] & 0xc0) == 0x80;
-            if (ok) {
-                fwrite(s + i, 1, k, stdout);
-                i += k - 1;
-            } else {
-                fputs("\\ufffd", stdout);
-            }
-        } else putchar(c);
+        else putchar(c);
     }
     putchar('"');
+    if (u != small) free(u);
 }
 
 static void put_float(double v, bool json)
@@ -300,7 +314,7 @@ static int tokenize(const dcp_gguf *g, const char *text, bool bos, bool special)
     putchar('\n');
     free(ids);
     dcp_tokenizer_destroy(t);
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 static int detokenize(const dcp_gguf *g, const char *list, bool special)
@@ -309,7 +323,7 @@ static int detokenize(const dcp_gguf *g, const char *list, bool special)
     dcp_detokenizer *d;
     const char *piece;
     size_t len;
-    int rc = 0;
+    int rc = DCP_EXIT_OK;
     if (dcp_tokenizer_create(g, &t) != DCP_OK) return die("cannot load the tokenizer");
     if (dcp_detokenizer_create(t, special ? DCP_DECODE_SPECIAL : 0, &d) != DCP_OK) {
         dcp_tokenizer_destroy(t);
@@ -343,10 +357,76 @@ out:
     return rc;
 }
 
+static void quantize_report(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back)
+{
+    (void)user;
+    char shape[64];
+    int k = snprintf(shape, sizeof shape, "[");
+    for (uint32_t d = 0; d < t->n_dims && k < (int)sizeof shape; ++d)
+        k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
+    if (k < (int)sizeof shape) snprintf(shape + k, sizeof shape - (size_t)k, "]");
+    printf("  %-32s %-16s %-6s -> %-6s%s\n", t->name, shape, dcp_ggml_type_name(t->type), dcp_ggml_type_name(to),
+           fell_back ? "  (fallback: rows are not whole blocks of the mix's type)" : "");
+}
+
+static int quantize(const char *in, const char *out, dcp_ftype ftype, bool pure)
+{
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = ftype;
+    qc.pure = pure;
+    printf("quantizing %s to %s as %s%s\n", in, out, dcp_ftype_name(ftype), pure ? " (pure)" : "");
+    if (dcp_gguf_quantize(in, out, &qc, quantize_report, NULL) != DCP_OK) {
+        fflush(stdout);
+        return die("--quantize");
+    }
+    dcp_gguf *g;
+    if (dcp_gguf_open(out, &g) != DCP_OK) return die("--quantize: reading the output back");
+    uint64_t weights = 0, bytes = 0;
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); ++i) {
+        weights += dcp_gguf_tensor_at(g, i)->n_elements;
+        bytes += dcp_gguf_tensor_at(g, i)->size;
+    }
+    printf("wrote %s: %llu bytes, %.3f bits per weight over %llu tensors\n", out,
+           (unsigned long long)dcp_gguf_file_size(g), weights ? 8.0 * (double)bytes / (double)weights : 0.0,
+           (unsigned long long)dcp_gguf_tensor_count(g));
+    dcp_gguf_close(g);
+    return 0;
+}
+
+/* --make-model with a file type mix: an F32 model in an exclusive temporary beside OUT, quantized
+ * into OUT, then removed. */
+static int make_mixed(const char *out, dcp_test_model_config *mc, dcp_ftype ftype)
+{
+    size_t n = strlen(out);
+    char *tmp = malloc(n + 12);
+    if (!tmp) return die("--make-model: out of memory");
+    memcpy(tmp, out, n);
+    memcpy(tmp + n, ".f32.XXXXXX", 12);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "dcp-vk-gguf: --make-model: cannot create a temporary beside %s: %s\n", out, strerror(errno));
+        free(tmp);
+        return 1;
+    }
+    close(fd);
+    mc->weight_type = DCP_GGML_TYPE_F32;
+    int rc = 0;
+    if (dcp_gguf_make_test_model(tmp, mc) != DCP_OK) rc = die("--make-model");
+    else {
+        dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+        qc.ftype = ftype;
+        if (dcp_gguf_quantize(tmp, out, &qc, NULL, NULL) != DCP_OK) rc = die("--make-model");
+    }
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL;
-    bool json = false, full = false, bos = false, special = false;
+    const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL, *q_in = NULL, *q_out = NULL;
+    const char *type_name = NULL;
+    bool json = false, full = false, bos = false, special = false, pure = false;
     dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
     bool model_opt = false;
     const char *mla_config = NULL;
@@ -365,7 +445,7 @@ int main(int argc, char **argv)
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            return 0;
+            return DCP_EXIT_OK;
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--full")) full = true;
         else if (!strcmp(a, "--bos")) bos = true;
@@ -373,6 +453,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--tokenize")) { NEEDS_VALUE; tok_text = v; }
         else if (!strcmp(a, "--detokenize")) { NEEDS_VALUE; detok = v; }
         else if (!strcmp(a, "--make-model")) { NEEDS_VALUE; make = v; }
+        else if (!strcmp(a, "--quantize")) {
+            if (i + 2 >= argc) return bad_usage("--quantize needs IN and OUT", NULL);
+            q_in = argv[++i];
+            q_out = argv[++i];
+        } else if (!strcmp(a, "--pure")) pure = true;
         else if (!strcmp(a, "--arch")) { NEEDS_VALUE; mc.arch = v; model_opt = true; }
         else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; given |= G_NAME; }
         else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_embd); model_opt = true; given |= G_EMBD; }
@@ -393,8 +478,7 @@ int main(int argc, char **argv)
             model_opt = true;
         } else if (!strcmp(a, "--type")) {
             NEEDS_VALUE;
-            ok = dcp_ggml_type_from_name(v, &mc.weight_type) == DCP_OK;
-            model_opt = true;
+            type_name = v;
             given |= G_TYPE;
         } else if (!strcmp(a, "--mla-config")) {
             NEEDS_VALUE;
@@ -408,6 +492,15 @@ int main(int argc, char **argv)
 #undef NEEDS_VALUE
     }
 
+    if (q_in) {
+        if (make || file || tok_text || detok || json || model_opt)
+            return bad_usage("--quantize takes only --type and --pure", NULL);
+        if (!type_name) return bad_usage("--quantize needs --type T", NULL);
+        dcp_ftype ft;
+        if (dcp_ftype_from_name(type_name, &ft) != DCP_OK) return bad_usage(dcp_last_error(), NULL);
+        return quantize(q_in, q_out, ft, pure);
+    }
+    if (pure) return bad_usage("--pure needs --quantize", NULL);
     if (make) {
         if (file || tok_text || detok || json) return bad_usage("--make-model takes no FILE, --tokenize, --detokenize or --json", NULL);
         if (mc.arch && !strcmp(mc.arch, "deepseek2")) {
@@ -426,24 +519,33 @@ int main(int argc, char **argv)
             if (given & G_CTX) dc.n_ctx = mc.n_ctx;
             if (given & G_EPS) dc.rms_eps = mc.rms_eps;
             if (given & G_ROPE) dc.rope_base = mc.rope_base;
-            if (given & G_TYPE) dc.weight_type = mc.weight_type;
+            if ((given & G_TYPE) && dcp_ggml_type_from_name(type_name, &dc.weight_type) != DCP_OK)
+                return bad_usage("--type: not a tensor type:", type_name);
             if (given & G_SEED) dc.seed = mc.seed;
             if (dcp_gguf_make_test_model_deepseek2(make, &dc) != DCP_OK) return die("--make-model");
             printf("wrote %s\n", make);
-            return 0;
+            return DCP_EXIT_OK;
         }
         if (mla_config) return bad_usage("--mla-config needs --arch deepseek2", NULL);
-        if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) return die("--make-model");
+        dcp_ftype mix = DCP_FTYPE_F32;
+        if (type_name && dcp_ggml_type_from_name(type_name, &mc.weight_type) != DCP_OK) {
+            if (dcp_ftype_from_name(type_name, &mix) != DCP_OK)
+                return bad_usage("--type: not a tensor type or file type:", type_name);
+            if (make_mixed(make, &mc, mix)) return 1;
+        } else if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) {
+            return die("--make-model");
+        }
         printf("wrote %s\n", make);
-        return 0;
+        return DCP_EXIT_OK;
     }
+    if (type_name) model_opt = true;
     if (model_opt) return bad_usage("model options need --make-model", NULL);
     if (!file) return bad_usage("no FILE given", NULL);
     if (tok_text && detok) return bad_usage("--tokenize and --detokenize exclude each other", NULL);
 
     dcp_gguf *g;
     if (dcp_gguf_open(file, &g) != DCP_OK) return die("cannot read GGUF file");
-    int rc = 0;
+    int rc = DCP_EXIT_OK;
     if (tok_text) rc = tokenize(g, tok_text, bos, special);
     else if (detok) rc = detokenize(g, detok, special);
     else if (json) print_json(g, full);
@@ -451,7 +553,7 @@ int main(int argc, char **argv)
     dcp_gguf_close(g);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "dcp-vk-gguf: cannot write output: %s\n", strerror(errno));
-        rc = 1;
+        rc = DCP_EXIT_RUNTIME;
     }
     return rc;
 }

@@ -1,7 +1,8 @@
 /* dcp-vk-run: text generation from a GGUF llama-family model. Parses and validates the options,
  * loads the model onto Vulkan devices (in one process, or spread over the processes of
  * `mpiexec -n P`), prefills the prompt in batches, streams the generated text, and prints the speed
- * summary (human or JSON). See --help. */
+ * summary (human or JSON). See --help. main runs the phases in order: parse (run/options.c),
+ * open_model (read and validate), open_devices, load_weights, build, generate, report, run_free. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,96 +53,104 @@ static void fail(const char *prog, const char *what, dcp_status st)
         fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dcp_status_string(st), dcp_last_error());
 }
 
+/* Everything one run holds, phase by phase; zero-initialised, so that run_free may follow any
+ * phase. Under MPI every process has its own. */
+typedef struct run_app {
+    const char *prog;
+    run_world world;
+    bool mpi, lead;          /* several processes; this process prints (process 0) */
+    bool lost;               /* a failure the other processes may not see (they wait in a collective) */
+    run_options o;
+    /* open_model */
+    char gen_path[512];      /* the generated test model without -m ("" otherwise) */
+    const char *model;       /* the model's path */
+    dcp_gguf *g;
+    dcp_model_config mc;
+    dcp_tokenizer *tok;
+    /* open_devices, load_weights */
+    uint32_t first, nl;      /* this process's TP ranks [first, first + nl) */
+    char devices[4096];      /* the device list this process uses, when it makes one */
+    dcp_context *ctx;
+    const dcp_device_info *info; /* of the first device */
+    dcp_model *w;
+    double t_load;           /* seconds, the slowest process's */
+    /* build */
+    dcp_model_state *s;
+    dcp_sampler *smp;
+    dcp_detokenizer *detok;
+    bool greedy;             /* the device argmax picks each token (no logits downloaded) */
+    int32_t *prompt;         /* [n_prompt] token ids */
+    size_t n_prompt;
+    int32_t *gen;            /* [n_predict + 1] generated ids */
+    float *logits;           /* [n_vocab] f32 */
+    /* generate */
+    uint32_t n_gen;
+    char *text;              /* --json: the generated text [text_len] bytes */
+    size_t text_len;
+    double t_prompt, t_gen;  /* seconds */
+} run_app;
+
 /* Opens the model (or generates the test model into gen_path), reads its hyperparameters and
- * tokenizer, and validates the options against them. Returns 0, RUN_EXIT_USAGE or RUN_EXIT_RUNTIME. */
-static int open_model(const char *prog, const run_options *o, const char **model, char *gen_path, size_t cap,
-                      int verbose, dcp_gguf **g, dcp_model_config *mc, dcp_tokenizer **tok)
+ * tokenizer, and validates the options against them. Returns a dcp_exit_code. */
+static int open_model(run_app *a)
 {
+    const char *prog = a->prog;
+    const run_options *o = &a->o;
     dcp_status st;
-    *model = o->model;
-    if (!*model) {
+    a->model = o->model;
+    if (!a->model) {
         const char *tmp = getenv("TMPDIR");
-        snprintf(gen_path, cap, "%s/dcp-vk-test-model-%ld.gguf", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+        snprintf(a->gen_path, sizeof a->gen_path, "%s/dcp-vk-test-model-%ld.gguf", tmp && *tmp ? tmp : "/tmp",
+                 (long)getpid());
         dcp_test_model_config tc = DCP_TEST_MODEL_CONFIG_DEFAULT;
-        if ((st = dcp_gguf_make_test_model(gen_path, &tc))) {
+        if ((st = dcp_gguf_make_test_model(a->gen_path, &tc))) {
             fail(prog, "generating the test model", st);
-            return RUN_EXIT_RUNTIME;
+            return DCP_EXIT_RUNTIME;
         }
-        if (verbose)
+        if (a->lead)
             fprintf(stderr, "%s: no -m given: using the project's generated test model (llama, %u layers, "
                             "embedding %u, %u heads, %u KV heads, seeded random weights: the text is noise), "
-                            "written to %s\n", prog, tc.n_layer, tc.n_embd, tc.n_head, tc.n_head_kv, gen_path);
-        *model = gen_path;
+                            "written to %s\n", prog, tc.n_layer, tc.n_embd, tc.n_head, tc.n_head_kv, a->gen_path);
+        a->model = a->gen_path;
     }
-    if ((st = dcp_gguf_open(*model, g))) {
+    if ((st = dcp_gguf_open(a->model, &a->g))) {
         fail(prog, "reading the model", st);
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
-    if (gen_path[0]) remove(gen_path); /* mapped: the file may go */
-    if ((st = dcp_model_config_read(*g, mc))) {
+    if (a->gen_path[0]) remove(a->gen_path); /* mapped: the file may go */
+    if ((st = dcp_model_config_read(a->g, &a->mc))) {
         fail(prog, "reading the model's hyperparameters", st);
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
-    if (run_validate(o, mc->n_head, mc->n_head_kv, prog)) return RUN_EXIT_USAGE;
-    if ((st = dcp_tokenizer_create(*g, tok))) {
+    if (run_validate(o, a->mc.n_head, a->mc.n_head_kv, prog)) return DCP_EXIT_USAGE;
+    if ((st = dcp_tokenizer_create(a->g, &a->tok))) {
         fail(prog, "reading the tokenizer", st);
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
-    return 0;
+    return DCP_EXIT_OK;
 }
 
-int main(int argc, char **argv)
+/* This process's TP ranks and their devices: creates the Vulkan context. Every process calls it;
+ * they agree on the result. Returns a dcp_exit_code. */
+static int open_devices(run_app *a)
 {
-    const char *prog = argv[0];
-    /* Under an MPI launcher every process runs all of this; they agree on the exit code at each
-     * phase (run_world_agree) and process 0 prints the text and the summary. */
-    run_world world;
-    int rc = run_world_init(&argc, &argv, &world, prog);
-    if (rc) return rc;
-    const int mpi = world.nproc > 1, lead = world.proc == 0;
-    if (mpi) msg_proc = world.proc;
-    run_quiet(!lead);
-    int lost = 0; /* a failure the other processes may not see (they wait in a collective) */
-    run_options o;
-    rc = run_world_agree(&world, run_parse(argc, argv, &o));
-    if (rc) goto finish;
-    if (o.help) {
-        if (lead) run_print_help(prog);
-        goto finish;
-    }
-    dcp_status st;
-    dcp_gguf *g = NULL;
-    dcp_tokenizer *tok = NULL;
-    dcp_context *ctx = NULL;
-    dcp_llama_weights *w = NULL;
-    dcp_llama_state *s = NULL;
-    dcp_sampler *smp = NULL;
-    dcp_detokenizer *detok = NULL;
-    int32_t *prompt = NULL, *gen = NULL;
-    float *logits = NULL;
-    char *text = NULL;
-    size_t text_len = 0, n_prompt = 0;
-    char gen_path[512] = "";
-    const char *model = NULL;
-    dcp_model_config mc;
-    rc = run_world_agree(&world, open_model(prog, &o, &model, gen_path, sizeof gen_path, lead, &g, &mc, &tok));
-    if (rc) goto done;
+    const char *prog = a->prog;
+    const run_options *o = &a->o;
+    int rc;
     /* This process's TP ranks [first, first + nl): all of them in one process. */
-    uint32_t first = 0, nl = o.tp;
-    rc = run_world_agree(&world, run_world_split(&world, o.tp, o.dcp, &first, &nl, prog));
-    if (rc) goto done;
-    rc = RUN_EXIT_RUNTIME;
+    a->first = 0;
+    a->nl = o->tp;
+    if ((rc = run_world_agree(&a->world, run_world_split(&a->world, o->tp, o->dcp, &a->first, &a->nl, prog))))
+        return rc;
     dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = o.devices;
-    char same_dev[4096], own_dev[4096];
+    cc.devices = o->devices;
     const char *env_devices = getenv("DCP_VK_DEVICES");
-    if (mpi && (o.devices || (env_devices && *env_devices))) {
-        int drc = run_world_devices(&world, o.devices ? o.devices : env_devices, first, nl, o.tp, own_dev,
-                                    sizeof own_dev, prog);
-        if ((rc = run_world_agree(&world, drc))) goto done;
-        rc = RUN_EXIT_RUNTIME;
-        cc.devices = own_dev;
-    } else if (!o.devices && !(env_devices && *env_devices) && o.tp > 1) {
+    if (a->mpi && (o->devices || (env_devices && *env_devices))) {
+        int drc = run_world_devices(&a->world, o->devices ? o->devices : env_devices, a->first, a->nl, o->tp,
+                                    a->devices, sizeof a->devices, prog);
+        if ((rc = run_world_agree(&a->world, drc))) return rc;
+        cc.devices = a->devices;
+    } else if (!o->devices && !(env_devices && *env_devices) && o->tp > 1) {
         /* No device list: TP ranks on logical devices of physical device 0 unless there are enough
          * physical devices (then one each). */
         dcp_context *probe = NULL;
@@ -149,202 +158,249 @@ int main(int argc, char **argv)
         if (dcp_context_create(&cc, &probe) == DCP_OK) phys = dcp_context_physical_device_count(probe);
         dcp_context_destroy(probe);
         size_t n = 0;
-        for (uint32_t r = 0; r < nl; r++)
-            n += (size_t)snprintf(same_dev + n, sizeof same_dev - n, r ? ",%u" : "%u",
-                                  phys >= (int)o.tp ? first + r : 0u);
-        cc.devices = same_dev;
-        if (phys < (int)o.tp && lead)
+        for (uint32_t r = 0; r < a->nl; r++)
+            n += (size_t)snprintf(a->devices + n, sizeof a->devices - n, r ? ",%u" : "%u",
+                                  phys >= (int)o->tp ? a->first + r : 0u);
+        cc.devices = a->devices;
+        if (phys < (int)o->tp && a->lead)
             fprintf(stderr, "%s: %d physical device(s) for %u TP ranks: running the ranks on %u logical devices "
                             "of physical device 0 (--devices or DCP_VK_DEVICES choose others)\n",
-                    prog, phys, o.tp, o.tp);
+                    prog, phys, o->tp, o->tp);
     }
-    int crc = 0;
-    if ((st = dcp_context_create(&cc, &ctx))) {
+    int crc = DCP_EXIT_OK;
+    dcp_status st;
+    if ((st = dcp_context_create(&cc, &a->ctx))) {
         fail(prog, "creating the Vulkan devices", st);
-        crc = st == DCP_ERR_INVALID_ARGUMENT ? RUN_EXIT_USAGE : RUN_EXIT_RUNTIME;
-    } else if (dcp_context_device_count(ctx) < (int)nl) {
+        crc = st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+    } else if (dcp_context_device_count(a->ctx) < (int)a->nl) {
         fprintf(stderr, "%s: --tensor-parallel-size %u needs %u devices; the device list gives %d (--devices or "
                         "DCP_VK_DEVICES, e.g. 0,0,0,0 for four logical devices on device 0)\n",
-                prog, o.tp, nl, dcp_context_device_count(ctx));
-        crc = RUN_EXIT_USAGE;
+                prog, o->tp, a->nl, dcp_context_device_count(a->ctx));
+        crc = DCP_EXIT_USAGE;
     }
-    if ((rc = run_world_agree(&world, crc))) goto done;
-    rc = RUN_EXIT_RUNTIME;
-    dcp_device *dev = dcp_context_device(ctx, 0);
+    if ((rc = run_world_agree(&a->world, crc))) return rc;
+    a->info = dcp_device_get_info(dcp_context_device(a->ctx, 0));
+    return DCP_EXIT_OK;
+}
+
+/* Uploads this process's TP ranks of the weights, with a progress line on process 0. Every process
+ * calls it; they agree on the result. Returns a dcp_exit_code. */
+static int load_weights(run_app *a)
+{
+    const run_options *o = &a->o;
     dcp_device *devs[1024];
-    for (uint32_t r = 0; r < nl; r++) devs[r] = dcp_context_device(ctx, (int)r);
+    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
     load_progress lp = {now_s(), 0};
-    double t_load = now_s();
-    int wrc = 0;
-    if ((st = dcp_llama_weights_create_ranks(devs, first, nl, o.tp, o.dcp, g, &mc, lead ? on_progress : NULL, &lp,
-                                             &w))) {
-        fail(prog, "loading the weights", st);
-        wrc = RUN_EXIT_RUNTIME;
+    double t0 = now_s();
+    int wrc = DCP_EXIT_OK;
+    dcp_status st;
+    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
+    lc.devices = devs;
+    lc.count = a->nl;
+    lc.first_rank = a->first;
+    lc.tp = o->tp;
+    lc.dcp = o->dcp;
+    lc.q_replicate = o->q_replicate;
+    lc.progress = a->lead ? on_progress : NULL;
+    lc.progress_user = &lp;
+    if ((st = dcp_model_load(&lc, a->g, &a->mc, &a->w))) {
+        fail(a->prog, "loading the weights", st);
+        wrc = DCP_EXIT_RUNTIME;
     }
-    if ((rc = run_world_agree(&world, wrc))) goto done;
-    rc = RUN_EXIT_RUNTIME;
-    t_load = dcp_mpi_max(now_s() - t_load);
-    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
-    lc.n_ctx = o.ctx;
-    lc.block_size = o.block_size;
-    lc.kv_dtype = strcmp(o.kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
-    lc.prefill_chunk = o.prefill_chunk;
-    lc.interleave = o.interleave;
-    lc.backend = strcmp(o.backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
-    lc.q_replicate = o.q_replicate;
-    if ((st = dcp_llama_state_create(w, &lc, &s))) {
+    int rc = run_world_agree(&a->world, wrc);
+    if (rc) return rc;
+    a->t_load = dcp_mpi_max(now_s() - t0);
+    return DCP_EXIT_OK;
+}
+
+/* The run state (KV cache, plans, communicators), the sampler, the prompt's tokens, the
+ * detokenizer and the host buffers of the generation. Returns a dcp_exit_code. */
+static int build(run_app *a)
+{
+    const char *prog = a->prog;
+    const run_options *o = &a->o;
+    dcp_status st;
+    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    lc.n_ctx = o->ctx;
+    lc.block_size = o->block_size;
+    lc.kv_dtype = strcmp(o->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    lc.max_rows = o->prefill_chunk;
+    lc.interleave = o->interleave;
+    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
-        goto done;
+        return DCP_EXIT_RUNTIME;
     }
-    dcp_sampler_config sc = {o.temp, o.top_k, o.top_p, o.seed};
-    if ((st = dcp_sampler_create(&sc, mc.n_vocab, &smp))) {
+    dcp_sampler_config sc = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed};
+    if ((st = dcp_sampler_create(&sc, a->mc.n_vocab, &a->smp))) {
         fail(prog, "sampler", st);
-        rc = RUN_EXIT_USAGE;
-        goto done;
+        return DCP_EXIT_USAGE;
     }
-    unsigned flags = dcp_tokenizer_wants_bos(tok) ? DCP_TOKENIZE_ADD_BOS : 0;
-    if ((st = dcp_tokenizer_encode(tok, o.prompt, strlen(o.prompt), flags, &prompt, &n_prompt))) {
+    unsigned flags = dcp_tokenizer_wants_bos(a->tok) ? DCP_TOKENIZE_ADD_BOS : 0;
+    if ((st = dcp_tokenizer_encode(a->tok, o->prompt, strlen(o->prompt), flags, &a->prompt, &a->n_prompt))) {
         fail(prog, "tokenizing the prompt", st);
-        goto done;
+        return DCP_EXIT_RUNTIME;
     }
-    if (n_prompt == 0) {
-        int32_t bos = dcp_tokenizer_bos(tok);
-        free(prompt);
-        prompt = malloc(sizeof *prompt);
-        if (!prompt) goto done;
-        prompt[0] = bos >= 0 ? bos : 0;
-        n_prompt = 1;
+    if (a->n_prompt == 0) {
+        int32_t bos = dcp_tokenizer_bos(a->tok);
+        free(a->prompt);
+        a->prompt = malloc(sizeof *a->prompt);
+        if (!a->prompt) return DCP_EXIT_RUNTIME;
+        a->prompt[0] = bos >= 0 ? bos : 0;
+        a->n_prompt = 1;
     }
-    uint32_t n_ctx = dcp_llama_state_n_ctx(s);
-    if (n_prompt + (size_t)o.n_predict > n_ctx) {
+    uint32_t n_ctx = dcp_model_state_n_ctx(a->s);
+    if (a->n_prompt + (size_t)o->n_predict > n_ctx) {
         fprintf(stderr, "%s: %zu prompt tokens + %u to generate exceed the context of %u tokens (-c)\n", prog,
-                n_prompt, o.n_predict, n_ctx);
-        rc = RUN_EXIT_USAGE;
-        goto done;
+                a->n_prompt, o->n_predict, n_ctx);
+        return DCP_EXIT_USAGE;
     }
     /* The generated text continues the prompt: keep the leading space of its first piece unless the
      * prompt is only BOS. */
-    int32_t bos_id = dcp_tokenizer_bos(tok);
-    unsigned dflags = (n_prompt > 1 || prompt[0] != bos_id) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;
-    if ((st = dcp_detokenizer_create(tok, dflags, &detok))) {
+    int32_t bos_id = dcp_tokenizer_bos(a->tok);
+    unsigned dflags = (a->n_prompt > 1 || a->prompt[0] != bos_id) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;
+    if ((st = dcp_detokenizer_create(a->tok, dflags, &a->detok))) {
         fail(prog, "detokenizer", st);
-        goto done;
+        return DCP_EXIT_RUNTIME;
     }
-    gen = malloc((o.n_predict + 1) * sizeof *gen);
-    logits = malloc((size_t)mc.n_vocab * sizeof *logits);
-    if (!gen || !logits) goto done;
-    int greedy = dcp_sampler_is_greedy(smp);
-    const dcp_device_info *info = dcp_device_get_info(dev);
-    if (!o.json && lead) {
-        fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "
-                        "TP %u, DCP %u; KV %s, block %u\n", prog, model, info->name, info->driver_name, mc.n_layer,
-                mc.n_head, mc.n_head_kv, mc.n_vocab, n_prompt, o.tp, o.dcp, o.kv_dtype, o.block_size);
-        if (mpi)
-            fprintf(stderr, "%s: %d MPI processes, %u TP ranks each; process 0 prints\n", prog, world.nproc, nl);
-    }
+    a->gen = malloc((o->n_predict + 1) * sizeof *a->gen);
+    a->logits = malloc((size_t)a->mc.n_vocab * sizeof *a->logits);
+    if (!a->gen || !a->logits) return DCP_EXIT_RUNTIME;
+    a->greedy = dcp_sampler_is_greedy(a->smp);
+    return DCP_EXIT_OK;
+}
 
-    if (!o.json && lead) {
-        fputs(o.prompt, stdout); /* the prompt, then the continuation as it is generated */
-        fflush(stdout);
+/* What runs where (stderr), then the prompt (stdout), before the generation; process 0, text
+ * output only. */
+static void print_header(const run_app *a)
+{
+    const run_options *o = &a->o;
+    if (o->json || !a->lead) return;
+    fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "
+                    "TP %u, DCP %u; KV %s, block %u\n", a->prog, a->model, a->info->name, a->info->driver_name,
+            a->mc.n_layer, a->mc.n_head, a->mc.n_head_kv, a->mc.n_vocab, a->n_prompt, o->tp, o->dcp, o->kv_dtype,
+            o->block_size);
+    if (a->mpi)
+        fprintf(stderr, "%s: %d MPI processes, %u TP ranks each; process 0 prints\n", a->prog, a->world.nproc,
+                a->nl);
+    dcp_cli_put_text(stdout, o->prompt, strlen(o->prompt)); /* the prompt, then the continuation */
+    fflush(stdout);
+}
+
+/* Writes a piece of generated text to stdout as it comes (process 0, text output). */
+static void print_piece(const char *piece, size_t len)
+{
+    dcp_cli_put_text(stdout, piece, len);
+    fflush(stdout);
+}
+
+/* A piece of generated text: kept for the JSON summary with --json, else printed by process 0.
+ * False when out of host memory. */
+static bool emit_piece(run_app *a, const char *piece, size_t len)
+{
+    if (!len) return true;
+    if (a->o.json) {
+        char *t = realloc(a->text, a->text_len + len + 1);
+        if (!t) return false;
+        a->text = t;
+        memcpy(a->text + a->text_len, piece, len);
+        a->text_len += len;
+    } else if (a->lead) {
+        print_piece(piece, len);
     }
-    /* Prompt: one batched prefill; the first generated token comes from its last logits. */
+    return true;
+}
+
+/* Prefills the prompt in one batched forward (its last logits give the first token), then one
+ * decode step per further token until n_predict tokens or EOS; streams the text. Collective under
+ * MPI. Returns a dcp_exit_code; sets lost for a failure the other processes may not see. */
+static int generate(run_app *a)
+{
+    const char *prog = a->prog;
+    const run_options *o = &a->o;
+    dcp_status st;
     double t0 = now_s();
     int32_t next = -1;
-    uint32_t n_gen = 0;
-    double t_prompt = 0, t_gen = 0;
-    if (o.n_predict > 0) {
-        if ((st = dcp_llama_forward(s, prompt, (uint32_t)n_prompt, greedy ? NULL : logits, &next))) {
-            fail(prog, "prefill", st);
-            lost = 1;
-            goto done;
-        }
-    } else if ((st = dcp_llama_forward(s, prompt, (uint32_t)n_prompt, NULL, NULL))) {
+    if (o->n_predict > 0)
+        st = dcp_model_state_forward(a->s, a->prompt, (uint32_t)a->n_prompt, a->greedy ? NULL : a->logits, &next);
+    else
+        st = dcp_model_state_forward(a->s, a->prompt, (uint32_t)a->n_prompt, NULL, NULL);
+    if (st) {
         fail(prog, "prefill", st);
-        lost = 1;
-        goto done;
+        a->lost = true;
+        return DCP_EXIT_RUNTIME;
     }
-    t_prompt = now_s() - t0;
+    a->t_prompt = now_s() - t0;
     double t1 = now_s();
-    int32_t eos = dcp_tokenizer_eos(tok);
-    while (n_gen < o.n_predict) {
-        if (!greedy) next = dcp_sampler_sample(smp, logits);
+    int32_t eos = dcp_tokenizer_eos(a->tok);
+    while (a->n_gen < o->n_predict) {
+        if (!a->greedy) next = dcp_sampler_sample(a->smp, a->logits);
         /* Every process computed the same logits; process 0's choice is the one all feed on. */
-        if (mpi && (st = dcp_mpi_bcast(&next, sizeof next, 0))) {
+        if (a->mpi && (st = dcp_mpi_bcast(&next, sizeof next, 0))) {
             fail(prog, "sharing the next token", st);
-            lost = 1;
-            goto done;
+            a->lost = true;
+            return DCP_EXIT_RUNTIME;
         }
-        gen[n_gen++] = next;
+        a->gen[a->n_gen++] = next;
         if (next == eos) break;
         const char *piece;
         size_t len;
-        if ((st = dcp_detokenizer_push(detok, next, &piece, &len))) {
+        if ((st = dcp_detokenizer_push(a->detok, next, &piece, &len))) {
             fail(prog, "detokenizing", st);
-            goto done;
+            return DCP_EXIT_RUNTIME;
         }
-        if (len) {
-            if (o.json) {
-                char *t = realloc(text, text_len + len + 1);
-                if (!t) {
-                    lost = 1;
-                    goto done;
-                }
-                text = t;
-                memcpy(text + text_len, piece, len);
-                text_len += len;
-            } else if (lead) {
-                fwrite(piece, 1, len, stdout);
-                fflush(stdout);
-            }
+        if (!emit_piece(a, piece, len)) {
+            a->lost = true;
+            return DCP_EXIT_RUNTIME;
         }
-        if (n_gen == o.n_predict) break;
-        if ((st = dcp_llama_forward(s, &next, 1, greedy ? NULL : logits, &next))) {
+        if (a->n_gen == o->n_predict) break;
+        if ((st = dcp_model_state_forward(a->s, &next, 1, a->greedy ? NULL : a->logits, &next))) {
             fail(prog, "decode step", st);
-            lost = 1;
-            goto done;
+            a->lost = true;
+            return DCP_EXIT_RUNTIME;
         }
     }
-    t_gen = now_s() - t1;
-    {
-        const char *piece;
-        size_t len;
-        if (dcp_detokenizer_flush(detok, &piece, &len) == DCP_OK && len) {
-            if (o.json) {
-                char *t = realloc(text, text_len + len + 1);
-                if (!t) goto done;
-                text = t;
-                memcpy(text + text_len, piece, len);
-                text_len += len;
-            } else if (lead) {
-                fwrite(piece, 1, len, stdout);
-            }
-        }
-    }
+    a->t_gen = now_s() - t1;
+    const char *piece;
+    size_t len;
+    if (dcp_detokenizer_flush(a->detok, &piece, &len) == DCP_OK && !emit_piece(a, piece, len))
+        return DCP_EXIT_RUNTIME;
+    return DCP_EXIT_OK;
+}
+
+/* The speed summary: one JSON object on stdout with --json, else a newline after the text and two
+ * lines on stderr. Process 0 only. */
+static void report(const run_app *a)
+{
+    const char *prog = a->prog;
+    const run_options *o = &a->o;
+    if (!a->lead) return;
     /* Decode steps: every generated token but the first (which the prefill produced) ran one. */
-    uint32_t steps = n_gen > 0 ? n_gen - 1 : 0;
-    double prompt_tps = t_prompt > 0 ? n_prompt / t_prompt : 0;
-    double gen_tps = t_gen > 0 && steps ? steps / t_gen : 0;
-    uint64_t kv_bytes = dcp_llama_state_kv_bytes(s);
-    uint64_t run_tokens = dcp_llama_state_tokens_run(s);
-    double xbytes = run_tokens ? (double)dcp_llama_state_exchange_bytes(s) / run_tokens : 0.0;
-    if (lead && o.json) { /* under MPI process 0 reports */
+    uint32_t steps = a->n_gen > 0 ? a->n_gen - 1 : 0;
+    double prompt_tps = a->t_prompt > 0 ? a->n_prompt / a->t_prompt : 0;
+    double gen_tps = a->t_gen > 0 && steps ? steps / a->t_gen : 0;
+    uint64_t kv_bytes = dcp_model_state_kv_bytes(a->s);
+    uint64_t run_tokens = dcp_model_state_tokens_run(a->s);
+    double xbytes = run_tokens ? (double)dcp_model_state_exchange_bytes(a->s) / run_tokens : 0.0;
+    if (o->json) {
         printf("{\"model\": ");
-        dcp_cli_json_string(stdout, model, strlen(model));
+        dcp_cli_json_string(stdout, a->model, strlen(a->model));
         printf(", \"device\": ");
-        dcp_cli_json_string(stdout, info->name, strlen(info->name));
+        dcp_cli_json_string(stdout, a->info->name, strlen(a->info->name));
         printf(", \"tensor_parallel_size\": %u, \"decode_context_parallel_size\": %u, \"dcp_comm_backend\": \"%s\", "
                "\"interleave\": %u, \"block_size\": %u, \"kv_dtype\": \"%s\", \"prompt_tokens\": %zu, "
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
                "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
                "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"processes\": %d, "
                "\"text\": ",
-               o.tp, o.dcp, o.backend, o.interleave, o.block_size, o.kv_dtype, n_prompt, n_gen, steps, t_prompt,
-               t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes, xbytes, world.nproc);
-        dcp_cli_json_string(stdout, text ? text : "", text_len);
+               o->tp, o->dcp, o->backend, o->interleave, o->block_size, o->kv_dtype, a->n_prompt, a->n_gen, steps,
+               a->t_prompt, a->t_gen, prompt_tps, gen_tps, a->t_load, (unsigned long long)kv_bytes, xbytes,
+               a->world.nproc);
+        dcp_cli_json_string(stdout, a->text ? a->text : "", a->text_len);
         printf(", \"tokens\": [");
-        for (uint32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
+        for (uint32_t i = 0; i < a->n_gen; i++) printf(i ? ", %d" : "%d", a->gen[i]);
         printf("]}\n");
-    } else if (lead) {
+    } else {
         printf("\n");
         fflush(stdout);
         fprintf(stderr,
@@ -352,28 +408,66 @@ int main(int argc, char **argv)
                 "%.3f s = %.1f tokens/s\n"
                 "%s: KV cache %.2f MiB per rank (%u ranks); exchange %.0f bytes per token sent by rank 0; "
                 "weights %.2f MiB (%s) loaded in %.2f s\n",
-                prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0, o.tp,
-                xbytes, dcp_llama_weights_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks",
-                t_load);
+                prog, a->n_prompt, a->t_prompt, prompt_tps, a->n_gen, steps, a->t_gen, gen_tps, prog,
+                kv_bytes / 1048576.0, o->tp, xbytes, dcp_model_bytes(a->w) / 1048576.0,
+                a->mpi ? "process 0's ranks" : "all ranks", a->t_load);
     }
-    rc = RUN_EXIT_OK;
-done:
-    free(text);
-    free(gen);
-    free(logits);
-    free(prompt);
-    dcp_detokenizer_destroy(detok);
-    dcp_sampler_destroy(smp);
-    dcp_llama_state_destroy(s);
-    dcp_llama_weights_destroy(w);
-    dcp_context_destroy(ctx);
-    dcp_tokenizer_destroy(tok);
-    dcp_gguf_close(g);
-    if (gen_path[0]) remove(gen_path);
-finish:
+}
+
+/* Frees whatever the phases made (any of it may be missing). */
+static void run_free(run_app *a)
+{
+    free(a->text);
+    free(a->gen);
+    free(a->logits);
+    free(a->prompt);
+    dcp_detokenizer_destroy(a->detok);
+    dcp_sampler_destroy(a->smp);
+    dcp_model_state_destroy(a->s);
+    dcp_model_destroy(a->w);
+    dcp_context_destroy(a->ctx);
+    dcp_tokenizer_destroy(a->tok);
+    dcp_gguf_close(a->g);
+    if (a->gen_path[0]) remove(a->gen_path);
+}
+
+/* The phases after the options: model, devices, weights, run state, generation, summary. Returns
+ * a dcp_exit_code; under MPI the processes agree on it wherever a phase may fail on some only. */
+static int run_phases(run_app *a)
+{
+    int rc;
+    if ((rc = run_world_agree(&a->world, open_model(a)))) return rc;
+    if ((rc = open_devices(a))) return rc;
+    if ((rc = load_weights(a))) return rc;
+    if ((rc = build(a))) return rc;
+    print_header(a);
+    if ((rc = generate(a))) return rc;
+    report(a);
+    return DCP_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    /* Under an MPI launcher every process runs all of this; they agree on the exit code at each
+     * phase (run_world_agree) and process 0 prints the text and the summary. */
+    run_app app = {.prog = argv[0]};
+    run_app *a = &app;
+    int rc = run_world_init(&argc, &argv, &a->world, a->prog);
+    if (rc) return rc;
+    a->mpi = a->world.nproc > 1;
+    a->lead = a->world.proc == 0;
+    if (a->mpi) msg_proc = a->world.proc;
+    run_quiet(!a->lead);
+    rc = run_world_agree(&a->world, run_parse(argc, argv, &a->o));
+    if (rc == DCP_EXIT_OK && a->o.help) {
+        if (a->lead) run_print_help(a->prog);
+    } else if (rc == DCP_EXIT_OK) {
+        rc = run_phases(a);
+        run_free(a);
+    }
     run_quiet(0);
     /* After a failure the others may not have seen, leave without MPI_Finalize: the launcher then
      * ends the whole job instead of leaving the others waiting. */
-    if (!(lost && mpi)) run_world_finalize(&world);
+    if (!(a->lost && a->mpi)) run_world_finalize(&a->world);
     return rc;
 }

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One-step set-up of dcp-vk on a fresh Debian 12 machine (as root), then one job:
-#   bash scripts/setup.sh run    install, build, generate text on the built-in model (TP 8, DCP 2
-#                                over logical devices of the first Vulkan device)
-#   bash scripts/setup.sh test   install, build, run the whole test suite (CTest) and the
-#                                sanitizer build of the host-only tests
+#   bash scripts/setup.sh run    install, build, generate a short story with stories260K
+#                                (tests/data/) at TP 8, DCP 2 over logical devices of the first
+#                                Vulkan device: greedy, so the same text as on one device
+#   bash scripts/setup.sh test   install, build with warnings as errors (-DDCP_WERROR=ON), run
+#                                the whole test suite (CTest), the kernel tests on Mesa 22, the
+#                                sanitizer build of the host-only tests, and build (without
+#                                running) a gcc Release and a clang Debug tree, warnings as errors
 #   bash scripts/setup.sh build  install and build only
 # Environment: DCP_SKIP_APT=1 skips the package step; BUILD_DIR (default build); JOBS (default nproc).
 set -euo pipefail
@@ -24,7 +27,7 @@ install_packages() {
     fi
     $sudo apt-get update -q
     $sudo apt-get install -y -q --no-install-recommends \
-        build-essential cmake pkg-config glslang-tools spirv-tools libvulkan-dev vulkan-tools \
+        build-essential clang cmake pkg-config glslang-tools spirv-tools libvulkan-dev vulkan-tools \
         vulkan-validationlayers libcmocka-dev mpich libmpich-dev libpcre2-dev
     if grep -qs bookworm-backports "$src"; then
         $sudo apt-get install -y -q -t bookworm-backports mesa-vulkan-drivers ||
@@ -34,7 +37,7 @@ install_packages() {
     fi
 }
 
-build_tree() { # build_tree DIR [cmake options...]
+build_tree() { # build_tree DIR [cmake options...] (RelWithDebInfo unless an option says otherwise)
     local dir=$1
     shift
     cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
@@ -59,18 +62,19 @@ mesa22() {
 }
 
 install_packages
-build_tree "$build"
+# Users build without -Werror; the test job (CI) treats every warning as an error.
+if [ "$job" = test ]; then
+    build_tree "$build" -DDCP_WERROR=ON
+else
+    build_tree "$build" -DDCP_WERROR=OFF
+fi
 case "$job" in
 build) ;;
 run)
-    # Eight logical devices on the first Vulkan device: tensor parallel 8, DCP 2.
-    if [ -x "$build/dcp-vk-run" ]; then
-        DCP_VK_DEVICES=${DCP_VK_DEVICES:-0,0,0,0,0,0,0,0} "$build/dcp-vk-run" -p "Once upon a time" -n 64 \
-            --tensor-parallel-size 8 --decode-context-parallel-size 2
-    else
-        DCP_VK_DEVICES=${DCP_VK_DEVICES:-0,0} "$build/dcp-vk-bench" attn --ctx 32768 --batch 2 \
-            --q-heads 32 --kv-heads 8 --head-dim 128 --kv-dtype f16 --verify
-    fi
+    # Eight logical devices on the first Vulkan device: tensor parallel 8, DCP 2, greedy decoding
+    # (tests/test_run.c checks that this gives the text of TP 1).
+    DCP_VK_DEVICES=${DCP_VK_DEVICES:-0,0,0,0,0,0,0,0} "$build/dcp-vk-run" -m "$here/tests/data/stories260K.gguf" \
+        -p "Once upon a time" -n 64 --temp 0 --tensor-parallel-size 8 --decode-context-parallel-size 2
     ;;
 test)
     (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 1200)
@@ -79,8 +83,16 @@ test)
     mesa22 "$build/mesa22" && (cd "$build" && VK_ICD_FILENAMES="$build/mesa22/lvp_icd.json" \
         ctest --output-on-failure -j "$jobs" -L mesa22)
     # AddressSanitizer + UBSan build of the host-only tests (GGUF reader, tokenizers, placement).
-    build_tree "$build-asan" -DDCP_SANITIZE=ON
+    build_tree "$build-asan" -DDCP_SANITIZE=ON -DDCP_WERROR=ON
     (cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L host)
+    # The other build types users pick, warnings as errors: gcc Release and clang Debug (library,
+    # apps and tests compiled; the tests ran above).
+    build_tree "$build-release" -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=ON
+    command -v clang >/dev/null || {
+        echo "setup.sh: clang is not installed (apt-get install clang): the clang build cannot run" >&2
+        exit 1
+    }
+    CC=clang build_tree "$build-clang-debug" -DCMAKE_BUILD_TYPE=Debug -DDCP_WERROR=ON
     ;;
 *)
     echo "usage: bash scripts/setup.sh run|test|build" >&2

@@ -3,7 +3,7 @@
 // own element). Residual adds inside the model step are fused into matmul (accumulate); this is
 // the stand-alone kernel.
 #extension GL_GOOGLE_include_directive : require
-#include "model/model_params.h"
+#include "ops/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

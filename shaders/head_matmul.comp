@@ -1,16 +1,18 @@
 #version 450
-// head_matmul: per-head matrix products for MLA (src/model/ds2_params.h): with W [heads rows][k]
+// head_matmul: per-head matrix products for MLA (src/ops/ds2_params.h): with W [heads rows][k]
 //   y[t][h y_head_stride + y_offset + n] (+)= sum_k W[h rows + n][k] x[t][h x_head_stride + x_offset + k]
 // (the absorption q_lat[h] = W_UK[h] q_nope[h], kv_lora rows of nope; the up-projection
-// o[h] = W_UV[h] o_lat[h], v rows of kv_lora). W in one of the weight dtypes of weights.glsl; x, y f32.
-// As matmul.comp: one subgroup per output row, its lanes split k in quads and reduce with
+// o[h] = W_UV[h] o_lat[h], v rows of kv_lora). W in one of the weight dtypes of weights.glsl
+// (block-quantized types dequantized in registers, unit by unit); x, y f32.
+// As matmul.comp: one subgroup per output row, its lanes split k in weight units and reduce with
 // subgroupAdd; a workgroup holds RPW rows of one head and DCP_HEAD_MATMUL_TOKENS tokens, so a
-// weight quad is loaded once per token batch. Loop work per invocation: (k/4/subgroup) * tokens of
+// weight unit is loaded once per token batch. Loop work per invocation: (units/subgroup) * tokens of
 // the batch * rows it owns (bounded for Mesa 22's 65,535-iteration limit).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#include "model/ds2_params.h"
+#extension GL_EXT_control_flow_attributes : require
+#include "ops/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
 layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup
@@ -29,7 +31,7 @@ void main()
     const uint h = gl_WorkGroupID.y;
     const uint t0 = gl_WorkGroupID.z * TB;
     const uint nt = min(TB, p.tokens - t0);
-    const uint kq = p.k / 4u;
+    const uint nu = w_units(p.k);
     const uint xs = p.x_stride / 4u;
     const uint xo = (h * p.x_head_stride + p.x_offset) / 4u;
     for (uint r = gl_SubgroupID; r < RPW; r += gl_NumSubgroups) {
@@ -37,10 +39,15 @@ void main()
         if (n >= p.rows) break; // uniform in the subgroup
         float acc[TB];
         for (uint j = 0u; j < TB; j++) acc[j] = 0.0;
-        for (uint q = gl_SubgroupInvocationID; q < kq; q += gl_SubgroupSize) {
-            const vec4 wv = w4(h * p.rows + n, q, p.k);
-            for (uint j = 0u; j < TB; j++)
-                if (j < nt) acc[j] += dot(wv, x[xo + (t0 + j) * xs + q]);
+        for (uint u = gl_SubgroupInvocationID; u < nu; u += gl_SubgroupSize) {
+            [[dont_unroll]] for (uint g = 0u; g < W_UNIT_GROUPS; g++) {
+                vec4 wv[W_GROUP_VEC4];
+                w_group(h * p.rows + n, u, g, p.k, wv);
+                const uint xg = xo + w_group_x4(u, g);
+                for (uint j = 0u; j < TB; j++)
+                    if (j < nt)
+                        for (uint i = 0u; i < W_GROUP_VEC4; i++) acc[j] += dot(wv[i], x[xg + (t0 + j) * xs + i]);
+            }
         }
         for (uint j = 0u; j < TB; j++) {
             const float s = subgroupAdd(acc[j]);

@@ -1,12 +1,10 @@
 #version 450
 // kv_append: writes new tokens' K and V rows (f32 input) into their slots of a paged pool
 // (f32, or f16 with KV_F16). One invocation per (token, KV head, 4 dims); a token whose slot is
-// 0xffffffff belongs to another rank and is skipped: only the owner writes.
-// Page layout: K[kv_heads][page_size][D] then V[kv_heads][page_size][D].
+// DCP_KV_NO_SLOT belongs to another rank and is skipped: only the owner writes.
+// Page layout and addressing: shaders/common/kv_pool.glsl.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
-#include "attn/attn_params.h"
-#include "kv/kv_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
@@ -34,15 +32,9 @@ void main()
     uint h = (idx / dq) % p.kv_heads;
     uint q = idx % dq;
     uint slot = slots[t];
-    if (slot == 0xffffffffu) return;
-    uint page = slot / p.page_size;
-    if (page >= p.total_pages) return;
-    uint off = slot % p.page_size;
-    uint seg = page / p.pages_per_segment;
-    uint local_page = page % p.pages_per_segment;
-    // quads: a page holds 2 * Hkv * B * D/4 of them; K half first, V half second
-    uint half_q = p.kv_heads * p.page_size * dq;
-    uint base = local_page * 2u * half_q + (h * p.page_size + off) * dq + q;
-    store_kv(seg, base, k[idx]);
-    store_kv(seg, base + half_q, v[idx]);
+    if (!dcp_kv_slot_stored(slot, p.page_size, p.total_pages)) return; // another rank's token
+    // Units are quads (vec4): a row holds D/4 of them.
+    dcp_kv_addr a = dcp_kv_slot_addr(slot, h, p.kv_heads, p.page_size, p.pages_per_segment, dq);
+    store_kv(a.seg, a.unit + q, k[idx]);
+    store_kv(a.seg, a.unit + dcp_kv_half_units(p.kv_heads, p.page_size, dq) + q, v[idx]);
 }

@@ -1,5 +1,5 @@
 #version 450
-// mla_kv_store: the write of MLA's latent cache (src/model/ds2_params.h). A token's row of the
+// mla_kv_store: the write of MLA's latent cache (src/ops/ds2_params.h). A token's row of the
 // K-only pool (one head, kv_lora + n_rot entries) becomes [c | rope(k_pe)]: c the RMS-normed
 // latent (rmsnorm's output), k_pe the rope part of the kv_a projection, rotated in llama.cpp's NORM
 // mode with the host's (cos, sin) table. Only the owner of a token writes it (slot 0xffffffff: another
@@ -8,7 +8,7 @@
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
 #include "attn/attn_params.h"
-#include "model/ds2_params.h"
+#include "ops/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

@@ -1,14 +1,16 @@
 #version 450
-// moe_matmul: the selected experts' products of a MoE layer (src/model/ds2_params.h). W holds every
+// moe_matmul: the selected experts' products of a MoE layer (src/ops/ds2_params.h). W holds every
 // expert's rows, expert e's at row e * rows, in one of the weight dtypes of weights.glsl.
 //   gate|up (default): y[t][j][n] = W_{ids[t][j]}[n] . x[t][j]   (one workgroup per (token, slot j))
 //   down (MOE_DOWN):   y[t][n] (+)= sum_j w[t][j] (W_{ids[t][j]}[n] . x[t][j])   (one per token)
-// As matmul.comp: one subgroup per output row, lanes split k in quads and reduce with subgroupAdd.
-// Loop work per invocation: n_used (down) * k/4/subgroup per row it owns (bounded for Mesa 22).
+// As matmul.comp: one subgroup per output row, lanes split k in weight units and reduce with
+// subgroupAdd. Loop work per invocation: n_used (down) * units/subgroup per row it owns (bounded for
+// Mesa 22).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#include "model/ds2_params.h"
+#extension GL_EXT_control_flow_attributes : require
+#include "ops/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
 layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup
@@ -22,9 +24,23 @@ layout(std430, binding = 4) readonly buffer Wt { float wt[]; };  // [tokens][n_u
 #define wscale_offset p.scale_offset
 #include "weights.glsl"
 
+/* This lane's part of W[row] . x[xo ...]: the units u = lane, lane + subgroup, ... of the row. */
+float row_dot(uint row, uint xo, uint nu)
+{
+    float a = 0.0;
+    for (uint u = gl_SubgroupInvocationID; u < nu; u += gl_SubgroupSize)
+        [[dont_unroll]] for (uint g = 0u; g < W_UNIT_GROUPS; g++) {
+            vec4 wv[W_GROUP_VEC4];
+            w_group(row, u, g, p.k, wv);
+            const uint xg = xo + w_group_x4(u, g);
+            for (uint i = 0u; i < W_GROUP_VEC4; i++) a += dot(wv[i], x[xg + i]);
+        }
+    return a;
+}
+
 void main()
 {
-    const uint kq = p.k / 4u;
+    const uint nu = w_units(p.k);
 #ifdef MOE_DOWN
     const uint t = gl_WorkGroupID.y;
 #else
@@ -41,9 +57,7 @@ void main()
             const uint e = ids[t * p.n_used + j];
             if (e >= p.n_expert) continue; // uniform in the workgroup
             const uint xo = (t * p.x_stride + j * p.x_used_stride) / 4u;
-            float a = 0.0;
-            for (uint q = gl_SubgroupInvocationID; q < kq; q += gl_SubgroupSize) a += dot(w4(e * p.rows + n, q, p.k), x[xo + q]);
-            acc += wt[t * p.n_used + j] * a;
+            acc += wt[t * p.n_used + j] * row_dot(e * p.rows + n, xo, nu);
         }
         const float s = subgroupAdd(acc);
         if (subgroupElect()) {
@@ -51,8 +65,7 @@ void main()
             y[i] = p.accumulate != 0u ? y[i] + s : s;
         }
 #else
-        if (e < p.n_expert)
-            for (uint q = gl_SubgroupInvocationID; q < kq; q += gl_SubgroupSize) acc += dot(w4(e * p.rows + n, q, p.k), x[xo + q]);
+        if (e < p.n_expert) acc = row_dot(e * p.rows + n, xo, nu);
         const float s = subgroupAdd(acc);
         if (subgroupElect()) y[t * p.y_stride + j * p.y_used_stride + n] = s;
 #endif

@@ -11,8 +11,9 @@
 // dot products with subgroup shuffles. Each cluster keeps its own online-softmax state; the slots
 // are merged once at the end of the chunk. No shared memory is touched in the token loop.
 //
-// Page layout (pool of equal pages, split over up to DCP_KV_MAX_SEGMENTS buffers):
-//   page = K[kv_heads][page_size][D] followed by V[kv_heads][page_size][D], f16 or f32.
+// Page layout (pool of equal pages, split over up to DCP_KV_MAX_SEGMENTS buffers), f16 or f32:
+//   page = K[kv_heads][page_size][D] followed by V[kv_heads][page_size][D]; addressing in
+//   shaders/common/kv_pool.glsl, in units of one load here.
 // Work per invocation is bounded by chunk_tokens (lavapipe on Mesa 22 ends loops after 65,535
 // iterations per invocation; GPUs kill long dispatches).
 #extension GL_GOOGLE_include_directive : require
@@ -102,8 +103,8 @@ void main()
         m[g] = dcp_neg_inf();
         l[g] = 0.0;
     }
-    const uint page_units = 2u * p.kv_heads * p.page_size * DU;
-    const uint v_off = p.kv_heads * p.page_size * DU;
+    const uint page_units = dcp_kv_page_units(p.kv_heads, p.page_size, DU);
+    const uint v_off = dcp_kv_half_units(p.kv_heads, p.page_size, DU);
 
     // Every lane runs the same number of iterations, so the shuffles see the whole subgroup. The
     // slot's token t advances by TS; its page and offset advance without a division per token.
@@ -119,7 +120,7 @@ void main()
             uint page = bt[b * p.bt_stride + lp];
             valid = page < p.total_pages;
             seg = valid ? page >> p.segment_shift : 0u;
-            kq = (page & seg_mask) * page_units + (kvh * p.page_size + off) * DU;
+            kq = (page & seg_mask) * page_units + dcp_kv_row_in_page(kvh, off, p.page_size, DU);
         }
         t += TS;
         off += TS;

@@ -4,14 +4,13 @@
 //   Pair i < n_rot/2 of a Q or K head: (x0, x1) = (src[2i], src[2i+1]) becomes
 //   (x0 c - x1 s, x0 s + x1 c), (c, s) = cs[t][i] (computed on the host in double); other pairs
 //   are copied. Q goes to q_out [tokens][q_heads][D]; rotated K and plain V go to the KV page row
-//   of slot[t] (page layout K[kv_heads][page_size][D] then V, of include/dcpvk/kv.h); a slot of
-//   0xffffffff (a token another rank owns) or past the pool is not written.
+//   of slot[t] (page layout and addressing: shaders/common/kv_pool.glsl); a slot of
+//   DCP_KV_NO_SLOT (a token another rank owns) or past the pool is not written.
 // One invocation per (token, head, pair): each writes one pair, i.e. exactly one word of an f16
 // pool, so no two invocations share a word.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
-#include "attn/attn_params.h"
-#include "model/model_params.h"
+#include "ops/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
@@ -45,15 +44,13 @@ void main()
         return;
     }
     const uint s = slot[t];
-    const uint page = s / p.page_size;
-    if (s == 0xffffffffu || page >= p.total_pages) return;
+    if (!dcp_kv_slot_stored(s, p.page_size, p.total_pages)) return; // another rank's token
     const bool is_v = h >= p.q_heads + p.kv_heads;
     const uint kvh = h - p.q_heads - (is_v ? p.kv_heads : 0u);
-    const uint seg = page / p.pages_per_segment;
-    // Pair index inside the segment: page base, V half, head, row, pair.
-    const uint page_pairs = p.kv_heads * p.page_size * half_d;
-    const uint pi = (page % p.pages_per_segment) * 2u * page_pairs + (is_v ? page_pairs : 0u) +
-                    (kvh * p.page_size + s % p.page_size) * half_d + i;
+    // Units are pairs (vec2, or one f16x2 word): a row holds D/2 of them.
+    const dcp_kv_addr a = dcp_kv_slot_addr(s, kvh, p.kv_heads, p.page_size, p.pages_per_segment, half_d);
+    const uint seg = a.seg;
+    const uint pi = a.unit + (is_v ? dcp_kv_half_units(p.kv_heads, p.page_size, half_d) : 0u) + i;
 #ifdef KV_F16
     kv[DCP_KV_SEG(seg)].data[pi] = packHalf2x16(v);
 #else

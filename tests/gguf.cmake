@@ -1,6 +1,8 @@
 # GGUF reader/writer, tokenizers, malformed files and the fuzz smoke run (issue 4).
 dcp_test(test_gguf SOURCES test_gguf.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
 dcp_test(test_tokenizer SOURCES test_tokenizer.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
+# The UTF-8 sanitizer every printed text goes through (src/common/utf8.c).
+dcp_test(test_utf8 SOURCES test_utf8.c TIMEOUT 60 LABELS gguf)
 dcp_test(test_gguf_malformed SOURCES test_gguf_malformed.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
 # The libFuzzer target body, run over its seeds and deterministic mutations with any compiler.
 dcp_test(test_gguf_fuzz SOURCES test_gguf_fuzz.c test_gguf_util.c ${CMAKE_SOURCE_DIR}/fuzz/gguf_fuzz_target.c
@@ -10,7 +12,7 @@ if(TARGET test_gguf_fuzz)
 endif()
 
 # The dcp-vk-gguf command: output of --tokenize/--detokenize, and exit status 1 on errors.
-set(DCP_GGUF_STORIES ${CMAKE_SOURCE_DIR}/../shared/models/stories260K.gguf)
+set(DCP_GGUF_STORIES ${DCP_TEST_DATA}/stories260K.gguf)
 add_test(NAME dcp_vk_gguf_tokenize
          COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES} --tokenize "Once upon a time" --bos)
 set_tests_properties(dcp_vk_gguf_tokenize PROPERTIES PASS_REGULAR_EXPRESSION "^1 403 407 261 378\n$"
@@ -18,6 +20,16 @@ set_tests_properties(dcp_vk_gguf_tokenize PROPERTIES PASS_REGULAR_EXPRESSION "^1
 add_test(NAME dcp_vk_gguf_detokenize
          COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES} --detokenize "1 403 407 261 378 432 383")
 set_tests_properties(dcp_vk_gguf_detokenize PROPERTIES PASS_REGULAR_EXPRESSION "^Once upon a time, there"
+                     LABELS gguf)
+# phi-3 stores "</s>" as user-defined; like llama.cpp, dcp-vk counts it as a control token, so it is
+# text unless --special (the ids: tests/test_tokenizer.c test_vocab_properties says how they follow).
+add_test(NAME dcp_vk_gguf_tokenize_control_as_text
+         COMMAND dcp-vk-gguf ${DCP_TEST_DATA}/ggml-vocab-phi-3.gguf --tokenize "a </s>")
+set_tests_properties(dcp_vk_gguf_tokenize_control_as_text PROPERTIES PASS_REGULAR_EXPRESSION "^263 1533 29879 29958\n$"
+                     LABELS gguf)
+add_test(NAME dcp_vk_gguf_tokenize_control_special
+         COMMAND dcp-vk-gguf ${DCP_TEST_DATA}/ggml-vocab-phi-3.gguf --tokenize "a </s>" --special)
+set_tests_properties(dcp_vk_gguf_tokenize_control_special PROPERTIES PASS_REGULAR_EXPRESSION "^263 29871 2\n$"
                      LABELS gguf)
 add_test(NAME dcp_vk_gguf_list COMMAND dcp-vk-gguf ${DCP_GGUF_STORIES})
 set_tests_properties(dcp_vk_gguf_list PROPERTIES

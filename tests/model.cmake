@@ -3,6 +3,8 @@ dcp_test(test_ops SOURCES test_ops.c vkutil.c)
 dcp_test(test_llama SOURCES test_llama.c ref_model.c vkutil.c ARGS nodcp)
 dcp_test(test_llama_dcp EXE test_llama ARGS dcp)
 dcp_test(test_sampler SOURCES test_sampler.c)
+# Many sequences in one run state: batch invariance (bitwise), page accounting, bad steps.
+dcp_test(test_batch SOURCES test_batch.c ref_model.c vkutil.c)
 # dcp-vk-run end to end (exit codes, --help, stories260K reference ids, same text for every prefill chunk).
 dcp_test(test_run SOURCES test_run.c ARGS $<TARGET_FILE:dcp-vk-run>)
 add_dependencies(test_run dcp-vk-run)
@@ -11,7 +13,7 @@ add_dependencies(test_run dcp-vk-run)
 # (about 2 minutes on 2 cores, which 8 processes oversubscribe); ag_rs with interleave = block size and q_replicate after a prefill over
 # the shards; 2 processes x 4 devices and 4 x 2 (whole DCP groups in each process, TP over processes).
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  # Without mpiexec: a singleton MPI world, TP 1 through dcp_llama_weights_create_ranks.
+  # Without mpiexec: a singleton MPI world, TP 1 through dcp_model_load.
   dcp_test(test_llama_mpi_1 SOURCES test_llama_mpi.c ref_model.c vkutil.c EXE test_llama_mpi ARGS 1 1 a2a 1 16 1 8)
   dcp_mpi_test(test_llama_mpi8_dcp2_a2a 8 test_llama_mpi 8 2 a2a 1 16 1 256)
   set_tests_properties(test_llama_mpi8_dcp2_a2a PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0")

@@ -69,3 +69,17 @@ void dcp_test_ref_model_free(dcp_test_ref_model *m)
     free(m->ref.v_cache);
     memset(m, 0, sizeof *m);
 }
+
+dcp_status dcp_test_llama_weights(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp, uint32_t dcp,
+                                  bool q_replicate, const dcp_gguf *g, const dcp_model_config *cfg,
+                                  dcp_model **out)
+{
+    dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
+    wc.devices = devs;
+    wc.first_rank = first;
+    wc.count = count;
+    wc.tp = tp;
+    wc.dcp = dcp;
+    wc.q_replicate = q_replicate;
+    return dcp_model_load(&wc, g, cfg, out);
+}

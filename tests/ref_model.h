@@ -3,7 +3,10 @@
 #ifndef DCP_TESTS_REF_MODEL_H
 #define DCP_TESTS_REF_MODEL_H
 
+#include <stdbool.h>
+
 #include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "ref/model_ref.h"
 
@@ -19,5 +22,11 @@ void dcp_test_ref_model_load(dcp_test_ref_model *m, const dcp_gguf *g, const dcp
 /* Zeroes the reference's KV cache. */
 void dcp_test_ref_model_reset(dcp_test_ref_model *m);
 void dcp_test_ref_model_free(dcp_test_ref_model *m);
+
+/* dcp_model_load over devs[0 .. count): TP ranks [first, first + count) of a group of tp
+ * with DCP groups of dcp. */
+dcp_status dcp_test_llama_weights(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp, uint32_t dcp,
+                                  bool q_replicate, const dcp_gguf *g, const dcp_model_config *cfg,
+                                  dcp_model **out);
 
 #endif

@@ -1,4 +1,4 @@
-/* stories260K's greedy reference (../shared/models/README.md): BOS, then the 256 ids that greedy
+/* stories260K's greedy reference (tests/data/README.md): BOS, then the 256 ids that greedy
  * decoding from BOS alone produces. Shared by the model tests. */
 #ifndef DCP_TESTS_STORIES_REF_H
 #define DCP_TESTS_STORIES_REF_H

@@ -14,7 +14,7 @@
 #include "dcpvk/mla.h"
 #include "dcpvk/tokenizer.h"
 #include "model/deepseek2_weights.h"
-#include "model/mla_ops.h"
+#include "dcpvk/ops.h"
 #include "ref_deepseek2.h"
 #include "vkutil.h"
 

@@ -355,10 +355,10 @@ static void test_slices(void **state)
 }
 
 /* Copies src to dst with changes: one tensor dropped, one written with its first two axes swapped,
- * one 1-D tensor written as {n/2, 2}, one replaced by Q4_0 zeros of the same shape, one key dropped,
- * one u32 key and one string key set. */
+ * one 1-D tensor written as {n/2, 2}, one replaced by zeros of the same shape in a type dcp-vk does
+ * not read (Q8_1), one key dropped, one u32 key and one string key set. */
 typedef struct rewrite {
-    const char *drop_tensor, *swap_tensor, *fold_tensor, *q4_tensor, *drop_key, *u32_key, *str_key, *str_val;
+    const char *drop_tensor, *swap_tensor, *fold_tensor, *q81_tensor, *drop_key, *u32_key, *str_key, *str_val;
     uint32_t u32_val;
 } rewrite;
 
@@ -391,10 +391,13 @@ static void rewrite_file(const char *src, const char *dst, const rewrite *rw)
             DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, t->name, t->type, 2, ne, t->data, t->size));
             continue;
         }
-        if (rw->q4_tensor && !strcmp(t->name, rw->q4_tensor)) {
-            uint64_t bytes = t->n_elements / 32 * 18;
+        if (rw->q81_tensor && !strcmp(t->name, rw->q81_tensor)) {
+            uint32_t be, bb;
+            assert_false(dcp_ggml_type_supported(DCP_GGML_TYPE_Q8_1));
+            dcp_ggml_type_block(DCP_GGML_TYPE_Q8_1, &be, &bb);
+            uint64_t bytes = t->n_elements / be * bb;
             void *z = calloc(1, bytes);
-            DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, t->name, DCP_GGML_TYPE_Q4_0, t->n_dims, ne, z, bytes));
+            DCP_ASSERT_OK(dcp_gguf_writer_add_tensor(w, t->name, DCP_GGML_TYPE_Q8_1, t->n_dims, ne, z, bytes));
             free(z);
             continue;
         }
@@ -445,8 +448,8 @@ static void test_errors(void **state)
                 "tensor blk.0.attn_k_b.weight has shape [32, 24, 4, 1], expected [24, 32, 4]");
     expect_fail(path_a, &(rewrite){.swap_tensor = "blk.1.ffn_down_exps.weight"}, 0, DCP_ERR_FORMAT,
                 "blk.1.ffn_down_exps.weight has shape");
-    expect_fail(path_a, &(rewrite){.q4_tensor = "blk.0.attn_kv_a_norm.weight"}, 0, DCP_ERR_UNSUPPORTED,
-                "tensor blk.0.attn_kv_a_norm.weight has type Q4_0");
+    expect_fail(path_a, &(rewrite){.q81_tensor = "blk.0.attn_kv_a_norm.weight"}, 0, DCP_ERR_UNSUPPORTED,
+                "tensor blk.0.attn_kv_a_norm.weight has type Q8_1; supported: F32");
     /* The optional selection bias may be absent (A has none); present with a wrong shape it fails. */
     expect_fail(path_b, &(rewrite){.fold_tensor = "blk.1.exp_probs_b.bias"}, 0, DCP_ERR_FORMAT,
                 "tensor blk.1.exp_probs_b.bias has shape [3, 2, 1, 1], expected [6, 1, 1]");

@@ -1,5 +1,5 @@
 /* GGUF reader, writer, hyperparameters and test models: stories260K read exactly as documented in
- * ../shared/models/README.md, writer round trips, generated test models. */
+ * tests/data/README.md, writer round trips, generated test models. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@ static uint64_t get_u(const dcp_gguf *g, const char *key)
 static void test_stories_metadata(void **state)
 {
     (void)state;
-    dcp_gguf *g = open_ok(dcp_test_shared_path("models/stories260K.gguf"));
+    dcp_gguf *g = open_ok(dcp_test_data_path("stories260K.gguf"));
     assert_int_equal(dcp_gguf_version(g), 3);
     assert_int_equal(dcp_gguf_file_size(g), 1185376);
     assert_int_equal(dcp_gguf_alignment(g), 32);
@@ -113,7 +113,7 @@ static void test_stories_metadata(void **state)
 static void test_stories_tensors(void **state)
 {
     (void)state;
-    dcp_gguf *g = open_ok(dcp_test_shared_path("models/stories260K.gguf"));
+    dcp_gguf *g = open_ok(dcp_test_data_path("stories260K.gguf"));
     assert_int_equal(dcp_gguf_tensor_count(g), 48);
     struct { const char *name; uint32_t n_dims; uint64_t ne0, ne1; } want[] = {
         {"token_embd.weight", 2, 64, 512}, {"output_norm.weight", 1, 64, 1}, {"output.weight", 2, 64, 512},
@@ -167,7 +167,7 @@ static void test_stories_tensors(void **state)
 static void test_stories_hparams(void **state)
 {
     (void)state;
-    dcp_gguf *g = open_ok(dcp_test_shared_path("models/stories260K.gguf"));
+    dcp_gguf *g = open_ok(dcp_test_data_path("stories260K.gguf"));
     dcp_model_config c;
     assert_int_equal(dcp_model_config_read(g, &c), DCP_OK);
     assert_int_equal(c.arch, DCP_ARCH_LLAMA);
@@ -255,7 +255,7 @@ static void assert_same_content(const dcp_gguf *a, const dcp_gguf *b)
 static void test_roundtrip_stories(void **state)
 {
     (void)state;
-    const char *path = dcp_test_shared_path("models/stories260K.gguf");
+    const char *path = dcp_test_data_path("stories260K.gguf");
     size_t n_orig, n_copy;
     char *orig = dcp_test_read_file(path, &n_orig);
     dcp_gguf *g = open_ok(path);
@@ -404,7 +404,8 @@ static void test_type_tables(void **state)
     assert_int_equal(t, DCP_GGML_TYPE_Q8_0);
     assert_int_equal(dcp_ggml_type_from_name("q9_9", &t), DCP_ERR_INVALID_ARGUMENT);
     assert_true(dcp_ggml_type_supported(DCP_GGML_TYPE_BF16));
-    assert_false(dcp_ggml_type_supported(DCP_GGML_TYPE_Q4_0));
+    assert_true(dcp_ggml_type_supported(DCP_GGML_TYPE_Q4_0));
+    assert_false(dcp_ggml_type_supported(DCP_GGML_TYPE_IQ2_XXS));
 
     /* F16 / BF16 round trips of exactly representable values and rounding */
     float in[8] = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.9604644775390625e-08f, 1.0f + 1.0f / 4096.0f};
@@ -425,8 +426,8 @@ static void test_type_tables(void **state)
     assert_int_equal(dcp_ggml_from_f32(DCP_GGML_TYPE_Q8_0, x, q, 96), DCP_OK);
     assert_int_equal(dcp_ggml_to_f32(DCP_GGML_TYPE_Q8_0, q, y, 96), DCP_OK);
     for (int i = 0; i < 96; ++i) assert_true(fabsf(x[i] - y[i]) <= 3.0f / 127.0f * 0.5f + 3e-3f);
-    assert_int_equal(dcp_ggml_to_f32(DCP_GGML_TYPE_Q4_K, q, y, 32), DCP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(dcp_last_error(), "Q4_K"));
+    assert_int_equal(dcp_ggml_to_f32(DCP_GGML_TYPE_IQ4_NL, q, y, 32), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "IQ4_NL"));
 }
 
 /* A file whose tensor has a known but unsupported type opens (so its directory can be listed),
@@ -435,20 +436,20 @@ static void test_unsupported_tensor_type(void **state)
 {
     (void)state;
     dcp_gguf_writer *w;
-    uint8_t blk[144] = {0};
+    uint8_t blk[136] = {0};
     uint64_t ne[1] = {256};
     assert_int_equal(dcp_gguf_writer_create(32, &w), DCP_OK);
-    assert_int_equal(dcp_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", DCP_GGML_TYPE_Q4_K, 1, ne, blk, sizeof blk), DCP_OK);
+    assert_int_equal(dcp_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", DCP_GGML_TYPE_IQ4_XS, 1, ne, blk, sizeof blk), DCP_OK);
     size_t n;
     uint8_t *p = tg_writer_bytes(w, &n);
     dcp_gguf *g;
-    assert_int_equal(dcp_gguf_open_memory(p, n, "q4k.gguf", &g), DCP_OK);
+    assert_int_equal(dcp_gguf_open_memory(p, n, "iq4xs.gguf", &g), DCP_OK);
     float out[256];
     const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, 0);
-    assert_int_equal(t->size, 144);
+    assert_int_equal(t->size, 136);
     assert_int_equal(dcp_gguf_tensor_to_f32(g, t, out), DCP_ERR_UNSUPPORTED);
     assert_non_null(strstr(dcp_last_error(), "blk.0.attn_q.weight"));
-    assert_non_null(strstr(dcp_last_error(), "Q4_K"));
+    assert_non_null(strstr(dcp_last_error(), "IQ4_XS"));
     dcp_gguf_close(g);
     dcp_gguf_writer_destroy(w);
     free(p);

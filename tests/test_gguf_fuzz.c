@@ -1,6 +1,6 @@
 /* Fuzz smoke run, built with any compiler (CI uses gcc): the libFuzzer target body
  * (fuzz/gguf_fuzz_target.c) over the seed corpus and a few thousand deterministic mutations of it.
- * Seeds: the shared models and files made here (a test model, a small BPE vocabulary, a file with
+ * Seeds: the GGUFs of tests/data and files made here (a test model, a small BPE vocabulary, a file with
  * every value type). Run under the ASan build as well; a finding aborts or is a sanitizer report. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,12 +109,12 @@ static void test_fuzz_smoke(void **state)
     seeds[ns].p = (uint8_t *)dcp_test_read_file(path, &seeds[ns].n);
     seeds[ns++].mutations = 1000;
     remove(path);
-    static const char *const shared[] = {"models/stories260K.gguf", "models/ggml-vocab-phi-3.gguf",
-                                         "models/ggml-vocab-deepseek-llm.gguf"};
-    static const int shared_mut[] = {200, 40, 6};
+    static const char *const data_files[] = {"stories260K.gguf", "ggml-vocab-phi-3.gguf",
+                                         "ggml-vocab-deepseek-llm.gguf"};
+    static const int data_mut[] = {200, 40, 6};
     for (int i = 0; i < 3; ++i) {
-        seeds[ns].p = (uint8_t *)dcp_test_read_file(dcp_test_shared_path(shared[i]), &seeds[ns].n);
-        seeds[ns++].mutations = shared_mut[i];
+        seeds[ns].p = (uint8_t *)dcp_test_read_file(dcp_test_data_path(data_files[i]), &seeds[ns].n);
+        seeds[ns++].mutations = data_mut[i];
     }
     long execs = 0;
     dcp_test_rng r = {20240601};

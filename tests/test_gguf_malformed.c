@@ -142,7 +142,7 @@ static void test_every_truncation(void **state)
 
     /* every truncation of the stories260K header and the start of its data */
     size_t sn;
-    char *s = dcp_test_read_file(dcp_test_shared_path("models/stories260K.gguf"), &sn);
+    char *s = dcp_test_read_file(dcp_test_data_path("stories260K.gguf"), &sn);
     for (size_t k = 0; k < 14176 + 64; ++k) {
         uint8_t *c = malloc(k ? k : 1);
         memcpy(c, s, k);

@@ -270,7 +270,7 @@ static void test_host_only(void **state)
     c.interleave = 16;
     c.max_seqs = 1;
     c.max_blocks = 11;
-    c.host_only = 1;
+    c.host_only = true;
     dcp_device *none[4] = {NULL, NULL, NULL, NULL};
     dcp_kv_cache *cache = NULL;
     DCP_ASSERT_OK(dcp_kv_cache_create(none, 4, &c, &cache));

@@ -1,7 +1,7 @@
 /* The llama model over MPI processes: under `mpiexec -n P`, each process holds the TP ranks of its
  * $DCP_VK_DEVICES (count = number of devices listed; process p holds ranks [p count, (p+1) count)),
  * the TP communicator spans the world and DCP groups spread over processes get sub-communicators.
- * stories260K greedy decoding reproduces the reference ids (../shared/models/README.md) on every
+ * stories260K greedy decoding reproduces the reference ids (tests/data/README.md) on every
  * process, and process 0's logits match the double-precision CPU reference step within 1e-4.
  *
  * With `gen` the model is instead a generated llama (8 query heads, 2 KV heads: TP 8 allows DCP 4,
@@ -67,24 +67,22 @@ static void test_stories_over_mpi(void **state)
         mc.seed = 99;
         DCP_ASSERT_OK(dcp_gguf_make_test_model(gen_path, &mc));
     }
-    DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_shared_path("models/stories260K.gguf"), &g));
+    DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-    dcp_llama_weights *w;
-    DCP_ASSERT_OK(dcp_llama_weights_create_ranks(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, g, &cfg, NULL,
-                                                 NULL, &w));
-    assert_int_equal(dcp_llama_weights_tp(w), pc->tp);
-    assert_int_equal(dcp_llama_weights_first_rank(w), (uint32_t)proc * nl);
-    assert_int_equal(dcp_llama_weights_local_count(w), nl);
-    dcp_llama_config lc = DCP_LLAMA_CONFIG_DEFAULT;
+    dcp_model *w;
+    DCP_ASSERT_OK(dcp_test_llama_weights(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, pc->q_replicate, g, &cfg, &w));
+    assert_int_equal(dcp_model_tp(w), pc->tp);
+    assert_int_equal(dcp_model_first_rank(w), (uint32_t)proc * nl);
+    assert_int_equal(dcp_model_local_count(w), nl);
+    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     lc.kv_dtype = DCP_DTYPE_F32;
     lc.n_ctx = 320;
-    lc.prefill_chunk = 16;
+    lc.max_rows = 16;
     lc.block_size = pc->block;
     lc.interleave = pc->interleave;
     lc.backend = pc->backend;
-    lc.q_replicate = pc->q_replicate;
-    dcp_llama_state *s;
-    DCP_ASSERT_OK(dcp_llama_state_create(w, &lc, &s));
+    dcp_model_state *s;
+    DCP_ASSERT_OK(dcp_model_state_create(w, &lc, &s));
 
     /* The CPU reference, on process 0 only (the others check the ids). */
     const uint32_t V = cfg.n_vocab;
@@ -96,11 +94,11 @@ static void test_stories_over_mpi(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (proc == 0)
         for (uint32_t t = 0; t + 1 < pc->prefill; t++) dcp_ref_llama_step(ref, stories_ref[t], t, want);
-    if (pc->prefill > 1) DCP_ASSERT_OK(dcp_llama_forward(s, stories_ref, pc->prefill - 1, NULL, NULL));
+    if (pc->prefill > 1) DCP_ASSERT_OK(dcp_model_state_forward(s, stories_ref, pc->prefill - 1, NULL, NULL));
     int32_t tok = pc->gen ? 1 : stories_ref[pc->prefill - 1], next = -1;
     double worst = 0.0;
     for (uint32_t step = pc->prefill - 1; step < pc->prefill - 1 + pc->steps; step++) {
-        DCP_ASSERT_OK(dcp_llama_forward(s, &tok, 1, proc == 0 ? logits : NULL, &next));
+        DCP_ASSERT_OK(dcp_model_state_forward(s, &tok, 1, proc == 0 ? logits : NULL, &next));
         if (proc == 0) {
             dcp_ref_llama_step(ref, tok, step, want);
             double err = 0.0;
@@ -122,15 +120,15 @@ static void test_stories_over_mpi(void **state)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = dcp_mpi_max((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
-    if (pc->tp > 1) assert_true(dcp_llama_state_exchange_bytes(s) > 0);
+    if (pc->tp > 1) assert_true(dcp_model_state_exchange_bytes(s) > 0);
     if (proc == 0)
         printf("%s, %d processes x %u devices, TP %u DCP %u %s I %u B %u%s: %u greedy ids match on every "
                "process (prefill %u); logits max abs error %.3g; %.1f s (%.1f tokens/s)\n",
                pc->gen ? "generated model" : "stories260K", nproc, nl, pc->tp, pc->dcp, dcp_cp_backend_name(pc->backend), pc->interleave, pc->block,
                pc->q_replicate ? " q_replicate" : "", pc->steps, pc->prefill, worst, secs,
                (pc->prefill - 1 + pc->steps) / secs);
-    dcp_llama_state_destroy(s);
-    dcp_llama_weights_destroy(w);
+    dcp_model_state_destroy(s);
+    dcp_model_destroy(w);
     dcp_gguf_close(g);
     if (gen_path[0]) unlink(gen_path);
     dcp_test_context_done(ctx);

@@ -14,7 +14,8 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/mla.h"
 #include "dcpvk/model_config.h"
-#include "model/mla_ops.h"
+#include "dcpvk/ops.h"
+#include "kv/kv_params.h"
 #include "ref/deepseek2_ref.h"
 #include "ref/mla_ref.h"
 #include "ref/model_ref.h"
@@ -87,14 +88,17 @@ static void test_head_matmul(void **state)
         {16, 512, 128, 192, 0, 576, 0}, /* DeepSeek absorption */
         {16, 128, 512, 512, 0, 128, 0}, /* DeepSeek W_UV */
     };
-    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F32, DCP_GGML_TYPE_F16, DCP_GGML_TYPE_BF16, DCP_GGML_TYPE_Q8_0};
+    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,  DCP_GGML_TYPE_BF16,
+                                          DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_K};
     static const uint32_t tokens[] = {1, 9};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (size_t ti = 0; ti < 4; ti++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t ni = 0; ni < 2; ni++) {
                 const uint32_t H = shapes[si].heads, R = shapes[si].rows, K = shapes[si].k, T = tokens[ni];
-                if (types[ti] == DCP_GGML_TYPE_Q8_0 && K % 32) continue;
-                if (si >= 3 && (ti == 2 || ni == 1)) continue; /* keep the big shapes few */
+                uint32_t be, bb;
+                dcp_ggml_type_block(types[ti], &be, &bb);
+                if (K % be) continue; /* rows must be whole blocks */
+                if (si >= 3 && (ti == 2 || ti == 4 || ni == 1)) continue; /* keep the big shapes few */
                 const uint32_t xs = H * shapes[si].xhs + 4, ys = H * shapes[si].yhs + 2;
                 float *wv = rand_floats(&rng, (uint64_t)H * R * K, -0.5f, 0.5f), *wd = malloc((uint64_t)H * R * K * 4);
                 dcp_matrix m;

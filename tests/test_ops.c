@@ -10,7 +10,8 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
-#include "model/ops.h"
+#include "kv/kv_params.h"
+#include "dcpvk/ops.h"
 #include "ref/cp_ref.h"
 #include "ref/model_ref.h"
 #include "vkutil.h"
@@ -137,8 +138,10 @@ static void test_matrix_bad(void **state)
     uint8_t data[64] = {0};
     const void *parts[1] = {data};
     uint32_t rows[1] = {1};
-    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q4_0, 32, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(dcp_last_error(), "Q4_0"));
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_IQ2_XXS, 256, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "IQ2_XXS"));
+    assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q4_K, 128, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "multiple of 256"));
     assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_Q8_0, 16, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
     assert_int_equal(dcp_matrix_create(dev, DCP_GGML_TYPE_F32, 6, 1, parts, rows, &m), DCP_ERR_UNSUPPORTED);
     assert_null(m.buf);
@@ -295,7 +298,7 @@ static void test_rope_store(void **state)
             const uint32_t T = 7, B = 16, pages = 5, width = (Hq + 2 * Hkv) * D, stride = width + 2;
             const float base = ci == 1 ? 500000.0f : 10000.0f;
             float *src = rand_floats(&rng, (uint64_t)T * stride, -1, 1);
-            uint32_t pos[7] = {0, 1, 15, 16, 4999, 77, 3}, slot[7] = {0, 1, 15, 16, 79, 0xffffffffu, 40};
+            uint32_t pos[7] = {0, 1, 15, 16, 4999, 77, 3}, slot[7] = {0, 1, 15, 16, 79, DCP_KV_NO_SLOT, 40};
             float *cs = malloc((uint64_t)T * (R / 2) * 8);
             for (uint32_t t = 0; t < T; t++)
                 for (uint32_t i = 0; i < R / 2; i++) {
@@ -330,7 +333,7 @@ static void test_rope_store(void **state)
                     if (e > worst) worst = e;
                     if (!(e <= ROPE_ABS)) fail_msg("rope q: token %u elem %u: %g vs %g", t, i, q[t * Hq * D + i], row[i]);
                 }
-                if (slot[t] == 0xffffffffu) continue;
+                if (slot[t] == DCP_KV_NO_SLOT) continue;
                 uint32_t pg = slot[t] / B, r = slot[t] % B;
                 for (uint32_t kvh = 0; kvh < Hkv; kvh++)
                     for (uint32_t d = 0; d < D; d++)

@@ -28,7 +28,7 @@ static result run_app(const char *const *args)
 
 static void done(result *r) { dcp_test_result_free(r); }
 
-static const char *stories(void) { return dcp_test_shared_path("models/stories260K.gguf"); }
+static const char *stories(void) { return dcp_test_data_path("stories260K.gguf"); }
 
 static void test_help(void **state)
 {
@@ -115,7 +115,8 @@ static void test_stories_reference(void **state)
 static void test_prompt_same_text(void **state)
 {
     /* Prefill chunk sizes at TP 1, then TP 2, TP 8, and TP 8 with DCP 2 (a2a, interleave 1; ag_rs,
-     * interleave 16), on logical devices of device 0. */
+     * interleave 16), on logical devices of device 0. The TP 8 / DCP 2 a2a run is what
+     * `scripts/setup.sh run` prints (64 greedy tokens, default block size and KV type). */
     static const char *chunks[] = {"1", "3", "128", "128", "4", "128", "2"};
     static const char *tps[] = {"1", "1", "1", "2", "8", "8", "8"};
     static const char *dcps[] = {"1", "1", "1", "1", "1", "2", "2"};
@@ -123,7 +124,7 @@ static void test_prompt_same_text(void **state)
     static const char *interleaves[] = {"1", "1", "1", "1", "1", "1", "16"};
     char *first = NULL;
     for (int i = 0; i < 7; i++) {
-        const char *a[] = {"-m", stories(), "-p", "Once upon a time", "-n", "48", "--temp", "0", "--prefill-chunk",
+        const char *a[] = {"-m", stories(), "-p", "Once upon a time", "-n", "64", "--temp", "0", "--prefill-chunk",
                            chunks[i], "--tensor-parallel-size", tps[i], "--decode-context-parallel-size", dcps[i],
                            "--dcp-comm-backend", backends[i], "--cp-kv-cache-interleave-size", interleaves[i],
                            "--devices", i >= 3 ? "0,0,0,0,0,0,0,0" : "0", NULL};
@@ -132,7 +133,10 @@ static void test_prompt_same_text(void **state)
         assert_non_null(strstr(r.err, "tokens/s"));
         if (!first) {
             first = strdup(r.out);
-            assert_true(strlen(first) > 100);
+            /* the story of the greedy reference ids (tests/data/README.md) */
+            static const char story[] = "Once upon a time, there was a little girl named Lily. She loved to play "
+                                        "outside in the park. One day, she saw a big, red ball.";
+            if (strncmp(first, story, strlen(story))) fail_msg("TP 1 text is not the reference story: %s", first);
         } else if (strcmp(first, r.out)) {
             fail_msg("prefill chunk %s TP %s DCP %s %s gives\n%s\ninstead of\n%s", chunks[i], tps[i], dcps[i],
                      backends[i], r.out, first);
@@ -168,6 +172,21 @@ static void test_generated_model(void **state)
     assert_non_null(strstr(r.err, "generated test model"));
     assert_non_null(strstr(r.out, "\"generated_tokens\": 8"));
     done(&r);
+    /* The generated model's text is noise, often byte tokens that do not form characters: printed,
+     * it is still valid UTF-8 (U+FFFD for such bytes), sampled or greedy, at TP 8 / DCP 2 as
+     * scripts/setup.sh ran it before; an ill-formed prompt is echoed the same way. */
+    static const char *const temps[] = {"0", "1.5"};
+    for (int i = 0; i < 2; i++) {
+        const char *b[] = {"-p", "\xff\xe2\x82 tale", "-n", "96", "--temp", temps[i], "--seed", "3",
+                           "--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", "--devices",
+                           "0,0,0,0,0,0,0,0", NULL};
+        r = run_app(b);
+        if (r.code) fail_msg("exit %d: %s", r.code, r.err);
+        if (!dcp_test_valid_utf8(r.out, strlen(r.out))) fail_msg("--temp %s: output is not valid UTF-8", temps[i]);
+        if (strncmp(r.out, "\xef\xbf\xbd\xef\xbf\xbd tale", 11))
+            fail_msg("the prompt is not echoed as U+FFFD U+FFFD \" tale\": %s", r.out);
+        done(&r);
+    }
 }
 
 int main(int argc, char **argv)

@@ -51,7 +51,7 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
-static const char *stories(void) { return dcp_test_shared_path("models/stories260K.gguf"); }
+static const char *stories(void) { return dcp_test_data_path("stories260K.gguf"); }
 
 static void test_same_text(void **state)
 {

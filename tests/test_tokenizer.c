@@ -14,7 +14,7 @@ static dcp_tokenizer *load(const char *rel, dcp_gguf **gout)
 {
     dcp_gguf *g;
     dcp_tokenizer *t;
-    if (dcp_gguf_open(dcp_test_shared_path(rel), &g) != DCP_OK) fail_msg("%s", dcp_last_error());
+    if (dcp_gguf_open(dcp_test_data_path(rel), &g) != DCP_OK) fail_msg("%s", dcp_last_error());
     if (dcp_tokenizer_create(g, &t) != DCP_OK) fail_msg("%s", dcp_last_error());
     if (gout) *gout = g;
     else dcp_gguf_close(g);
@@ -26,11 +26,11 @@ static int run_vectors(const char *vocab)
 {
     char rel[256];
     size_t n_inp, n_out;
-    snprintf(rel, sizeof rel, "models/%s.inp", vocab);
-    char *inp = dcp_test_read_file(dcp_test_shared_path(rel), &n_inp);
-    snprintf(rel, sizeof rel, "models/%s.out", vocab);
-    char *out = dcp_test_read_file(dcp_test_shared_path(rel), &n_out);
-    snprintf(rel, sizeof rel, "models/%s", vocab);
+    snprintf(rel, sizeof rel, "%s.inp", vocab);
+    char *inp = dcp_test_read_file(dcp_test_data_path(rel), &n_inp);
+    snprintf(rel, sizeof rel, "%s.out", vocab);
+    char *out = dcp_test_read_file(dcp_test_data_path(rel), &n_out);
+    snprintf(rel, sizeof rel, "%s", vocab);
     dcp_tokenizer *t = load(rel, NULL);
     static const char sep[] = "\n__ggml_vocab_test__\n";
     char *p = inp, *line = out;
@@ -89,14 +89,18 @@ static void test_deepseek_vectors(void **state)
 static void test_vocab_properties(void **state)
 {
     (void)state;
-    dcp_tokenizer *t = load("models/ggml-vocab-phi-3.gguf", NULL);
+    dcp_tokenizer *t = load("ggml-vocab-phi-3.gguf", NULL);
     assert_int_equal(dcp_tokenizer_get_kind(t), DCP_TOKENIZER_SPM);
     assert_int_equal(dcp_tokenizer_n_vocab(t), 32064);
     assert_int_equal(dcp_tokenizer_bos(t), 1);
     assert_int_equal(dcp_tokenizer_eos(t), 32000);
     assert_true(dcp_tokenizer_wants_bos(t));
-    assert_int_equal(dcp_tokenizer_token_type(t, 2), DCP_TOKEN_USER_DEFINED);
-    /* control tokens are text unless parse_special; </s> is user-defined: always matched */
+    /* "</s>" (2) is stored as USER_DEFINED in this file, but it is a well-known end-of-text
+     * spelling, so it counts as a control token, as in llama.cpp; "<|end|>" (32007) was CONTROL. */
+    assert_int_equal(dcp_tokenizer_token_type(t, 2), DCP_TOKEN_CONTROL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 32007), DCP_TOKEN_CONTROL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 29879), DCP_TOKEN_NORMAL);
+    /* control tokens are text unless parse_special */
     const char *s = "<|endoftext|>x</s>";
     int32_t *ids;
     size_t n;
@@ -108,23 +112,50 @@ static void test_vocab_properties(void **state)
     free(ids);
     assert_int_equal(dcp_tokenizer_encode(t, s, strlen(s), 0, &ids, &n), DCP_OK);
     assert_true(n > 4);
-    assert_int_not_equal(ids[0], 32000);
-    assert_int_equal(ids[n - 1], 2);
+    for (size_t i = 0; i < n; i++) assert_true(ids[i] != 32000 && ids[i] != 2);
+    free(ids);
+    /* "a </s>" as llama.cpp tokenizes it with special parsing off. Where the expectation comes from:
+     * llama.cpp's SentencePiece algorithm worked through by hand over this vocabulary (checked with
+     * a throwaway script that reproduces all 46 vectors of ggml-vocab-phi-3.gguf.out). "</s>" is a
+     * control token, so the whole text is one fragment, "▁a▁</s>" with the prefixed space; of its
+     * adjacent pairs only these are tokens: "▁a" (263, score -4), "▁<" (529, -270), "</" (829,
+     * -570). Highest score first: "▁a", then "▁<", then "▁<" + "/" = "▁</" (1533, -1274), which
+     * outranks nothing left: "▁</s", "/s" and "s>" are not tokens. So: ▁a ▁</ s > = 263 1533 29879
+     * 29958. With special parsing on, "</s>" is split off first: "a " -> ▁a ▁ (263 29871), then 2. */
+    static const int32_t text_ids[] = {263, 1533, 29879, 29958}, special_ids[] = {263, 29871, 2};
+    assert_int_equal(dcp_tokenizer_encode(t, "a </s>", 6, 0, &ids, &n), DCP_OK);
+    assert_int_equal(n, 4);
+    assert_memory_equal(ids, text_ids, sizeof text_ids);
+    free(ids);
+    assert_int_equal(dcp_tokenizer_encode(t, "a </s>", 6, DCP_TOKENIZE_PARSE_SPECIAL, &ids, &n), DCP_OK);
+    assert_int_equal(n, 3);
+    assert_memory_equal(ids, special_ids, sizeof special_ids);
+    /* a control token is hidden when decoding unless asked for */
+    char *text;
+    assert_int_equal(dcp_tokenizer_decode(t, ids, n, 0, &text, NULL), DCP_OK);
+    assert_string_equal(text, "a ");
+    free(text);
+    assert_int_equal(dcp_tokenizer_decode(t, ids, n, DCP_DECODE_SPECIAL, &text, NULL), DCP_OK);
+    assert_string_equal(text, "a </s>");
+    free(text);
     free(ids);
     dcp_tokenizer_destroy(t);
 
-    t = load("models/ggml-vocab-deepseek-llm.gguf", NULL);
+    t = load("ggml-vocab-deepseek-llm.gguf", NULL);
     assert_int_equal(dcp_tokenizer_get_kind(t), DCP_TOKENIZER_BPE);
     assert_string_equal(dcp_tokenizer_pre(t), "deepseek-llm");
     assert_int_equal(dcp_tokenizer_n_vocab(t), 102400);
     assert_int_equal(dcp_tokenizer_bos(t), 100000);
     assert_int_equal(dcp_tokenizer_eos(t), 100001);
+    /* none of this vocabulary's tokens is a well-known control spelling: types as stored */
+    assert_int_equal(dcp_tokenizer_token_type(t, 100001), DCP_TOKEN_CONTROL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 100002), DCP_TOKEN_USER_DEFINED);
+    assert_int_equal(dcp_tokenizer_token_type(t, 1), DCP_TOKEN_NORMAL);
     assert_int_equal(dcp_tokenizer_encode(t, "", 0, DCP_TOKENIZE_ADD_BOS | DCP_TOKENIZE_ADD_EOS, &ids, &n), DCP_OK);
     assert_int_equal(n, 2);
     assert_int_equal(ids[0], 100000);
     assert_int_equal(ids[1], 100001);
     /* special tokens are hidden unless asked for */
-    char *text;
     assert_int_equal(dcp_tokenizer_decode(t, ids, n, 0, &text, NULL), DCP_OK);
     assert_string_equal(text, "");
     free(text);
@@ -155,10 +186,12 @@ static const int32_t stories_ref[] = {
 static void test_stories_vocab(void **state)
 {
     (void)state;
-    dcp_tokenizer *t = load("models/stories260K.gguf", NULL);
+    dcp_tokenizer *t = load("stories260K.gguf", NULL);
     assert_int_equal(dcp_tokenizer_n_vocab(t), 512);
     assert_int_equal(dcp_tokenizer_bos(t), 1);
     assert_int_equal(dcp_tokenizer_eos(t), 2);
+    assert_int_equal(dcp_tokenizer_token_type(t, 2), DCP_TOKEN_CONTROL); /* stored CONTROL already */
+    assert_int_equal(dcp_tokenizer_token_type(t, 3), DCP_TOKEN_BYTE);
     int32_t *ids;
     size_t n;
     const char *s = "Once upon a time";
@@ -201,7 +234,7 @@ static void test_stories_vocab(void **state)
 static void test_stream_utf8(void **state)
 {
     (void)state;
-    dcp_tokenizer *t = load("models/stories260K.gguf", NULL);
+    dcp_tokenizer *t = load("stories260K.gguf", NULL);
     /* "é€😀" as byte tokens, with an ASCII word between, and a broken sequence at the end */
     const int32_t ids[] = {1, 3 + 0xc3, 3 + 0xa9, 403, 3 + 0xe2, 3 + 0x82, 3 + 0xac,
                            3 + 0xf0, 3 + 0x9f, 3 + 0x98, 3 + 0x80, 3 + 0xe2, 3 + 0x82};
@@ -244,7 +277,7 @@ static void test_stream_utf8(void **state)
     dcp_tokenizer_destroy(t);
 
     /* byte-level BPE: an emoji split over several tokens streams as one character */
-    t = load("models/ggml-vocab-deepseek-llm.gguf", NULL);
+    t = load("ggml-vocab-deepseek-llm.gguf", NULL);
     const char *s = "a\xf0\x9f\x9a\x80\xe4\xbd\xa0\xe5\xa5\xbd \xd0\x9f";
     int32_t *e;
     size_t ne;
@@ -355,6 +388,86 @@ static void test_bpe_pretokenizers(void **state)
     (void)HELL, (void)GW, (void)N12;
 }
 
+/* An SPM vocabulary of the given tokens and stored types (scores 0). */
+static dcp_tokenizer *small_spm(const char *const *toks, const int32_t *types, size_t n)
+{
+    dcp_gguf_writer *w;
+    assert_int_equal(dcp_gguf_writer_create(32, &w), DCP_OK);
+    assert_int_equal(dcp_gguf_writer_set_string(w, "tokenizer.ggml.model", "llama", 5), DCP_OK);
+    assert_int_equal(dcp_gguf_writer_set_string_array(w, "tokenizer.ggml.tokens", toks, NULL, n), DCP_OK);
+    assert_int_equal(dcp_gguf_writer_set_array(w, "tokenizer.ggml.token_type", DCP_GGUF_TYPE_INT32, types, n), DCP_OK);
+    size_t bytes;
+    uint8_t *p = tg_writer_bytes(w, &bytes);
+    dcp_gguf_writer_destroy(w);
+    dcp_gguf *g;
+    assert_int_equal(dcp_gguf_open_memory(p, bytes, "small-spm", &g), DCP_OK);
+    dcp_tokenizer *t;
+    if (dcp_tokenizer_create(g, &t) != DCP_OK) fail_msg("%s", dcp_last_error());
+    dcp_gguf_close(g);
+    free(p);
+    return t;
+}
+
+/* Tokens that llama.cpp recognises by their text at load (end of generation, fill in the middle)
+ * are control tokens whatever type the file stores, except "<|end|>" in vocabularies that also
+ * have "<|return|>" and "<|call|>" (a user-defined token there) and "</s>" in vocabularies with
+ * "<|tool_response>" (a normal one there). The expectations restate those rules of llama.cpp's
+ * vocabulary loader (src/llama-vocab.cpp, its end-of-generation and FIM token detection). */
+static void test_control_overrides(void **state)
+{
+    (void)state;
+    enum { N = 1, U = 2, C = 3, UD = 4 };
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "<|im_end|>", "<|fim_prefix|>", "<|end|>",
+                                       "<end_of_turn>", "<|endoftext|>x", "\xe2\x96\x81", "<", "|"};
+    static const int32_t types[] = {U, C, UD, N, UD, UD, N, UD, N, N, N};
+    static const dcp_token_type want[] = {DCP_TOKEN_UNKNOWN, DCP_TOKEN_CONTROL, DCP_TOKEN_CONTROL, DCP_TOKEN_CONTROL,
+                                          DCP_TOKEN_CONTROL, DCP_TOKEN_CONTROL, DCP_TOKEN_CONTROL,
+                                          DCP_TOKEN_USER_DEFINED, DCP_TOKEN_NORMAL, DCP_TOKEN_NORMAL, DCP_TOKEN_NORMAL};
+    dcp_tokenizer *t = small_spm(toks, types, 11);
+    for (int32_t i = 0; i < 11; i++)
+        if (dcp_tokenizer_token_type(t, i) != want[i])
+            fail_msg("token %d '%s': type %d, want %d", i, toks[i], dcp_tokenizer_token_type(t, i), want[i]);
+    /* "<|im_end|>" (stored NORMAL) is matched only with special parsing; "<|endoftext|>x" is not one
+     * of the spellings (its own user-defined type stands): always matched */
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(dcp_tokenizer_encode(t, "<|im_end|>", 10, DCP_TOKENIZE_PARSE_SPECIAL, &ids, &n), DCP_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 3);
+    free(ids);
+    assert_int_equal(dcp_tokenizer_encode(t, "<|im_end|>", 10, 0, &ids, &n), DCP_OK);
+    assert_true(n > 1);
+    for (size_t i = 0; i < n; i++) assert_int_not_equal(ids[i], 3);
+    free(ids);
+    assert_int_equal(dcp_tokenizer_encode(t, "<|endoftext|>x", 14, 0, &ids, &n), DCP_OK);
+    assert_int_equal(n, 1); /* the user-defined token; no raw text is left to prefix a space to */
+    assert_int_equal(ids[0], 7);
+    free(ids);
+    dcp_tokenizer_destroy(t);
+
+    /* the two exceptions: they hold even where the file says CONTROL */
+    static const char *const toks2[] = {"<unk>", "</s>", "<|end|>", "<|return|>", "<|call|>", "<|tool_response>"};
+    static const int32_t types2[] = {U, C, C, N, N, N};
+    t = small_spm(toks2, types2, 6);
+    assert_int_equal(dcp_tokenizer_token_type(t, 1), DCP_TOKEN_NORMAL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 2), DCP_TOKEN_USER_DEFINED);
+    assert_int_equal(dcp_tokenizer_token_type(t, 3), DCP_TOKEN_CONTROL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 4), DCP_TOKEN_CONTROL);
+    assert_int_equal(dcp_tokenizer_token_type(t, 5), DCP_TOKEN_CONTROL);
+    dcp_tokenizer_destroy(t);
+    static const char *const toks3[] = {"<unk>", "<|end|>", "<|calls|>", "<|flush|>"};
+    static const int32_t types3[] = {U, N, N, N};
+    t = small_spm(toks3, types3, 4);
+    assert_int_equal(dcp_tokenizer_token_type(t, 1), DCP_TOKEN_USER_DEFINED);
+    assert_int_equal(dcp_tokenizer_token_type(t, 2), DCP_TOKEN_CONTROL);
+    dcp_tokenizer_destroy(t);
+    /* without the companions "<|end|>" is a control token */
+    static const char *const toks4[] = {"<unk>", "<|end|>", "<|return|>"};
+    t = small_spm(toks4, types3, 3);
+    assert_int_equal(dcp_tokenizer_token_type(t, 1), DCP_TOKEN_CONTROL);
+    dcp_tokenizer_destroy(t);
+}
+
 static void test_tokenizer_errors(void **state)
 {
     (void)state;
@@ -401,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_stories_vocab),
         cmocka_unit_test(test_stream_utf8),
         cmocka_unit_test(test_bpe_pretokenizers),
+        cmocka_unit_test(test_control_overrides),
         cmocka_unit_test(test_tokenizer_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

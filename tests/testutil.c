@@ -6,11 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-const char *dcp_test_shared_path(const char *relative)
+#include "common/splitmix.h"
+
+const char *dcp_test_data_path(const char *name)
 {
     static char buf[4096];
-    const char *dir = getenv("DCP_SHARED_DIR");
-    snprintf(buf, sizeof buf, "%s/%s", dir && *dir ? dir : "../shared", relative);
+    snprintf(buf, sizeof buf, "%s/%s", DCP_TEST_DATA_DIR, name);
     return buf;
 }
 
@@ -30,13 +31,26 @@ char *dcp_test_read_file(const char *path, size_t *size_out)
     return buf;
 }
 
-uint64_t dcp_test_rng_next(dcp_test_rng *rng)
+int dcp_test_valid_utf8(const char *s, size_t n)
 {
-    uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        if (!len || i + len > n) return 0;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+        for (size_t k = 1; k < len; k++) {
+            if ((u[i + k] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (u[i + k] & 0x3f);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        i += len;
+    }
+    return 1;
 }
+
+uint64_t dcp_test_rng_next(dcp_test_rng *rng) { return dcp_splitmix64_next(&rng->state); }
 
 float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi)
 {

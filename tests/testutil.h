@@ -1,4 +1,4 @@
-/* Shared helpers for the CMocka tests: paths to ../shared, deterministic random data. */
+/* Shared helpers for the CMocka tests: paths to tests/data, child processes, deterministic random data. */
 #ifndef DCP_TESTUTIL_H
 #define DCP_TESTUTIL_H
 
@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-/* Path of a file under the shared folder (DCP_SHARED_DIR, set by CTest; default ../shared).
- * Returns a pointer to a static buffer. */
-const char *dcp_test_shared_path(const char *relative);
+/* Path of a file of tests/data/ (tests/data/README.md lists them; DCP_TEST_DATA_DIR is set by
+ * tests/CMakeLists.txt to that folder of the source tree). Returns a pointer to a static buffer. */
+const char *dcp_test_data_path(const char *name);
 
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); fails the test if it cannot. */
 char *dcp_test_read_file(const char *path, size_t *size_out);
@@ -25,7 +25,11 @@ typedef struct dcp_test_result {
 dcp_test_result dcp_test_spawn(const char *const *argv);
 void dcp_test_result_free(dcp_test_result *r);
 
-/* SplitMix64: deterministic random numbers for test data. */
+/* 1 if s[0, n) is well-formed UTF-8: decoded code point by code point, no overlong forms, no
+ * surrogates, nothing above U+10FFFF (written independently of src/common/utf8.c). */
+int dcp_test_valid_utf8(const char *s, size_t n);
+
+/* Deterministic random numbers for test data: SplitMix64 (src/common/splitmix.h). */
 typedef struct dcp_test_rng {
     uint64_t state;
 } dcp_test_rng;

@@ -17,7 +17,7 @@
 typedef struct attn_opts {
     uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters;
     dcp_dtype dtype;
-    int verify, json;
+    bool verify, json;
     const char *devices;
     dcp_bench_dcp_opts dcp; /* --dcp and its options (apps/bench/attn_dcp.c) */
     dcp_bench_mla_opts mla; /* --mla and its options (apps/bench/attn_mla.c) */
@@ -58,7 +58,7 @@ static int parse(int argc, char **argv, attn_opts *o)
 {
     static const char *const dtypes[] = {"f32", "f16", NULL};
     const char *p = "dcp-vk-bench attn";
-    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, 0, 0, NULL, {0}, {0}, 0};
+    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, false, false, NULL, {0}, {0}, 0};
     o->dcp.interleave = 1;
     o->mla.kv_lora = 512;
     o->mla.rope = 64;
@@ -84,7 +84,7 @@ static int parse(int argc, char **argv, attn_opts *o)
             ok = k >= 0;
             if (ok) o->dtype = (dcp_dtype)k;
         } else if (strcmp(a, "--devices") == 0) ok = (o->devices = dcp_cli_value(p, argc, argv, &i)) != NULL;
-        else if (strcmp(a, "--verify") == 0) o->verify = 1;
+        else if (strcmp(a, "--verify") == 0) o->verify = true;
         U32("--dcp", dcp.dcp, 1, 64);
         U32("--interleave", dcp.interleave, 1, 4096);
         else if (strcmp(a, "--backend") == 0) {
@@ -97,7 +97,7 @@ static int parse(int argc, char **argv, attn_opts *o)
             int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, transports) : -1;
             ok = k >= 0;
             if (ok) o->dcp.transport = k; /* dcp_transport order */
-        } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = 1;
+        } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = true;
         else if (strcmp(a, "--mla") == 0) o->mla.mla = 1;
         U32("--kv-lora", mla.kv_lora, 4, 1020);
         U32("--rope", mla.rope, 4, 1020);
@@ -109,7 +109,7 @@ static int parse(int argc, char **argv, attn_opts *o)
             if (ok) o->mla.scale = (float)x;
             else if (v) fprintf(stderr, "%s: --scale '%s' is not a positive number\n", p, v);
         }
-        else if (strcmp(a, "--json") == 0) o->json = 1;
+        else if (strcmp(a, "--json") == 0) o->json = true;
         else {
             fprintf(stderr, "%s: unknown option '%s' (see --help)\n", p, a);
             ok = 0;

@@ -2,6 +2,7 @@
 #ifndef DCP_BENCH_H
 #define DCP_BENCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/vk.h"
@@ -9,6 +10,9 @@
 int dcp_bench_attn(int argc, char **argv);
 /* dcp-vk-bench capacity (apps/bench/capacity.c): longest context in a KV budget, plain TP vs DCP. */
 int dcp_bench_capacity(int argc, char **argv);
+/* dcp-vk-bench matmul (apps/bench/matmul.c): weight read rate of each weight type at several batch
+ * sizes against the same device's yardsticks. */
+int dcp_bench_matmul(int argc, char **argv);
 
 /* dcp-vk-bench attn --dcp N (apps/bench/attn_dcp.c): the DCP attention step over N devices in one
  * process, or under mpiexec -n P with P x (devices per process) = N. */
@@ -17,10 +21,10 @@ typedef struct dcp_bench_dcp_opts {
     int backend;             /* dcp_cp_backend: 0 a2a, 1 ag_rs */
     uint32_t interleave;     /* I, divides the page size */
     int transport;           /* dcp_transport (in-process part) */
-    int q_replicate;         /* 1: every rank gets the full Q, no gather */
+    bool q_replicate;        /* every rank gets the full Q, no gather */
     uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters; /* as in attn; q_heads: after the gather */
     int dtype;               /* dcp_dtype of the KV cache */
-    int verify, json;
+    bool verify, json;
     const char *devices;
 } dcp_bench_dcp_opts;
 

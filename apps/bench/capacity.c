@@ -45,7 +45,7 @@ static dcp_status longest(const cap_opts *o, uint32_t heads, uint32_t n, uint32_
     c.interleave = o->interleave;
     c.max_seqs = 1;
     c.max_blocks = pages + 1;
-    c.host_only = 1;
+    c.host_only = true;
     dcp_device **none = calloc(n, sizeof *none);
     dcp_kv_cache *cache = NULL;
     dcp_status st = dcp_kv_cache_create(none, n, &c, &cache);

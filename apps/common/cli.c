@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 int dcp_cli_u32(const char *prog, const char *name, const char *value, uint32_t min, uint32_t max,
                 uint32_t *out)
 {
@@ -57,11 +59,23 @@ void dcp_cli_report(const char *prog, const char *what, dcp_status st)
     fprintf(stderr, "%s: %s: %s: %s\n", prog, what, dcp_status_string(st), dcp_last_error());
 }
 
-void dcp_cli_json_string(FILE *f, const char *s, size_t n)
+/* Streams s through the UTF-8 sanitizer in pieces of bounded size, handing each sanitized piece
+ * to put (which writes it to f). */
+static void sanitized(FILE *f, const char *s, size_t n, void (*put)(FILE *f, const char *p, size_t n))
 {
-    fputc('"', f);
+    enum { PIECE = 256 };
+    char buf[DCP_UTF8_OUT_MAX(PIECE)];
+    dcp_utf8_stream u = DCP_UTF8_STREAM_INIT;
+    for (size_t i = 0; i < n; i += PIECE) put(f, buf, dcp_utf8_push(&u, s + i, n - i < PIECE ? n - i : PIECE, buf));
+    put(f, buf, dcp_utf8_flush(&u, buf));
+}
+
+static void put_raw(FILE *f, const char *p, size_t n) { fwrite(p, 1, n, f); }
+
+static void put_json_escaped(FILE *f, const char *p, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
+        unsigned char c = (unsigned char)p[i];
         if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
         else if (c == '\n') fputs("\\n", f);
         else if (c == '\t') fputs("\\t", f);
@@ -69,5 +83,33 @@ void dcp_cli_json_string(FILE *f, const char *s, size_t n)
         else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
         else fputc(c, f);
     }
+}
+
+void dcp_cli_json_string(FILE *f, const char *s, size_t n)
+{
     fputc('"', f);
+    sanitized(f, s, n, put_json_escaped);
+    fputc('"', f);
+}
+
+void dcp_cli_put_text(FILE *f, const char *s, size_t n) { sanitized(f, s, n, put_raw); }
+
+bool dcp_cli_mpi_launched(int *size)
+{
+    static const char *const rank_vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", NULL};
+    static const char *const size_vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
+    bool launched = false;
+    for (int i = 0; rank_vars[i] && !launched; i++) {
+        const char *v = getenv(rank_vars[i]);
+        launched = v && *v;
+    }
+    *size = 1;
+    for (int i = 0; size_vars[i]; i++) {
+        const char *v = getenv(size_vars[i]);
+        if (v && *v) {
+            *size = atoi(v);
+            break;
+        }
+    }
+    return launched;
 }

@@ -30,10 +30,10 @@ static int parse_u64(const char *prog, const char *name, const char *v, uint64_t
     if (!*v || *end || errno || v[0] == '-' || x < min || x > max) {
         fprintf(diag(), "%s: option %s: '%s' is not an integer in [%llu, %llu]\n", prog, name, v,
                 (unsigned long long)min, (unsigned long long)max);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     *out = x;
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 static int parse_u32(const char *prog, const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out)
@@ -51,10 +51,10 @@ static int parse_f32(const char *prog, const char *name, const char *v, float mi
     float x = strtof(v, &end);
     if (!*v || *end || errno || !(x >= min && x <= max)) {
         fprintf(diag(), "%s: option %s: '%s' is not a number in [%g, %g]\n", prog, name, v, min, max);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     *out = x;
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 void run_print_help(const char *prog)
@@ -109,8 +109,8 @@ int run_parse(int argc, char **argv, run_options *o)
     const char *prog = argv[0];
     *o = (run_options){.model = NULL, .prompt = "Once upon a time", .n_predict = 64, .temp = 0.8f, .top_k = 40,
                        .top_p = 0.95f, .seed = 0, .ctx = 0, .tp = 1, .dcp = 1, .backend = "a2a", .interleave = 1,
-                       .q_replicate = 0, .block_size = 16, .kv_dtype = "f16", .prefill_chunk = 128,
-                       .devices = NULL, .json = 0, .help = 0};
+                       .q_replicate = false, .block_size = 16, .kv_dtype = "f16", .prefill_chunk = 128,
+                       .devices = NULL, .json = false, .help = false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define IS(s) (strcmp(a, s) == 0)
@@ -120,11 +120,11 @@ int run_parse(int argc, char **argv, run_options *o)
         const char *v;
         int r = 0;
         if (IS("-h") || IS("--help")) {
-            o->help = 1;
+            o->help = true;
         } else if (IS("--json")) {
-            o->json = 1;
+            o->json = true;
         } else if (IS("--dcp-q-replicate")) {
-            o->q_replicate = 1;
+            o->q_replicate = true;
         } else {
             static const char *const with_value[] = {
                 "-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--temp", "--top-k", "--top-p", "--seed",
@@ -135,9 +135,9 @@ int run_parse(int argc, char **argv, run_options *o)
             for (int k = 0; with_value[k]; k++) known |= IS(with_value[k]);
             if (!known) {
                 fprintf(diag(), "%s: unknown option '%s' (see --help)\n", prog, a);
-                return RUN_EXIT_USAGE;
+                return DCP_EXIT_USAGE;
             }
-            if (!(v = VALUE())) return RUN_EXIT_USAGE;
+            if (!(v = VALUE())) return DCP_EXIT_USAGE;
             if (IS("-m") || IS("--model")) o->model = v;
             else if (IS("-p") || IS("--prompt")) o->prompt = v;
             else if (IS("-n") || IS("--n-predict")) r = parse_u32(prog, a, v, 0, 1u << 24, &o->n_predict);
@@ -147,7 +147,7 @@ int run_parse(int argc, char **argv, run_options *o)
                 r = parse_f32(prog, a, v, 0.0f, 1.0f, &o->top_p);
                 if (!r && o->top_p <= 0.0f) {
                     fprintf(diag(), "%s: option --top-p: %s must be in (0, 1]\n", prog, v);
-                    r = RUN_EXIT_USAGE;
+                    r = DCP_EXIT_USAGE;
                 }
             } else if (IS("--seed")) r = parse_u64(prog, a, v, 0, UINT64_MAX, &o->seed);
             else if (IS("-c") || IS("--ctx-size")) r = parse_u32(prog, a, v, 0, 1u << 24, &o->ctx);
@@ -157,7 +157,7 @@ int run_parse(int argc, char **argv, run_options *o)
                 o->backend = v;
                 if (strcmp(v, "a2a") && strcmp(v, "ag_rs")) {
                     fprintf(diag(), "%s: option --dcp-comm-backend: '%s' is not one of a2a, ag_rs\n", prog, v);
-                    r = RUN_EXIT_USAGE;
+                    r = DCP_EXIT_USAGE;
                 }
             } else if (IS("--cp-kv-cache-interleave-size")) r = parse_u32(prog, a, v, 1, 1u << 20, &o->interleave);
             else if (IS("--block-size")) r = parse_u32(prog, a, v, 1, 1u << 16, &o->block_size);
@@ -165,26 +165,26 @@ int run_parse(int argc, char **argv, run_options *o)
                 o->kv_dtype = v;
                 if (strcmp(v, "f16") && strcmp(v, "f32")) {
                     fprintf(diag(), "%s: option --kv-dtype: '%s' is not one of f16, f32\n", prog, v);
-                    r = RUN_EXIT_USAGE;
+                    r = DCP_EXIT_USAGE;
                 }
             } else if (IS("--prefill-chunk")) r = parse_u32(prog, a, v, 1, 4096, &o->prefill_chunk);
             else if (IS("--devices")) o->devices = v;
             else {
                 fprintf(diag(), "%s: unknown option '%s' (see --help)\n", prog, a);
-                return RUN_EXIT_USAGE;
+                return DCP_EXIT_USAGE;
             }
         }
         if (r) return r;
 #undef IS
 #undef VALUE
     }
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 /* vLLM's rules for TP alone: the query heads split evenly, the KV heads split or replicate. */
 static int tp_ok(uint32_t t, uint32_t hq, uint32_t hkv) { return hq % t == 0 && (hkv % t == 0 || t % hkv == 0); }
 
-/* DESIGN.md section 5: T % N == 0 and, for N > 1, N <= T / Hkv (so T > Hkv) and (Hq / Hkv) % N == 0. */
+/* docs/design.md section 7: T % N == 0 and, for N > 1, N <= T / Hkv (so T > Hkv) and (Hq / Hkv) % N == 0. */
 static int dcp_ok(uint32_t t, uint32_t n, uint32_t hq, uint32_t hkv)
 {
     if (t % n) return 0;
@@ -212,31 +212,31 @@ int run_validate(const run_options *o, uint32_t hq, uint32_t hkv, const char *pr
         fprintf(diag(),
                 "%s: --cp-kv-cache-interleave-size %u must divide --block-size %u (and be at most it)\n",
                 prog, o->interleave, o->block_size);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     if (!tp_ok(t, hq, hkv)) {
         fprintf(diag(), "%s: --tensor-parallel-size %u: the %u query heads must divide by it and the %u KV "
                         "heads must divide by it or divide it\n", prog, t, hq, hkv);
         print_allowed(hq, hkv);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     if (t % n) {
         fprintf(diag(), "%s: --decode-context-parallel-size %u must divide --tensor-parallel-size %u "
                         "(DCP groups are runs of TP ranks)\n", prog, n, t);
         print_allowed(hq, hkv);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     if (n > 1 && t / hkv < n) {
         fprintf(diag(), "%s: --decode-context-parallel-size %u exceeds TP / KV heads = %u / %u = %u: the ranks "
                         "of a DCP group must hold the same KV heads\n", prog, n, t, hkv, t / hkv);
         print_allowed(hq, hkv);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     if (n > 1 && (hq / hkv) % n) {
         fprintf(diag(), "%s: --decode-context-parallel-size %u must divide the %u query heads per KV head\n", prog,
                 n, hq / hkv);
         print_allowed(hq, hkv);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
-    return 0;
+    return DCP_EXIT_OK;
 }

@@ -2,11 +2,13 @@
 #ifndef DCP_APPS_RUN_H
 #define DCP_APPS_RUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Exit codes: 0 ok, 1 runtime failure (device, model file, generation), 2 usage or configuration. */
-enum { RUN_EXIT_OK = 0, RUN_EXIT_RUNTIME = 1, RUN_EXIT_USAGE = 2 };
+#include "common/cli.h"
+
+/* Exit codes: dcp_exit_code of apps/common/cli.h. */
 
 typedef struct run_options {
     const char *model;        /* -m: GGUF path; NULL: the project's generated test model */
@@ -21,21 +23,21 @@ typedef struct run_options {
     uint32_t dcp;             /* --decode-context-parallel-size (default 1) */
     const char *backend;      /* --dcp-comm-backend a2a|ag_rs (default a2a) */
     uint32_t interleave;      /* --cp-kv-cache-interleave-size (default 1) */
-    int q_replicate;          /* --dcp-q-replicate (default off) */
+    bool q_replicate;         /* --dcp-q-replicate (default off) */
     uint32_t block_size;      /* --block-size (default 16) */
     const char *kv_dtype;     /* --kv-dtype f16|f32 (default f16) */
     uint32_t prefill_chunk;   /* --prefill-chunk (default 128) */
     const char *devices;      /* --devices (default $DCP_VK_DEVICES, else every device) */
-    int json;                 /* --json */
-    int help;                 /* --help */
+    bool json;                /* --json */
+    bool help;                /* --help */
 } run_options;
 
-/* Fills defaults, parses argv. Returns 0, or RUN_EXIT_USAGE after printing why to stderr. */
+/* Fills defaults, parses argv. Returns 0, or DCP_EXIT_USAGE after printing why to stderr. */
 int run_parse(int argc, char **argv, run_options *o);
 void run_print_help(const char *prog);
 
-/* Checks the TP / DCP / KV options against the model (vLLM's rules, DESIGN.md section 5). Returns
- * 0, or RUN_EXIT_USAGE after printing which rule failed and which sizes this model allows. */
+/* Checks the TP / DCP / KV options against the model (vLLM's rules, docs/design.md section 7). Returns
+ * 0, or DCP_EXIT_USAGE after printing which rule failed and which sizes this model allows. */
 int run_validate(const run_options *o, uint32_t q_heads, uint32_t kv_heads, const char *prog);
 /* quiet 1: run_parse and run_validate print nothing (MPI processes other than 0); 0: to stderr. */
 void run_quiet(int quiet);
@@ -44,11 +46,11 @@ void run_quiet(int quiet);
 
 typedef struct run_world {
     int nproc, proc; /* MPI world size and this process's rank (1, 0 without a launcher) */
-    int mpi;         /* 1: MPI was started here (finalise at the end) */
+    bool mpi;        /* MPI was started here (finalise at the end) */
 } run_world;
 
-/* Starts MPI (dcp_mpi_init) when an MPI launcher started this process ($PMI_RANK, $PMIX_RANK or
- * $OMPI_COMM_WORLD_RANK set); else one process. Returns 0 or RUN_EXIT_RUNTIME after printing why. */
+/* Starts MPI (dcp_mpi_init) when an MPI launcher started this process (dcp_cli_mpi_launched);
+ * else one process. Returns 0 or DCP_EXIT_RUNTIME after printing why. */
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog);
 void run_world_finalize(const run_world *w);
 /* The largest rc over the processes (usage 2 beats runtime 1 beats ok 0): every process calls it at
@@ -56,11 +58,11 @@ void run_world_finalize(const run_world *w);
 int run_world_agree(const run_world *w, int rc);
 /* This process's TP ranks [*first, *first + *count) of tp: all with one process, else tp / nproc
  * each (tp must divide by nproc; with dcp > 1 a process holds whole DCP groups or an equal part of
- * one). Returns 0 or RUN_EXIT_USAGE (process 0 prints why). */
+ * one). Returns 0 or DCP_EXIT_USAGE (process 0 prints why). */
 int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *first, uint32_t *count,
                     const char *prog);
 /* The device list (e.g. "0,0") of this process's count ranks from a user list: one entry: every rank
- * on it; at least tp entries: entries [first, first + count). Returns 0 or RUN_EXIT_USAGE. */
+ * on it; at least tp entries: entries [first, first + count). Returns 0 or DCP_EXIT_USAGE. */
 int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
                       char *out, size_t cap, const char *prog);
 

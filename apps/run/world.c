@@ -1,50 +1,28 @@
 /* dcp-vk-run under an MPI launcher (`mpiexec -n P`): which process this is, the devices of its TP
  * ranks, and one exit code agreed by every process, so that none is left waiting in a collective. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "dcpvk/comm.h"
 #include "run/run.h"
 
-/* True when a launcher started this process: MPICH Hydra ($PMI_RANK), PMIx ($PMIX_RANK), Open MPI. */
-static int launched(void)
-{
-    static const char *const vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return 1;
-    }
-    return 0;
-}
-
-/* World size the launcher announces (1 if it says nothing). */
-static int launched_size(void)
-{
-    static const char *const vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return atoi(v);
-    }
-    return 1;
-}
-
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
-    *w = (run_world){1, 0, 0};
-    if (!launched()) return 0;
+    *w = (run_world){1, 0, false};
+    int announced;
+    if (!dcp_cli_mpi_launched(&announced)) return DCP_EXIT_OK;
     int rank = 0, size = 1;
     dcp_status st = dcp_mpi_init(argc, argv, &rank, &size);
-    if (st == DCP_ERR_UNSUPPORTED && launched_size() <= 1) return 0; /* built without MPI, mpiexec -n 1 */
+    if (st == DCP_ERR_UNSUPPORTED && announced <= 1) return DCP_EXIT_OK; /* built without MPI, mpiexec -n 1 */
     if (st != DCP_OK) {
         fprintf(stderr, "%s: started by an MPI launcher, but: %s: %s\n", prog, dcp_status_string(st),
                 dcp_last_error());
-        return RUN_EXIT_RUNTIME;
+        return DCP_EXIT_RUNTIME;
     }
     w->nproc = size;
     w->proc = rank;
-    w->mpi = 1;
-    return 0;
+    w->mpi = true;
+    return DCP_EXIT_OK;
 }
 
 void run_world_finalize(const run_world *w)
@@ -64,13 +42,13 @@ int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *fir
     const uint32_t P = (uint32_t)w->nproc;
     *first = 0;
     *count = tp;
-    if (P < 2) return 0;
+    if (P < 2) return DCP_EXIT_OK;
     if (tp % P) {
         if (w->proc == 0)
             fprintf(stderr, "%s: --tensor-parallel-size %u over %u MPI processes: every process holds the same "
                             "number of TP ranks, so the size must divide by the processes (mpiexec -n %u runs "
                             "one rank per process)\n", prog, tp, P, tp);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     *count = tp / P;
     *first = (uint32_t)w->proc * *count;
@@ -79,9 +57,9 @@ int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *fir
             fprintf(stderr, "%s: %u TP ranks per process with --decode-context-parallel-size %u: a process must "
                             "hold whole DCP groups or an equal part of one (%u must divide by %u or divide it)\n",
                     prog, *count, dcp, *count, dcp);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
-    return 0;
+    return DCP_EXIT_OK;
 }
 
 int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
@@ -108,7 +86,7 @@ int run_world_devices(const run_world *w, const char *list, uint32_t first, uint
             fprintf(stderr, "%s: the device list '%s' has %u entries: under mpiexec -n %d with "
                             "--tensor-parallel-size %u give one entry (every rank uses it) or %u (process k uses "
                             "entries [k %u, (k+1) %u))\n", prog, list, n, w->nproc, tp, tp, count, count);
-        return RUN_EXIT_USAGE;
+        return DCP_EXIT_USAGE;
     }
     size_t k = 0;
     out[0] = 0;
@@ -117,9 +95,9 @@ int run_world_devices(const run_world *w, const char *list, uint32_t first, uint
         int m = snprintf(out + k, cap - k, "%s%.*s", i ? "," : "", (int)len[j], e[j]);
         if (m < 0 || (size_t)m >= cap - k) {
             fprintf(stderr, "%s: device list too long\n", prog);
-            return RUN_EXIT_USAGE;
+            return DCP_EXIT_USAGE;
         }
         k += (size_t)m;
     }
-    return 0;
+    return DCP_EXIT_OK;
 }

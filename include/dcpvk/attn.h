@@ -28,7 +28,7 @@ typedef struct dcp_decode_config {
     uint32_t target_workgroups; /* parallelism the chunking aims at; 0 (default): by device type */
 } dcp_decode_config;
 
-#define DCP_DECODE_CONFIG_DEFAULT {0, 0, 0, 0.0f, 0, 0}
+#define DCP_DECODE_CONFIG_DEFAULT {.scale = 0.0f, .chunk_tokens = 0, .target_workgroups = 0}
 
 /* Creates a plan for decoding over pool (which must outlive the plan). Checks the shapes against
  * the pool and the device (shared memory, workgroup size). */
@@ -43,13 +43,22 @@ void dcp_decode_plan_destroy(dcp_decode_plan *plan);
  * chunking. On failure the plan keeps its previous state. */
 dcp_status dcp_decode_plan_set(dcp_decode_plan *plan, const uint32_t *lengths,
                                const uint32_t *block_tables);
+/* The same for the first `rows` (1 .. batch) rows only: the step decodes rows x q_heads queries,
+ * q, o and lse hold `rows` rows (lengths [rows], block_tables [rows][max_blocks]). */
+dcp_status dcp_decode_plan_set_rows(dcp_decode_plan *plan, uint32_t rows, const uint32_t *lengths,
+                                    const uint32_t *block_tables);
+/* Rows of the last set (the config's batch after dcp_decode_plan_set). */
+uint32_t dcp_decode_plan_rows(const dcp_decode_plan *plan);
+/* A value that changes whenever a recording of the plan would differ (rows, chunking, workspace
+ * reallocation): commands recorded once and replayed stay valid while it does not change. */
+uint64_t dcp_decode_plan_key(const dcp_decode_plan *plan);
 
 /* Split-KV chunks per sequence chosen by the last dcp_decode_plan_set, and their size in tokens. */
 uint32_t dcp_decode_plan_chunks(const dcp_decode_plan *plan);
 uint32_t dcp_decode_plan_chunk_tokens(const dcp_decode_plan *plan);
 
-/* Records the decode: q [batch][q_heads][head_dim] f32 at q_offset; writes o [batch][q_heads]
- * [head_dim] f32 and lse [batch][q_heads] f32. Buffers must be on the plan's device. When the
+/* Records the decode of the rows of the last set: q [rows][q_heads][head_dim] f32 at q_offset;
+ * writes o [rows][q_heads][head_dim] f32 and lse [rows][q_heads] f32. Buffers must be on the plan's device. When the
  * plan has several chunks it records the chunk pass, a barrier and the merge. The caller orders
  * writes of q before and reads of o/lse after with dcp_cmd_barrier. */
 dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *plan, dcp_buffer *q,

@@ -5,7 +5,7 @@
  * them all; under MPI (dcp_comm_init_mpi) each process holds the same number of consecutive ranks.
  * Collectives take one buffer per local rank: send[i] and recv[i] belong to local rank i's device.
  *
- * Transports (DESIGN.md section 6), chosen for the whole group:
+ * Transports (docs/design.md section 8), chosen for the whole group:
  *   devgroup  device-group peer copies (needs a Vulkan device group with peer memory; the context
  *             creates one VkDevice per device, so this always answers DCP_ERR_UNSUPPORTED today);
  *   hostmem   one host allocation imported into every device (VK_EXT_external_memory_host): each
@@ -55,7 +55,7 @@ typedef struct dcp_comm_config {
     uint64_t block_bytes;
 } dcp_comm_config;
 
-#define DCP_COMM_CONFIG_DEFAULT {DCP_TRANSPORT_AUTO, 65536}
+#define DCP_COMM_CONFIG_DEFAULT {.transport = DCP_TRANSPORT_AUTO, .block_bytes = 65536}
 
 /* A position in a device buffer: bytes from the start. */
 typedef struct dcp_comm_buf {

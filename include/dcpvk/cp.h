@@ -1,6 +1,6 @@
-/* The DCP attention step of one layer (DESIGN.md section 5): Q all-gather inside the DCP group (or
- * q_replicate), paged decode of all gathered heads over each rank's KV shard, then exchange and
- * exact merge with one of vLLM's two patterns:
+/* The DCP attention step of one layer (docs/design.md section 7): Q all-gather inside the DCP
+ * group (or q_replicate), paged decode of all gathered heads over each rank's KV shard, then
+ * exchange and exact merge with one of vLLM's two patterns:
  *   a2a    per destination rank, the O and LSE of its heads in one message; one all-to-all; the
  *          receiver merges its N partial states with the lse_merge shader;
  *   ag_rs  all-gather of the LSEs; cp_scale scales each rank's O by exp(LSE_r - LSE_global)
@@ -11,6 +11,7 @@
 #ifndef DCPVK_CP_H
 #define DCPVK_CP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/comm.h"
@@ -42,12 +43,13 @@ typedef struct dcp_cp_attn_config {
     uint32_t batch;        /* sequences per step (no default; >= 1) */
     uint32_t heads_local;  /* Hl: query heads each rank ends with; N * Hl heads are decoded (no default) */
     dcp_cp_backend backend; /* default a2a; a2a with N = 1 is DCP_ERR_CONFIG, as in vLLM */
-    int q_replicate;       /* 1: every rank gets the group's full Q, no gather (default 0) */
+    bool q_replicate;      /* every rank gets the group's full Q, no gather (default false) */
     float scale;           /* softmax scale; 0 (default): 1/sqrt(head_dim) */
     uint32_t chunk_tokens; /* split-KV chunk of the local decode; 0 (default): automatic */
 } dcp_cp_attn_config;
 
-#define DCP_CP_ATTN_CONFIG_DEFAULT {0, 0, DCP_CP_A2A, 0, 0.0f, 0}
+#define DCP_CP_ATTN_CONFIG_DEFAULT                                                                 \
+    {.backend = DCP_CP_A2A, .q_replicate = false, .scale = 0.0f, .chunk_tokens = 0}
 
 /* Creates the step for comm's local ranks over cache (same group size, same local ranks on the
  * same devices; both must outlive the step). Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0
@@ -58,6 +60,18 @@ void dcp_cp_attn_destroy(dcp_cp_attn *attn);
 /* Sets the step's sequences: seqs [batch] sequence slots of the cache (their current lengths and
  * block tables on every local rank). Call again after the cache changed (append, free). */
 dcp_status dcp_cp_attn_set(dcp_cp_attn *attn, const uint32_t *seqs);
+/* Sets the step's rows: rows (1 .. batch) queries; row b attends over the first lengths[b] tokens
+ * (global positions) of sequence seqs[b] (each rank over its share of them, by the interleaved
+ * placement). A sequence may appear in several rows: the causal rows of a prefill chunk are the
+ * same sequence at growing lengths. lengths NULL: every row over its sequence's whole length. */
+dcp_status dcp_cp_attn_set_rows(dcp_cp_attn *attn, uint32_t rows, const uint32_t *seqs, const uint64_t *lengths);
+/* Rows of the last set. */
+uint32_t dcp_cp_attn_rows(const dcp_cp_attn *attn);
+/* Split-KV chunks of local rank i's decode plan chosen by the last set. */
+uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *attn, uint32_t local);
+/* A value that changes whenever a recording of the step would differ (rows, every local rank's
+ * dcp_decode_plan_key): recorded steps stay valid while it and the communicator's mailboxes do. */
+uint64_t dcp_cp_attn_key(const dcp_cp_attn *attn);
 
 /* Per-step figures (nanoseconds; max over local ranks for device phases; host clock for total). */
 typedef struct dcp_cp_attn_timing {
@@ -69,12 +83,13 @@ typedef struct dcp_cp_attn_timing {
     uint64_t q_bytes_sent; /* of which the Q all-gather (0 with q_replicate) */
 } dcp_cp_attn_timing;
 
-/* Runs one step, synchronously (the writes of q must have completed; on return o and lse hold the
- * result). Per local rank i, on its device:
- *   q[i]   q_replicate ? [batch][N * Hl][head_dim] : [batch][Hl][head_dim] f32 (own heads)
- *   o[i]   [batch][Hl][head_dim] f32 merged O of the rank's own heads
- *   lse[i] [batch][Hl] f32 merged LSE (natural log; -inf for an empty sequence)
- * timing may be NULL. */
+/* Runs one step over the rows of the last set, synchronously (the writes of q must have completed;
+ * on return o and lse hold the result). Per local rank i, on its device:
+ *   q[i]   q_replicate ? [rows][N * Hl][head_dim] : [rows][Hl][head_dim] f32 (own heads)
+ *   o[i]   [rows][Hl][head_dim] f32 merged O of the rank's own heads
+ *   lse[i] [rows][Hl] f32 merged LSE (natural log; -inf for an empty sequence)
+ * The step's commands are recorded once and replayed while the rows, the chunking and the buffers
+ * stay the same. timing may be NULL. */
 dcp_status dcp_cp_attn_run(dcp_cp_attn *attn, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
                         dcp_cp_attn_timing *timing);
 

@@ -40,9 +40,10 @@ typedef enum dcp_gguf_type {
     DCP_GGUF_TYPE_COUNT = 13,
 } dcp_gguf_type;
 
-/* Tensor element types (ggml type codes). Only F32, F16, BF16 and Q8_0 can be read as data; the
- * others are known by name and size so that a directory can be listed and checked, and reading
- * their data fails with DCP_ERR_UNSUPPORTED naming the type. */
+/* Tensor element types (ggml type codes). F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+ * Q3_K, Q4_K, Q5_K and Q6_K can be read as data (DCP_GGML_SUPPORTED_LIST); the others are known by
+ * name and size so that a directory can be listed and checked, and reading their data fails with
+ * DCP_ERR_UNSUPPORTED naming the type. */
 typedef enum dcp_ggml_type {
     DCP_GGML_TYPE_F32 = 0,
     DCP_GGML_TYPE_F16 = 1,
@@ -81,6 +82,10 @@ typedef enum dcp_ggml_type {
 /* Q8_0 block: 32 weights = d * qs[i], d stored as IEEE half. 34 bytes, no padding. */
 enum { DCP_Q8_0_BLOCK = 32, DCP_Q8_0_BYTES = 34 };
 
+/* The tensor types whose data dcp-vk reads, for messages. The block layouts of the quantized ones
+ * are written down in src/model/quants.h. */
+#define DCP_GGML_SUPPORTED_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
+
 /* Name of a metadata value type ("uint32", "string", ...), or "unknown". Thread-safe. */
 const char *dcp_gguf_type_name(dcp_gguf_type type);
 
@@ -96,15 +101,16 @@ dcp_status dcp_ggml_type_from_name(const char *name, dcp_ggml_type *out);
  * false (outputs 0) for an unknown code. Thread-safe. */
 bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *block_bytes);
 
-/* True for the types whose data dcp-vk reads: F32, F16, BF16, Q8_0. */
+/* True for the types whose data dcp-vk reads (DCP_GGML_SUPPORTED_LIST). */
 bool dcp_ggml_type_supported(dcp_ggml_type type);
 
 /* Converts n elements of a supported type to f32. n must be a multiple of the block size.
  * src: n elements of `type` (any alignment); dst: [n] f32. Thread-safe. */
 dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint64_t n);
 
-/* Converts n f32 values to F32, F16, BF16 or Q8_0 (round to nearest even; Q8_0 scale = max|x|/127
- * per block). n must be a multiple of the block size. dst: dcp_ggml_row_size(type, n) bytes. */
+/* Converts n f32 values to a supported type (round to nearest even; Q8_0 scale = max|x|/127 per
+ * block; the other quantized types by the reference quantizers of src/model/quants.h). n must be
+ * a multiple of the block size. dst: n / block elements * block bytes. */
 dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
 
 /* ---- reader --------------------------------------------------------------------------------- */
@@ -191,7 +197,7 @@ const dcp_gguf_tensor *dcp_gguf_tensor_at(const dcp_gguf *g, uint64_t index);
 const dcp_gguf_tensor *dcp_gguf_tensor_find(const dcp_gguf *g, const char *name);
 
 /* Reads a tensor as f32 into dst [n_elements]. DCP_ERR_UNSUPPORTED (naming the tensor and its
- * type) for types other than F32/F16/BF16/Q8_0. */
+ * type) for types outside DCP_GGML_SUPPORTED_LIST. */
 dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, float *dst);
 
 /* ---- writer ---------------------------------------------------------------------------------- */
@@ -227,8 +233,98 @@ dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_
                                       uint32_t n_dims, const uint64_t *ne, const void *data,
                                       uint64_t size);
 
-/* Writes the file (to path.tmp, then renamed over path). DCP_ERR_IO on failure. */
+/* Produces the bytes of tensor `index` (in the order added) at write time: size bytes into dst.
+ * Returns DCP_OK or a status that aborts the write (the target is left untouched). */
+typedef dcp_status (*dcp_gguf_tensor_fill_fn)(void *user, uint64_t index, void *dst, uint64_t size);
+
+/* Adds a tensor whose bytes fill produces when the file is written (one tensor in memory at a
+ * time; user must outlive the write). Checks as dcp_gguf_writer_add_tensor. */
+dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
+                                           uint32_t n_dims, const uint64_t *ne, uint64_t size,
+                                           dcp_gguf_tensor_fill_fn fill, void *user);
+
+/* Writes the file: to an exclusive temporary (mkstemp) in path's directory, synced, then renamed
+ * over path, so readers see the old file or the whole new one. An existing path that is not a
+ * regular file (a symbolic link, directory, device) is refused. DCP_ERR_IO on failure. */
 dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path);
+
+/* ---- quantizing a file (llama-quantize's file types and mixes) -------------------------------- */
+
+/* llama.cpp's file types (the codes of general.file_type): the weight type of most matrices and,
+ * for the k-quant mixes, which tensors get more bits. For the llama family (no experts):
+ *   output.weight (token_embd.weight when there is no output.weight): Q6_K (Q8_0 for Q8_0 files,
+ *     or when its rows are not whole blocks of the base type);
+ *   attn_v: Q2_K -> Q4_K when heads / KV heads >= 4, else Q3_K; Q3_K_M -> Q5_K for the first two,
+ *     then Q4_K; Q3_K_L -> Q5_K; Q4_K_M, Q5_K_M -> Q6_K on "more-bits" layers (the first and last
+ *     eighth of them and every third between); Q4_K_S -> Q5_K for the first four;
+ *   ffn_down: Q2_K -> Q3_K; Q3_K_M -> Q5_K for the first sixteenth, then Q4_K; Q3_K_L -> Q5_K;
+ *     Q4_K_M, Q5_K_M -> Q6_K on more-bits layers; Q4_K_S -> Q5_K for the first eighth;
+ *   attn_output: Q2_K -> Q3_K; Q3_K_M -> Q4_K; Q3_K_L -> Q5_K;
+ *   everything else 2-D named *weight (not *_norm.weight): the base type; other tensors unchanged.
+ * Then a tensor whose rows (ne0) are not whole blocks of its type falls back: Q2_K, Q3_K -> Q4_0,
+ * Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when that does not fit either (or for a
+ * block-of-32 type: llama-quantize stops there, dcp-vk writes F16). */
+typedef enum dcp_ftype {
+    DCP_FTYPE_F32 = 0,
+    DCP_FTYPE_F16 = 1,
+    DCP_FTYPE_Q4_0 = 2,
+    DCP_FTYPE_Q4_1 = 3,
+    DCP_FTYPE_Q8_0 = 7,
+    DCP_FTYPE_Q5_0 = 8,
+    DCP_FTYPE_Q5_1 = 9,
+    DCP_FTYPE_Q2_K = 10,
+    DCP_FTYPE_Q3_K_S = 11,
+    DCP_FTYPE_Q3_K_M = 12,
+    DCP_FTYPE_Q3_K_L = 13,
+    DCP_FTYPE_Q4_K_S = 14,
+    DCP_FTYPE_Q4_K_M = 15,
+    DCP_FTYPE_Q5_K_S = 16,
+    DCP_FTYPE_Q5_K_M = 17,
+    DCP_FTYPE_Q6_K = 18,
+    DCP_FTYPE_BF16 = 32,
+} dcp_ftype;
+
+/* "Q4_K_M", ... or NULL for an unknown code. Thread-safe. */
+const char *dcp_ftype_name(dcp_ftype f);
+/* Case-insensitive; Q3_K, Q4_K, Q5_K are the _M mixes (as in llama-quantize). An unknown name gives
+ * DCP_ERR_INVALID_ARGUMENT listing the allowed names. */
+dcp_status dcp_ftype_from_name(const char *name, dcp_ftype *out);
+/* The weight type of most matrices of a file type (Q4_K for Q4_K_M). */
+dcp_ggml_type dcp_ftype_base_type(dcp_ftype f);
+/* type, or its fallback when rows of ne0 elements are not whole blocks of it (see dcp_ftype). */
+dcp_ggml_type dcp_quantize_fallback(dcp_ggml_type type, uint64_t ne0);
+
+/* The per-file state of the mix rules: counts of attn_v / ffn_down tensors and which one is next
+ * (the rules depend on the layer). Filled by dcp_quantize_plan_init; then ask
+ * dcp_quantize_tensor_type for every tensor in file order. */
+typedef struct dcp_quantize_plan {
+    dcp_ftype ftype;
+    bool pure;                  /* every matrix in the base type (fallbacks aside) */
+    bool tied;                  /* no output.weight: token_embd.weight is the output */
+    uint32_t n_gqa;             /* query heads per KV head */
+    uint32_t n_attn_v, i_attn_v, n_ffn_down, i_ffn_down;
+} dcp_quantize_plan;
+
+dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure, dcp_quantize_plan *p);
+/* Target type of tensor t (the next in file order); *fell_back = 1 when its rows forced a fallback. */
+dcp_ggml_type dcp_quantize_tensor_type(dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back);
+
+typedef struct dcp_quantize_config {
+    dcp_ftype ftype;            /* file type. Default DCP_FTYPE_Q4_K_M */
+    bool pure;                  /* no mix rules: every matrix in the base type. Default false */
+} dcp_quantize_config;
+#define DCP_QUANTIZE_CONFIG_DEFAULT { DCP_FTYPE_Q4_K_M, false }
+
+/* Called once per tensor, in file order, with its chosen type and whether that is a fallback. */
+typedef void (*dcp_quantize_report_fn)(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back);
+
+/* Reads GGUF in_path (any readable tensor types; tensors already in their target type are copied
+ * byte for byte, others dequantized to f32 and requantized by the reference quantizers) and
+ * writes out_path as GGUF v3 with the same metadata plus general.file_type and
+ * general.quantization_version = 2, safely (see dcp_gguf_writer_write). One tensor is converted
+ * at a time. cfg NULL = defaults; report may be NULL. */
+dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
+                             dcp_quantize_report_fn report, void *user);
 
 /* ---- the project's deterministic test models ------------------------------------------------ */
 
@@ -250,12 +346,15 @@ typedef struct dcp_test_model_config {
     uint32_t n_ctx;           /* context_length. Default 4096 */
     float rms_eps;            /* RMS norm epsilon. Default 1e-5 */
     float rope_base;          /* RoPE frequency base. Default 10000 */
-    dcp_ggml_type weight_type;/* F32, F16 or Q8_0 for matrices (norms stay F32). Default F32 */
+    dcp_ggml_type weight_type;/* matrices (norms stay F32): any type of DCP_GGML_SUPPORTED_LIST whose
+                                 block divides n_embd, n_ff and n_head*head_dim. Default F32 */
     uint64_t seed;            /* Default 1234 */
 } dcp_test_model_config;
 
 #define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \
-    { "llama", "dcp-vk-test", 256, 4, 16, 4, 16, 768, 4096, 1e-5f, 10000.0f, DCP_GGML_TYPE_F32, 1234 }
+    {.arch = "llama", .name = "dcp-vk-test", .n_embd = 256, .n_layer = 4, .n_head = 16,            \
+     .n_head_kv = 4, .head_dim = 16, .n_ff = 768, .n_ctx = 4096, .rms_eps = 1e-5f,                 \
+     .rope_base = 10000.0f, .weight_type = DCP_GGML_TYPE_F32, .seed = 1234}
 
 /* Number of tokens of the built-in vocabulary. */
 uint32_t dcp_test_model_vocab_size(void);

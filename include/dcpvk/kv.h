@@ -11,6 +11,7 @@
 #ifndef DCPVK_KV_H
 #define DCPVK_KV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/dtype.h"
@@ -34,14 +35,14 @@ typedef struct dcp_kv_pool_config {
     uint32_t k_only;     /* 1: pages hold K rows only, no V (MLA's latent cache); default 0: K then V */
 } dcp_kv_pool_config;
 
-#define DCP_KV_POOL_CONFIG_DEFAULT {0, 0, 16, DCP_DTYPE_F16, 0, 0}
+#define DCP_KV_POOL_CONFIG_DEFAULT {.page_size = 16, .dtype = DCP_DTYPE_F16}
 
 /* Longest row a pool stores (elements). */
 #define DCP_KV_MAX_HEAD_DIM 1024
 
 /* Creates the pool's segments on dev (device-local memory, zero-filled). Errors: unsupported head
  * dim (DCP_ERR_UNSUPPORTED), a page larger than the device's binding range, more segments than
- * DCP_KV_MAX_SEGMENTS (DCP_ERR_INVALID_ARGUMENT), allocation failure (DCP_ERR_OUT_OF_MEMORY).
+ * a pool may span (64; DCP_ERR_INVALID_ARGUMENT), allocation failure (DCP_ERR_OUT_OF_MEMORY).
  * Destroy with dcp_kv_pool_destroy before the device's context. */
 dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *config, dcp_kv_pool **out);
 void dcp_kv_pool_destroy(dcp_kv_pool *pool);
@@ -58,7 +59,7 @@ dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
  * layout above, pool dtype). Synchronous. */
 dcp_status dcp_kv_pool_write_pages(dcp_kv_pool *pool, uint32_t first, uint32_t count, const void *data);
 
-/* ---- interleaved placement (DESIGN.md section 4) ------------------------------------------- */
+/* ---- interleaved placement (docs/design.md section 4) ---------------------------------- */
 /* DCP size N (ranks of the group), interleave I (tokens in a row on one rank), positions and
  * lengths in tokens. Pure functions, thread-safe. */
 
@@ -82,11 +83,13 @@ typedef struct dcp_kv_cache_config {
     uint32_t interleave;     /* I: tokens in a row on one rank, divides pool.page_size (default 1) */
     uint32_t max_seqs;       /* sequence slots 0..max_seqs-1 (no default; >= 1) */
     uint32_t max_blocks;     /* block-table entries per sequence and rank (no default; >= 1) */
-    int host_only;           /* 1: page accounting only, no device pools (capacity planning; devices
-                              * may be NULL; record_append fails). Default 0. */
+    bool host_only;          /* page accounting only, no device pools (capacity planning; devices
+                              * may be NULL; record_append fails). Default false. */
 } dcp_kv_cache_config;
 
-#define DCP_KV_CACHE_CONFIG_DEFAULT {DCP_KV_POOL_CONFIG_DEFAULT, 1, 0, 1, 0, 0, 0}
+#define DCP_KV_CACHE_CONFIG_DEFAULT                                                                \
+    {.pool = DCP_KV_POOL_CONFIG_DEFAULT, .dcp_size = 1, .first_rank = 0, .interleave = 1,          \
+     .host_only = false}
 
 /* Creates one pool per local rank: devices[i] holds group rank first_rank + i (local_count
  * devices, first_rank + local_count <= dcp_size). Errors: DCP_ERR_CONFIG for a bad placement
@@ -130,10 +133,8 @@ uint32_t dcp_kv_cache_pages_used(const dcp_kv_cache *cache, uint32_t local);
 uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *cache, uint32_t local);
 uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *cache, uint32_t local);
 
-/* Slot value meaning "not stored on this rank" in slot tables. */
-#define DCP_KV_NO_SLOT 0xffffffffu
 /* Slot table of the last append on local rank i: [tokens] page * page_size + offset, or
- * DCP_KV_NO_SLOT for tokens another rank owns. */
+ * UINT32_MAX (not stored on this rank) for tokens another rank owns. */
 const uint32_t *dcp_kv_cache_append_slots(const dcp_kv_cache *cache, uint32_t local);
 
 #ifdef __cplusplus

@@ -1,19 +1,22 @@
-/* Llama-family model on one device, or on a tensor-parallel group of devices in one process or
- * spread over MPI processes, with optional DCP groups (include/dcpvk/cp.h): device weights, run
- * state (KV cache pages, attention plans, activations, command buffers) and the forward pass
- * (batched causal prefill and single-token decode), plus the host sampler.
+/* A model on one device, or on a tensor-parallel group of devices in one process or spread over
+ * MPI processes, with optional DCP groups (include/dcpvk/cp.h): the device weights (dcp_model)
+ * and a run state (dcp_model_state) that holds the KV caches of up to max_seqs sequences and
+ * runs steps over any mix of them (decode tokens and chunks of prompts), plus the host sampler.
+ * Architectures: llama (GQA). The graph of each architecture sits behind the same API.
  *
  * Model state is config (dcp_model_config, read from GGUF by include/dcpvk/model_config.h) /
- * weights (dcp_llama_weights) / run state (dcp_llama_state), each created and destroyed on its
- * own. On one device a forward call records the whole step (every layer, the output head and the
- * argmax) into one command buffer and submits it once; with TP > 1 each layer is split around the
- * communicator's host-synchronous all-reduces (2 submits per layer and rank), and DCP decode
- * steps run the DCP attention step between them.
+ * weights (dcp_model) / run state (dcp_model_state), each created and destroyed on its own. A
+ * step runs on the step layer (src/step/step.h): on one device the whole step (every layer, the
+ * output head and the argmax) is one command buffer submitted once; with TP > 1 the step is split
+ * into rounds at its exchanges (each all-reduce; each exchange of the DCP attention step), one
+ * submit and wait per round and rank. Steps are recorded once and replayed while their shape
+ * (rows, rows with logits, attention chunking) stays the same.
  *
  * Threading: one thread at a time per run state; weights are read-only after creation. */
 #ifndef DCPVK_MODEL_H
 #define DCPVK_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/cp.h"
@@ -29,102 +32,155 @@ extern "C" {
 
 /* ---- weights ------------------------------------------------------------------------------- */
 
-typedef struct dcp_llama_weights dcp_llama_weights;
+typedef struct dcp_model dcp_model;
 
 /* Called while weights load: done / total bytes uploaded so far. */
 typedef void (*dcp_progress_fn)(void *user, uint64_t done, uint64_t total);
 
-/* Uploads the weights of a `llama` GGUF (described by cfg, from dcp_model_config_read) to dev.
- * Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see src/model/ops.h); Q|K|V
- * and gate|up are fused into one matrix each (converted to F32 when their types differ); norms
- * become F32; a missing output.weight means it is tied to token_embd.weight. Errors name the
- * tensor: missing (DCP_ERR_FORMAT), wrong shape (DCP_ERR_FORMAT), unsupported type
- * (DCP_ERR_UNSUPPORTED). progress may be NULL. g, cfg and dev must outlive nothing: the weights
- * copy what they need; dev must outlive the weights. Destroy with dcp_llama_weights_destroy. */
-dcp_status dcp_llama_weights_create(dcp_device *dev, const dcp_gguf *g, const dcp_model_config *cfg,
-                                    dcp_progress_fn progress, void *user, dcp_llama_weights **out);
-/* Same over a tensor-parallel group: devs [tp] distinct devices (rank r on devs[r]). Sharding:
- * query heads split evenly; KV heads split when they divide by tp, else replicated (tp must then
- * be a multiple of them: vLLM's rule); FFN rows split unevenly when tp does not divide n_ff;
- * attn_output and ffn_down split by input columns (zero-padded to multiples of 4; a column slice
- * that is not Q8_0-block aligned is uploaded as F32); embedding and norms replicated; output head
- * on rank 0 only. dcp: DCP group size (1: none); with dcp > 1 every rank also holds the Q rows of
- * its group's heads. DCP_ERR_CONFIG for sizes the heads do not allow (vLLM's rules). */
-dcp_status dcp_llama_weights_create_tp(dcp_device *const *devs, uint32_t tp, uint32_t dcp, const dcp_gguf *g,
-                                       const dcp_model_config *cfg, dcp_progress_fn progress, void *user,
-                                       dcp_llama_weights **out);
-/* Same for the part of a TP group this process holds, when the group spans processes (MPI, one
- * process per device under `mpiexec -n T`, or several devices per process): devs [count] hold TP
- * ranks [first, first + count) of a group of tp ranks. Every process passes the same count, and
- * with dcp > 1 a process holds whole DCP groups (first and count multiples of dcp) or a part of one
- * (dcp a multiple of count, first a multiple of count); DCP_ERR_CONFIG otherwise. The output head
- * is uploaded on the first rank held (devs[0]): every process computes the logits itself, from
- * the same all-reduced activations. first 0, count tp: exactly dcp_llama_weights_create_tp. */
-dcp_status dcp_llama_weights_create_ranks(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp,
-                                          uint32_t dcp, const dcp_gguf *g, const dcp_model_config *cfg,
-                                          dcp_progress_fn progress, void *user, dcp_llama_weights **out);
-void dcp_llama_weights_destroy(dcp_llama_weights *w);
-/* Tensor-parallel and DCP sizes of the weights (the whole group's, wherever its ranks are). */
-uint32_t dcp_llama_weights_tp(const dcp_llama_weights *w);
-uint32_t dcp_llama_weights_dcp(const dcp_llama_weights *w);
+/* Where the weights go: the TP ranks this process holds and the parallel layout of the group. */
+typedef struct dcp_model_load_config {
+    dcp_device *const *devices; /* [count] devices[i] holds TP rank first_rank + i: distinct
+                                 * dcp_devices, which must outlive the model (no default) */
+    uint32_t count;             /* TP ranks this process holds (default 1) */
+    uint32_t first_rank;        /* the first of them (default 0) */
+    uint32_t tp;                /* TP size of the whole group; 0 (default): count (one process) */
+    uint32_t dcp;               /* DCP group size: groups of dcp consecutive TP ranks share their KV
+                                 * heads and shard the KV cache along the sequence (default 1: none) */
+    bool q_replicate;           /* dcp > 1: every rank projects its whole group's query heads itself
+                                 * (dcp times the Q weights) instead of all-gathering Q (default false) */
+    dcp_progress_fn progress;   /* called while weights load; NULL (default): none */
+    void *progress_user;        /* passed to progress (default NULL) */
+} dcp_model_load_config;
+
+#define DCP_MODEL_LOAD_CONFIG_DEFAULT {.devices = NULL, .count = 1, .first_rank = 0, .tp = 0, .dcp = 1, \
+                                       .q_replicate = false, .progress = NULL, .progress_user = NULL}
+
+/* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
+ * devices of lc. Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see
+ * include/dcpvk/ops.h); norms become F32; a missing output.weight means it is tied to
+ * token_embd.weight.
+ *
+ * Sharding over the TP group (size T): query heads split evenly; KV heads split when they divide
+ * by T, else replicated (T must then be a multiple of them: vLLM's rule); FFN rows split unevenly
+ * when T does not divide n_ff; attention output and FFN down projections split by input columns
+ * (row-parallel; zero-padded to multiples of 4; a column slice that is not block aligned is
+ * uploaded as F32); embedding and norms replicated; the output head on the first rank held (every
+ * process computes the logits itself, from the same all-reduced activations).
+ *
+ * A group spread over processes (MPI, one process per device under `mpiexec -n T`, or several
+ * devices per process): every process passes the same count, and with dcp > 1 a process holds
+ * whole DCP groups (first_rank and count multiples of dcp) or an equal part of one (dcp a multiple
+ * of count, first_rank a multiple of count).
+ *
+ * Errors name the tensor: missing or wrong shape (DCP_ERR_FORMAT), unsupported type
+ * (DCP_ERR_UNSUPPORTED); DCP_ERR_UNSUPPORTED for an architecture this build does not run;
+ * DCP_ERR_CONFIG for sizes the heads do not allow (vLLM's rules) or a rank layout that is not one
+ * of the above. g and cfg need not outlive the model (it copies what it needs). Destroy with
+ * dcp_model_destroy, before the devices. */
+dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, const dcp_model_config *cfg,
+                          dcp_model **out);
+void dcp_model_destroy(dcp_model *m);
+/* Tensor-parallel and DCP sizes of the model (the whole group's, wherever its ranks are), and
+ * whether every rank projects its DCP group's query heads itself. */
+uint32_t dcp_model_tp(const dcp_model *m);
+uint32_t dcp_model_dcp(const dcp_model *m);
+bool dcp_model_q_replicate(const dcp_model *m);
 /* TP ranks held by this process: [first_rank, first_rank + local_count). */
-uint32_t dcp_llama_weights_first_rank(const dcp_llama_weights *w);
-uint32_t dcp_llama_weights_local_count(const dcp_llama_weights *w);
-const dcp_model_config *dcp_llama_weights_config(const dcp_llama_weights *w);
-/* Bytes of device memory the weights use. */
-uint64_t dcp_llama_weights_bytes(const dcp_llama_weights *w);
+uint32_t dcp_model_first_rank(const dcp_model *m);
+uint32_t dcp_model_local_count(const dcp_model *m);
+const dcp_model_config *dcp_model_get_config(const dcp_model *m);
+/* Bytes of device memory the weights use (all ranks held here). */
+uint64_t dcp_model_bytes(const dcp_model *m);
 
 /* ---- run state ----------------------------------------------------------------------------- */
 
-typedef struct dcp_llama_config {
-    uint32_t n_ctx;         /* tokens of context (KV capacity); 0 (default): min(model's, 4096) */
+typedef struct dcp_model_state_config {
+    uint32_t n_ctx;         /* tokens of context per sequence at most; 0 (default): min(model's, 4096) */
+    uint32_t max_seqs;      /* sequence slots 0 .. max_seqs - 1 (default 1) */
+    uint32_t kv_pages;      /* KV pages of each rank's pool, per layer, shared by the sequences;
+                             * 0 (default): enough for max_seqs sequences of n_ctx tokens */
+    uint32_t max_rows;      /* tokens (rows) per step: the prefill chunk and the batch (default 128) */
     uint32_t block_size;    /* tokens per KV page (default 16) */
     dcp_dtype kv_dtype;     /* KV cache element type (default f16) */
-    uint32_t prefill_chunk; /* prompt tokens per prefill step (default 128) */
-    /* DCP (weights with dcp > 1 only): */
+    uint32_t chunk_tokens;  /* split-KV chunk of the attention (tokens); 0 (default): 512. Fixed,
+                             * so that a row's result depends on its own sequence only */
+    /* DCP (models with dcp > 1 only): */
     uint32_t interleave;    /* cp_kv_cache_interleave_size: tokens in a row per rank (default 1) */
-    dcp_cp_backend backend;    /* decode exchange, a2a or ag_rs (default a2a) */
-    int q_replicate;        /* 1: ranks use their own copy of the group's Q, no gather (default 0) */
-} dcp_llama_config;
+    dcp_cp_backend backend; /* attention exchange, a2a or ag_rs (default a2a) */
+} dcp_model_state_config;
 
-#define DCP_LLAMA_CONFIG_DEFAULT {0, 16, DCP_DTYPE_F16, 128, 1, DCP_CP_A2A, 0}
+#define DCP_MODEL_STATE_CONFIG_DEFAULT {.n_ctx = 0, .max_seqs = 1, .kv_pages = 0, .max_rows = 128, \
+                                        .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .chunk_tokens = 0, \
+                                        .interleave = 1, .backend = DCP_CP_A2A}
 
-typedef struct dcp_llama_state dcp_llama_state;
+typedef struct dcp_model_state dcp_model_state;
 
-/* Creates the run state of one sequence over w (which must outlive it): per rank, one KV page
- * pool per layer (DCP: one dcp_kv_cache per layer and group, interleaved placement), attention
- * plans for decode and prefill, activations; the communicators of the TP group and of each DCP
- * group; then runs a 2-token warm-up (which creates every pipeline) and forgets it.
- * DCP_ERR_CONFIG for a bad interleave / block size pair.
- * Weights of part of the group (dcp_llama_weights_create_ranks): collective over MPI_COMM_WORLD
- * (MPI initialised, every process calls it with the same config): the TP communicator spans the
+/* Creates a run state over m (which must outlive it): per rank and layer a KV page pool shared
+ * by the sequences (DCP: one dcp_kv_cache per layer and group, interleaved placement, and one DCP
+ * attention step), attention plans, activations for max_rows rows; the communicators of the TP
+ * group and of each DCP group; the step over the ranks held here; then runs a 2-token warm-up
+ * (which creates every pipeline) and forgets it. DCP_ERR_CONFIG for a bad interleave / block size
+ * pair. A model of part of the group (local_count < tp): collective over MPI_COMM_WORLD (MPI
+ * initialised, every process calls it with the same config): the TP communicator spans the
  * world (its size must be tp: DCP_ERR_CONFIG otherwise), a DCP group spread over processes gets a
  * sub-communicator (dcp_comm_init_mpi_split), and a failure on any process fails it on every
- * process (DCP_ERR_MPI on the others), so that none waits in a collective. Forward calls are then
- * collective too: every process passes the same tokens. Destroy with dcp_llama_state_destroy. */
-dcp_status dcp_llama_state_create(dcp_llama_weights *w, const dcp_llama_config *config,
-                                  dcp_llama_state **out);
-void dcp_llama_state_destroy(dcp_llama_state *s);
-/* Forgets the sequence (position back to 0). */
-void dcp_llama_state_reset(dcp_llama_state *s);
-/* Tokens processed so far (the position of the next token). */
-uint32_t dcp_llama_state_pos(const dcp_llama_state *s);
-/* The context capacity in tokens (config n_ctx after defaults). */
-uint32_t dcp_llama_state_n_ctx(const dcp_llama_state *s);
-/* Bytes of the KV cache pools of one rank (K and V, all layers). */
-uint64_t dcp_llama_state_kv_bytes(const dcp_llama_state *s);
-/* Bytes rank 0 has sent to other ranks (all-reduces) since creation, and tokens run since then
- * (the warm-up excluded): their ratio is the exchange volume per token. */
-uint64_t dcp_llama_state_exchange_bytes(const dcp_llama_state *s);
-uint64_t dcp_llama_state_tokens_run(const dcp_llama_state *s);
+ * process (DCP_ERR_MPI on the others), so that none waits in a collective. Steps are then
+ * collective too: every process passes the same rows. Destroy with dcp_model_state_destroy. */
+dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out);
+void dcp_model_state_destroy(dcp_model_state *s);
+const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s);
 
-/* Runs tokens [n] at positions pos .. pos+n-1 (prefill in chunks of prefill_chunk tokens, causal;
- * n == 1 is a decode step) and advances the position. On success, if logits is not NULL it
- * receives the last token's logits [n_vocab] f32, and if next is not NULL the argmax of those
- * logits (ties: smallest id). Errors: a token id outside the vocabulary or a context overflow
- * (DCP_ERR_INVALID_ARGUMENT; nothing is run), Vulkan failures. */
-dcp_status dcp_llama_forward(dcp_llama_state *s, const int32_t *tokens, uint32_t n, float *logits,
-                             int32_t *next);
+/* One row of a step: the next token of sequence seq (its position is the sequence's length so far,
+ * plus the rows of the same sequence before it in the step). logits: whether the step returns
+ * this row's logits and argmax. */
+typedef struct dcp_model_row {
+    int32_t token;
+    uint32_t seq;
+    bool logits;
+} dcp_model_row;
+
+/* Runs one step of rows [n] (1 .. max_rows; the rows of a sequence consecutive): appends every
+ * row's K/V to its sequence and runs the model over all rows as one batch, each row attending
+ * causally over its sequence up to itself. For the k-th row with logits set (k = 0, 1, ...):
+ * logits + k * n_vocab receives its logits [n_vocab] f32 (if logits is not NULL) and next[k] their
+ * argmax (ties: smallest id; if next is not NULL). A row's results depend on its sequence only,
+ * never on the other rows of the step (bitwise). Errors, with nothing run and nothing changed:
+ * DCP_ERR_INVALID_ARGUMENT (a token outside the vocabulary, a sequence outside the slots, rows of
+ * a sequence not consecutive, a sequence beyond n_ctx), DCP_ERR_OUT_OF_PAGES (the pools cannot
+ * hold the new tokens: dcp_model_state_pages_needed tells what a step needs); Vulkan failures. */
+dcp_status dcp_model_state_step(dcp_model_state *s, const dcp_model_row *rows, uint32_t n, float *logits,
+                                int32_t *next);
+/* Sequence 0 as one stream: runs tokens [n] in steps of up to max_rows rows; logits (if not NULL)
+ * receives the last token's logits [n_vocab], next (if not NULL) their argmax. */
+dcp_status dcp_model_state_forward(dcp_model_state *s, const int32_t *tokens, uint32_t n, float *logits,
+                                   int32_t *next);
+/* Ends sequence seq: its pages go back to the pools at once; its length becomes 0. */
+void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq);
+/* Forgets every sequence. */
+void dcp_model_state_reset(dcp_model_state *s);
+/* Tokens held of sequence seq (the position of its next token). */
+uint32_t dcp_model_state_seq_length(const dcp_model_state *s, uint32_t seq);
+/* The context capacity per sequence in tokens (config n_ctx after defaults). */
+uint32_t dcp_model_state_n_ctx(const dcp_model_state *s);
+
+/* Page accounting (per rank and layer; every layer holds the same pages). Free pages of the
+ * fullest rank held here; pages per rank pool; the pages sequence seq would take on its busiest
+ * rank to grow by `add` tokens (0 when it fits in the pages it holds). */
+uint32_t dcp_model_state_pages_free(const dcp_model_state *s);
+uint32_t dcp_model_state_pages_total(const dcp_model_state *s);
+uint32_t dcp_model_state_pages_needed(const dcp_model_state *s, uint32_t seq, uint32_t add);
+/* Pages held by sequence seq on local rank i (per layer). */
+uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint32_t local);
+
+/* Bytes of the KV cache pools of one rank (all layers). */
+uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);
+/* Bytes rank 0 has sent to other ranks (all-reduces, DCP exchanges) since creation, and tokens run
+ * since then (the warm-up excluded): their ratio is the exchange volume per token. */
+uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s);
+uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
+/* Host waits (rounds) of the last step, and whether it was replayed from a kept recording. */
+uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
+bool dcp_model_state_last_replayed(const dcp_model_state *s);
 
 /* ---- sampling (host) ----------------------------------------------------------------------- */
 
@@ -139,7 +195,7 @@ typedef struct dcp_sampler_config {
     uint64_t seed;      /* random stream seed (default 0); same seed and config: same choices */
 } dcp_sampler_config;
 
-#define DCP_SAMPLER_CONFIG_DEFAULT {0.0f, 0, 1.0f, 0}
+#define DCP_SAMPLER_CONFIG_DEFAULT {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}
 
 typedef struct dcp_sampler dcp_sampler;
 
@@ -148,7 +204,7 @@ typedef struct dcp_sampler dcp_sampler;
 dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
 void dcp_sampler_destroy(dcp_sampler *s);
 /* True when the sampler is greedy (the caller may use the device argmax instead of logits). */
-int dcp_sampler_is_greedy(const dcp_sampler *s);
+bool dcp_sampler_is_greedy(const dcp_sampler *s);
 /* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream. */
 int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
 

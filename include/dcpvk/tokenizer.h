@@ -54,6 +54,11 @@ int32_t dcp_tokenizer_eos(const dcp_tokenizer *t); /* -1 if none */
 bool dcp_tokenizer_wants_bos(const dcp_tokenizer *t);
 /* Raw vocabulary text of a token (NUL-terminated), or NULL for an id out of range. */
 const char *dcp_tokenizer_token_text(const dcp_tokenizer *t, int32_t id, size_t *len);
+/* The type the tokenizer treats a token as (DCP_TOKEN_UNUSED for an id out of range): the file's
+ * tokenizer.ggml.token_type, except that the well-known end-of-generation and fill-in-the-middle
+ * spellings ("</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>",
+ * "<|fim_prefix|>", ...) are CONTROL whatever the file stores, as llama.cpp loads them (see
+ * src/model/tokenizer.c for the list and its two exceptions). */
 dcp_token_type dcp_tokenizer_token_type(const dcp_tokenizer *t, int32_t id);
 
 /* Flags of dcp_tokenizer_encode. */
@@ -65,7 +70,8 @@ enum {
 
 /* Tokenizes len bytes of text (any bytes; invalid UTF-8 is handled, not rejected). On success
  * *ids is a malloc'd array of *n ids (free() it; NULL when *n == 0). User-defined tokens are
- * always matched in the text; control tokens only with DCP_TOKENIZE_PARSE_SPECIAL. */
+ * always matched in the text; control tokens (dcp_tokenizer_token_type) only with
+ * DCP_TOKENIZE_PARSE_SPECIAL: without it their text is tokenized as ordinary text. */
 dcp_status dcp_tokenizer_encode(const dcp_tokenizer *t, const char *text, size_t len,
                                 unsigned flags, int32_t **ids, size_t *n);
 

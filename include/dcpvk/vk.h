@@ -6,6 +6,7 @@
 #ifndef DCPVK_VK_H
 #define DCPVK_VK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,7 +31,7 @@ typedef struct dcp_context_config {
     int robust_access;
 } dcp_context_config;
 
-#define DCP_CONTEXT_CONFIG_DEFAULT {NULL, -1, -1}
+#define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1}
 
 enum { DCP_MAX_HEAPS = 16 };
 
@@ -48,12 +49,12 @@ typedef struct dcp_device_info {
     uint8_t device_uuid[16];
     uint32_t subgroup_size;          /* invocations */
     uint32_t min_subgroup_size;      /* smallest subgroup a compute dispatch may get */
-    uint32_t subgroup_arithmetic;    /* 1 if compute shaders have subgroup arithmetic ops */
-    uint32_t subgroup_shuffle;       /* 1 if compute shaders have subgroup shuffles */
-    uint32_t nonuniform_indexing;    /* 1 if storage-buffer arrays take non-uniform indices */
-    uint32_t kv_multi_segment;       /* 1 if a KV pool may span several buffers (non-uniform
-                                        indexing and enough storage-buffer bindings per stage);
-                                        else pools are limited to one buffer */
+    bool subgroup_arithmetic;        /* compute shaders have subgroup arithmetic ops */
+    bool subgroup_shuffle;           /* compute shaders have subgroup shuffles */
+    bool nonuniform_indexing;        /* storage-buffer arrays take non-uniform indices */
+    bool kv_multi_segment;           /* a KV pool may span several buffers (non-uniform indexing
+                                        and enough storage-buffer bindings per stage); else pools
+                                        are limited to one buffer */
     uint64_t max_storage_buffer_range; /* bytes */
     uint64_t max_allocation_size;    /* bytes */
     uint64_t max_buffer_size;        /* bytes (maintenance4; else max_allocation_size) */
@@ -65,8 +66,8 @@ typedef struct dcp_device_info {
     float timestamp_period_ns;       /* nanoseconds per timestamp tick; 0 if no timestamps */
     uint32_t heap_count;
     uint64_t heap_size[DCP_MAX_HEAPS];  /* bytes */
-    uint32_t heap_device_local[DCP_MAX_HEAPS];
-    uint32_t has_external_memory_host; /* VK_EXT_external_memory_host */
+    bool heap_device_local[DCP_MAX_HEAPS];
+    bool has_external_memory_host;   /* VK_EXT_external_memory_host is enabled */
     uint32_t physical_group_size;    /* physical devices in this device's Vulkan device group */
 } dcp_device_info;
 
@@ -133,18 +134,19 @@ dcp_status dcp_cmd_submit(dcp_cmd *cmd);
 dcp_status dcp_cmd_wait(dcp_cmd *cmd);
 /* Submit and wait. */
 dcp_status dcp_cmd_run(dcp_cmd *cmd);
+/* Submits cmds[0..n) (one per device, each on its own queue), then waits for all of them: the
+ * devices run side by side. On failure waits for every command already submitted. */
+dcp_status dcp_cmd_run_all(dcp_cmd *const *cmds, uint32_t n);
 
 /* Full memory barrier between compute and transfer work recorded before and after it. */
 void dcp_cmd_barrier(dcp_cmd *cmd);
+/* Barrier: compute and transfer writes recorded before -> host reads (of host-visible memory)
+ * after the command completes. */
+void dcp_cmd_barrier_host(dcp_cmd *cmd);
 dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_buffer *dst,
                         uint64_t dst_offset, uint64_t size);
 dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
                         uint32_t value);
-/* Records the yardstick streaming-read shader: reads the first `bytes` bytes (a multiple of 16) of
- * src, load_bytes (16 or 4) per load per invocation, and writes at most 4 bytes of dst. Used by
- * benchmarks to measure a device's shader read rate. */
-dcp_status dcp_cmd_stream_read(dcp_cmd *cmd, dcp_buffer *src, uint64_t bytes, dcp_buffer *dst,
-                               uint32_t load_bytes);
 /* Records a timestamp and returns its slot in *slot (at most 64 per recording). */
 dcp_status dcp_cmd_timestamp(dcp_cmd *cmd, uint32_t *slot);
 /* After completion: nanoseconds between timestamp slots a and b. */

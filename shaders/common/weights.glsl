@@ -1,6 +1,11 @@
 // Loads of weight matrices stored as 32-bit words, one dtype per shader variant (-D W_F32,
-// W_F16, W_BF16, W_Q8_0). w4(row, q, k) returns elements [4q, 4q+4) of row `row` of a matrix
-// with k elements per row, as f32.
+// W_F16, W_BF16, W_Q8_0, or a block-quantized type of quants.glsl: W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1,
+// W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K). w4(row, q, k) returns elements [4q, 4q+4) of row `row`
+// of a matrix with k elements per row, as f32 (not for the block-quantized types).
+// Every type also reads a row in units of W_UNIT_GROUPS groups (what matmul and get_rows use):
+// w_units(k) units per row; w_group(row, u, g, k, wv) puts group g of unit u in
+// wv[W_GROUP_VEC4], the elements at vec4 indices w_group_x4(u, g) .. + W_GROUP_VEC4 - 1 of the
+// row. Here a unit is one group of one w4 quad; quants.glsl defines larger ones.
 //   W_F32  [rows][k] f32;  W_F16 [rows][k] IEEE half, 2 per word (element 2j in the low half);
 //   W_BF16 [rows][k] bfloat16, 2 per word;
 //   W_Q8_0 quants [rows][k] int8, 4 per word (element 4j in the low byte), then at word
@@ -29,8 +34,22 @@ vec4 w4(uint row, uint q, uint k)
     return d * vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8),
                     bitfieldExtract(v, 24, 8));
 #else
-#error "define one of W_F32, W_F16, W_BF16, W_Q8_0"
+    return vec4(0.0); // block-quantized types: read through w_unit
 #endif
 }
+
+#if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1) || defined(W_Q2_K) || \
+    defined(W_Q3_K) || defined(W_Q4_K) || defined(W_Q5_K) || defined(W_Q6_K)
+#define W_GROUP_VEC4 4
+#include "quants.glsl"
+#elif defined(W_F32) || defined(W_F16) || defined(W_BF16) || defined(W_Q8_0)
+#define W_UNIT_GROUPS 1
+#define W_GROUP_VEC4 1
+uint w_units(uint k) { return k / 4u; }
+uint w_group_x4(uint u, uint g) { return u; }
+void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4]) { wv[0] = w4(row, u, k); }
+#else
+#error "define one of the W_* weight types"
+#endif
 
 #endif

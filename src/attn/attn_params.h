@@ -3,10 +3,6 @@
 #define DCP_ATTN_PARAMS_H
 #include "common/params_begin.h"
 
-/* Maximum number of storage buffers (segments) one KV page pool spans; each segment is at most
- * the device's maxStorageBufferRange. */
-#define DCP_KV_MAX_SEGMENTS 64
-
 /* paged_decode: one workgroup per (chunk, kv head x head-split, sequence). */
 DCP_PARAMS_STRUCT(dcp_paged_decode_params) {
     DCP_U32 batch;            /* sequences */
@@ -33,12 +29,5 @@ DCP_PARAMS_STRUCT(dcp_lse_merge_params) {
     DCP_U32 lse_part_stride;  /* floats between parts in lse_in */
 };
 DCP_PARAMS_END(dcp_lse_merge_params)
-
-/* stream_read: the yardstick streaming-read shader of the benchmark; sums words [0, words). */
-DCP_PARAMS_STRUCT(dcp_stream_read_params) {
-    DCP_U32 words;            /* 32-bit words to read (multiple of 4) */
-    DCP_U32 words_per_group;  /* words each workgroup reads */
-};
-DCP_PARAMS_END(dcp_stream_read_params)
 
 #endif

@@ -4,6 +4,7 @@
 #define DCP_ATTN_CP_INTERNAL_H
 
 #include "attn/cp_params.h"
+#include "comm/put.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/vk.h"
 
@@ -22,21 +23,19 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
 dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_buffer *x, uint64_t x_offset,
                                dcp_buffer *y, uint64_t y_offset);
 
-/* The DCP step of dcp_cp_attn_run split at its exchanges, recorded into the caller's commands (the
- * model records a whole layer around them). Input with q_replicate semantics whatever the
- * config: q of local rank i is the group's [batch][N * Hl][D] f32. The step has
- * dcp_cp_attn_exchanges(a) exchanges (a2a 1, ag_rs 2). For phase p = 0 .. exchanges - 1: record
- * phase p on every local rank (phase 0 reads q and the plan of the last dcp_cp_attn_set), submit and
- * wait for all, then call dcp_cp_attn_exchange(a, p); phase `exchanges` then writes o [batch][Hl][D]
- * and lse [batch][Hl] f32 (merged, own heads). Later phases read the communicator's mailboxes in
- * place (no copies). Each phase ends with its sends' barrier towards the host; the last phase
- * leaves o and lse to the caller's next barrier. Not thread-safe. */
-uint32_t dcp_cp_attn_exchanges(const dcp_cp_attn *a);
+/* The DCP step of dcp_cp_attn_run split at its exchanges into phases, recorded into the commands
+ * of a step of the step layer (src/step/step.h; the model records a whole layer around them):
+ *   for p = 0 .. dcp_cp_attn_phases(a) - 1:
+ *       if p > 0: end the round with the exchange dcp_cp_attn_xchg(a, p - 1);
+ *       record phase p on every local rank.
+ * Phases: [Q put (without q_replicate)], local decode and put, [ag_rs: scale and put], merge.
+ * Phase 0 reads q: own heads [rows][Hl][D] f32, or with q_replicate the group's [rows][N*Hl][D];
+ * the last phase writes o [rows][Hl][D] and lse [rows][Hl] f32 (merged, own heads), which the
+ * caller orders before its readers with a barrier. Rows and plans are those of the last set.
+ * Later phases read the communicator's put areas in place (no copies). Not thread-safe. */
+uint32_t dcp_cp_attn_phases(const dcp_cp_attn *a);
+dcp_comm_xchg dcp_cp_attn_xchg(const dcp_cp_attn *a, uint32_t phase);
 dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t local, dcp_cmd *cmd, dcp_comm_buf q,
-                                 dcp_comm_buf o, dcp_comm_buf lse);
-dcp_status dcp_cp_attn_exchange(dcp_cp_attn *a, uint32_t phase);
-/* Split-KV chunks of local rank i's decode plan (set by the last dcp_cp_attn_set): recordings of phase
- * 0 stay valid while this and the communicator's mailboxes (dcp_comm_generation) do not change. */
-uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *a, uint32_t local);
+                                    dcp_comm_buf o, dcp_comm_buf lse);
 
 #endif

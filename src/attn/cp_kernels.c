@@ -1,6 +1,5 @@
 /* Recording of the DCP step's shaders: cp_scale (ag_rs), permute (Q unpack, a2a packing) and
  * part_sum (mailbox reductions: all-reduce, reduce-scatter). */
-#include "attn/attn_internal.h"
 #include "attn/cp_internal.h"
 #include "common/error.h"
 #include "vk/pipelines.h"
@@ -26,7 +25,7 @@ dcp_status dcp_cp_scale_record(dcp_cmd *cmd, const dcp_cp_scale_params *p, dcp_b
                         {lse_all, lse_all_offset, ((uint64_t)(p->ranks - 1) * (p->lse_stride ? p->lse_stride : B * NH) + B * NH) * 4},
                         {send, send_offset, B * NH * D * 4},
                         {lse_out, lse_out_offset, B * p->heads_local * 4}};
-    uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     uint64_t n = B * NH * (D / 4);
     if ((n + spec[0] - 1) / spec[0] > 65535)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "cp_scale: %llu invocations exceed one dispatch row", (unsigned long long)n);
@@ -45,7 +44,7 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
     uint64_t src_n = (uint64_t)(p->a - 1) * p->src_stride_a + (uint64_t)p->b * p->c;
     uint64_t dst_n = (uint64_t)(p->b - 1) * p->dst_stride_b + (uint64_t)p->a * p->c;
     dcp_binding b[2] = {{src, src_offset, src_n * 4}, {dst, dst_offset, dst_n * 4}};
-    uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     uint32_t gx, gy;
     grid(n, spec[0], &gx, &gy);
     return dcp_cmd_dispatch(cmd, DCP_PIPE_PERMUTE, spec, b, p, gx, gy, 1);
@@ -61,7 +60,7 @@ dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_b
     uint64_t x_n = (uint64_t)p->x_offset + (uint64_t)(p->parts - 1) * p->part_stride + p->n;
     uint64_t y_n = (uint64_t)p->y_offset + p->n;
     dcp_binding b[2] = {{x, x_offset, x_n * 4}, {y, y_offset, y_n * 4}};
-    uint32_t spec[1] = {dcp_attn_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     uint32_t gx, gy;
     grid(p->n, spec[0], &gx, &gy);
     return dcp_cmd_dispatch(cmd, DCP_PIPE_PART_SUM, spec, b, p, gx, gy, 1);

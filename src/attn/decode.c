@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
+#include "kv/kv_internal.h"
 #include "vk/pipelines.h"
 
 /* Longest chunk one workgroup scans: bounds each invocation's loop iterations (Mesa 22 lavapipe
@@ -20,6 +20,7 @@ struct dcp_decode_plan {
     uint32_t hg;          /* query heads per workgroup */
     uint32_t cluster;     /* invocations sharing one token (power of two <= subgroup) */
     dcp_pipeline_id pipeline;
+    uint32_t rows;        /* rows of the last set (<= batch) */
     uint32_t chunks;      /* chunks per sequence */
     uint32_t chunk_tokens;
     dcp_buffer *bt;       /* [batch][max_blocks] u32, host-visible: dcp_decode_plan_set writes it without a submit */
@@ -27,6 +28,7 @@ struct dcp_decode_plan {
     dcp_buffer *work_o;   /* [chunks][batch][Hq][D] f32 partials */
     dcp_buffer *work_lse; /* [chunks][batch][Hq] f32 */
     uint64_t work_cap;    /* chunks the workspace holds */
+    uint32_t work_gen;    /* bumped whenever the workspace is reallocated */
 };
 
 static uint64_t shared_bytes(uint32_t wg, uint32_t cluster, uint32_t dq)
@@ -58,7 +60,7 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "decode plan: %u query heads is not a multiple of the pool's %u KV heads",
                         c->q_heads, pc->kv_heads);
-    uint32_t wg = dcp_attn_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t dq = pc->head_dim / 4;
     /* Loads of 16 bytes where rows allow (f16 rows of a multiple of 8 elements), else 8. */
     uint32_t unit_quads = (pc->dtype == DCP_DTYPE_F16 && pc->head_dim % 8 == 0) ? 2 : 1;
@@ -96,6 +98,7 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     p->pipeline = pc->dtype == DCP_DTYPE_F32 ? DCP_PIPE_PAGED_DECODE_F32
                   : unit_quads == 2          ? DCP_PIPE_PAGED_DECODE_F16X8
                                              : DCP_PIPE_PAGED_DECODE_F16;
+    p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
     DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_HOST, &p->bt));
@@ -120,16 +123,29 @@ void dcp_decode_plan_destroy(dcp_decode_plan *p)
 }
 
 uint32_t dcp_decode_plan_chunks(const dcp_decode_plan *p) { return p->chunks; }
+uint32_t dcp_decode_plan_rows(const dcp_decode_plan *p) { return p->rows; }
+uint64_t dcp_decode_plan_key(const dcp_decode_plan *p)
+{
+    return ((uint64_t)p->work_gen << 48) ^ ((uint64_t)p->rows << 24) ^ p->chunks;
+}
 uint32_t dcp_decode_plan_chunk_tokens(const dcp_decode_plan *p) { return p->chunk_tokens; }
 
 dcp_status dcp_decode_plan_set(dcp_decode_plan *p, const uint32_t *lengths, const uint32_t *bt)
+{
+    return dcp_decode_plan_set_rows(p, p->cfg.batch, lengths, bt);
+}
+
+dcp_status dcp_decode_plan_set_rows(dcp_decode_plan *p, uint32_t rows, const uint32_t *lengths, const uint32_t *bt)
 {
     dcp_status st = DCP_OK;
     const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
     const dcp_decode_config *c = &p->cfg;
     uint64_t cover = (uint64_t)c->max_blocks * pc->page_size;
     uint32_t max_len = 0;
-    for (uint32_t b = 0; b < c->batch; b++) {
+    if (rows == 0 || rows > c->batch)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "decode: %u rows for a plan of batch %u (allowed 1..%u)", rows,
+                        c->batch, c->batch);
+    for (uint32_t b = 0; b < rows; b++) {
         if (lengths[b] > cover)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                             "decode: sequence %u has length %u but its block table covers only %llu "
@@ -151,7 +167,7 @@ dcp_status dcp_decode_plan_set(dcp_decode_plan *p, const uint32_t *lengths, cons
     const dcp_device_info *info = dcp_device_get_info(p->dev);
     uint32_t target = c->target_workgroups;
     if (!target) target = strcmp(info->type, "cpu") == 0 ? 16 : 1024;
-    uint64_t per_chunk_wgs = (uint64_t)c->batch * (c->q_heads / p->hg);
+    uint64_t per_chunk_wgs = (uint64_t)rows * (c->q_heads / p->hg);
     uint32_t chunk = c->chunk_tokens;
     if (!chunk) {
         uint64_t want = (target + per_chunk_wgs - 1) / per_chunk_wgs;
@@ -175,9 +191,11 @@ dcp_status dcp_decode_plan_set(dcp_decode_plan *p, const uint32_t *lengths, cons
         DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * pc->head_dim * 4, DCP_MEMORY_DEVICE, &p->work_o));
         DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
         p->work_cap = chunks;
+        p->work_gen++;
     }
-    DCP_TRY(dcp_buffer_upload(p->bt, 0, bt, (uint64_t)c->batch * c->max_blocks * 4));
-    DCP_TRY(dcp_buffer_upload(p->lens, 0, lengths, (uint64_t)c->batch * 4));
+    DCP_TRY(dcp_buffer_upload(p->bt, 0, bt, (uint64_t)rows * c->max_blocks * 4));
+    DCP_TRY(dcp_buffer_upload(p->lens, 0, lengths, (uint64_t)rows * 4));
+    p->rows = rows;
     p->chunks = chunks;
     p->chunk_tokens = chunk;
     return DCP_OK;
@@ -191,7 +209,7 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
     dcp_status st = DCP_OK;
     const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
     const dcp_decode_config *c = &p->cfg;
-    uint64_t rows = (uint64_t)c->batch * c->q_heads;
+    uint64_t rows = (uint64_t)p->rows * c->q_heads;
     int direct = p->chunks == 1;
     dcp_binding b[5 + DCP_KV_MAX_SEGMENTS];
     b[0] = (dcp_binding){q, q_offset, rows * pc->head_dim * 4};
@@ -204,17 +222,15 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
         b[3] = (dcp_binding){p->work_o, 0, p->chunks * rows * pc->head_dim * 4};
         b[4] = (dcp_binding){p->work_lse, 0, p->chunks * rows * 4};
     }
-    uint32_t nseg = dcp_kv_pool_segment_count(p->pool);
-    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-        b[5 + s] = (dcp_binding){dcp_kv_pool_segment(p->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_pool_bindings(p->pool, b + 5);
     dcp_paged_decode_params pp = {
-        .batch = c->batch, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
+        .batch = p->rows, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
         .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,
         .segment_shift = (uint32_t)__builtin_ctz(dcp_kv_pool_pages_per_segment(p->pool)),
         .total_pages = pc->num_pages,
         .direct = (uint32_t)direct, .scale = c->scale};
     uint32_t spec[4] = {p->wg, p->hg, pc->head_dim, p->cluster};
-    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->q_heads / p->hg, c->batch));
+    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->q_heads / p->hg, p->rows));
     if (!direct) {
         dcp_cmd_barrier(cmd); /* paged_decode partials -> lse_merge */
         dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = pc->head_dim,

@@ -1,17 +1,7 @@
-/* Recording of the lse_merge shader and of the streaming-read yardstick. */
+/* Recording of the lse_merge shader. */
 #include "common/error.h"
 #include "dcpvk/attn.h"
-#include "attn/attn_internal.h"
 #include "vk/pipelines.h"
-
-uint32_t dcp_attn_workgroup_size(const dcp_device *dev)
-{
-    const dcp_device_info *info = dcp_device_get_info(dev);
-    uint32_t wg = info->subgroup_size > 64 ? info->subgroup_size : 64;
-    if (wg > info->max_workgroup_invocations) wg = info->max_workgroup_invocations;
-    if (wg > info->max_workgroup_size[0]) wg = info->max_workgroup_size[0];
-    return wg;
-}
 
 dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *a)
 {
@@ -28,26 +18,7 @@ dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *a)
                         {a->lse_out, a->lse_out_offset, (uint64_t)a->rows * 4}};
     dcp_lse_merge_params p = {a->parts, a->rows, a->head_dim, a->o_part_stride, a->lse_part_stride};
     dcp_device *dev = dcp_cmd_device(cmd);
-    uint32_t spec[1] = {dcp_attn_workgroup_size(dev)};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dev)};
     uint64_t n = (uint64_t)a->rows * (a->head_dim / 4);
     return dcp_cmd_dispatch(cmd, DCP_PIPE_LSE_MERGE, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
-}
-
-dcp_status dcp_cmd_stream_read(dcp_cmd *cmd, dcp_buffer *src, uint64_t bytes, dcp_buffer *dst,
-                               uint32_t load_bytes)
-{
-    if (bytes == 0 || bytes % 16 || bytes > dcp_buffer_size(src) || bytes / 4 > UINT32_MAX)
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
-                        "stream_read: %llu bytes must be a positive multiple of 16 within the %llu-byte buffer",
-                        (unsigned long long)bytes, (unsigned long long)dcp_buffer_size(src));
-    if (load_bytes != 4 && load_bytes != 16)
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "stream_read: %u bytes per load (allowed: 4, 16)", load_bytes);
-    uint32_t wg = dcp_attn_workgroup_size(dcp_cmd_device(cmd));
-    uint32_t words = (uint32_t)(bytes / 4);
-    uint32_t per_group = wg * (load_bytes / 4) * 256; /* 256 loads per invocation */
-    dcp_stream_read_params p = {words, per_group};
-    dcp_binding b[2] = {{src, 0, bytes}, {dst, 0, 0}};
-    uint32_t spec[1] = {wg};
-    return dcp_cmd_dispatch(cmd, load_bytes == 16 ? DCP_PIPE_STREAM_READ : DCP_PIPE_STREAM_READ_U32, spec, b,
-                            &p, (words + per_group - 1) / per_group, 1, 1);
 }

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/mla.h"
+#include "kv/kv_internal.h"
 #include "vk/pipelines.h"
 
 enum {
@@ -66,7 +66,7 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
                         "model's, e.g. mscale^2 / sqrt(nope + rope))", (double)c->scale);
     /* Workgroup: 64 invocations on CPU drivers (lavapipe runs one subgroup at a time), 256 on GPUs
      * (fewer registers per lane). */
-    uint32_t wg = dcp_attn_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     if (strcmp(info->type, "cpu") != 0 && wg < 256 && info->max_workgroup_invocations >= 256 &&
         info->max_workgroup_size[0] >= 256)
         wg = 256;
@@ -225,9 +225,7 @@ dcp_status dcp_mla_decode_record(dcp_cmd *cmd, const dcp_mla_decode_plan *p, dcp
         b[3] = (dcp_binding){p->work_o, 0, p->chunks * rows * dv * 4};
         b[4] = (dcp_binding){p->work_lse, 0, p->chunks * rows * 4};
     }
-    uint32_t nseg = dcp_kv_pool_segment_count(p->pool);
-    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-        b[5 + s] = (dcp_binding){dcp_kv_pool_segment(p->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_pool_bindings(p->pool, b + 5);
     dcp_mla_decode_params pp = {
         .batch = c->batch, .heads = c->heads, .page_size = pc->page_size, .chunk_tokens = p->chunk_tokens,
         .num_chunks = p->chunks, .bt_stride = c->max_blocks,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "comm/put.h"
 #include "common/error.h"
 #include "vk/hostmem.h"
 
@@ -229,9 +230,9 @@ uint64_t dcp_comm_bytes_sent(const dcp_comm *c, int i)
     return i >= 0 && i < c->local_count ? c->bytes_sent[i] : 0;
 }
 void dcp_comm_reset_stats(dcp_comm *c) { memset(c->bytes_sent, 0, sizeof *c->bytes_sent * c->local_count); }
-void dcp_comm_count(dcp_comm *c, int i, uint64_t bytes) { c->bytes_sent[i] += bytes; }
+static void count_sent(dcp_comm *c, int i, uint64_t bytes) { c->bytes_sent[i] += bytes; }
 
-dcp_status dcp_comm_prepare(dcp_comm *c, uint64_t bytes)
+dcp_status dcp_comm_reserve(dcp_comm *c, uint64_t bytes)
 {
     if (bytes <= c->cap) return DCP_OK;
     for (int i = 0; i < c->local_count; i++) {
@@ -265,7 +266,9 @@ static char *host_res(const dcp_comm *c, int l) { return c->host[l] + 3ull * c->
 
 static int gathers(dcp_coll k) { return k == DCP_COLL_ALL_GATHER || k == DCP_COLL_ALL_REDUCE; }
 
-dcp_status dcp_comm_record_send(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind, dcp_comm_buf send, uint64_t block)
+/* Records local rank i's sends of collective kind into cmd (on rank i's device): block = bytes of
+ * one block (count * dtype size). Ends with a barrier towards the host. */
+static dcp_status record_send(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind, dcp_comm_buf send, uint64_t block)
 {
     dcp_status st = DCP_OK;
     if (block > c->cap)
@@ -284,7 +287,7 @@ dcp_status dcp_comm_record_send(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind,
         DCP_TRY(dcp_cmd_copy(cmd, send.buffer, send.offset, c->views[i], off_out(c, i, 0, block), n));
     }
     dcp_cmd_barrier_host(cmd); /* copies into mailboxes -> host exchange */
-    dcp_comm_count(c, i, block * (uint64_t)(c->size - 1));
+    count_sent(c, i, block * (uint64_t)(c->size - 1));
     return DCP_OK;
 fail:
     return dcp_fail_context(st, "communicator send of rank %d", g);
@@ -304,7 +307,10 @@ static void reduce_sum(dcp_comm *c, int l, uint64_t count, dcp_dtype dt, uint64_
     }
 }
 
-dcp_status dcp_comm_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dtype dt)
+/* Host step once every local rank's send recording has completed: moves blocks between ranks and
+ * reduces (sum, rank order, f32 accumulation) for REDUCE_SCATTER / ALL_REDUCE, then flips the
+ * mailbox bank. */
+static dcp_status host_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dtype dt)
 {
     uint64_t block = count * dcp_dtype_size(dt);
     const int L = c->local_count, P = c->net.nproc;
@@ -355,7 +361,8 @@ dcp_status dcp_comm_exchange(dcp_comm *c, dcp_coll kind, uint64_t count, dcp_dty
     return DCP_OK;
 }
 
-dcp_status dcp_comm_record_recv(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind, dcp_comm_buf recv, uint64_t block)
+/* Records local rank i's copy of the result into recv (a barrier orders it before later work). */
+static dcp_status record_recv(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind, dcp_comm_buf recv, uint64_t block)
 {
     dcp_status st;
     if (kind == DCP_COLL_REDUCE_SCATTER || kind == DCP_COLL_ALL_REDUCE)
@@ -366,11 +373,6 @@ dcp_status dcp_comm_record_recv(dcp_cmd *cmd, dcp_comm *c, int i, dcp_coll kind,
     if (st != DCP_OK) return dcp_fail_context(st, "communicator receive of rank %d", c->first_rank + i);
     dcp_cmd_barrier(cmd); /* mailbox -> recv copy -> later readers of recv */
     return DCP_OK;
-}
-
-dcp_comm_buf dcp_comm_recv_area(const dcp_comm *c, int i)
-{
-    return (dcp_comm_buf){c->views[i], off_in(c, i, c->recv_bank, 0, 0)};
 }
 
 /* ---- put-style exchange ---------------------------------------------------------------------- */
@@ -404,12 +406,12 @@ dcp_status dcp_comm_put_exchange(dcp_comm *c, dcp_coll kind, uint64_t slot, uint
     if (slot > c->cap)
         return dcp_fail(DCP_ERR_INTERNAL, "communicator: put slot of %llu bytes over the prepared %llu",
                         (unsigned long long)slot, (unsigned long long)c->cap);
-    for (int i = 0; i < c->local_count; i++) dcp_comm_count(c, i, payload * (uint64_t)(c->size - 1));
+    for (int i = 0; i < c->local_count; i++) count_sent(c, i, payload * (uint64_t)(c->size - 1));
     if (c->transport != DCP_TRANSPORT_HOSTMEM) {
         /* Move the blocks into the in areas (no reduction: receivers sum on their devices). */
         dcp_coll move = kind == DCP_COLL_ALL_GATHER || kind == DCP_COLL_ALL_REDUCE ? DCP_COLL_ALL_GATHER
                                                                                     : DCP_COLL_ALL_TO_ALL;
-        return dcp_comm_exchange(c, move, slot / 4, DCP_DTYPE_F32);
+        return host_exchange(c, move, slot / 4, DCP_DTYPE_F32);
     }
     c->recv_bank = c->send_bank;
     c->send_bank ^= 1;
@@ -431,17 +433,6 @@ void dcp_comm_put_view(const dcp_comm *c, int i, dcp_coll kind, uint64_t slot, d
     }
 }
 
-static dcp_status run_all(dcp_comm *c)
-{
-    dcp_status st = DCP_OK;
-    for (int i = 0; i < c->local_count; i++) DCP_TRY(dcp_cmd_submit(c->cmds[i]));
-    for (int i = 0; i < c->local_count; i++) DCP_TRY(dcp_cmd_wait(c->cmds[i]));
-    return DCP_OK;
-fail:
-    for (int i = 0; i < c->local_count; i++) dcp_cmd_wait(c->cmds[i]);
-    return st;
-}
-
 static dcp_status collective(dcp_comm *c, dcp_coll kind, const dcp_comm_buf *send, const dcp_comm_buf *recv,
                              uint64_t count, dcp_dtype dt, const char *name)
 {
@@ -456,18 +447,18 @@ static dcp_status collective(dcp_comm *c, dcp_coll kind, const dcp_comm_buf *sen
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: send/recv of local rank %d is NULL or on another device",
                             name, i);
     }
-    DCP_TRY(dcp_comm_prepare(c, block));
+    DCP_TRY(dcp_comm_reserve(c, block));
     for (int i = 0; i < c->local_count; i++) {
         DCP_TRY(dcp_cmd_reset(c->cmds[i]));
-        DCP_TRY(dcp_comm_record_send(c->cmds[i], c, i, kind, send[i], block));
+        DCP_TRY(record_send(c->cmds[i], c, i, kind, send[i], block));
     }
-    DCP_TRY(run_all(c));
-    DCP_TRY(dcp_comm_exchange(c, kind, count, dt));
+    DCP_TRY(dcp_cmd_run_all(c->cmds, (uint32_t)c->local_count));
+    DCP_TRY(host_exchange(c, kind, count, dt));
     for (int i = 0; i < c->local_count; i++) {
         DCP_TRY(dcp_cmd_reset(c->cmds[i]));
-        DCP_TRY(dcp_comm_record_recv(c->cmds[i], c, i, kind, recv[i], block));
+        DCP_TRY(record_recv(c->cmds[i], c, i, kind, recv[i], block));
     }
-    DCP_TRY(run_all(c));
+    DCP_TRY(dcp_cmd_run_all(c->cmds, (uint32_t)c->local_count));
     return DCP_OK;
 fail:
     return dcp_fail_context(st, "%s of %llu %s values over %d ranks (%s)", name, (unsigned long long)count,

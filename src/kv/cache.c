@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/kv.h"
+#include "kv/kv_internal.h"
 #include "vk/pipelines.h"
 
 typedef struct kv_rank {
@@ -221,12 +221,10 @@ dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *kc, uint32_t i
     b[0] = (dcp_binding){r->slot_buf, 0, (uint64_t)T * 4};
     b[1] = (dcp_binding){k, k_offset, rows_bytes};
     b[2] = (dcp_binding){v, v_offset, rows_bytes};
-    uint32_t nseg = dcp_kv_pool_segment_count(r->pool);
-    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-        b[3 + s] = (dcp_binding){dcp_kv_pool_segment(r->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_pool_bindings(r->pool, b + 3);
     dcp_kv_append_params p = {T, pc->kv_heads, pc->head_dim, pc->page_size,
                               dcp_kv_pool_pages_per_segment(r->pool), pc->num_pages};
-    uint32_t spec[1] = {dcp_attn_workgroup_size(dev)};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dev)};
     uint64_t n = (uint64_t)T * pc->kv_heads * (pc->head_dim / 4);
     dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_KV_APPEND_F16 : DCP_PIPE_KV_APPEND_F32;
     DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1));

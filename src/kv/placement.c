@@ -1,4 +1,4 @@
-/* Interleaved placement of a sequence over the ranks of a DCP group (DESIGN.md section 4). */
+/* Interleaved placement of a sequence over the ranks of a DCP group (docs/design.md section 4). */
 #include "common/error.h"
 #include "dcpvk/kv.h"
 

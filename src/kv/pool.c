@@ -1,9 +1,9 @@
 /* KV page pools split into segments (see include/dcpvk/kv.h). */
 #include <stdlib.h>
 
-#include "attn/attn_params.h"
 #include "common/error.h"
 #include "dcpvk/kv.h"
+#include "kv/kv_internal.h"
 
 struct dcp_kv_pool {
     dcp_device *dev;
@@ -92,6 +92,12 @@ uint32_t dcp_kv_pool_segment_count(const dcp_kv_pool *p) { return p->segment_cou
 dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *p, uint32_t i)
 {
     return i < p->segment_count ? p->segments[i] : NULL;
+}
+
+void dcp_kv_pool_bindings(const dcp_kv_pool *p, dcp_binding *out)
+{
+    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
+        out[s] = (dcp_binding){p->segments[s < p->segment_count ? s : 0], 0, 0};
 }
 
 dcp_status dcp_kv_pool_write_pages(dcp_kv_pool *p, uint32_t first, uint32_t count, const void *data)

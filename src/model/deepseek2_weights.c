@@ -31,7 +31,7 @@ static dcp_status tfind(const dcp_gguf *g, int layer, const char *suffix, uint64
                         (ull)ne1, (ull)ne2);
     if (!dcp_ggml_type_supported(t->type)) {
         const char *tn = dcp_ggml_type_name(t->type);
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: F32, F16, BF16, Q8_0",
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: " DCP_GGML_SUPPORTED_LIST,
                         dcp_gguf_name(g), name, tn ? tn : "unknown");
     }
     *out = t;

@@ -27,7 +27,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
-#include "model/ops.h"
+#include "dcpvk/ops.h"
 
 /* ---- description and validation ------------------------------------------------------------- */
 

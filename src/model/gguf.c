@@ -108,11 +108,14 @@ static void *track_alloc(dcp_gguf *g, size_t bytes)
     return p;
 }
 
-/* Reads a GGUF string (u64 length + bytes) into a NUL-terminated arena copy. */
+/* Reads a GGUF string (u64 length + bytes) into a NUL-terminated arena copy. On failure *s is
+ * NULL and *len 0. */
 static dcp_status read_string(cursor *c, const char *ctx, const char *what, const char **s,
                               uint64_t *len)
 {
     uint64_t at = c->off, n;
+    *s = NULL;
+    *len = 0;
     dcp_status st = read_u64(c, ctx, what, &n);
     if (st) return st;
     if (n > left(c)) {
@@ -803,7 +806,7 @@ dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, f
 {
     if (!dcp_ggml_type_supported(t->type))
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which dcp-vk does not "
-                        "read (supported: F32, F16, BF16, Q8_0)", g->name, t->name,
+                        "read (supported: " DCP_GGML_SUPPORTED_LIST ")", g->name, t->name,
                         dcp_ggml_type_name(t->type));
     return dcp_ggml_to_f32(t->type, t->data, dst, t->n_elements);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/splitmix.h"
 #include "dcpvk/gguf.h"
 
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_UNUSED = 5, TOK_BYTE = 6 };
@@ -119,17 +120,8 @@ fail:
     return st;
 }
 
-/* SplitMix64. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [-1, 1), exact in float (24 random bits). */
-static float rng_sym(uint64_t *s) { return (float)(rng_next(s) >> 40) * (1.0f / 8388608.0f) - 1.0f; }
+static float rng_sym(uint64_t *s) { return (float)(dcp_splitmix64_next(s) >> 40) * (1.0f / 8388608.0f) - 1.0f; }
 
 static dcp_status add_weight(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
                              uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t *rng, bool norm)
@@ -176,15 +168,15 @@ static dcp_status check_config(const dcp_test_model_config *c, uint32_t head_dim
     if (head_dim == 0 || head_dim % 2 || head_dim > 1024)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: head_dim %u must be even, in 2..1024 "
                         "(head_dim 0 means n_embd / n_head)", head_dim);
-    if (c->weight_type != DCP_GGML_TYPE_F32 && c->weight_type != DCP_GGML_TYPE_F16 &&
-        c->weight_type != DCP_GGML_TYPE_Q8_0)
+    uint32_t be, bb;
+    if (!dcp_ggml_type_supported(c->weight_type) || !dcp_ggml_type_block(c->weight_type, &be, &bb))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: weight type %s is not supported "
-                        "(supported: F32, F16, Q8_0)",
+                        "(supported: " DCP_GGML_SUPPORTED_LIST ")",
                         dcp_ggml_type_name(c->weight_type) ? dcp_ggml_type_name(c->weight_type) : "?");
-    if (c->weight_type == DCP_GGML_TYPE_Q8_0 &&
-        (c->n_embd % 32 || c->n_ff % 32 || (c->n_head * head_dim) % 32))
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: Q8_0 needs n_embd, n_ff and "
-                        "n_head*head_dim to be multiples of 32");
+    if (c->n_embd % be || c->n_ff % be || (c->n_head * head_dim) % be)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: %s needs n_embd, n_ff and "
+                        "n_head*head_dim to be multiples of %u (use a mix such as q4_k_m through "
+                        "dcp_gguf_quantize for fallbacks)", dcp_ggml_type_name(c->weight_type), be);
     if (!(c->rms_eps > 0.0f) || !(c->rope_base > 0.0f))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: rms_eps and rope_base must be > 0");
     return DCP_OK;
@@ -201,7 +193,16 @@ dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_
     uint32_t hd = c->head_dim ? c->head_dim : (c->n_head ? c->n_embd / c->n_head : 0);
     *out = NULL;
     DCP_TRY(check_config(c, hd));
-    uint32_t file_type = c->weight_type == DCP_GGML_TYPE_F32 ? 0 : c->weight_type == DCP_GGML_TYPE_F16 ? 1 : 7;
+    /* general.file_type: the llama.cpp file type whose base is the weight type (Q4_K -> Q4_K_S) */
+    static const struct { dcp_ggml_type t; uint32_t f; } ftype_of[] = {
+        {DCP_GGML_TYPE_F32, DCP_FTYPE_F32},   {DCP_GGML_TYPE_F16, DCP_FTYPE_F16},   {DCP_GGML_TYPE_BF16, DCP_FTYPE_BF16},
+        {DCP_GGML_TYPE_Q8_0, DCP_FTYPE_Q8_0}, {DCP_GGML_TYPE_Q4_0, DCP_FTYPE_Q4_0}, {DCP_GGML_TYPE_Q4_1, DCP_FTYPE_Q4_1},
+        {DCP_GGML_TYPE_Q5_0, DCP_FTYPE_Q5_0}, {DCP_GGML_TYPE_Q5_1, DCP_FTYPE_Q5_1}, {DCP_GGML_TYPE_Q2_K, DCP_FTYPE_Q2_K},
+        {DCP_GGML_TYPE_Q3_K, DCP_FTYPE_Q3_K_S}, {DCP_GGML_TYPE_Q4_K, DCP_FTYPE_Q4_K_S},
+        {DCP_GGML_TYPE_Q5_K, DCP_FTYPE_Q5_K_S}, {DCP_GGML_TYPE_Q6_K, DCP_FTYPE_Q6_K}};
+    uint32_t file_type = 0;
+    for (size_t i = 0; i < sizeof ftype_of / sizeof ftype_of[0]; i++)
+        if (ftype_of[i].t == c->weight_type) file_type = ftype_of[i].f;
 
     DCP_TRY(dcp_gguf_writer_create(32, &w));
     DCP_TRY(dcp_gguf_writer_set_string(w, "general.architecture", "llama", 5));

@@ -1,5 +1,6 @@
 /* GGUF value-type and ggml tensor-type tables, block layouts, and the conversions between f32 and
- * the tensor types dcp-vk reads (F32, F16, BF16, Q8_0). */
+ * the tensor types dcp-vk reads (F32, F16, BF16, Q8_0, and the block-quantized types of
+ * src/model/quants.c: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). */
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 
@@ -8,6 +9,7 @@
 #include <strings.h>
 
 #include "common/error.h"
+#include "model/quants.h"
 
 typedef struct ggml_type_info {
     dcp_ggml_type type;
@@ -88,7 +90,7 @@ bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *bl
 bool dcp_ggml_type_supported(dcp_ggml_type type)
 {
     return type == DCP_GGML_TYPE_F32 || type == DCP_GGML_TYPE_F16 || type == DCP_GGML_TYPE_BF16 ||
-           type == DCP_GGML_TYPE_Q8_0;
+           type == DCP_GGML_TYPE_Q8_0 || dcp_quant_layout_of(type) != NULL;
 }
 
 const char *dcp_gguf_type_name(dcp_gguf_type type)
@@ -159,11 +161,12 @@ dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint
         }
         return DCP_OK;
     default:
+        if (dcp_quant_layout_of(type)) return dcp_quant_dequantize(type, src, dst, n);
         break;
     }
     const char *name = dcp_ggml_type_name(type);
     return dcp_fail(DCP_ERR_UNSUPPORTED,
-                    "tensor type %s (%d) is not supported (supported: F32, F16, BF16, Q8_0)",
+                    "tensor type %s (%d) is not supported (supported: " DCP_GGML_SUPPORTED_LIST ")",
                     name ? name : "unknown", (int)type);
 }
 
@@ -202,10 +205,11 @@ dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, ui
         }
         return DCP_OK;
     default:
+        if (dcp_quant_layout_of(type)) return dcp_quant_quantize(type, src, dst, n);
         break;
     }
     const char *name = dcp_ggml_type_name(type);
     return dcp_fail(DCP_ERR_UNSUPPORTED,
-                    "cannot convert to tensor type %s (supported: F32, F16, BF16, Q8_0)",
+                    "cannot convert to tensor type %s (supported: " DCP_GGML_SUPPORTED_LIST ")",
                     name ? name : "unknown");
 }

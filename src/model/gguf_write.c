@@ -1,10 +1,14 @@
-/* GGUF v3 writer: key/values are serialised as they are added, tensors are copied, and the file is
- * laid out as header, key/values, tensor infos, padding to the alignment, then each tensor's data
- * padded to the alignment. */
+/* GGUF v3 writer: key/values are serialised as they are added, tensors are copied (or produced at
+ * write time by a fill callback), and the file is laid out as header, key/values, tensor infos,
+ * padding to the alignment, then each tensor's data padded to the alignment. The file is written
+ * to an exclusive temporary beside the target (mkstemp) and renamed over it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "model/gguf_internal.h"
@@ -21,8 +25,10 @@ typedef struct wtensor {
     dcp_ggml_type type;
     uint32_t n_dims;
     uint64_t ne[4];
-    uint8_t *data;
+    uint8_t *data;                /* copied bytes, or NULL when fill produces them */
     uint64_t size;
+    dcp_gguf_tensor_fill_fn fill; /* with data NULL: called at write time */
+    void *fill_user;
 } wtensor;
 
 struct dcp_gguf_writer {
@@ -238,9 +244,9 @@ dcp_status dcp_gguf_writer_copy_kv(dcp_gguf_writer *w, const dcp_gguf_kv *kv)
     return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "gguf writer: key '%s': bad type %d", kv->key, (int)kv->type);
 }
 
-dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
-                                      uint32_t n_dims, const uint64_t *ne, const void *data,
-                                      uint64_t size)
+static dcp_status add_tensor(dcp_gguf_writer *w, const char *name, dcp_ggml_type type, uint32_t n_dims,
+                             const uint64_t *ne, const void *data, uint64_t size, dcp_gguf_tensor_fill_fn fill,
+                             void *fill_user)
 {
     uint32_t be, bb;
     if (!dcp_ggml_type_block(type, &be, &bb))
@@ -273,19 +279,36 @@ dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_
     wtensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);
-    t->data = malloc(size ? (size_t)size : 1);
-    if (!t->name || !t->data) {
+    t->data = fill ? NULL : malloc(size ? (size_t)size : 1);
+    if (!t->name || (!fill && !t->data)) {
         free(t->name);
         free(t->data);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
     }
-    if (size) memcpy(t->data, data, (size_t)size);
+    if (!fill && size) memcpy(t->data, data, (size_t)size);
+    t->fill = fill;
+    t->fill_user = fill_user;
     t->type = type;
     t->n_dims = n_dims;
     for (uint32_t d = 0; d < 4; ++d) t->ne[d] = d < n_dims ? ne[d] : 1;
     t->size = size;
     w->n_tensors++;
     return DCP_OK;
+}
+
+dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
+                                      uint32_t n_dims, const uint64_t *ne, const void *data,
+                                      uint64_t size)
+{
+    return add_tensor(w, name, type, n_dims, ne, data, size, NULL, NULL);
+}
+
+dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
+                                           uint32_t n_dims, const uint64_t *ne, uint64_t size,
+                                           dcp_gguf_tensor_fill_fn fill, void *user)
+{
+    if (!fill) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "gguf writer: tensor %s: no fill function", name);
+    return add_tensor(w, name, type, n_dims, ne, NULL, size, fill, user);
 }
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -312,17 +335,35 @@ dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
         goto fail;
     }
+    /* An existing target must be a regular file (not a link, directory or device); the data goes
+     * to an exclusive temporary in the same directory, renamed over the target when complete. */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        st = dcp_fail(DCP_ERR_IO, "%s: exists and is not a regular file (a link, directory or device); "
+                      "not overwriting it", path);
+        goto fail;
+    }
     size_t plen = strlen(path);
-    tmp = malloc(plen + 5);
+    tmp = malloc(plen + 8);
     if (!tmp) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
         goto fail;
     }
     memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    f = fopen(tmp, "wb");
+    memcpy(tmp + plen, ".XXXXXX", 8);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = dcp_fail(DCP_ERR_IO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
+        free(tmp);
+        tmp = NULL;
+        goto fail;
+    }
+    (void)fchmod(fd, 0644); /* mkstemp makes 0600; a model file is readable like any other */
+    f = fdopen(fd, "wb");
     if (!f) {
-        st = dcp_fail(DCP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        st = dcp_fail(DCP_ERR_IO, "%s: cannot open: %s", tmp, strerror(errno));
+        close(fd);
+        remove(tmp);
         goto fail;
     }
     ok = fwrite(head.p, 1, head.n, f) == head.n;
@@ -336,7 +377,28 @@ dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
             pos += k;
         }
         const wtensor *t = &w->tensors[i];
-        ok = ok && fwrite(t->data, 1, (size_t)t->size, f) == t->size;
+        if (ok && t->fill) {
+            uint8_t *data = malloc(t->size ? (size_t)t->size : 1);
+            if (!data) {
+                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: tensor %s: out of memory (%llu bytes)", t->name,
+                              (ull)t->size);
+                fclose(f);
+                f = NULL;
+                remove(tmp);
+                goto fail;
+            }
+            st = t->fill(t->fill_user, i, data, t->size);
+            ok = st == DCP_OK && fwrite(data, 1, (size_t)t->size, f) == t->size;
+            free(data);
+            if (st != DCP_OK) {
+                fclose(f);
+                f = NULL;
+                remove(tmp);
+                goto fail;
+            }
+        } else {
+            ok = ok && fwrite(t->data, 1, (size_t)t->size, f) == t->size;
+        }
         pos += t->size;
     }
     if (w->n_tensors) { /* pad the end too, so the last tensor's block is whole */
@@ -347,6 +409,7 @@ dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
             pos += k;
         }
     }
+    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = false;
     if (fclose(f) != 0) ok = false;
     f = NULL;
     if (!ok) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "common/error.h"
+#include "common/splitmix.h"
 #include "dcpvk/model.h"
 
 struct dcp_sampler {
@@ -46,15 +47,7 @@ void dcp_sampler_destroy(dcp_sampler *s)
     free(s);
 }
 
-int dcp_sampler_is_greedy(const dcp_sampler *s) { return s->cfg.temperature == 0.0f || s->cfg.top_k == 1; }
-
-static uint64_t next_u64(dcp_sampler *s)
-{
-    uint64_t z = (s->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+bool dcp_sampler_is_greedy(const dcp_sampler *s) { return s->cfg.temperature == 0.0f || s->cfg.top_k == 1; }
 
 static float key(const float *l, uint32_t i) { return isnan(l[i]) ? -INFINITY : l[i]; }
 
@@ -113,7 +106,7 @@ int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
         sum = 0.0;
         for (uint32_t i = 0; i < keep; i++) sum += s->p[i];
     }
-    double u = (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double u = (double)(dcp_splitmix64_next(&s->state) >> 11) * (1.0 / 9007199254740992.0) * sum;
     double acc = 0.0;
     for (uint32_t i = 0; i < keep; i++) {
         acc += s->p[i];

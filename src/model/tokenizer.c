@@ -1,12 +1,21 @@
-/* Tokenizer loading from GGUF, special-token partitioning, encode dispatch, and the (streaming)
+/* Tokenizer loading from GGUF (by phase: model, vocabulary, type overrides, special ids, special
+ * index, BPE merges), special-token partitioning, encode dispatch, and the (streaming)
  * detokenizer. The SentencePiece and BPE algorithms live in tokenizer_spm.c / tokenizer_bpe.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "model/tokenizer_internal.h"
 
 typedef unsigned long long ull;
+
+/* Returns the status of expr when it fails (for functions without cleanup). */
+#define TOK_TRY(expr)                                                                               \
+    do {                                                                                           \
+        dcp_status st_ = (expr);                                                                   \
+        if (st_ != DCP_OK) return st_;                                                             \
+    } while (0)
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -179,65 +188,55 @@ static void sort_special(dcp_tokenizer *t, int32_t *v, int32_t *tmp, uint32_t n)
     memcpy(v, tmp, n * sizeof *v);
 }
 
-dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out)
+/* Phase 1: the algorithm (tokenizer.ggml.model) and, for BPE, the pre-tokenizer. */
+static dcp_status read_model(const dcp_gguf *g, dcp_tokenizer *t)
 {
-    dcp_status st = DCP_OK;
-    const char *name = dcp_gguf_name(g);
-    const char *model, *pre = "default";
-    int32_t *tmp = NULL;
-    *out = NULL;
-    dcp_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-    if (!dcp_gguf_kv_find(g, "tokenizer.ggml.model")) {
-        st = dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'tokenizer.ggml.model'", name);
-        goto fail;
-    }
-    DCP_TRY(dcp_gguf_get_string(g, "tokenizer.ggml.model", &model, NULL));
+    const char *name = dcp_gguf_name(g), *model, *pre;
+    if (!dcp_gguf_kv_find(g, "tokenizer.ggml.model"))
+        return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'tokenizer.ggml.model'", name);
+    TOK_TRY(dcp_gguf_get_string(g, "tokenizer.ggml.model", &model, NULL));
     if (strcmp(model, "llama") == 0) t->kind = DCP_TOKENIZER_SPM;
     else if (strcmp(model, "gpt2") == 0) t->kind = DCP_TOKENIZER_BPE;
-    else {
-        st = dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tokenizer model '%.64s' is not supported (supported: "
-                      "llama, gpt2)", name, model);
-        goto fail;
-    }
+    else
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tokenizer model '%.64s' is not supported (supported: "
+                        "llama, gpt2)", name, model);
     t->pre = TOK_PRE_DEFAULT;
     t->pre_name = "default";
-    if (t->kind == DCP_TOKENIZER_BPE && dcp_gguf_kv_find(g, "tokenizer.ggml.pre")) {
-        DCP_TRY(dcp_gguf_get_string(g, "tokenizer.ggml.pre", &pre, NULL));
-        if (strcmp(pre, "default") == 0) t->pre = TOK_PRE_DEFAULT, t->pre_name = "default";
-        else if (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-v3") == 0 || strcmp(pre, "llama-bpe") == 0)
-            t->pre = TOK_PRE_LLAMA3, t->pre_name = "llama3";
-        else if (strcmp(pre, "deepseek-llm") == 0) t->pre = TOK_PRE_DEEPSEEK_LLM, t->pre_name = "deepseek-llm";
-        else if (strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0) t->pre = TOK_PRE_GPT2, t->pre_name = "gpt-2";
-        else {
-            st = dcp_fail(DCP_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.64s' is not supported (supported: "
-                          "default, llama3, llama-bpe, deepseek-llm, gpt-2)", name, pre);
-            goto fail;
-        }
-    }
+    if (t->kind != DCP_TOKENIZER_BPE || !dcp_gguf_kv_find(g, "tokenizer.ggml.pre")) return DCP_OK;
+    TOK_TRY(dcp_gguf_get_string(g, "tokenizer.ggml.pre", &pre, NULL));
+    if (strcmp(pre, "default") == 0) t->pre = TOK_PRE_DEFAULT, t->pre_name = "default";
+    else if (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-v3") == 0 || strcmp(pre, "llama-bpe") == 0)
+        t->pre = TOK_PRE_LLAMA3, t->pre_name = "llama3";
+    else if (strcmp(pre, "deepseek-llm") == 0) t->pre = TOK_PRE_DEEPSEEK_LLM, t->pre_name = "deepseek-llm";
+    else if (strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0) t->pre = TOK_PRE_GPT2, t->pre_name = "gpt-2";
+    else
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.64s' is not supported (supported: "
+                        "default, llama3, llama-bpe, deepseek-llm, gpt-2)", name, pre);
+    return DCP_OK;
+}
 
+/* Phase 2: the vocabulary: every token's text (copied), score and stored type, and the
+ * text -> id map. */
+static dcp_status read_vocab(const dcp_gguf *g, dcp_tokenizer *t)
+{
+    const char *name = dcp_gguf_name(g);
     const dcp_gguf_kv *tokens = dcp_gguf_kv_find(g, "tokenizer.ggml.tokens");
-    if (!tokens) {
-        st = dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'tokenizer.ggml.tokens'", name);
-        goto fail;
-    }
+    if (!tokens) return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'tokenizer.ggml.tokens'", name);
     if (tokens->type != DCP_GGUF_TYPE_ARRAY || tokens->array_type != DCP_GGUF_TYPE_STRING ||
-        tokens->array_len == 0 || tokens->array_len > 0x7fffffffu) {
-        st = dcp_fail(DCP_ERR_FORMAT, "%s: offset %llu: tokenizer.ggml.tokens must be a non-empty "
-                      "array of strings with fewer than 2^31 elements", name, (ull)tokens->offset);
-        goto fail;
-    }
-    uint32_t n = t->n_vocab = (uint32_t)tokens->array_len;
+        tokens->array_len == 0 || tokens->array_len > 0x7fffffffu)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: offset %llu: tokenizer.ggml.tokens must be a non-empty "
+                        "array of strings with fewer than 2^31 elements", name, (ull)tokens->offset);
+    const uint32_t n = t->n_vocab = (uint32_t)tokens->array_len;
     const dcp_gguf_kv *scores = dcp_gguf_kv_find(g, "tokenizer.ggml.scores");
     const dcp_gguf_kv *types = dcp_gguf_kv_find(g, "tokenizer.ggml.token_type");
-    if (scores) DCP_TRY(check_array(g, scores, n, true));
-    if (types) DCP_TRY(check_array(g, types, n, true));
+    if (scores) TOK_TRY(check_array(g, scores, n, true));
+    if (types) TOK_TRY(check_array(g, types, n, true));
 
     size_t total = 0;
     for (uint32_t i = 0; i < n; ++i) {
         const char *s;
         size_t len;
-        DCP_TRY(dcp_gguf_array_string(tokens, i, &s, &len));
+        TOK_TRY(dcp_gguf_array_string(tokens, i, &s, &len));
         total += len + 1;
     }
     t->text_buf = malloc(total);
@@ -245,37 +244,75 @@ dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out)
     t->len = malloc(n * sizeof *t->len);
     t->score = malloc(n * sizeof *t->score);
     t->type = malloc(n);
-    if (!t->text_buf || !t->text || !t->len || !t->score || !t->type || !map_init(&t->by_text, n)) {
-        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-        goto fail;
-    }
+    if (!t->text_buf || !t->text || !t->len || !t->score || !t->type || !map_init(&t->by_text, n))
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     size_t pos = 0;
     for (uint32_t i = 0; i < n; ++i) {
         const char *s;
         size_t len;
         double sc = 0.0;
         uint64_t ty = DCP_TOKEN_NORMAL;
-        DCP_TRY(dcp_gguf_array_string(tokens, i, &s, &len));
-        if (len > 0xffffffu) {
-            st = dcp_fail(DCP_ERR_FORMAT, "%s: token %u is %zu bytes long", name, i, len);
-            goto fail;
-        }
+        TOK_TRY(dcp_gguf_array_string(tokens, i, &s, &len));
+        if (len > 0xffffffu) return dcp_fail(DCP_ERR_FORMAT, "%s: token %u is %zu bytes long", name, i, len);
         memcpy(t->text_buf + pos, s, len + 1);
         t->text[i] = t->text_buf + pos;
         t->len[i] = (uint32_t)len;
         pos += len + 1;
-        if (scores) DCP_TRY(dcp_gguf_array_float(scores, i, &sc));
+        if (scores) TOK_TRY(dcp_gguf_array_float(scores, i, &sc));
         if (types) {
             int64_t v;
-            DCP_TRY(dcp_gguf_array_int(types, i, &v));
+            TOK_TRY(dcp_gguf_array_int(types, i, &v));
             ty = v >= DCP_TOKEN_NORMAL && v <= DCP_TOKEN_BYTE ? (uint64_t)v : DCP_TOKEN_NORMAL;
         }
         t->score[i] = (float)sc;
         t->type[i] = (uint8_t)ty;
         map_put(&t->by_text, t->text[i], len, (int32_t)i);
     }
+    return DCP_OK;
+}
 
-    bool spm = t->kind == DCP_TOKENIZER_SPM;
+/* Token texts that mark the end of a turn or of the text, or a fill-in-the-middle position, in
+ * the vocabularies llama.cpp knows. llama.cpp recognises them by their text when it loads a
+ * vocabulary and gives them the control type whatever the file says (a converter that stored,
+ * say, phi-3's "</s>" as user-defined would otherwise make that text turn into the token even with
+ * special parsing off); dcp-vk does the same, so that both tokenize such text alike. */
+static const char *const control_texts[] = {
+    /* end of generation */
+    "</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>",
+    "<end_of_turn>", "<end_of_utterance>", "<eos>", "<turn|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|return|>", "<|call|>", "<|calls|>", "<|flush|>", "<|tool_response>",
+    /* fill in the middle: prefix, suffix, middle, pad, repository, file separator */
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
+};
+
+static int32_t find_text(const dcp_tokenizer *t, const char *s) { return tok_map_get(&t->by_text, s, strlen(s)); }
+
+/* Phase 3: type overrides, as llama.cpp applies them at load: the texts above become control
+ * tokens, with two exceptions for vocabularies where a spelling is not an end of text: "<|end|>"
+ * is a user-defined token where "<|return|>" and "<|call|>" (or "<|calls|>" and "<|flush|>") exist,
+ * and "</s>" a normal one where "<|tool_response>" exists. */
+static void override_types(dcp_tokenizer *t)
+{
+    for (size_t k = 0; k < sizeof control_texts / sizeof control_texts[0]; ++k) {
+        int32_t id = find_text(t, control_texts[k]);
+        if (id >= 0) t->type[id] = DCP_TOKEN_CONTROL;
+    }
+    int32_t end = find_text(t, "<|end|>"), eos_text = find_text(t, "</s>");
+    if (end >= 0 && ((find_text(t, "<|return|>") >= 0 && find_text(t, "<|call|>") >= 0) ||
+                     (find_text(t, "<|calls|>") >= 0 && find_text(t, "<|flush|>") >= 0)))
+        t->type[end] = DCP_TOKEN_USER_DEFINED;
+    if (eos_text >= 0 && find_text(t, "<|tool_response>") >= 0) t->type[eos_text] = DCP_TOKEN_NORMAL;
+}
+
+/* Phase 4: special ids and flags, and the SentencePiece byte tokens. */
+static void read_special_ids(const dcp_gguf *g, dcp_tokenizer *t)
+{
+    const uint32_t n = t->n_vocab;
+    const bool spm = t->kind == DCP_TOKENIZER_SPM;
     t->bos = get_id(g, "tokenizer.ggml.bos_token_id", n, spm && n > 1 ? 1 : -1);
     t->eos = get_id(g, "tokenizer.ggml.eos_token_id", n, spm && n > 2 ? 2 : -1);
     t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", n, spm ? 0 : -1);
@@ -288,13 +325,18 @@ dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out)
         buf[0] = '<', buf[1] = '0', buf[2] = 'x', buf[3] = hex[b >> 4], buf[4] = hex[b & 15], buf[5] = '>';
         t->byte_id[b] = tok_map_get(&t->by_text, buf, 6);
     }
+}
 
-    /* Tokens matched in raw text before the model's algorithm: control, user-defined, unknown. */
+/* Phase 5: the tokens matched in raw text before the model's algorithm (control, user-defined,
+ * unknown; by their types after phase 3), longest text first. */
+static dcp_status index_special(dcp_tokenizer *t)
+{
+    const uint32_t n = t->n_vocab;
     t->special = malloc(n * sizeof *t->special);
-    tmp = malloc(n * sizeof *tmp);
+    int32_t *tmp = malloc(n * sizeof *tmp);
     if (!t->special || !tmp) {
-        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-        goto fail;
+        free(tmp);
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     }
     for (uint32_t i = 0; i < n; ++i) {
         uint8_t ty = t->type[i];
@@ -302,50 +344,60 @@ dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out)
             t->special[t->n_special++] = (int32_t)i;
     }
     sort_special(t, t->special, tmp, t->n_special);
-
-    if (t->kind == DCP_TOKENIZER_BPE) {
-        const dcp_gguf_kv *merges = dcp_gguf_kv_find(g, "tokenizer.ggml.merges");
-        if (!merges) {
-            st = dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'tokenizer.ggml.merges' (gpt2 "
-                          "tokenizer)", name);
-            goto fail;
-        }
-        if (merges->type != DCP_GGUF_TYPE_ARRAY || merges->array_type != DCP_GGUF_TYPE_STRING ||
-            merges->array_len > 0x7fffffffu) {
-            st = dcp_fail(DCP_ERR_FORMAT, "%s: offset %llu: tokenizer.ggml.merges must be an array "
-                          "of strings", name, (ull)merges->offset);
-            goto fail;
-        }
-        size_t mt = 0;
-        for (uint64_t i = 0; i < merges->array_len; ++i) {
-            const char *s;
-            size_t len;
-            DCP_TRY(dcp_gguf_array_string(merges, i, &s, &len));
-            mt += len + 1;
-        }
-        t->merge_buf = malloc(mt ? mt : 1);
-        if (!t->merge_buf || !map_init(&t->merges, merges->array_len)) {
-            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-            goto fail;
-        }
-        pos = 0;
-        for (uint64_t i = 0; i < merges->array_len; ++i) {
-            const char *s;
-            size_t len;
-            DCP_TRY(dcp_gguf_array_string(merges, i, &s, &len));
-            memcpy(t->merge_buf + pos, s, len + 1);
-            /* the first of duplicated merges keeps the lowest rank */
-            if (tok_map_get(&t->merges, t->merge_buf + pos, len) < 0)
-                map_put(&t->merges, t->merge_buf + pos, len, (int32_t)i);
-            pos += len + 1;
-        }
-        DCP_TRY(tok_bpe_init(t));
-    }
     free(tmp);
+    return DCP_OK;
+}
+
+/* Phase 6 (BPE): the merge ranks ("a b" -> rank; the first of duplicates keeps the lowest) and the
+ * pre-tokenizer's regexes. */
+static dcp_status read_merges(const dcp_gguf *g, dcp_tokenizer *t)
+{
+    const char *name = dcp_gguf_name(g);
+    const dcp_gguf_kv *merges = dcp_gguf_kv_find(g, "tokenizer.ggml.merges");
+    if (!merges)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'tokenizer.ggml.merges' (gpt2 tokenizer)", name);
+    if (merges->type != DCP_GGUF_TYPE_ARRAY || merges->array_type != DCP_GGUF_TYPE_STRING ||
+        merges->array_len > 0x7fffffffu)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: offset %llu: tokenizer.ggml.merges must be an array of strings",
+                        name, (ull)merges->offset);
+    size_t total = 0;
+    for (uint64_t i = 0; i < merges->array_len; ++i) {
+        const char *s;
+        size_t len;
+        TOK_TRY(dcp_gguf_array_string(merges, i, &s, &len));
+        total += len + 1;
+    }
+    t->merge_buf = malloc(total ? total : 1);
+    if (!t->merge_buf || !map_init(&t->merges, merges->array_len))
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    size_t pos = 0;
+    for (uint64_t i = 0; i < merges->array_len; ++i) {
+        const char *s;
+        size_t len;
+        TOK_TRY(dcp_gguf_array_string(merges, i, &s, &len));
+        memcpy(t->merge_buf + pos, s, len + 1);
+        if (tok_map_get(&t->merges, t->merge_buf + pos, len) < 0)
+            map_put(&t->merges, t->merge_buf + pos, len, (int32_t)i);
+        pos += len + 1;
+    }
+    return tok_bpe_init(t);
+}
+
+dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    dcp_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    DCP_TRY(read_model(g, t));
+    DCP_TRY(read_vocab(g, t));
+    override_types(t);
+    read_special_ids(g, t);
+    DCP_TRY(index_special(t));
+    if (t->kind == DCP_TOKENIZER_BPE) DCP_TRY(read_merges(g, t));
     *out = t;
     return DCP_OK;
 fail:
-    free(tmp);
     dcp_tokenizer_destroy(t);
     return st;
 }
@@ -513,8 +565,7 @@ struct dcp_detokenizer {
     const dcp_tokenizer *t;
     unsigned flags;
     bool started;          /* some text was produced (the SPM leading space is dropped before) */
-    char hold[4];          /* incomplete UTF-8 sequence carried to the next piece */
-    size_t n_hold;
+    dcp_utf8_stream utf8;  /* holds an incomplete UTF-8 character until the next piece */
     char *out;
     size_t cap;
 };
@@ -552,67 +603,13 @@ void dcp_detokenizer_destroy(dcp_detokenizer *d)
     free(d);
 }
 
-/* Number of bytes of a complete, valid UTF-8 sequence at s (n bytes available): > 0 valid,
- * 0 = valid so far but incomplete, -1 = invalid first byte or continuation. */
-static int utf8_check(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) need = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        need = 3;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 4;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-    } else return -1;
-    for (size_t i = 1; i < need; ++i) {
-        if (i >= n) return 0;
-        unsigned char lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xbf;
-        if (s[i] < lo_i || s[i] > hi_i) return -1;
-    }
-    return (int)need;
-}
-
-/* Appends the raw bytes of a piece to d->out, emitting whole characters only. out holds m bytes. */
+/* Appends the bytes of a piece to d->out (which holds *m bytes) through the UTF-8 sanitizer:
+ * whole, valid characters only; final: an incomplete character left over becomes U+FFFD. */
 static bool emit_bytes(dcp_detokenizer *d, const char *p, size_t n, size_t *m, bool final)
 {
-    /* work buffer = held bytes + new bytes */
-    char small[64];
-    char *w = n + d->n_hold <= sizeof small ? small : malloc(n + d->n_hold);
-    if (!w) return false;
-    memcpy(w, d->hold, d->n_hold);
-    memcpy(w + d->n_hold, p, n);
-    size_t total = n + d->n_hold, i = 0;
-    d->n_hold = 0;
-    if (!out_reserve(d, *m + 3 * total + 4)) {
-        if (w != small) free(w);
-        return false;
-    }
-    while (i < total) {
-        int k = utf8_check((const unsigned char *)w + i, total - i);
-        if (k > 0) {
-            memcpy(d->out + *m, w + i, (size_t)k);
-            *m += (size_t)k;
-            i += (size_t)k;
-        } else if (k == 0 && !final) {
-            memcpy(d->hold, w + i, total - i);
-            d->n_hold = total - i;
-            break;
-        } else {
-            memcpy(d->out + *m, "\xef\xbf\xbd", 3); /* U+FFFD */
-            *m += 3;
-            i += 1;
-            if (k == 0) { /* a truncated sequence at the end counts as one bad character */
-                while (i < total && ((unsigned char)w[i] & 0xc0) == 0x80) ++i;
-            }
-        }
-    }
-    if (w != small) free(w);
+    if (!out_reserve(d, *m + DCP_UTF8_OUT_MAX(n))) return false;
+    *m += dcp_utf8_push(&d->utf8, p, n, d->out + *m);
+    if (final) *m += dcp_utf8_flush(&d->utf8, d->out + *m);
     return true;
 }
 
@@ -663,7 +660,7 @@ dcp_status dcp_detokenizer_push(dcp_detokenizer *d, int32_t id, const char **tex
     free(dec);
     dec = NULL;
     if (!ok) goto oom;
-    if (m || d->n_hold) d->started = true;
+    if (m || d->utf8.n_hold) d->started = true;
     *text = d->out;
     *len = m;
     return DCP_OK;

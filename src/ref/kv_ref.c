@@ -1,6 +1,7 @@
 /* CPU reference of kv_append (a copy: exact). */
 #include <string.h>
 
+#include "kv/kv_params.h"
 #include "ref/kv_ref.h"
 
 void dcp_ref_kv_append(float *pages, uint32_t num_pages, uint32_t kv_heads, uint32_t page_size,
@@ -9,7 +10,7 @@ void dcp_ref_kv_append(float *pages, uint32_t num_pages, uint32_t kv_heads, uint
 {
     const uint64_t half = (uint64_t)kv_heads * page_size * head_dim;
     for (uint32_t t = 0; t < tokens; t++) {
-        if (slots[t] == 0xffffffffu) continue;
+        if (slots[t] == DCP_KV_NO_SLOT) continue;
         uint32_t page = slots[t] / page_size, off = slots[t] % page_size;
         if (page >= num_pages) continue;
         for (uint32_t h = 0; h < kv_heads; h++) {

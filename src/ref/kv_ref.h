@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-/* kv_append: for token t < tokens with slots[t] != 0xffffffff, page = slots[t] / page_size,
+/* kv_append: for token t < tokens with slots[t] != DCP_KV_NO_SLOT, page = slots[t] / page_size,
  * off = slots[t] % page_size: pages[page][0][h][off][:] = k[t][h][:] and pages[page][1][h][off][:] =
  * v[t][h][:] for every head h. pages [num_pages][2][kv_heads][page_size][head_dim] f32;
  * k, v [tokens][kv_heads][head_dim] f32. Slots past num_pages are skipped. */

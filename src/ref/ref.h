@@ -27,7 +27,7 @@ typedef struct dcp_ref_decode_args {
 
 void dcp_ref_paged_decode(const dcp_ref_decode_args *a);
 
-/* Merge of `parts` partial states per row (DESIGN.md section 3), part-major:
+/* Merge of `parts` partial states per row (docs/design.md section 3), part-major:
  * o_in [parts][rows][head_dim], lse_in [parts][rows] -> o_out [rows][head_dim], lse_out [rows]. */
 void dcp_ref_lse_merge(uint32_t parts, uint32_t rows, uint32_t head_dim, const float *o_in,
                        const float *lse_in, float *o_out, float *lse_out);

@@ -112,6 +112,17 @@ dcp_status dcp_cmd_run(dcp_cmd *c)
     return dcp_cmd_wait(c);
 }
 
+dcp_status dcp_cmd_run_all(dcp_cmd *const *cmds, uint32_t n)
+{
+    dcp_status st = DCP_OK;
+    for (uint32_t i = 0; i < n; i++) DCP_TRY(dcp_cmd_submit(cmds[i]));
+    for (uint32_t i = 0; i < n; i++) DCP_TRY(dcp_cmd_wait(cmds[i]));
+    return DCP_OK;
+fail:
+    for (uint32_t i = 0; i < n; i++) (void)dcp_cmd_wait(cmds[i]);
+    return st;
+}
+
 void dcp_cmd_barrier(dcp_cmd *c)
 {
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -120,6 +131,15 @@ void dcp_cmd_barrier(dcp_cmd *c)
                                            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
     VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     c->dev->vk.vkCmdPipelineBarrier(c->cb, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+void dcp_cmd_barrier_host(dcp_cmd *c)
+{
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    c->dev->vk.vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                    VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 static dcp_status check_copy(const dcp_cmd *c, const dcp_buffer *b, uint64_t off, uint64_t size)

@@ -208,7 +208,7 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     uint32_t nenable = 0;
     if (has_extension(exts, next, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
         enable[nenable++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
-        info->has_external_memory_host = 1;
+        info->has_external_memory_host = true;
     }
 
     /* A compute queue (prefer a compute-only family). */

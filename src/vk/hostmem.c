@@ -1,4 +1,4 @@
-/* Imported host memory (VK_EXT_external_memory_host) and host barriers, for the communicator. */
+/* Imported host memory (VK_EXT_external_memory_host), for the communicator's hostmem transport. */
 #include <stdlib.h>
 
 #include "vk/hostmem.h"
@@ -6,6 +6,7 @@
 
 dcp_status dcp_vk_host_import_alignment(dcp_device *dev, uint64_t *align)
 {
+    *align = 0;
     if (!dev->info.has_external_memory_host || !dev->vk.vkGetMemoryHostPointerPropertiesEXT)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "device %d (%s) lacks VK_EXT_external_memory_host",
                         dev->info.logical_index, dev->info.name);
@@ -65,13 +66,4 @@ dcp_status dcp_buffer_import_host(dcp_device *dev, void *ptr, uint64_t size, dcp
 fail:
     dcp_buffer_destroy(b);
     return dcp_fail_context(st, "importing %llu bytes of host memory", (unsigned long long)size);
-}
-
-void dcp_cmd_barrier_host(dcp_cmd *c)
-{
-    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                          .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    c->dev->vk.vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                    VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }

@@ -32,6 +32,15 @@ static const struct {
 
 const dcp_pipeline_desc *dcp_pipeline_get_desc(dcp_pipeline_id id) { return &table[id]; }
 
+uint32_t dcp_vk_workgroup_size(const dcp_device *dev)
+{
+    const dcp_device_info *info = &dev->info;
+    uint32_t wg = info->subgroup_size > 64 ? info->subgroup_size : 64;
+    if (wg > info->max_workgroup_invocations) wg = info->max_workgroup_invocations;
+    if (wg > info->max_workgroup_size[0]) wg = info->max_workgroup_size[0];
+    return wg;
+}
+
 void dcp_device_destroy_pipelines(dcp_device *dev)
 {
     for (uint32_t i = 0; i < dev->pipeline_count; i++)
@@ -49,13 +58,19 @@ void dcp_device_destroy_pipelines(dcp_device *dev)
     }
 }
 
-/* Descriptors of binding i of pipeline id on dev: a KV segment array shrinks to one buffer where
- * the device uses the one-segment variant. */
+/* Descriptors the caller passes for binding i of pipeline id (n for DCP_ARRAY(n)). */
+static uint32_t table_count(dcp_pipeline_id id, uint32_t i)
+{
+    return table[id].bindings[i] & ~DCP_BINDING_ARRAY;
+}
+
+/* Descriptors of binding i of pipeline id on dev: an array binding holds one buffer where the
+ * device uses the one-segment variant. */
 static uint32_t binding_count(const dcp_device *dev, dcp_pipeline_id id, uint32_t i)
 {
-    uint32_t n = table[id].binding_counts[i];
-    if (n == DCP_KV_MAX_SEGMENTS && one_segment[id].spv && !dev->info.kv_multi_segment) return 1;
-    return n;
+    if ((table[id].bindings[i] & DCP_BINDING_ARRAY) && one_segment[id].spv && !dev->info.kv_multi_segment)
+        return 1;
+    return table_count(id, i);
 }
 
 /* Layouts and shader module of pipeline id, created once per device. */
@@ -194,7 +209,7 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
     DCP_TRY(get_pipeline(dev, id, spec, &pipe));
 
     uint32_t total = 0;
-    for (uint32_t i = 0; i < d->binding_count; i++) total += d->binding_counts[i];
+    for (uint32_t i = 0; i < d->binding_count; i++) total += table_count(id, i);
     VkDescriptorBufferInfo infos[DCP_KV_MAX_SEGMENTS + DCP_MAX_BINDINGS];
     VkWriteDescriptorSet writes[DCP_MAX_BINDINGS];
     if (total > sizeof infos / sizeof infos[0])
@@ -244,7 +259,7 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
                                            .descriptorCount = binding_count(dev, id, i),
                                            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                            .pBufferInfo = &infos[k]};
-        k += d->binding_counts[i];
+        k += table_count(id, i);
     }
     dev->vk.vkUpdateDescriptorSets(dev->device, d->binding_count, writes, 0, NULL);
     dev->vk.vkCmdBindPipeline(cmd->cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);

@@ -10,12 +10,19 @@
 #include "attn/attn_params.h"
 #include "kv/kv_params.h"
 #include "attn/cp_params.h"
-#include "model/model_params.h"
+#include "ops/ops_params.h"
+#include "vk/yardstick_params.h"
 #include "attn/mla_params.h"
-#include "model/ds2_params.h"
+#include "ops/ds2_params.h"
 
 #define DCP_MAX_SPEC 8
 #define DCP_MAX_BINDINGS 8
+
+/* A binding cell of the table: 1 (one storage buffer), or DCP_ARRAY(n), an array binding of n
+ * storage buffers (the KV pool's segments), which holds one buffer on devices that use the
+ * pipeline's one-segment variant. */
+#define DCP_BINDING_ARRAY 0x80000000u
+#define DCP_ARRAY(n) (DCP_BINDING_ARRAY | (uint32_t)(n))
 
 typedef enum dcp_pipeline_id {
 #define DCP_PIPELINE(id, ...) DCP_PIPE_##id,
@@ -31,7 +38,7 @@ typedef struct dcp_pipeline_desc {
     uint32_t push_size;      /* bytes */
     uint32_t spec_count;
     uint32_t binding_count;
-    const uint32_t *binding_counts; /* descriptors per binding */
+    const uint32_t *bindings; /* per binding: its cell of the table (descriptors, | DCP_BINDING_ARRAY) */
 } dcp_pipeline_desc;
 
 const dcp_pipeline_desc *dcp_pipeline_get_desc(dcp_pipeline_id id);
@@ -43,9 +50,15 @@ typedef struct dcp_binding {
     uint64_t range;
 } dcp_binding;
 
+/* Workgroup size (specialization constant 0) of the project's 1-D kernels on dev: the subgroup
+ * size, at least 64, within the device's limits (maxComputeWorkGroupInvocations and
+ * maxComputeWorkGroupSize[0]); a multiple of the subgroup size whenever the limits allow.
+ * From the device properties; thread-safe. */
+uint32_t dcp_vk_workgroup_size(const dcp_device *dev);
+
 /* Records a dispatch of pipeline id specialised with spec[0..spec_count) (spec[0] = workgroup
- * size). bindings holds the descriptors of every binding in order, arrays flattened (the sum of
- * binding_counts entries). push points at the pipeline's push-constant struct. */
+ * size). bindings holds the descriptors of every binding in order, arrays flattened (n entries for a
+ * DCP_ARRAY(n) binding, whatever the device). push points at the pipeline's push-constant struct. */
 dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *spec,
                             const dcp_binding *bindings, const void *push, uint32_t groups_x,
                             uint32_t groups_y, uint32_t groups_z);

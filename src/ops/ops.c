@@ -1,24 +1,23 @@
-/* Recording of the model kernels and upload of weight matrices (see src/model/ops.h). */
+/* Recording of the model kernels and upload of weight matrices (see include/dcpvk/ops.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/dtype.h"
-#include "model/ops.h"
+#include "kv/kv_internal.h"
+#include "dcpvk/ops.h"
+#include "model/quants.h"
 #include "vk/pipelines.h"
-
-uint32_t dcp_ops_workgroup_size(const dcp_device *dev) { return dcp_attn_workgroup_size(dev); }
 
 static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)
 {
-    if (type != DCP_GGML_TYPE_F32 && type != DCP_GGML_TYPE_F16 && type != DCP_GGML_TYPE_BF16 &&
-        type != DCP_GGML_TYPE_Q8_0) {
+    if (!dcp_ggml_type_supported(type)) {
         const char *n = dcp_ggml_type_name(type);
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (F32, F16, BF16, Q8_0)",
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (" DCP_GGML_SUPPORTED_LIST ")",
                         what, n ? n : "unknown");
     }
-    uint32_t align = type == DCP_GGML_TYPE_Q8_0 ? 32 : 4;
+    const dcp_quant_layout *ql = dcp_quant_layout_of(type);
+    uint32_t align = ql ? ql->block_elems : type == DCP_GGML_TYPE_Q8_0 ? 32 : 4;
     if (k == 0 || k % align)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: row length %u is not a positive multiple of %u", what, k, align);
     return DCP_OK;
@@ -36,7 +35,9 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
     if (rows == 0 || rows > UINT32_MAX)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "matrix upload: %llu rows", (unsigned long long)rows);
     uint64_t elems = rows * k;
-    uint64_t bytes = type == DCP_GGML_TYPE_F32 ? elems * 4
+    const dcp_quant_layout *ql = dcp_quant_layout_of(type);
+    uint64_t bytes = ql ? dcp_quant_device_bytes(ql, elems / ql->block_elems)
+                     : type == DCP_GGML_TYPE_F32 ? elems * 4
                      : type == DCP_GGML_TYPE_Q8_0 ? elems + elems / 32 * 4
                                                   : elems * 2;
     const dcp_device_info *info = dcp_device_get_info(dev);
@@ -63,6 +64,17 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
                 }
         }
         out->scale_offset = (uint32_t)(elems / 4);
+    } else if (ql) {
+        uint64_t blocks = elems / ql->block_elems, first = 0;
+        uint32_t *body = (uint32_t *)host;
+        uint16_t *halves = (uint16_t *)(body + blocks * ql->body_words);
+        memset(host, 0, bytes); /* the padding half, if any */
+        for (uint32_t i = 0; i < parts; i++) {
+            uint64_t nb = (uint64_t)part_rows[i] * (k / ql->block_elems);
+            dcp_quant_repack(ql, data[i], nb, first, body, halves);
+            first += nb;
+        }
+        out->scale_offset = (uint32_t)(blocks * ql->body_words);
     } else {
         uint64_t row_bytes = bytes / rows, off = 0;
         for (uint32_t i = 0; i < parts; i++) {
@@ -96,6 +108,15 @@ static dcp_pipeline_id matmul_pipe(dcp_ggml_type t)
     case DCP_GGML_TYPE_F16: return DCP_PIPE_MATMUL_F16;
     case DCP_GGML_TYPE_BF16: return DCP_PIPE_MATMUL_BF16;
     case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_MATMUL_Q8_0;
+    case DCP_GGML_TYPE_Q4_0: return DCP_PIPE_MATMUL_Q4_0;
+    case DCP_GGML_TYPE_Q4_1: return DCP_PIPE_MATMUL_Q4_1;
+    case DCP_GGML_TYPE_Q5_0: return DCP_PIPE_MATMUL_Q5_0;
+    case DCP_GGML_TYPE_Q5_1: return DCP_PIPE_MATMUL_Q5_1;
+    case DCP_GGML_TYPE_Q2_K: return DCP_PIPE_MATMUL_Q2_K;
+    case DCP_GGML_TYPE_Q3_K: return DCP_PIPE_MATMUL_Q3_K;
+    case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_MATMUL_Q4_K;
+    case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_MATMUL_Q5_K;
+    case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_MATMUL_Q6_K;
     default: return DCP_PIPE_MATMUL_F32;
     }
 }
@@ -106,6 +127,15 @@ static dcp_pipeline_id get_rows_pipe(dcp_ggml_type t)
     case DCP_GGML_TYPE_F16: return DCP_PIPE_GET_ROWS_F16;
     case DCP_GGML_TYPE_BF16: return DCP_PIPE_GET_ROWS_BF16;
     case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_GET_ROWS_Q8_0;
+    case DCP_GGML_TYPE_Q4_0: return DCP_PIPE_GET_ROWS_Q4_0;
+    case DCP_GGML_TYPE_Q4_1: return DCP_PIPE_GET_ROWS_Q4_1;
+    case DCP_GGML_TYPE_Q5_0: return DCP_PIPE_GET_ROWS_Q5_0;
+    case DCP_GGML_TYPE_Q5_1: return DCP_PIPE_GET_ROWS_Q5_1;
+    case DCP_GGML_TYPE_Q2_K: return DCP_PIPE_GET_ROWS_Q2_K;
+    case DCP_GGML_TYPE_Q3_K: return DCP_PIPE_GET_ROWS_Q3_K;
+    case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_GET_ROWS_Q4_K;
+    case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_GET_ROWS_Q5_K;
+    case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_GET_ROWS_Q6_K;
     default: return DCP_PIPE_GET_ROWS_F32;
     }
 }
@@ -131,9 +161,10 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
                         (unsigned long long)dcp_buffer_size(y));
     dcp_device *dev = dcp_cmd_device(cmd);
     const dcp_device_info *info = dcp_device_get_info(dev);
-    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
+    rpw *= DCP_MATMUL_SUBGROUP_ROWS;
     uint32_t spec[2] = {wg, rpw};
     dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
     dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,
@@ -149,7 +180,7 @@ dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, d
     if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
         (uint64_t)tokens * 4 > dcp_buffer_size(ids))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "get_rows: %u rows of %u do not fit the buffers", tokens, w->k);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[3] = {{w->buf, 0, 0}, {ids, 0, 0}, {y, 0, 0}};
     dcp_get_rows_params p = {w->k, tokens, w->rows, y_stride, w->scale_offset};
     return dcp_cmd_dispatch(cmd, get_rows_pipe(w->type), spec, b, &p, tokens, 1, 1);
@@ -164,7 +195,7 @@ dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) || (uint64_t)n * 4 > dcp_buffer_size(w))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm: %u rows of %u do not fit the buffers", tokens, n);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[3] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}};
     dcp_rmsnorm_params p = {n, tokens, x_stride, y_stride, x_offset, eps};
     return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM, spec, b, &p, tokens, 1, 1);
@@ -185,7 +216,7 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) || (uint64_t)n * 4 > dcp_buffer_size(w))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm_parts: %u rows of %u do not fit the buffers", tokens, n);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[4] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}, {p, p_offset, p_need}};
     dcp_rmsnorm_parts_params pp = {{n, tokens, x_stride, y_stride, x_offset, eps}, parts, part_stride, part_offset};
     return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_PARTS, spec, b, &pp, tokens, 1, 1);
@@ -222,13 +253,11 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
         p.pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool);
         p.total_pages = pc->num_pages;
         if (pc->dtype == DCP_DTYPE_F16) id = DCP_PIPE_ROPE_STORE_F16;
-        uint32_t nseg = dcp_kv_pool_segment_count(a->pool);
-        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++)
-            b[4 + s] = (dcp_binding){dcp_kv_pool_segment(a->pool, s < nseg ? s : 0), 0, 0};
-    } else {
-        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){a->q_out, 0, 0};
+        dcp_kv_pool_bindings(a->pool, b + 4);
+    } else { /* nothing is stored: any valid buffer fills the array */
+        for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = b[3];
     }
-    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t spec[1] = {wg};
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
 }
@@ -240,7 +269,7 @@ dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buf
     if (x_stride < 2 * n || y_stride < n || ((uint64_t)(tokens - 1) * x_stride + 2 * n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "swiglu: %u rows of %u do not fit the buffers", tokens, n);
-    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     dcp_binding b[2] = {{x, 0, 0}, {y, 0, 0}};
     dcp_swiglu_params p = {n, tokens, x_stride, y_stride};
@@ -253,7 +282,7 @@ dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b_, dcp_buffer *y
     if ((uint64_t)n * 4 > dcp_buffer_size(a) || (uint64_t)n * 4 > dcp_buffer_size(b_) ||
         (uint64_t)n * 4 > dcp_buffer_size(y))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "add: %u floats do not fit the buffers", n);
-    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     dcp_binding b[3] = {{a, 0, 0}, {b_, 0, 0}, {y, 0, 0}};
     dcp_add_params p = {n};
@@ -268,7 +297,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t strid
     if (n == 0 || stride < n || ((uint64_t)(rows - 1) * stride + n) * 4 > dcp_buffer_size(x) ||
         (uint64_t)rows * 4 > dcp_buffer_size(out))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "argmax: %u rows of %u do not fit the buffers", rows, n);
-    uint32_t spec[1] = {dcp_ops_workgroup_size(dcp_cmd_device(cmd))};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[2] = {{x, 0, 0}, {out, 0, 0}};
     dcp_argmax_params p = {n, rows, stride};
     return dcp_cmd_dispatch(cmd, DCP_PIPE_ARGMAX, spec, b, &p, rows, 1, 1);

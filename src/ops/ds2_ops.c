@@ -1,8 +1,9 @@
-/* Recording of the deepseek2 model kernels (see src/model/mla_ops.h). */
+/* Recording of the deepseek2 model kernels (see include/dcpvk/ops.h). */
 #include <string.h>
 
 #include "common/error.h"
-#include "model/mla_ops.h"
+#include "dcpvk/ops.h"
+#include "kv/kv_internal.h"
 #include "vk/pipelines.h"
 
 typedef unsigned long long ull;
@@ -24,22 +25,37 @@ static dcp_status fits(const char *op, const char *what, dcp_buffer *b, uint64_t
     return DCP_OK;
 }
 
-static dcp_pipeline_id by_type(dcp_ggml_type t, dcp_pipeline_id f32, dcp_pipeline_id f16, dcp_pipeline_id bf16,
-                               dcp_pipeline_id q8)
+/* The pipeline of a weight type among 13 variants listed in the order of `types`. */
+static const dcp_ggml_type types[13] = {
+    DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,  DCP_GGML_TYPE_BF16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0,
+    DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q5_0, DCP_GGML_TYPE_Q5_1, DCP_GGML_TYPE_Q2_K, DCP_GGML_TYPE_Q3_K,
+    DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K};
+
+static dcp_status by_type(const char *op, dcp_ggml_type t, const dcp_pipeline_id *ids, dcp_pipeline_id *out)
 {
-    switch (t) {
-    case DCP_GGML_TYPE_F16: return f16;
-    case DCP_GGML_TYPE_BF16: return bf16;
-    case DCP_GGML_TYPE_Q8_0: return q8;
-    default: return f32;
-    }
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (types[i] == t) {
+            *out = ids[i];
+            return DCP_OK;
+        }
+    const char *n = dcp_ggml_type_name(t);
+    return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (" DCP_GGML_SUPPORTED_LIST ")", op,
+                    n ? n : "unknown");
 }
+
+#define TYPE_PIPES(P)                                                                              \
+    {DCP_PIPE_##P##_F32,  DCP_PIPE_##P##_F16,  DCP_PIPE_##P##_BF16, DCP_PIPE_##P##_Q8_0, DCP_PIPE_##P##_Q4_0, \
+     DCP_PIPE_##P##_Q4_1, DCP_PIPE_##P##_Q5_0, DCP_PIPE_##P##_Q5_1, DCP_PIPE_##P##_Q2_K, DCP_PIPE_##P##_Q3_K, \
+     DCP_PIPE_##P##_Q4_K, DCP_PIPE_##P##_Q5_K, DCP_PIPE_##P##_Q6_K}
+static const dcp_pipeline_id head_pipes[13] = TYPE_PIPES(HEAD_MATMUL);
+static const dcp_pipeline_id gate_up_pipes[13] = TYPE_PIPES(MOE_MATMUL);
+static const dcp_pipeline_id down_pipes[13] = TYPE_PIPES(MOE_DOWN);
 
 /* Workgroup size and rows per workgroup of the subgroup-per-row kernels. */
 static void rows_spec(dcp_device *dev, uint32_t spec[2])
 {
     const dcp_device_info *info = dcp_device_get_info(dev);
-    uint32_t wg = dcp_ops_workgroup_size(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     spec[0] = wg;
     spec[1] = rpw ? rpw : 1;
@@ -70,8 +86,8 @@ dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a)
         .x_head_stride = a->x_head_stride, .x_offset = a->x_offset, .y_stride = a->y_stride,
         .y_head_stride = a->y_head_stride, .y_offset = a->y_offset, .accumulate = a->accumulate ? 1u : 0u,
         .scale_offset = w->scale_offset};
-    dcp_pipeline_id id = by_type(w->type, DCP_PIPE_HEAD_MATMUL_F32, DCP_PIPE_HEAD_MATMUL_F16, DCP_PIPE_HEAD_MATMUL_BF16,
-                                 DCP_PIPE_HEAD_MATMUL_Q8_0);
+    dcp_pipeline_id id;
+    if ((st = by_type("head_matmul", w->type, head_pipes, &id))) return st;
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div(a->rows, spec[1]), a->heads,
                             ceil_div(a->tokens, DCP_HEAD_MATMUL_TOKENS));
 }
@@ -89,7 +105,7 @@ dcp_status dcp_op_mla_rope(dcp_cmd *cmd, const dcp_mla_rope_args *a)
     if ((st = fits("mla_rope", "src", a->src, need(a->tokens, a->src_stride, sl)))) return st;
     if ((st = fits("mla_rope", "dst", a->dst, need(a->tokens, a->dst_stride, dl)))) return st;
     if ((st = fits("mla_rope", "cs", a->cs, (uint64_t)a->tokens * a->n_rot * 4))) return st;
-    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     dcp_binding b[3] = {{a->src, 0, 0}, {a->cs, 0, 0}, {a->dst, 0, 0}};
     dcp_mla_rope_params p = {
@@ -125,13 +141,12 @@ dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a)
     b[1] = (dcp_binding){a->kpe, 0, 0};
     b[2] = (dcp_binding){a->cs, 0, 0};
     b[3] = (dcp_binding){a->slot, 0, 0};
-    uint32_t nseg = dcp_kv_pool_segment_count(a->pool);
-    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){dcp_kv_pool_segment(a->pool, s < nseg ? s : 0), 0, 0};
+    dcp_kv_pool_bindings(a->pool, b + 4);
     dcp_mla_kv_store_params p = {
         .tokens = a->tokens, .kv_lora = a->kv_lora, .n_rot = a->n_rot, .c_stride = a->c_stride, .c_offset = a->c_offset,
         .kpe_stride = a->kpe_stride, .kpe_offset = a->kpe_offset, .page_size = pc->page_size,
         .pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool), .total_pages = pc->num_pages};
-    uint32_t wg = dcp_ops_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_KV_STORE_F16 : DCP_PIPE_MLA_KV_STORE_F32;
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((a->kv_lora + a->n_rot) / 2, wg), a->tokens, 1);
@@ -204,10 +219,8 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
         .n_expert = a->n_expert, .rows = a->rows, .k = w->k, .tokens = a->tokens, .n_used = a->n_used,
         .x_stride = a->x_stride, .x_used_stride = a->x_used_stride, .y_stride = a->y_stride,
         .y_used_stride = a->y_used_stride, .accumulate = a->accumulate ? 1u : 0u, .scale_offset = w->scale_offset};
-    dcp_pipeline_id id = down ? by_type(w->type, DCP_PIPE_MOE_DOWN_F32, DCP_PIPE_MOE_DOWN_F16, DCP_PIPE_MOE_DOWN_BF16,
-                                        DCP_PIPE_MOE_DOWN_Q8_0)
-                              : by_type(w->type, DCP_PIPE_MOE_MATMUL_F32, DCP_PIPE_MOE_MATMUL_F16,
-                                        DCP_PIPE_MOE_MATMUL_BF16, DCP_PIPE_MOE_MATMUL_Q8_0);
+    dcp_pipeline_id id;
+    if ((st = by_type(op, w->type, down ? down_pipes : gate_up_pipes, &id))) return st;
     uint64_t groups_y = down ? a->tokens : (uint64_t)a->tokens * a->n_used;
     if (groups_y > 65535)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: %llu token slots exceed one dispatch (65535)", op, (ull)groups_y);

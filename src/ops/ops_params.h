@@ -1,35 +1,41 @@
 /* Push constants of the model kernels (matmul, get_rows, rmsnorm, rope_store, swiglu, add,
  * argmax), shared by C and GLSL. All activations are f32; element counts and strides are in
  * elements (floats) unless a field says words. */
-#ifndef DCP_MODEL_PARAMS_H
-#define DCP_MODEL_PARAMS_H
+#ifndef DCP_OPS_PARAMS_H
+#define DCP_OPS_PARAMS_H
 #include "common/params_begin.h"
 
 /* Tokens one matmul workgroup multiplies per weight load (size of the per-row accumulator array). */
 #define DCP_MATMUL_TOKENS 8
+/* Output rows one matmul subgroup computes together, sharing each load of x (RPW, the rows per
+ * workgroup, is subgroups per workgroup times this). */
+#ifndef DCP_MATMUL_SUBGROUP_ROWS
+#define DCP_MATMUL_SUBGROUP_ROWS 4
+#endif
 
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
- * (GGUF row order: k contiguous). One subgroup per output row, DCP_MATMUL_TOKENS tokens per
- * workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens / DCP_MATMUL_TOKENS)). */
+ * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS output rows,
+ * DCP_MATMUL_TOKENS tokens per workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens /
+ * DCP_MATMUL_TOKENS)). */
 DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 n_out;        /* N: output features (rows of W) */
-    DCP_U32 k;            /* K: input features, multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 k;            /* K: input features, multiple of 4 (of the block: 32 or 256) */
     DCP_U32 tokens;       /* T: rows of x and y */
     DCP_U32 x_stride;     /* floats between rows of x, multiple of 4 */
     DCP_U32 y_stride;     /* floats between rows of y */
     DCP_U32 accumulate;   /* 1: y += W x (fused residual add); 0: y = W x */
-    DCP_U32 scale_offset; /* Q8_0: word offset of the f32 scales [n_out][k/32] in W; else 0 */
+    DCP_U32 scale_offset; /* Q8_0, block-quantized: word offset of the scales in W; else 0 */
     DCP_U32 x_offset;     /* floats before row 0 of x, multiple of 4 */
 };
 DCP_PARAMS_END(dcp_matmul_params)
 
 /* get_rows: y[t][:] = W[ids[t]][:] (embedding lookup), W in its dtype's layout. Grid (tokens). */
 DCP_PARAMS_STRUCT(dcp_get_rows_params) {
-    DCP_U32 k;            /* row length, multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 k;            /* row length, multiple of 4 (of the block: 32 or 256) */
     DCP_U32 tokens;       /* rows to gather */
     DCP_U32 n_rows;       /* rows of W; ids outside [0, n_rows) give a zero row */
     DCP_U32 y_stride;     /* floats between output rows */
-    DCP_U32 scale_offset; /* Q8_0: word offset of the f32 scales in W; else 0 */
+    DCP_U32 scale_offset; /* Q8_0, block-quantized: word offset of the scales in W; else 0 */
 };
 DCP_PARAMS_END(dcp_get_rows_params)
 
@@ -60,8 +66,8 @@ DCP_PARAMS_END(dcp_rmsnorm_parts_params)
 /* rope_store: one token row of src = [q_heads][D] | [kv_heads][D] (K) | [kv_heads][D] (V).
  * Rotates adjacent pairs (2i, 2i+1), i < n_rot/2, of every Q and K head by the angle whose
  * (cos, sin) is cs[t][i]; writes Q to q_out [tokens][q_heads][D] and, for tokens with
- * slot[t] != 0xffffffff, rotated K and plain V into the KV page of token slot
- * (page = slot / page_size, row = slot % page_size). Grid (ceil(heads * D/2 / WG), tokens). */
+ * slot[t] != DCP_KV_NO_SLOT (src/kv/kv_params.h), rotated K and plain V into the KV page of
+ * token slot (page = slot / page_size, row = slot % page_size). Grid (ceil(heads * D/2 / WG), tokens). */
 DCP_PARAMS_STRUCT(dcp_rope_store_params) {
     DCP_U32 tokens;
     DCP_U32 q_heads;

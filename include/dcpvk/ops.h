@@ -1,0 +1,192 @@
+/* The model kernels: weight matrices on a device and the recording of the ops a model graph is
+ * made of (shaders/matmul, get_rows, rmsnorm, rope_store, swiglu, add, argmax) into a caller's
+ * command buffer. Implemented in src/ops/ops.c; push constants in src/ops/ops_params.h.
+ *
+ * Every op only records (no submit, no wait); the caller orders dependent ops with
+ * dcp_cmd_barrier. Buffers are bound whole (offset 0) so no binding offset alignment applies;
+ * row offsets go through push constants. Activations are f32. Not thread-safe per command. */
+#ifndef DCPVK_OPS_H
+#define DCPVK_OPS_H
+
+#include <stdint.h>
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/kv.h"
+#include "dcpvk/model_config.h"
+#include "dcpvk/vk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A weight matrix on one device: rows x k, k contiguous (GGUF ne0 = k, ne1 = rows).
+ * Device layout by type: F32 [rows][k] f32; F16 / BF16 [rows][k] 16-bit; Q8_0 repacked as
+ * int8 quants [rows][k] followed (at word scale_offset) by f32 block scales [rows][k/32] (the
+ * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K as block
+ * bodies [rows][k/block][body words] followed (at word scale_offset) by their f16 scales
+ * (src/model/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
+ * dcp_matrix_destroy (before the device). */
+typedef struct dcp_matrix {
+    dcp_buffer *buf;
+    dcp_ggml_type type;     /* a type of DCP_GGML_SUPPORTED_LIST */
+    uint32_t rows, k;
+    uint32_t scale_offset;  /* Q8_0 and block-quantized types: words before the scales; else 0 */
+} dcp_matrix;
+
+/* Uploads the row-wise concatenation of `parts` GGUF tensors that share one type and k (part i
+ * has part_rows[i] rows, data[i] its GGUF bytes) as one matrix: fused Q|K|V or gate|up.
+ * DCP_ERR_UNSUPPORTED for another type or k not a multiple of 4 (of the block size, 32 or 256,
+ * for the quantized types);
+ * DCP_ERR_INVALID_ARGUMENT when the matrix exceeds the device's storage-buffer range. */
+dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
+                             const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
+void dcp_matrix_destroy(dcp_matrix *m);
+
+/* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T.
+ * x_stride, x_offset multiples of 4. accumulate != 0 adds to y (fused residual). */
+dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
+                         uint32_t x_stride, dcp_buffer *y, uint32_t y_stride, uint32_t tokens,
+                         int accumulate);
+
+/* y [tokens][y_stride] = rows ids[0..tokens) (u32) of W (embedding lookup). */
+dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,
+                           uint32_t y_stride, uint32_t tokens);
+
+/* y [tokens][y_stride] = rmsnorm(x rows from float x_offset, stride x_stride) * w [n] f32. */
+dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                          dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
+                          uint32_t tokens, float eps);
+
+/* The all-reduce's receiving side fused into the next rmsnorm: first x rows += the sum, in rank
+ * order s = 0 .. parts-1 from 0 (as part_sum: bitwise the same on every rank), of the parts
+ * p [parts][tokens][n] f32 (part s's row t at float part_offset + s * part_stride + t * n of p,
+ * bound from byte p_offset), writing x back; then y = rmsnorm(x) * w as dcp_op_rmsnorm. */
+dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                                dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
+                                uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
+                                uint32_t parts, uint32_t part_stride, uint32_t part_offset);
+
+/* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
+ * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
+ * DCP_KV_NO_SLOT: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
+ * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. */
+typedef struct dcp_rope_store_args {
+    uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
+    dcp_buffer *src, *slot, *cs, *q_out;
+    dcp_kv_pool *pool;
+} dcp_rope_store_args;
+dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);
+
+/* y [tokens][y_stride] = silu(x[:, :n]) * x[:, n:2n], x [tokens][x_stride]. */
+dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buffer *y,
+                         uint32_t y_stride, uint32_t n, uint32_t tokens);
+
+/* y[i] = a[i] + b[i] for n floats (y may be a or b). */
+dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b, dcp_buffer *y, uint32_t n);
+
+/* out [rows] u32 = argmax of each row of x [rows][stride] (n values; ties: smallest index). */
+dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
+                         dcp_buffer *out);
+
+
+/* ---- deepseek2 (MLA attention + MoE) kernels --------------------------------------------------
+ * Per-head matrix products (absorption, W_UV), the q_pe rope, the latent-cache write, MoE routing
+ * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/ops/ds2_params.h).
+ * The latent RMSNorm is dcp_op_rmsnorm over the first kv_lora values of each kv_a row (x_stride
+ * kv_lora + rope); the expert SwiGLU is dcp_op_swiglu over tokens * n_used rows; the latent decode
+ * itself is include/dcpvk/mla.h.
+ *
+ * One layer's decode step on one rank (T tokens, Hq query heads projected here, R kv_lora, P rope,
+ * N nope, V v; buffers f32):
+ *   xn = rmsnorm(x)                                   dcp_op_rmsnorm
+ *   q [T][Hq (N+P)] = wq xn (or wq_b rmsnorm(wq_a xn))  dcp_op_matmul
+ *   kv [T][R+P] = wkv_a xn; c = rmsnorm(kv[:, :R])    dcp_op_matmul, dcp_op_rmsnorm
+ *   latent pool row of each owned token = [c | rope(kv[:, R:])]           dcp_op_mla_kv_store
+ *   Q [T][Hq][R+P]: [:R] = W_UK q_nope per head, [R:] = rope(q_pe)   dcp_op_head_matmul, dcp_op_mla_rope
+ *   (DCP: Q gathered over the group) latent decode -> o_lat [T][Ho][R] (merged)    include/dcpvk/mla.h
+ *   o [T][Ho V] = W_UV o_lat per head                 dcp_op_head_matmul
+ *   x += wo o (row-parallel, all-reduced)             dcp_op_matmul
+ *   FFN: dense as llama, or MoE: logits = gate_inp xn; dcp_op_moe_route; gu = dcp_op_moe_gate_up;
+ *        h = swiglu(gu); x += dcp_op_moe_down(h) + shared experts (dense FFN of width fs).
+ */
+
+/* y[t][h y_head_stride + y_offset + n] (+)= sum_k W[h rows + n][k] x[t][h x_head_stride + x_offset + k]
+ * for h < heads, n < rows (w->rows == heads * rows, k = w->k); x strides and offset multiples of 4. */
+typedef struct dcp_head_matmul_args {
+    const dcp_matrix *w;
+    uint32_t heads, rows, tokens;
+    dcp_buffer *x;
+    uint32_t x_stride, x_head_stride, x_offset;
+    dcp_buffer *y;
+    uint32_t y_stride, y_head_stride, y_offset;
+    int accumulate;
+} dcp_head_matmul_args;
+dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a);
+
+/* NORM-mode RoPE of the n_rot values at src_offset of every head, written at dst_offset of the
+ * same head in dst: src [tokens][src_stride], dst [tokens][dst_stride], cs [tokens][n_rot/2][2]
+ * (dcp_rope_cs). Offsets and strides even. */
+typedef struct dcp_mla_rope_args {
+    uint32_t tokens, heads, n_rot;
+    dcp_buffer *src;
+    uint32_t src_stride, src_head_stride, src_offset;
+    dcp_buffer *dst;
+    uint32_t dst_stride, dst_head_stride, dst_offset;
+    dcp_buffer *cs;
+} dcp_mla_rope_args;
+dcp_status dcp_op_mla_rope(dcp_cmd *cmd, const dcp_mla_rope_args *a);
+
+/* Writes [c | rope(k_pe)] into the latent pool (K-only, one head of kv_lora + n_rot) for the
+ * tokens whose slot[t] is not DCP_KV_NO_SLOT (slots from dcp_kv_cache_append_slots; page *
+ * page_size + row): c [tokens][c_stride] from c_offset (kv_lora values), k_pe [tokens][kpe_stride]
+ * from kpe_offset (n_rot values), cs [tokens][n_rot/2][2], slot [tokens] u32. Offsets and strides even. */
+typedef struct dcp_mla_kv_store_args {
+    uint32_t tokens, kv_lora, n_rot;
+    dcp_buffer *c;
+    uint32_t c_stride, c_offset;
+    dcp_buffer *kpe;
+    uint32_t kpe_stride, kpe_offset;
+    dcp_buffer *cs, *slot;
+    dcp_kv_pool *pool;
+} dcp_mla_kv_store_args;
+dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a);
+
+/* MoE routing (see dcp_moe_route_params in src/ops/ds2_params.h): logits [tokens][logits_stride]
+ * f32, bias [n_expert] f32 or NULL; writes ids [tokens][n_used] u32 (descending selection) and
+ * weights [tokens][n_used] f32. */
+typedef struct dcp_moe_route_args {
+    uint32_t tokens, n_expert, n_used, n_groups, n_groups_used;
+    dcp_expert_gating gating;
+    int norm;
+    float scale;
+    dcp_buffer *logits;
+    uint32_t logits_stride;
+    dcp_buffer *bias;
+    dcp_buffer *ids, *weights;
+} dcp_moe_route_args;
+dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a);
+/* The routing of a model config's MoE layer (tokens, logits and outputs still to be set). */
+void dcp_moe_route_args_from_config(const dcp_model_config *cfg, dcp_moe_route_args *out);
+
+/* The selected experts' products. w: every expert's rows, expert e's `rows` rows at e * rows
+ * (w->rows == n_expert * rows). ids / weights from dcp_op_moe_route. Input (t, j) is x[t x_stride +
+ * j x_used_stride ...] (x_used_stride 0: the same input for every slot), strides multiples of 4.
+ *   gate_up: y[t y_stride + j y_used_stride + n] = W_{ids[t][j]}[n] . x(t, j)
+ *   down:    y[t y_stride + n] (+)= sum_j weights[t][j] W_{ids[t][j]}[n] . x(t, j) */
+typedef struct dcp_moe_matmul_args {
+    const dcp_matrix *w;
+    uint32_t n_expert, rows, tokens, n_used;
+    dcp_buffer *ids, *weights;
+    dcp_buffer *x;
+    uint32_t x_stride, x_used_stride;
+    dcp_buffer *y;
+    uint32_t y_stride, y_used_stride;
+    int accumulate;
+} dcp_moe_matmul_args;
+dcp_status dcp_op_moe_gate_up(dcp_cmd *cmd, const dcp_moe_matmul_args *a);
+dcp_status dcp_op_moe_down(dcp_cmd *cmd, const dcp_moe_matmul_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

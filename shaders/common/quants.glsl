@@ -1,0 +1,156 @@
+// Decoders of the block-quantized weight types in their device layout (src/model/quants.h):
+// [blocks][body words] u32 (each GGUF block without its f16 field(s)), then at word
+// wscale_offset the f16 fields [blocks][1 or 2] packed two to a word. Blocks are numbered
+// row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q2_K,
+// W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K.
+//
+// A row is read in units of W_UNIT_GROUPS groups of 16 consecutive weights with one scale (and
+// min) each: w_group(row, u, g, k, wv) dequantizes group g of unit u into wv[W_GROUP_VEC4 = 4]
+// (f32, in registers), the weights at vec4 indices w_group_x4(u, g) .. + 3 of the row. A unit's
+// groups read the same 4 consecutive body words (plus the high bits / scales they need):
+//   Q4_0, Q4_1, Q5_0, Q5_1: one block of 32 (2 groups: low nibbles = weights 0..15, high = 16..31)
+//   Q4_K, Q5_K: 16 bytes of qs = 32 weights of sub-blocks 2c (low nibbles) and 2c+1 (high)
+//   Q2_K, Q3_K: 16 bytes of qs = 64 weights, one group per 2-bit shift s (4 groups)
+//   Q6_K: 16 bytes of each ql half and of qh = 64 weights (4 groups)
+// Each weight is (scale * q - min) with q the integer quant as f32, as the CPU dequantizer
+// (src/model/quants.c) computes it.
+#ifndef DCP_QUANTS_GLSL
+#define DCP_QUANTS_GLSL
+
+// Bytes, nibbles, 2-bit fields and single bits of the 4 bytes of a word, as 4 lanes (byte 0 first).
+uvec4 q_bytes(uint v) { return uvec4(v, v >> 8, v >> 16, v >> 24) & 255u; }
+vec4 q_lo4(uint v) { return vec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 15u); }
+vec4 q_hi4(uint v) { return vec4(uvec4(v >> 4, v >> 12, v >> 20, v >> 28) & 15u); }
+vec4 q_2bit(uint v, uint s) { return vec4((uvec4(v, v >> 8, v >> 16, v >> 24) >> s) & 3u); }
+vec4 q_bit(uint v, uint b) { return vec4((uvec4(v, v >> 8, v >> 16, v >> 24) >> b) & 1u); }
+// Byte i (0..) of the words starting at word o.
+uint q_byte(uint o, uint i) { return (w[o + i / 4u] >> (8u * (i % 4u))) & 255u; }
+
+// The f16 field(s) of block bi: d, or (d, dmin / m).
+float q_d(uint bi) { return unpackHalf2x16(w[wscale_offset + bi / 2u])[bi & 1u]; }
+vec2 q_dm(uint bi) { return unpackHalf2x16(w[wscale_offset + bi]); }
+
+// Bits start..start+3 of v, as 4 lanes.
+vec4 q_bits4(uint v, uint start) { return vec4((uvec4(v >> start) >> uvec4(0u, 1u, 2u, 3u)) & 1u); }
+
+#if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1)
+// ---- blocks of 32: unit = block; group 0 = weights 0..15 (low nibbles of qs), 1 = 16..31 (high)
+#define W_UNIT_GROUPS 2
+uint w_units(uint k) { return k / 32u; }
+uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
+
+void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
+{
+    const uint bi = row * (k / 32u) + u;
+#if defined(W_Q4_0) || defined(W_Q4_1)
+    const uint o = 4u * bi;           // qs[16]
+#else
+    const uint o = 5u * bi + 1u;      // qh (word 5 bi: bit e = high bit of weight e), then qs[16]
+    const uint qh = w[o - 1u];
+#endif
+#if defined(W_Q4_0) || defined(W_Q5_0)
+    const float d = q_d(bi);
+#else
+    const vec2 dm = q_dm(bi);         // (d, m)
+#endif
+    for (uint i = 0u; i < 4u; i++) {
+        const uint q = w[o + i];      // bytes 4i..4i+3: weights 4i.. (low nibbles), 16+4i.. (high)
+        vec4 a = g == 0u ? q_lo4(q) : q_hi4(q);
+#if defined(W_Q5_0) || defined(W_Q5_1)
+        a += 16.0 * q_bits4(qh, 16u * g + 4u * i);
+#endif
+#if defined(W_Q4_0)
+        wv[i] = (a - 8.0) * d;
+#elif defined(W_Q5_0)
+        wv[i] = (a - 16.0) * d;
+#else
+        wv[i] = a * dm.x + dm.y;
+#endif
+    }
+}
+
+#elif defined(W_Q4_K) || defined(W_Q5_K)
+// ---- Q4_K / Q5_K: unit r = 2c + h of 8 per super-block reads qs bytes 32c + 16h .. +16;
+// group 0 = weights 64c + 16h + l (low nibbles, sub-block 2c), 1 = 64c + 32 + 16h + l (high
+// nibbles, sub-block 2c+1), l < 16
+#define W_UNIT_GROUPS 2
+uint w_units(uint k) { return k / 32u; }
+uint w_group_x4(uint u, uint g)
+{
+    const uint r = u % 8u;
+    return 64u * (u / 8u) + 16u * (r / 2u) + 4u * (r % 2u) + 8u * g;
+}
+
+// 6-bit scale (x) and min (y) of sub-block j from the 12 scale bytes at word o.
+vec2 q_k4_scale_min(uint o, uint j)
+{
+    if (j < 4u) return vec2(q_byte(o, j) & 63u, q_byte(o, j + 4u) & 63u);
+    const uint b = q_byte(o, j + 4u);
+    return vec2((b & 15u) | (q_byte(o, j - 4u) >> 6) << 4, (b >> 4) | (q_byte(o, j) >> 6) << 4);
+}
+
+void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
+{
+    const uint bi = row * (k / 256u) + u / 8u, r = u % 8u, c = r / 2u, h = r % 2u;
+#if defined(W_Q4_K)
+    const uint o = 35u * bi;                       // scales[12] | qs[128]
+    const uint oq = o + 3u + 8u * c + 4u * h;
+#else
+    const uint o = 43u * bi;                       // scales[12] | qh[32] | qs[128]
+    const uint oq = o + 11u + 8u * c + 4u * h;
+    const uint oh = o + 3u + 4u * h;
+#endif
+    const vec2 dm = q_dm(bi);                      // (d, dmin)
+    const vec2 sm = q_k4_scale_min(o, 2u * c + g);
+    const float dl = dm.x * sm.x, ml = dm.y * sm.y;
+    for (uint i = 0u; i < 4u; i++) {
+        const uint q = w[oq + i];
+        vec4 a = g == 0u ? q_lo4(q) : q_hi4(q);
+#if defined(W_Q5_K)
+        a += 16.0 * q_bit(w[oh + i], 2u * c + g);
+#endif
+        wv[i] = dl * a - ml;
+    }
+}
+
+#elif defined(W_Q2_K) || defined(W_Q3_K) || defined(W_Q6_K)
+// ---- Q2_K / Q3_K / Q6_K: unit r = 2n + h of 4 per super-block, l = 16h + 0..15; group g (0..3)
+// holds weights 128n + 32g + l (Q2_K/Q3_K: 2-bit field g of qs[32n + l]; Q6_K: ql / qh as below)
+#define W_UNIT_GROUPS 4
+uint w_units(uint k) { return k / 64u; }
+uint w_group_x4(uint u, uint g)
+{
+    const uint r = u % 4u;
+    return 64u * (u / 4u) + 32u * (r / 2u) + 4u * (r % 2u) + 8u * g;
+}
+
+void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
+{
+    const uint bi = row * (k / 256u) + u / 4u, r = u % 4u, n = r / 2u, h = r % 2u;
+    const uint j = 8u * n + 2u * g + h;            // 16-weight sub-block
+#if defined(W_Q2_K)
+    const uint o = 20u * bi;                       // scales[16] | qs[64]
+    const vec2 dm = q_dm(bi);                      // (d, dmin)
+    const uint sc = q_byte(o, j);
+    const float dl = dm.x * float(sc & 15u), ml = dm.y * float(sc >> 4);
+    for (uint i = 0u; i < 4u; i++) wv[i] = dl * q_2bit(w[o + 4u + 8u * n + 4u * h + i], 2u * g) - ml;
+#elif defined(W_Q3_K)
+    const uint o = 27u * bi;                       // hmask[32] | qs[64] | scales[12]
+    const uint lo = (q_byte(o + 24u, j % 8u) >> (4u * n)) & 15u;
+    const uint hi = (q_byte(o + 26u, j % 4u) >> (2u * (j / 4u))) & 3u;
+    const float dl = q_d(bi) * float(int(lo | hi << 4) - 32);
+    for (uint i = 0u; i < 4u; i++)
+        wv[i] = dl * (q_2bit(w[o + 8u + 8u * n + 4u * h + i], 2u * g) + 4.0 * q_bit(w[o + 4u * h + i], 4u * n + g) - 4.0);
+#else
+    const uint o = 52u * bi;                       // ql[128] | qh[64] | scales[16] (int8)
+    const float dl = q_d(bi) * float(bitfieldExtract(int(w[o + 48u + j / 4u]), int(8u * (j % 4u)), 8));
+    for (uint i = 0u; i < 4u; i++) {
+        const uint ql = w[o + 16u * n + 8u * (g % 2u) + 4u * h + i];
+        const vec4 lo = g < 2u ? q_lo4(ql) : q_hi4(ql);
+        wv[i] = dl * (lo + 16.0 * q_2bit(w[o + 32u + 8u * n + 4u * h + i], 2u * g) - 32.0);
+    }
+#endif
+}
+#endif
+
+#endif

@@ -1,0 +1,72 @@
+/* Recordable collectives: what the communicator offers the step layer (src/step/step.h) and the
+ * DCP attention step (src/attn/cp_attn.c), so that a collective can live inside a caller's
+ * recorded commands instead of running on its own. No caller sees the mailbox layout.
+ *
+ * One collective is three parts, in this order:
+ *   put       each local rank's recording writes its outgoing blocks (copies or shaders) into its
+ *             put area (dcp_comm_put_area), then records dcp_comm_record_put;
+ *   exchange  once every local rank's recording has completed (the step layer's round):
+ *             dcp_comm_put_exchange. staging and mpi move the blocks on the host; hostmem moves
+ *             nothing: every device reads the one shared allocation in place;
+ *   view      the next recording of each rank reads the blocks sent to it in place
+ *             (dcp_comm_put_view): source s's block at first.offset + s * stride of first.buffer.
+ * Kinds: ALL_GATHER and ALL_REDUCE put one block per rank (every receiver sees every rank's block);
+ * ALL_TO_ALL and REDUCE_SCATTER put [size][slot] (slot d goes to rank d). No reduction is done by
+ * the communicator: receivers sum the blocks they view on their devices, in rank order (part_sum,
+ * rmsnorm_parts), so every rank and every transport gives the same bits.
+ *
+ * Blocks are at most the reserved capacity (dcp_comm_reserve), slots a multiple of 4 bytes. The
+ * put area of the next exchange is the other bank, so one round may read the blocks of the last
+ * exchange and write those of the next. dcp_comm_reset_banks puts the banks in their initial
+ * state, so that a recorded step refers to the same banks every time it is replayed; recordings
+ * stay valid while dcp_comm_generation does not change.
+ *
+ * Not thread-safe: one thread per communicator. */
+#ifndef DCP_COMM_PUT_H
+#define DCP_COMM_PUT_H
+
+#include <stdint.h>
+
+#include "dcpvk/comm.h"
+
+typedef enum dcp_coll {
+    DCP_COLL_ALL_GATHER = 0,
+    DCP_COLL_ALL_TO_ALL = 1,
+    DCP_COLL_REDUCE_SCATTER = 2,
+    DCP_COLL_ALL_REDUCE = 3,
+} dcp_coll;
+
+/* Makes every block of up to `bytes` bytes fit (grows the mailboxes, waiting for the
+ * communicator's own commands; no recorded command that refers to the mailboxes may be in flight:
+ * growing bumps dcp_comm_generation). */
+dcp_status dcp_comm_reserve(dcp_comm *comm, uint64_t bytes);
+/* Where local rank i writes the outgoing blocks of the next exchange, as seen from its device.
+ * Changes with every exchange: fetch it for each recording. */
+dcp_comm_buf dcp_comm_put_area(const dcp_comm *comm, int local);
+/* The barrier that ends a recording's writes into its put area (towards the host and the peers'
+ * reads after the round). */
+void dcp_comm_record_put(dcp_cmd *cmd);
+/* The host part of an exchange of `kind`, blocks of `slot` bytes (destinations `slot` bytes apart
+ * for ALL_TO_ALL / REDUCE_SCATTER), after every local rank's put has completed. `payload` bytes
+ * per destination count as sent (the statistics of dcp_comm_bytes_sent). */
+dcp_status dcp_comm_put_exchange(dcp_comm *comm, dcp_coll kind, uint64_t slot, uint64_t payload);
+/* Where local rank i reads the blocks of the last exchange of `kind` with blocks of `slot` bytes:
+ * source s's block at first->offset + s * *stride of first->buffer. first->offset is 256-byte
+ * aligned (a valid storage-buffer binding offset) for the gathering kinds, and for the others
+ * when slot is a multiple of 256. */
+void dcp_comm_put_view(const dcp_comm *comm, int local, dcp_coll kind, uint64_t slot, dcp_comm_buf *first,
+                       uint64_t *stride);
+/* One exchange as a value: what the step layer runs between two rounds (and replays). */
+typedef struct dcp_comm_xchg {
+    dcp_comm *comm;
+    dcp_coll kind;
+    uint64_t slot;    /* bytes per block / destination */
+    uint64_t payload; /* bytes per destination counted as sent */
+} dcp_comm_xchg;
+
+/* Next exchange in bank 0 (only when every block of earlier exchanges has been read). */
+void dcp_comm_reset_banks(dcp_comm *comm);
+/* Changes whenever the mailboxes are reallocated (dcp_comm_reserve growing them). */
+uint64_t dcp_comm_generation(const dcp_comm *comm);
+
+#endif

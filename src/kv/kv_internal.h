@@ -1,0 +1,16 @@
+/* Internals of the KV module for the code that records shaders over a KV page pool (kv_append in
+ * src/kv, paged_decode in src/attn, rope_store in src/model). */
+#ifndef DCP_KV_INTERNAL_H
+#define DCP_KV_INTERNAL_H
+
+#include "dcpvk/kv.h"
+#include "kv/kv_params.h"
+#include "vk/pipelines.h"
+
+/* Fills out [DCP_KV_MAX_SEGMENTS] with the descriptors of pool's segment array binding (the last
+ * binding of kv_append, rope_store and paged_decode, shaders/common/kv_pool.glsl): segment s whole
+ * for s < the pool's segment count, segment 0 again for the rest (never read, but every descriptor
+ * of the array must be valid). Thread-safe; the pool must outlive the recording. */
+void dcp_kv_pool_bindings(const dcp_kv_pool *pool, dcp_binding *out);
+
+#endif

@@ -1,0 +1,259 @@
+/* Quantizing a GGUF file as llama.cpp's llama-quantize does: a file type (general.file_type) names
+ * the weight type of most matrices and, for the k-quant mixes (Q4_K_M, Q5_K_M, ...), which
+ * tensors get more bits; tensors whose rows are not whole blocks of the chosen type fall back to
+ * another type. Rules learnt from llama.cpp's llama_tensor_get_type for the llama family (no
+ * experts, not Falcon); written here from their description, see dcp_ftype in gguf.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/error.h"
+#include "dcpvk/gguf.h"
+
+typedef struct ftype_info {
+    dcp_ftype ftype;
+    const char *name;
+    dcp_ggml_type base;
+} ftype_info;
+
+static const ftype_info ftypes[] = {
+    {DCP_FTYPE_F32, "F32", DCP_GGML_TYPE_F32},       {DCP_FTYPE_F16, "F16", DCP_GGML_TYPE_F16},
+    {DCP_FTYPE_BF16, "BF16", DCP_GGML_TYPE_BF16},    {DCP_FTYPE_Q8_0, "Q8_0", DCP_GGML_TYPE_Q8_0},
+    {DCP_FTYPE_Q4_0, "Q4_0", DCP_GGML_TYPE_Q4_0},    {DCP_FTYPE_Q4_1, "Q4_1", DCP_GGML_TYPE_Q4_1},
+    {DCP_FTYPE_Q5_0, "Q5_0", DCP_GGML_TYPE_Q5_0},    {DCP_FTYPE_Q5_1, "Q5_1", DCP_GGML_TYPE_Q5_1},
+    {DCP_FTYPE_Q2_K, "Q2_K", DCP_GGML_TYPE_Q2_K},    {DCP_FTYPE_Q3_K_S, "Q3_K_S", DCP_GGML_TYPE_Q3_K},
+    {DCP_FTYPE_Q3_K_M, "Q3_K_M", DCP_GGML_TYPE_Q3_K}, {DCP_FTYPE_Q3_K_L, "Q3_K_L", DCP_GGML_TYPE_Q3_K},
+    {DCP_FTYPE_Q4_K_S, "Q4_K_S", DCP_GGML_TYPE_Q4_K}, {DCP_FTYPE_Q4_K_M, "Q4_K_M", DCP_GGML_TYPE_Q4_K},
+    {DCP_FTYPE_Q5_K_S, "Q5_K_S", DCP_GGML_TYPE_Q5_K}, {DCP_FTYPE_Q5_K_M, "Q5_K_M", DCP_GGML_TYPE_Q5_K},
+    {DCP_FTYPE_Q6_K, "Q6_K", DCP_GGML_TYPE_Q6_K},
+};
+
+static const ftype_info *ftype_of(dcp_ftype f)
+{
+    for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+        if (ftypes[i].ftype == f) return &ftypes[i];
+    return NULL;
+}
+
+const char *dcp_ftype_name(dcp_ftype f)
+{
+    const ftype_info *i = ftype_of(f);
+    return i ? i->name : NULL;
+}
+
+dcp_status dcp_ftype_from_name(const char *name, dcp_ftype *out)
+{
+    /* llama-quantize's aliases: Q3_K, Q4_K, Q5_K are the _M mixes. */
+    static const struct { const char *alias; dcp_ftype f; } aliases[] = {
+        {"Q3_K", DCP_FTYPE_Q3_K_M}, {"Q4_K", DCP_FTYPE_Q4_K_M}, {"Q5_K", DCP_FTYPE_Q5_K_M}};
+    for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+        if (strcasecmp(name, ftypes[i].name) == 0) {
+            *out = ftypes[i].ftype;
+            return DCP_OK;
+        }
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(name, aliases[i].alias) == 0) {
+            *out = aliases[i].f;
+            return DCP_OK;
+        }
+    return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "unknown file type '%s' (allowed: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                    "q5_0, q5_1, q2_k, q3_k_s, q3_k_m (q3_k), q3_k_l, q4_k_s, q4_k_m (q4_k), q5_k_s, "
+                    "q5_k_m (q5_k), q6_k)", name);
+}
+
+dcp_ggml_type dcp_ftype_base_type(dcp_ftype f)
+{
+    const ftype_info *i = ftype_of(f);
+    return i ? i->base : DCP_GGML_TYPE_F32;
+}
+
+static int is_quantized(dcp_ggml_type t)
+{
+    return t != DCP_GGML_TYPE_F32 && t != DCP_GGML_TYPE_F16 && t != DCP_GGML_TYPE_BF16;
+}
+
+static uint32_t block_of(dcp_ggml_type t)
+{
+    uint32_t be, bb;
+    dcp_ggml_type_block(t, &be, &bb);
+    return be;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and every third between. */
+static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+dcp_ggml_type dcp_quantize_fallback(dcp_ggml_type type, uint64_t ne0)
+{
+    if (ne0 % block_of(type) == 0) return type;
+    dcp_ggml_type f;
+    switch (type) {
+    case DCP_GGML_TYPE_Q2_K:
+    case DCP_GGML_TYPE_Q3_K: f = DCP_GGML_TYPE_Q4_0; break;
+    case DCP_GGML_TYPE_Q4_K: f = DCP_GGML_TYPE_Q5_0; break;
+    case DCP_GGML_TYPE_Q5_K: f = DCP_GGML_TYPE_Q5_1; break;
+    case DCP_GGML_TYPE_Q6_K: f = DCP_GGML_TYPE_Q8_0; break;
+    default: f = DCP_GGML_TYPE_F16; break;
+    }
+    return ne0 % block_of(f) == 0 ? f : DCP_GGML_TYPE_F16;
+}
+
+dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure, dcp_quantize_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!ftype_of(ftype)) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "file type %d is not supported", (int)ftype);
+    p->ftype = ftype;
+    p->pure = pure;
+    p->tied = dcp_gguf_tensor_find(g, "output.weight") == NULL;
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
+        const char *n = dcp_gguf_tensor_at(g, i)->name;
+        if (strstr(n, "attn_v.weight") || strstr(n, "attn_qkv.weight") || strstr(n, "attn_kv_b.weight"))
+            p->n_attn_v++;
+        if (strstr(n, "ffn_down")) p->n_ffn_down++;
+    }
+    const char *arch;
+    size_t len;
+    uint64_t heads = 0, kv_heads = 0;
+    if (dcp_gguf_get_string(g, "general.architecture", &arch, &len) == DCP_OK && len < 64) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.attention.head_count", arch);
+        if (dcp_gguf_get_uint(g, key, &heads) != DCP_OK) heads = 0;
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+        if (dcp_gguf_get_uint(g, key, &kv_heads) != DCP_OK) kv_heads = heads;
+    }
+    dcp_clear_error();
+    p->n_gqa = heads && kv_heads ? (uint32_t)(heads / kv_heads) : 1;
+    return DCP_OK;
+}
+
+dcp_ggml_type dcp_quantize_tensor_type(dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back)
+{
+    const char *name = t->name;
+    *fell_back = 0;
+    /* Only 2-D (and larger) weight matrices are quantized; norms and other vectors stay. */
+    if (t->n_dims < 2 || !ends_with(name, "weight") || strstr(name, "_norm.weight") ||
+        strstr(name, "ffn_gate_inp.weight"))
+        return t->type;
+    dcp_ggml_type type = dcp_ftype_base_type(p->ftype);
+    if (!is_quantized(type)) return type;
+    const dcp_ftype f = p->ftype;
+    const int output = strcmp(name, "output.weight") == 0 || (p->tied && strcmp(name, "token_embd.weight") == 0);
+    if (!p->pure) {
+        if (output) {
+            if (t->ne[0] % block_of(type)) type = DCP_GGML_TYPE_Q8_0;
+            else if (type != DCP_GGML_TYPE_Q8_0) type = DCP_GGML_TYPE_Q6_K;
+        } else if (strcmp(name, "token_embd.weight") == 0) {
+            /* the base type */
+        } else if (strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") ||
+                   strstr(name, "attn_kv_b.weight")) {
+            int i = (int)p->i_attn_v++, n = (int)p->n_attn_v;
+            if (f == DCP_FTYPE_Q2_K) type = p->n_gqa >= 4 ? DCP_GGML_TYPE_Q4_K : DCP_GGML_TYPE_Q3_K;
+            else if (f == DCP_FTYPE_Q3_K_M) type = i < 2 ? DCP_GGML_TYPE_Q5_K : DCP_GGML_TYPE_Q4_K;
+            else if (f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q5_K;
+            else if ((f == DCP_FTYPE_Q4_K_M || f == DCP_FTYPE_Q5_K_M) && more_bits(i, n)) type = DCP_GGML_TYPE_Q6_K;
+            else if (f == DCP_FTYPE_Q4_K_S && i < 4) type = DCP_GGML_TYPE_Q5_K;
+        } else if (strstr(name, "ffn_down")) {
+            int i = (int)p->i_ffn_down++, n = (int)p->n_ffn_down;
+            if (f == DCP_FTYPE_Q2_K) type = DCP_GGML_TYPE_Q3_K;
+            else if (f == DCP_FTYPE_Q3_K_M) type = i < n / 16 ? DCP_GGML_TYPE_Q5_K : DCP_GGML_TYPE_Q4_K;
+            else if (f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q5_K;
+            else if ((f == DCP_FTYPE_Q4_K_M || f == DCP_FTYPE_Q5_K_M) && more_bits(i, n)) type = DCP_GGML_TYPE_Q6_K;
+            else if (f == DCP_FTYPE_Q4_K_S && i < n / 8) type = DCP_GGML_TYPE_Q5_K;
+        } else if (strstr(name, "attn_output.weight")) {
+            if (f == DCP_FTYPE_Q2_K) type = DCP_GGML_TYPE_Q3_K;
+            else if (f == DCP_FTYPE_Q3_K_M) type = DCP_GGML_TYPE_Q4_K;
+            else if (f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q5_K;
+        }
+    }
+    dcp_ggml_type fb = dcp_quantize_fallback(type, t->ne[0]);
+    *fell_back = fb != type;
+    return fb;
+}
+
+/* ---- whole files -------------------------------------------------------------------------------- */
+
+typedef struct qjob {
+    const dcp_gguf *g;
+    const dcp_gguf_tensor **src;   /* [tensors] */
+    dcp_ggml_type *type;           /* [tensors] target types */
+} qjob;
+
+/* Writer fill: tensor index's bytes in its target type (copied when unchanged). */
+static dcp_status fill(void *user, uint64_t index, void *dst, uint64_t size)
+{
+    qjob *j = user;
+    const dcp_gguf_tensor *t = j->src[index];
+    if (j->type[index] == t->type) {
+        memcpy(dst, t->data, (size_t)size);
+        return DCP_OK;
+    }
+    float *x = malloc(t->n_elements * sizeof *x);
+    if (!x) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory for tensor %s", t->name);
+    dcp_status st = dcp_gguf_tensor_to_f32(j->g, t, x);
+    if (st == DCP_OK) st = dcp_ggml_from_f32(j->type[index], x, dst, t->n_elements);
+    if (st) dcp_fail_context(st, "quantize: tensor %s", t->name);
+    free(x);
+    return st;
+}
+
+static const char *const replaced_keys[] = {"general.file_type", "general.quantization_version", "general.alignment"};
+
+dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
+                             dcp_quantize_report_fn report, void *user)
+{
+    static const dcp_quantize_config defaults = DCP_QUANTIZE_CONFIG_DEFAULT;
+    const dcp_quantize_config *c = cfg ? cfg : &defaults;
+    dcp_status st = DCP_OK;
+    dcp_gguf *g = NULL;
+    dcp_gguf_writer *w = NULL;
+    qjob job = {0};
+    DCP_TRY(dcp_gguf_open(in_path, &g));
+    dcp_quantize_plan plan;
+    DCP_TRY(dcp_quantize_plan_init(g, c->ftype, c->pure, &plan));
+    uint64_t n = dcp_gguf_tensor_count(g);
+    job.g = g;
+    job.src = calloc(n ? n : 1, sizeof *job.src);
+    job.type = calloc(n ? n : 1, sizeof *job.type);
+    if (!job.src || !job.type) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory");
+        goto fail;
+    }
+    DCP_TRY(dcp_gguf_writer_create((uint32_t)dcp_gguf_alignment(g), &w));
+    for (uint64_t i = 0; i < dcp_gguf_kv_count(g); i++) {
+        const dcp_gguf_kv *kv = dcp_gguf_kv_at(g, i);
+        int skip = 0;
+        for (size_t k = 0; k < sizeof replaced_keys / sizeof replaced_keys[0]; k++) skip |= strcmp(kv->key, replaced_keys[k]) == 0;
+        if (!skip) DCP_TRY(dcp_gguf_writer_copy_kv(w, kv));
+    }
+    DCP_TRY(dcp_gguf_writer_set_uint(w, "general.file_type", DCP_GGUF_TYPE_UINT32, (uint64_t)c->ftype));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, "general.quantization_version", DCP_GGUF_TYPE_UINT32, 2));
+    for (uint64_t i = 0; i < n; i++) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
+        int fell_back;
+        dcp_ggml_type to = dcp_quantize_tensor_type(&plan, t, &fell_back);
+        if (to != t->type && !dcp_ggml_type_supported(t->type)) {
+            st = dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which dcp-vk cannot read to requantize "
+                          "(supported: " DCP_GGML_SUPPORTED_LIST ")", in_path, t->name, dcp_ggml_type_name(t->type));
+            goto fail;
+        }
+        uint32_t be, bb;
+        dcp_ggml_type_block(to, &be, &bb);
+        job.src[i] = t;
+        job.type[i] = to;
+        DCP_TRY(dcp_gguf_writer_add_tensor_fill(w, t->name, to, t->n_dims, t->ne, t->n_elements / be * bb, fill, &job));
+        if (report) report(user, t, to, fell_back);
+    }
+    st = dcp_gguf_writer_write(w, out_path);
+fail:
+    dcp_gguf_writer_destroy(w);
+    dcp_gguf_close(g);
+    free(job.src);
+    free(job.type);
+    return st;
+}

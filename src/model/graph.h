@@ -1,0 +1,157 @@
+/* What every model graph shares, whatever its architecture: the placement of the TP ranks held
+ * here, the replicated weights (embedding, final norm, output head), the run state's per-rank
+ * residual stream and step inputs and outputs, the communicators (TP group, DCP groups), the KV
+ * caches (one per layer and DCP group; their shape comes from the architecture), the step over
+ * the ranks held here, the rows of a step, and the recording blocks every graph uses: embed,
+ * rmsnorm (with the pending all-reduce's sum), all-reduce, head.
+ *
+ * An architecture (llama.c; deepseek2 next) fills a dcp_arch_ops: its per-rank layer weights, its
+ * run-state part, and the recording of one layer, which calls the blocks below.
+ *
+ * The forward pass of one step reads top to bottom (graph_step.c):
+ *   prepare rows (host: ids, RoPE angles, KV slots, attention rows)
+ *   embed
+ *   per layer: the architecture's layer (attention block, all-reduce, FFN block, all-reduce)
+ *   head (rows with logits)
+ * With TP > 1 each row-parallel projection writes the rank's `part`; dcp_graph_all_reduce puts it
+ * into the TP communicator's put area and ends the round; the next dcp_graph_norm of every rank
+ * adds the parts to x in rank order first (rmsnorm_parts: bitwise the same x on every rank).
+ *
+ * Over MPI (ranks [first, first + nl) of the group) the arrays hold this process's ranks only. */
+#ifndef DCP_MODEL_GRAPH_H
+#define DCP_MODEL_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dcpvk/attn.h"
+#include "dcpvk/comm.h"
+#include "dcpvk/cp.h"
+#include "dcpvk/kv.h"
+#include "dcpvk/model.h"
+#include "model/load.h"
+#include "dcpvk/ops.h"
+#include "step/step.h"
+
+typedef struct dcp_arch_ops dcp_arch_ops;
+
+/* ---- the model (weights) ------------------------------------------------------------------- */
+
+/* Weights every architecture has, per rank held here. */
+typedef struct dcp_graph_rank_weights {
+    dcp_device *dev;
+    dcp_matrix tok_embd;  /* [n_vocab][n_embd] */
+    dcp_matrix output;    /* [n_vocab][n_embd] (first rank held only) */
+    dcp_buffer *out_norm; /* [n_embd] f32 */
+} dcp_graph_rank_weights;
+
+struct dcp_model {
+    dcp_model_config cfg;
+    const dcp_arch_ops *ops;
+    uint32_t tp, dcp;                /* TP and DCP sizes of the whole group */
+    bool q_replicate;
+    uint32_t first, nl;              /* TP ranks held here: [first, first + nl) (one process: 0, tp) */
+    dcp_graph_rank_weights *ranks;   /* [nl]: ranks[i] is TP rank first + i */
+    void *arch;                      /* the architecture's weights (its ops own them) */
+    uint64_t bytes;                  /* device bytes of every rank's weights */
+};
+
+/* ---- the run state ------------------------------------------------------------------------- */
+
+typedef struct dcp_graph_rank {
+    dcp_device *dev;
+    uint32_t g, gr;                  /* DCP group (among those held here) and rank inside it */
+    uint32_t gl;                     /* index among the group's ranks held here (its caches' local rank) */
+    dcp_buffer *x;                   /* [max_rows][n_embd] f32: the residual stream */
+    dcp_buffer *xn;                  /* [max_rows][n_embd] f32: normed */
+    dcp_buffer *part;                /* [max_rows][n_embd] f32: row-parallel partial output (TP > 1) */
+    dcp_buffer *xo;                  /* [max_out][n_embd] f32: normed rows with logits (first rank) */
+    dcp_buffer **slots;              /* [n_layer] host-visible [max_rows] u32 KV slots (DCP_KV_NO_SLOT:
+                                      * another rank stores the token) */
+    dcp_buffer *ids, *cs;            /* host-visible inputs: [max_rows] u32, [max_rows][rope_pairs][2] f32 */
+    dcp_buffer *logits, *next;       /* host-visible outputs [max_out][n_vocab] f32, [max_out] u32 */
+} dcp_graph_rank;
+
+struct dcp_model_state {
+    dcp_model *m;
+    dcp_model_state_config cfg;
+    uint32_t max_blocks;             /* block-table entries per sequence and rank */
+    uint32_t max_out;                /* rows with logits per step at most */
+    uint32_t rope_pairs;             /* (cos, sin) pairs per row in cs */
+    dcp_graph_rank *r;               /* [nl] */
+    uint32_t ng, gn;                 /* DCP groups held here (wholly or in part), ranks of each held
+                                      * here (one process: tp / dcp and dcp; dcp = 1: nl and 1) */
+    dcp_comm *comm;                  /* TP group (tp > 1) */
+    dcp_comm **gcomm;                /* [ng] DCP group communicators (dcp > 1) */
+    dcp_kv_cache **caches;           /* [n_layer][ng] */
+    dcp_step *step;                  /* rounds over the nl ranks held here */
+    /* the step being recorded */
+    uint32_t rows;                   /* rows of the step */
+    uint32_t *row_seq;               /* [max_rows] sequence of each row */
+    uint64_t *row_len;               /* [max_rows] global length each row attends over (position + 1) */
+    uint32_t n_out;                  /* rows with logits */
+    uint32_t *out_row;               /* [max_out] their row indices */
+    uint32_t ar_tokens;              /* > 0: an all-reduce of that many rows awaits its sum (norm) */
+    /* scratch for the attention rows of DCP = 1 plans: */
+    uint32_t *lens;                  /* [max_rows] */
+    uint32_t *bt;                    /* [max_rows][max_blocks] */
+    uint32_t *seq_len;               /* [max_seqs] tokens held per sequence */
+    uint32_t *seq_add;               /* [max_seqs] scratch: tokens a step adds */
+    uint32_t *run_seq, *run_count;   /* [max_rows] scratch: the step's runs of rows per sequence */
+    dcp_model_row *fwd_rows;         /* [max_rows] scratch of dcp_model_state_forward */
+    /* statistics */
+    uint64_t tokens_run;
+    void *arch;                      /* the architecture's run state (its ops own it) */
+};
+
+/* ---- an architecture ----------------------------------------------------------------------- */
+
+struct dcp_arch_ops {
+    const char *name;
+    /* Checks the configuration against the architecture's rules (heads, TP, DCP), before any
+     * upload: DCP_ERR_CONFIG / DCP_ERR_UNSUPPORTED with a message. */
+    dcp_status (*check)(const dcp_model *m, const dcp_gguf *g);
+    /* Loads the layers of every rank held here into m->arch (load context lc). */
+    dcp_status (*load)(dcp_model *m, dcp_load_ctx *lc);
+    void (*unload)(dcp_model *m);
+    /* The KV pool of a rank (kv_heads, head_dim; the state sets page size, dtype and pages). */
+    void (*kv_pool)(const dcp_model *m, uint32_t local, dcp_kv_pool_config *pool);
+    /* Creates s->arch (the caches, communicators and step exist). */
+    dcp_status (*state_create)(dcp_model_state *s);
+    void (*state_destroy)(dcp_model_state *s);
+    /* Host side of a step after the KV appends: every attention's rows (s->rows, row_seq, row_len). */
+    dcp_status (*set_rows)(dcp_model_state *s);
+    /* What a step's recording depends on besides the rows (attention plans' keys). */
+    uint64_t (*key)(const dcp_model_state *s);
+    /* Records layer l of the step over every rank. */
+    dcp_status (*layer)(dcp_model_state *s, uint32_t l);
+};
+
+extern const dcp_arch_ops dcp_arch_llama;
+
+/* ---- blocks for the architectures ---------------------------------------------------------- */
+
+/* DCP_ERR_OUT_OF_PAGES unless growing sequence q by adds[q] tokens (every q < max_seqs) fits in
+ * the pools of every rank of a DCP group (placement formulas: the same answer on every process). */
+dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds);
+
+/* Rank i's command of the current round. */
+dcp_cmd *dcp_graph_cmd(const dcp_model_state *s, uint32_t i);
+/* xn rows [0, rows) of rank i = rmsnorm(x) * w, after x += the pending all-reduce's parts (in
+ * rank order, read in place) when there is one. The caller clears s->ar_tokens once every rank
+ * has recorded its norm (dcp_graph_norm_done). */
+dcp_status dcp_graph_norm(dcp_model_state *s, uint32_t i, dcp_buffer *w);
+void dcp_graph_norm_done(dcp_model_state *s);
+/* Where a row-parallel projection of rank i writes: straight into the residual x (accumulate) with
+ * one rank, else into part. */
+dcp_buffer *dcp_graph_row_parallel_out(const dcp_model_state *s, uint32_t i);
+bool dcp_graph_row_parallel_accumulate(const dcp_model_state *s);
+/* The all-reduce of every rank's part [rows][n_embd] (TP > 1; nothing with one rank). */
+dcp_status dcp_graph_all_reduce(dcp_model_state *s);
+/* RoPE angles of the rows (host-visible [rows][pairs][2] f32 (cos, sin)) of rank i. */
+dcp_buffer *dcp_graph_rope(const dcp_model_state *s, uint32_t i);
+/* Each row's block table and local length on local rank i of layer l's cache (DCP = 1):
+ * lens [rows], bt [rows][max_blocks] in s's scratch. */
+void dcp_graph_rows_tables(dcp_model_state *s, uint32_t l, uint32_t i);
+
+#endif

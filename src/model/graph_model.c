@@ -1,0 +1,119 @@
+/* The model's weights (include/dcpvk/model.h): the placement of the TP ranks held here, the weights
+ * every architecture has (embedding, final norm, output head), and the architecture's layers
+ * through its ops (src/model/graph.h). */
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "model/graph.h"
+
+static const dcp_arch_ops *arch_ops(dcp_model_arch arch)
+{
+    switch (arch) {
+    case DCP_ARCH_LLAMA: return &dcp_arch_llama;
+    default: return NULL;
+    }
+}
+
+/* A layout of the ranks held here that the run state supports. */
+static dcp_status check_placement(const dcp_model_load_config *lc, uint32_t tp)
+{
+    const uint32_t dcp = lc->dcp, first = lc->first_rank, count = lc->count;
+    if (!lc->devices) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model: no devices given");
+    if (dcp == 0 || tp == 0 || tp % dcp)
+        return dcp_fail(DCP_ERR_CONFIG, "TP size %u is not a multiple of the DCP size %u (T %% N must be 0)", tp, dcp);
+    if (count == 0 || first + count > tp || first % count)
+        return dcp_fail(DCP_ERR_CONFIG, "TP ranks [%u, %u) held by this process: not a run of %u ranks of a TP group of %u",
+                        first, first + count, count, tp);
+    if (dcp > 1 && !(count % dcp == 0 || dcp % count == 0))
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "%u TP ranks per process with DCP groups of %u: a process must hold whole DCP groups or "
+                        "an equal part of one (%u must divide by %u or divide it)", count, dcp, count, dcp);
+    return DCP_OK;
+}
+
+/* The replicated weights of rank i: embedding, final norm, output head on the first rank held. */
+static dcp_status load_common(dcp_model *m, dcp_load_ctx *lc, uint32_t i)
+{
+    dcp_status st = DCP_OK;
+    const dcp_model_config *cfg = &m->cfg;
+    dcp_graph_rank_weights *rw = &m->ranks[i];
+    const uint32_t E = cfg->n_embd;
+    const uint64_t vE[1] = {E}, vV[1] = {cfg->n_vocab};
+    dcp_slice emb = {"token_embd.weight", 0, cfg->n_vocab, 0, E};
+    DCP_TRY(dcp_load_slices(lc, rw->dev, 1, &emb, vE, vV, E, &rw->tok_embd));
+    if (i == 0) {
+        dcp_slice out = {dcp_gguf_tensor_find(lc->g, "output.weight") ? "output.weight" : "token_embd.weight", 0,
+                         cfg->n_vocab, 0, E};
+        DCP_TRY(dcp_load_slices(lc, rw->dev, 1, &out, vE, vV, E, &rw->output));
+    }
+    DCP_TRY(dcp_load_norm(lc, rw->dev, "output_norm.weight", E, &rw->out_norm));
+    m->bytes += dcp_buffer_size(rw->tok_embd.buf) + (rw->output.buf ? dcp_buffer_size(rw->output.buf) : 0) + 4ull * E;
+fail:
+    return st;
+}
+
+dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, const dcp_model_config *cfg,
+                          dcp_model **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    const uint32_t tp = lc->tp ? lc->tp : lc->count;
+    const dcp_arch_ops *ops = arch_ops(cfg->arch);
+    if (!ops)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture %s is not supported (supported: llama)", dcp_gguf_name(g),
+                        cfg->arch_name);
+    if ((st = check_placement(lc, tp)) != DCP_OK) return st;
+    if (cfg->n_embd % 4)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: embedding %u must be a multiple of 4", dcp_gguf_name(g), cfg->n_embd);
+    dcp_model *m = calloc(1, sizeof *m);
+    if (!m) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->tp = tp;
+    m->dcp = lc->dcp;
+    m->q_replicate = lc->dcp > 1 && lc->q_replicate;
+    m->first = lc->first_rank;
+    m->nl = lc->count;
+    DCP_TRY(ops->check(m, g));
+    m->ranks = calloc(m->nl, sizeof *m->ranks);
+    if (!m->ranks) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        goto fail;
+    }
+    dcp_load_ctx ctx = {g, lc->progress, lc->progress_user, 0, 0};
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) ctx.total += dcp_gguf_tensor_at(g, i)->size;
+    ctx.total *= m->nl; /* embedding and norms are replicated; close enough for a progress bar */
+    for (uint32_t i = 0; i < m->nl; i++) {
+        m->ranks[i].dev = lc->devices[i];
+        DCP_TRY(load_common(m, &ctx, i));
+    }
+    DCP_TRY(ops->load(m, &ctx));
+    if (lc->progress) lc->progress(lc->progress_user, ctx.total, ctx.total);
+    *out = m;
+    return DCP_OK;
+fail:
+    dcp_model_destroy(m);
+    return st;
+}
+
+void dcp_model_destroy(dcp_model *m)
+{
+    if (!m) return;
+    m->ops->unload(m);
+    for (uint32_t i = 0; m->ranks && i < m->nl; i++) {
+        dcp_graph_rank_weights *rw = &m->ranks[i];
+        dcp_matrix_destroy(&rw->tok_embd);
+        dcp_matrix_destroy(&rw->output);
+        dcp_buffer_destroy(rw->out_norm);
+    }
+    free(m->ranks);
+    free(m);
+}
+
+const dcp_model_config *dcp_model_get_config(const dcp_model *m) { return &m->cfg; }
+uint64_t dcp_model_bytes(const dcp_model *m) { return m->bytes; }
+uint32_t dcp_model_tp(const dcp_model *m) { return m->tp; }
+uint32_t dcp_model_dcp(const dcp_model *m) { return m->dcp; }
+bool dcp_model_q_replicate(const dcp_model *m) { return m->q_replicate; }
+uint32_t dcp_model_first_rank(const dcp_model *m) { return m->first; }
+uint32_t dcp_model_local_count(const dcp_model *m) { return m->nl; }

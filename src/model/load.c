@@ -1,0 +1,127 @@
+/* Loading of GGUF tensors into device weights, shared by the architectures: tensors found and
+ * checked by name and shape, matrices uploaded from row and column slices (tensor-parallel
+ * shards), norms as f32 vectors, with a progress count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "model/load.h"
+
+dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint64_t ne1, const dcp_gguf_tensor **out)
+{
+    *out = NULL;
+    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(g, name);
+    if (!t) return dcp_fail(DCP_ERR_FORMAT, "%s: tensor %s is missing", dcp_gguf_name(g), name);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: tensor %s has shape [%llu,%llu,%llu,%llu], expected [%llu,%llu]",
+                        dcp_gguf_name(g), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                        (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (unsigned long long)ne0,
+                        (unsigned long long)ne1);
+    if (!dcp_ggml_type_supported(t->type)) {
+        const char *tn = dcp_ggml_type_name(t->type);
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported: " DCP_GGML_SUPPORTED_LIST,
+                        dcp_gguf_name(g), name, tn ? tn : "unknown");
+    }
+    *out = t;
+    return DCP_OK;
+}
+
+/* Whether the slice can stay in the tensor's type (block-aligned columns, padded width too). */
+static bool slice_native(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad)
+{
+    uint32_t be, bb;
+    dcp_ggml_type_block(t->type, &be, &bb);
+    return s->c0 % be == 0 && s->nc % be == 0 && k_pad % be == 0;
+}
+
+/* GGUF-layout bytes of a slice, zero-padded to k_pad columns, in `type` (the tensor's own type,
+ * or F32). *out is malloc'd. */
+static dcp_status slice_bytes(const dcp_gguf *g, const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad,
+                              dcp_ggml_type type, uint8_t **out)
+{
+    dcp_status st = DCP_OK;
+    uint32_t be, bb;
+    dcp_ggml_type_block(type, &be, &bb);
+    uint64_t dst_row = (uint64_t)k_pad / be * bb;
+    uint8_t *dst = calloc((size_t)s->nr, dst_row);
+    float *row = NULL;
+    if (!dst) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
+    uint32_t tbe, tbb;
+    dcp_ggml_type_block(t->type, &tbe, &tbb);
+    uint64_t src_row = t->ne[0] / tbe * tbb;
+    const uint8_t *src = t->data;
+    if (type == t->type) {
+        for (uint32_t r = 0; r < s->nr; r++)
+            memcpy(dst + r * dst_row, src + (uint64_t)(s->r0 + r) * src_row + (uint64_t)s->c0 / be * bb,
+                   (uint64_t)s->nc / be * bb);
+    } else {
+        row = malloc(t->ne[0] * sizeof *row);
+        if (!row) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
+            goto fail;
+        }
+        for (uint32_t r = 0; r < s->nr; r++) {
+            DCP_TRY(dcp_ggml_to_f32(t->type, src + (uint64_t)(s->r0 + r) * src_row, row, t->ne[0]));
+            memcpy(dst + r * dst_row, row + s->c0, (uint64_t)s->nc * 4);
+        }
+    }
+    free(row);
+    *out = dst;
+    return DCP_OK;
+fail:
+    free(row);
+    free(dst);
+    return st;
+}
+
+dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,
+                           const uint64_t *rows_total, uint32_t k_pad, dcp_matrix *out)
+{
+    dcp_status st = DCP_OK;
+    const dcp_gguf_tensor *t[DCP_LOAD_MAX_PARTS];
+    uint8_t *bytes[DCP_LOAD_MAX_PARTS] = {NULL};
+    if (n == 0 || n > DCP_LOAD_MAX_PARTS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "load: %u parts of one matrix (1..%d)", n, DCP_LOAD_MAX_PARTS);
+    bool native = true;
+    for (uint32_t i = 0; i < n; i++) {
+        DCP_TRY(dcp_load_find(lc->g, sl[i].name, k_total[i], rows_total[i], &t[i]));
+        if (t[i]->type != t[0]->type || !slice_native(t[i], &sl[i], k_pad)) native = false;
+    }
+    dcp_ggml_type type = native ? t[0]->type : DCP_GGML_TYPE_F32;
+    const void *data[DCP_LOAD_MAX_PARTS];
+    uint32_t rows[DCP_LOAD_MAX_PARTS];
+    uint64_t done = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        DCP_TRY(slice_bytes(lc->g, t[i], &sl[i], k_pad, type, &bytes[i]));
+        data[i] = bytes[i];
+        rows[i] = sl[i].nr;
+        done += t[i]->size * sl[i].nr / rows_total[i] * sl[i].nc / k_total[i];
+    }
+    st = dcp_matrix_create(dev, type, k_pad, n, data, rows, out);
+    if (st) {
+        dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), sl[0].name);
+        goto fail;
+    }
+    lc->done += done;
+    if (lc->progress) lc->progress(lc->user, lc->done, lc->total);
+fail:
+    for (uint32_t i = 0; i < n; i++) free(bytes[i]);
+    return st;
+}
+
+dcp_status dcp_load_norm(dcp_load_ctx *lc, dcp_device *dev, const char *name, uint32_t n, dcp_buffer **out)
+{
+    dcp_status st = DCP_OK;
+    const dcp_gguf_tensor *t;
+    float *v = NULL;
+    DCP_TRY(dcp_load_find(lc->g, name, n, 1, &t));
+    v = malloc((size_t)n * sizeof *v);
+    if (!v) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    DCP_TRY(dcp_gguf_tensor_to_f32(lc->g, t, v));
+    DCP_TRY(dcp_buffer_create(dev, (uint64_t)n * 4, DCP_MEMORY_DEVICE, out));
+    DCP_TRY(dcp_buffer_upload(*out, 0, v, (uint64_t)n * 4));
+fail:
+    free(v);
+    return st;
+}
+

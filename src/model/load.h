@@ -1,0 +1,40 @@
+/* Loading of GGUF tensors into device weights (src/model/load.c), shared by the architectures. */
+#ifndef DCP_MODEL_LOAD_H
+#define DCP_MODEL_LOAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/ops.h"
+
+enum { DCP_LOAD_MAX_PARTS = 4 };
+
+/* The file being loaded and the progress count (bytes of tensors uploaded / to upload). */
+typedef struct dcp_load_ctx {
+    const dcp_gguf *g;
+    dcp_progress_fn progress; /* may be NULL */
+    void *user;
+    uint64_t done, total;
+} dcp_load_ctx;
+
+/* One part of a matrix: rows [r0, r0 + nr) and input columns [c0, c0 + nc) of tensor `name`. */
+typedef struct dcp_slice {
+    const char *name;
+    uint32_t r0, nr, c0, nc;
+} dcp_slice;
+
+/* The tensor `name` of g with shape [ne0, ne1] (ne0 contiguous) and a supported type;
+ * DCP_ERR_FORMAT (missing, shape) or DCP_ERR_UNSUPPORTED (type) naming the tensor and file. */
+dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint64_t ne1, const dcp_gguf_tensor **out);
+/* Uploads the row concatenation of n (1 .. DCP_LOAD_MAX_PARTS) slices (part i of a tensor with
+ * ne0 = k_total[i], ne1 = rows_total[i]) to dev as one matrix of k_pad input columns (zero
+ * padding). Parts keep the tensors' type when they all share it and every slice is block-aligned;
+ * otherwise everything becomes F32. */
+dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,
+                           const uint64_t *rows_total, uint32_t k_pad, dcp_matrix *out);
+/* Uploads the vector tensor `name` [n] as f32. */
+dcp_status dcp_load_norm(dcp_load_ctx *lc, dcp_device *dev, const char *name, uint32_t n, dcp_buffer **out);
+
+#endif

@@ -1,0 +1,102 @@
+/* The step layer: how a step of work over the local ranks of a multi-device group is recorded,
+ * submitted and exchanged. Model graphs (src/model/) and the DCP attention step (src/attn/) are its
+ * clients; it is the single place that submits their commands and waits for them.
+ *
+ * A step is a sequence of rounds. In a round every local rank records its work into its own
+ * command (dcp_step_cmd); dcp_step_round then submits every rank's command, waits for all of them
+ * and runs the exchanges that the recordings prepared (the communicator's recordable collectives,
+ * src/comm/put.h: each rank put its outgoing blocks into its put area; after the exchange the
+ * next round reads what it received in place). dcp_step_end runs the last round.
+ *
+ *   dcp_step_begin(step, key, &replayed);
+ *   if (!replayed) {
+ *       for each local rank i: record into dcp_step_cmd(step, i), including puts;
+ *       dcp_step_round(step, n, exchanges);        // as often as the work needs
+ *       for each local rank i: record, reading the views ...
+ *       dcp_step_end(step);
+ *   }
+ *
+ * Record once, replay: a step begun with a key != 0 is recorded into commands of its own, one per
+ * round and rank, and kept with its exchanges. A later step begun with the same key (mixed with
+ * the generation of every communicator added with dcp_step_add_comm) is not recorded again:
+ * dcp_step_begin resubmits the kept rounds with their exchanges in between and reports
+ * replayed = true. The key must therefore cover everything the recording depends on besides
+ * buffers fixed at creation and host-visible inputs rewritten before each step (token ids, slots,
+ * block tables): e.g. the split-KV chunking of every decode plan. Key 0: recorded, run, not kept.
+ * Every step starts with the added communicators' mailbox banks reset, so that a step's commands
+ * refer to the same banks every time.
+ *
+ * Lifetimes: dcp_step_create borrows the devices and dcp_step_add_comm the communicators; both
+ * must outlive the step. Destroy with dcp_step_destroy (waits for its commands). Not thread-safe:
+ * one thread per step. */
+#ifndef DCP_STEP_STEP_H
+#define DCP_STEP_STEP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/put.h"
+#include "dcpvk/comm.h"
+#include "dcpvk/vk.h"
+
+typedef struct dcp_step dcp_step;
+
+/* A step over `count` local ranks, rank i on devs[i] (distinct dcp_devices). */
+dcp_status dcp_step_create(dcp_device *const *devs, uint32_t count, dcp_step **out);
+void dcp_step_destroy(dcp_step *step);
+
+/* Registers a communicator whose exchanges the steps run (banks reset per step, generation in the
+ * replay key). At most 64. */
+dcp_status dcp_step_add_comm(dcp_step *step, dcp_comm *comm);
+
+uint32_t dcp_step_count(const dcp_step *step);
+
+/* Starts a step (see above). On a replay the whole step has run when this returns
+ * (*replayed = true); otherwise every rank's first-round command is reset and recording. */
+dcp_status dcp_step_begin(dcp_step *step, uint64_t key, bool *replayed);
+/* Local rank i's command of the current round (valid until the round ends). */
+dcp_cmd *dcp_step_cmd(const dcp_step *step, uint32_t local);
+/* Ends the current round: submits every rank's command, waits for all, runs x[0..n) in order,
+ * and starts the next round. */
+dcp_status dcp_step_round(dcp_step *step, uint32_t n, const dcp_comm_xchg *x);
+/* Runs the last round and ends the step (a keyed step's recording is kept). */
+dcp_status dcp_step_end(dcp_step *step);
+/* Ends a step after an error: waits for what was submitted, drops a partial recording. Safe to
+ * call when no step is active. */
+void dcp_step_abort(dcp_step *step);
+
+/* After a keyed step: local rank i's command of round `round` of the kept recording (to read its
+ * timestamps), or NULL. */
+dcp_cmd *dcp_step_recorded_cmd(const dcp_step *step, uint32_t round, uint32_t local);
+
+/* Rounds of the last step (each one host wait for every device), and whether it was replayed. */
+uint32_t dcp_step_last_rounds(const dcp_step *step);
+bool dcp_step_last_replayed(const dcp_step *step);
+
+/* FNV-1a mixing of one value into a replay key (start from DCP_STEP_KEY_SEED). */
+#define DCP_STEP_KEY_SEED 1469598103934665603ull
+static inline uint64_t dcp_step_key_mix(uint64_t key, uint64_t value)
+{
+    return (key ^ value) * 1099511628211ull;
+}
+
+/* Records the put of a gathering collective (ALL_GATHER, ALL_REDUCE) from cmd of comm's local
+ * rank `local`: copies `bytes` of src from src_offset into its put area, then the put barrier.
+ * The matching exchange is {comm, kind, bytes, bytes}. */
+dcp_status dcp_step_put_copy(dcp_cmd *cmd, dcp_comm *comm, int local, dcp_buffer *src, uint64_t src_offset,
+                             uint64_t bytes);
+
+/* ---- the DCP attention of one layer inside a step ---------------------------------------- */
+
+typedef struct dcp_cp_attn dcp_cp_attn;
+
+/* Records the DCP attention step (include/dcpvk/cp.h) of `groups` DCP groups held by this process,
+ * with the rounds between its phases (all groups exchange in the same rounds). Group g's local rank
+ * i is the step's rank g * per_group + i (per_group = the groups' local rank count); q, o, lse are
+ * indexed by step rank (shapes in include/dcpvk/cp.h, rows of each group's last set). Returns
+ * with every rank's command of the final round recording, after the merge: the caller orders o
+ * and lse before their readers with dcp_cmd_barrier. */
+dcp_status dcp_step_cp_attn(dcp_step *step, dcp_cp_attn *const *attns, uint32_t groups, const dcp_comm_buf *q,
+                            const dcp_comm_buf *o, const dcp_comm_buf *lse);
+
+#endif

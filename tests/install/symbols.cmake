@@ -1,0 +1,28 @@
+# cmake -DNM=<nm> -DSTATIC=<libdcpvk.a> -DSHARED=<libdcpvk.so> -P symbols.cmake
+# The shipped libraries define the public API and none of the test oracles of src/ref/ (their
+# functions are named dcp_ref_*; they live in the dcpvk_ref library that only tests and the
+# benchmark link).
+cmake_minimum_required(VERSION 3.20)
+foreach(kind STATIC SHARED)
+  set(lib ${${kind}})
+  if(kind STREQUAL SHARED)
+    set(flags -D --defined-only)
+  else()
+    set(flags --defined-only)
+  endif()
+  execute_process(COMMAND ${NM} ${flags} ${lib} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${NM} ${flags} ${lib} failed: ${err}")
+  endif()
+  foreach(api dcp_context_create dcp_model_state_step dcp_tokenizer_create dcp_version)
+    if(NOT out MATCHES " T ${api}\n")
+      message(FATAL_ERROR "${lib} does not define ${api}")
+    endif()
+  endforeach()
+  string(REGEX MATCHALL "[^\n]*dcp_ref_[^\n]*" ref "${out}")
+  if(ref)
+    string(REPLACE ";" "\n" ref "${ref}")
+    message(FATAL_ERROR "${lib} holds reference-oracle symbols:\n${ref}")
+  endif()
+  message(STATUS "${lib}: public API defined, no dcp_ref_* symbols")
+endforeach()

@@ -1,0 +1,11 @@
+# The libraries and the installed package as a user meets them (tests/install/).
+add_test(NAME test_lib_no_ref_symbols
+         COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DSTATIC=$<TARGET_FILE:dcpvk> -DSHARED=$<TARGET_FILE:dcpvk_shared>
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/install/symbols.cmake)
+# cmake --install into a scratch prefix, then an out-of-tree program built against it with
+# find_package(dcpvk) (shared and static) and with pkg-config, run with and without a Vulkan driver.
+add_test(NAME test_install_package
+         COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/install-check
+                 -DCC=${CMAKE_C_COMPILER} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/install
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/install/check.cmake)
+set_tests_properties(test_install_package PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)

@@ -1,0 +1,9 @@
+# Block-quantized weight types (issue 11): the shaders against the reference dequantizer x a
+# double matmul, batch invariance, get_rows, refused shapes.
+dcp_test(test_quant_ops SOURCES test_quant_ops.c vkutil.c LABELS quant)
+dcp_test(test_quant SOURCES test_quant.c test_gguf_util.c vkutil.c TIMEOUT 120 LABELS quant host)
+# Whole quantized models in dcp-vk-run: stories260K --quantize'd to Q4_0 and a generated Q4_K_M
+# model give the same greedy text at TP 1 and TP 8 / DCP 2 (a2a and ag_rs).
+dcp_test(test_quant_model SOURCES test_quant_model.c LABELS quant
+         ARGS $<TARGET_FILE:dcp-vk-gguf> $<TARGET_FILE:dcp-vk-run> ${CMAKE_CURRENT_BINARY_DIR})
+add_dependencies(test_quant_model dcp-vk-gguf dcp-vk-run)
