@@ -122,7 +122,9 @@ static int open_model(run_app *a)
         fail(prog, "reading the model's hyperparameters", st);
         return DCP_EXIT_RUNTIME;
     }
-    if (run_validate(o, a->mc.n_head, a->mc.n_head_kv, prog)) return DCP_EXIT_USAGE;
+    /* MLA caches one latent "head" per token: vLLM's rules with one KV head (dcp <= tp). */
+    const uint32_t kv_heads = a->mc.arch == DCP_ARCH_DEEPSEEK2 ? 1 : a->mc.n_head_kv;
+    if (run_validate(o, a->mc.n_head, kv_heads, prog)) return DCP_EXIT_USAGE;
     if ((st = dcp_tokenizer_create(a->g, &a->tok))) {
         fail(prog, "reading the tokenizer", st);
         return DCP_EXIT_RUNTIME;

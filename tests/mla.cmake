@@ -33,3 +33,7 @@ add_test(NAME dcp_vk_bench_mla_verify COMMAND dcp-vk-bench attn --mla --ctx 300 
                  --iters 1 --verify)
 set_tests_properties(dcp_vk_bench_mla_verify PROPERTIES PASS_REGULAR_EXPRESSION "verify: ok"
                      ENVIRONMENT "${DCP_TEST_ENV}")
+# deepseek2 through the model API: logits of A, B, C against the non-absorbed oracle, negative
+# controls (NEOX RoPE, the wrong scale, base-2 LSE merging) that must fail, the same greedy tokens
+# for every TP / DCP layout, backend, interleave and Q mode, and batch invariance at TP 4 / DCP 4.
+dcp_test(test_deepseek2_model SOURCES test_deepseek2_model.c ref_deepseek2.c ref_model.c vkutil.c TIMEOUT 900)

@@ -70,7 +70,7 @@ void dcp_test_ref_model_free(dcp_test_ref_model *m)
     memset(m, 0, sizeof *m);
 }
 
-dcp_status dcp_test_llama_weights(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp, uint32_t dcp,
+dcp_status dcp_test_model_load(dcp_device *const *devs, uint32_t first, uint32_t count, uint32_t tp, uint32_t dcp,
                                   bool q_replicate, const dcp_gguf *g, const dcp_model_config *cfg,
                                   dcp_model **out)
 {

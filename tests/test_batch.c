@@ -111,7 +111,7 @@ static void check_invariance(uint32_t tp, uint32_t dcp, dcp_cp_backend backend)
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *m;
-    DCP_ASSERT_OK(dcp_test_llama_weights(devs, 0, tp, tp, dcp, false, g, &cfg, &m));
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, g, &cfg, &m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 64;
     sc.max_seqs = S;
@@ -167,7 +167,7 @@ static void test_pages(void **state)
     dcp_device *devs[8];
     for (int r = 0; r < 8; r++) devs[r] = dcp_context_device(ctx, r);
     dcp_model *m;
-    DCP_ASSERT_OK(dcp_test_llama_weights(devs, 0, 8, 8, 2, false, g, &cfg, &m));
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, 8, 8, 2, false, g, &cfg, &m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 40;
     sc.max_seqs = 3;
@@ -225,7 +225,7 @@ static void test_bad_steps(void **state)
     dcp_context *ctx = context_of(1);
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_model *m;
-    DCP_ASSERT_OK(dcp_test_llama_weights(&dev, 0, 1, 1, 1, false, g, &cfg, &m));
+    DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, g, &cfg, &m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 8;
     sc.max_seqs = 2;

@@ -49,7 +49,7 @@ static int setup(void **state)
     f->ctx = dcp_test_context();
     load_model(f, dcp_test_data_path("stories260K.gguf"));
     dcp_device *dev = dcp_context_device(f->ctx, 0);
-    DCP_ASSERT_OK(dcp_test_llama_weights(&dev, 0, 1, 1, 1, false, f->g, &f->cfg, &f->w));
+    DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, f->g, &f->cfg, &f->w));
     *state = f;
     return 0;
 }
@@ -201,7 +201,7 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *w;
-    DCP_ASSERT_OK(dcp_test_llama_weights(devs, 0, tp, tp, pc->dcp, pc->q_replicate, f->g, &f->cfg, &w));
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, pc->dcp, pc->q_replicate, f->g, &f->cfg, &w));
     assert_int_equal(dcp_model_tp(w), tp);
     assert_int_equal(dcp_model_dcp(w), pc->dcp);
     dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
@@ -275,7 +275,7 @@ static void test_tp_bad(void **state)
     fixture *f = *state;
     dcp_device *devs[3] = {dcp_context_device(f->ctx, 0), dcp_context_device(f->ctx, 0), dcp_context_device(f->ctx, 0)};
     dcp_model *w = NULL;
-    assert_int_equal(dcp_test_llama_weights(devs, 0, 3, 3, 1, false, f->g, &f->cfg, &w), DCP_ERR_CONFIG);
+    assert_int_equal(dcp_test_model_load(devs, 0, 3, 3, 1, false, f->g, &f->cfg, &w), DCP_ERR_CONFIG);
     assert_null(w);
     assert_non_null(strstr(dcp_last_error(), "query heads"));
 }
@@ -308,7 +308,7 @@ static void test_generated_models(void **state)
         load_model(&f, path);
         dcp_device *devs[2] = {dcp_context_device(tps[c] == 1 ? base->ctx : ctx2, 0), dcp_context_device(ctx2, 1)};
         dcp_model *w;
-        DCP_ASSERT_OK(dcp_test_llama_weights(devs, 0, tps[c], tps[c], 1, false, f.g, &f.cfg, &w));
+        DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tps[c], tps[c], 1, false, f.g, &f.cfg, &w));
         dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
         lc.kv_dtype = DCP_DTYPE_F32;
         lc.n_ctx = 64;

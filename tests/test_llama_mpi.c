@@ -70,7 +70,7 @@ static void test_stories_over_mpi(void **state)
     DCP_ASSERT_OK(dcp_gguf_open(pc->gen ? gen_path : dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     dcp_model *w;
-    DCP_ASSERT_OK(dcp_test_llama_weights(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, pc->q_replicate, g, &cfg, &w));
+    DCP_ASSERT_OK(dcp_test_model_load(devs, (uint32_t)proc * nl, nl, pc->tp, pc->dcp, pc->q_replicate, g, &cfg, &w));
     assert_int_equal(dcp_model_tp(w), pc->tp);
     assert_int_equal(dcp_model_first_rank(w), (uint32_t)proc * nl);
     assert_int_equal(dcp_model_local_count(w), nl);

@@ -44,12 +44,18 @@ typedef struct dcp_cp_attn_config {
     uint32_t heads_local;  /* Hl: query heads each rank ends with; N * Hl heads are decoded (no default) */
     dcp_cp_backend backend; /* default a2a; a2a with N = 1 is DCP_ERR_CONFIG, as in vLLM */
     bool q_replicate;      /* every rank gets the group's full Q, no gather (default false) */
-    float scale;           /* softmax scale; 0 (default): 1/sqrt(head_dim) */
+    float scale;           /* softmax scale; 0 (default): 1/sqrt(head_dim) (GQA only: MLA needs the
+                            * model's) */
     uint32_t chunk_tokens; /* split-KV chunk of the local decode; 0 (default): automatic */
+    uint32_t latent;       /* 0 (default): GQA, the paged decode over K and V (query and output
+                            * heads of the pool's head_dim). > 0: MLA (include/dcpvk/mla.h), the
+                            * latent decode over a K-only pool of one head: queries of the pool's
+                            * head_dim (kv_lora + rope), outputs and exchanges of `latent` (kv_lora)
+                            * values per head */
 } dcp_cp_attn_config;
 
 #define DCP_CP_ATTN_CONFIG_DEFAULT                                                                 \
-    {.backend = DCP_CP_A2A, .q_replicate = false, .scale = 0.0f, .chunk_tokens = 0}
+    {.backend = DCP_CP_A2A, .q_replicate = false, .scale = 0.0f, .chunk_tokens = 0, .latent = 0}
 
 /* Creates the step for comm's local ranks over cache (same group size, same local ranks on the
  * same devices; both must outlive the step). Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0
@@ -86,7 +92,8 @@ typedef struct dcp_cp_attn_timing {
 /* Runs one step over the rows of the last set, synchronously (the writes of q must have completed;
  * on return o and lse hold the result). Per local rank i, on its device:
  *   q[i]   q_replicate ? [rows][N * Hl][head_dim] : [rows][Hl][head_dim] f32 (own heads)
- *   o[i]   [rows][Hl][head_dim] f32 merged O of the rank's own heads
+ *   o[i]   [rows][Hl][head_dim] f32 merged O of the rank's own heads (MLA: [rows][Hl][latent],
+ *          the latent O, up-projected by W_UV after the step)
  *   lse[i] [rows][Hl] f32 merged LSE (natural log; -inf for an empty sequence)
  * The step's commands are recorded once and replayed while the rows, the chunking and the buffers
  * stay the same. timing may be NULL. */

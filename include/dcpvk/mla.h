@@ -55,6 +55,16 @@ void dcp_mla_decode_plan_destroy(dcp_mla_decode_plan *plan);
 dcp_status dcp_mla_decode_plan_set(dcp_mla_decode_plan *plan, const uint32_t *lengths,
                                    const uint32_t *block_tables);
 
+/* The same for the first `rows` (1 .. batch) rows only: q, o and lse hold `rows` rows (lengths
+ * [rows], block_tables [rows][max_blocks]); a row is one query token over its own length and
+ * block table, so prefill rows are the same sequence at growing lengths. */
+dcp_status dcp_mla_decode_plan_set_rows(dcp_mla_decode_plan *plan, uint32_t rows, const uint32_t *lengths,
+                                        const uint32_t *block_tables);
+/* Rows of the last set; a value that changes whenever a recording of the plan would differ
+ * (rows, chunking, workspace reallocation). */
+uint32_t dcp_mla_decode_plan_rows(const dcp_mla_decode_plan *plan);
+uint64_t dcp_mla_decode_plan_key(const dcp_mla_decode_plan *plan);
+
 /* The chunking of the last set (chunks per sequence, tokens per chunk), the heads one workgroup
  * scores (each cache row is read heads / heads_per_group times per step) and the longest chunk
  * the plan allows. */
@@ -63,8 +73,8 @@ uint32_t dcp_mla_decode_plan_chunk_tokens(const dcp_mla_decode_plan *plan);
 uint32_t dcp_mla_decode_plan_heads_per_group(const dcp_mla_decode_plan *plan);
 uint32_t dcp_mla_decode_plan_max_chunk(const dcp_mla_decode_plan *plan);
 
-/* Records the decode: q [batch][heads][kv_lora + rope] f32 at byte q_offset; writes o
- * [batch][heads][kv_lora] f32 and lse [batch][heads] f32 (byte offsets). With several chunks it
+/* Records the decode of the rows of the last set: q [rows][heads][kv_lora + rope] f32 at byte
+ * q_offset; writes o [rows][heads][kv_lora] f32 and lse [rows][heads] f32 (byte offsets). With several chunks it
  * records the chunk pass, a barrier and lse_merge. The caller orders the writes of q before and
  * the reads of o / lse after with dcp_cmd_barrier. */
 dcp_status dcp_mla_decode_record(dcp_cmd *cmd, const dcp_mla_decode_plan *plan, dcp_buffer *q,

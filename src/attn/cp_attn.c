@@ -15,14 +15,16 @@
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/cp.h"
+#include "dcpvk/mla.h"
 #include "step/step.h"
 #include "vk/pipelines.h"
 
 typedef struct attn_rank {
     dcp_device *dev;
-    dcp_decode_plan *plan;
-    dcp_buffer *qfull;   /* [batch][N*Hl][D] f32 (gathered Q; NULL with q_replicate) */
-    dcp_buffer *o_part;  /* [batch][N*Hl][D] f32 local partial O */
+    dcp_decode_plan *plan;      /* GQA */
+    dcp_mla_decode_plan *mplan; /* MLA */
+    dcp_buffer *qfull;   /* [batch][N*Hl][QD] f32 (gathered Q; NULL with q_replicate) */
+    dcp_buffer *o_part;  /* [batch][N*Hl][OD] f32 local partial O */
     dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
     uint32_t ts[4];      /* dcp_cp_attn_run: timestamp slots around the decode [0, 1] and the merge [2, 3] */
     uint32_t ts_round[4];/* and the rounds they were recorded in */
@@ -32,7 +34,9 @@ struct dcp_cp_attn {
     dcp_comm *comm;
     dcp_kv_cache *cache;
     dcp_cp_attn_config cfg;
-    uint32_t N, D, NH, L;
+    uint32_t N, NH, L;
+    uint32_t QD, OD;     /* values per head of the queries and of the outputs (GQA: both the head
+                          * dim; MLA: kv_lora + rope and kv_lora) */
     uint32_t rows;       /* rows of the last set (<= cfg.batch) */
     attn_rank *r;
     uint32_t *bt;        /* [batch][max_blocks] scratch */
@@ -84,6 +88,7 @@ void dcp_cp_attn_destroy(dcp_cp_attn *a)
     for (uint32_t i = 0; a->r && i < a->L; i++) {
         attn_rank *r = &a->r[i];
         dcp_decode_plan_destroy(r->plan);
+        dcp_mla_decode_plan_destroy(r->mplan);
         dcp_buffer_destroy(r->qfull);
         dcp_buffer_destroy(r->o_part);
         dcp_buffer_destroy(r->lse_part);
@@ -94,16 +99,16 @@ void dcp_cp_attn_destroy(dcp_cp_attn *a)
     free(a);
 }
 
-/* The a2a message to one destination: O [rows][Hl][D], then (from a 256-byte aligned offset, so
+/* The a2a message to one destination: O [rows][Hl][OD], then (from a 256-byte aligned offset, so
  * that the receiver binds it directly) LSE [rows][Hl], f32. */
 static uint64_t a2a_lse_offset(const dcp_cp_attn *a, uint32_t rows)
 {
-    return ((uint64_t)rows * a->cfg.heads_local * a->D * 4 + 255) / 256 * 256;
+    return ((uint64_t)rows * a->cfg.heads_local * a->OD * 4 + 255) / 256 * 256;
 }
 /* Logical bytes of one a2a message (what counts as sent). */
 static uint64_t a2a_payload(const dcp_cp_attn *a, uint32_t rows)
 {
-    return (uint64_t)rows * a->cfg.heads_local * (a->D + 1) * 4;
+    return (uint64_t)rows * a->cfg.heads_local * (a->OD + 1) * 4;
 }
 /* Bytes between consecutive destinations' messages in the put area: 256-byte aligned. */
 static uint64_t a2a_slot(const dcp_cp_attn *a, uint32_t rows)
@@ -148,7 +153,8 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
     a->cfg = *c;
     a->N = N;
     a->L = L;
-    a->D = kc->pool.head_dim;
+    a->QD = kc->pool.head_dim;
+    a->OD = c->latent ? c->latent : kc->pool.head_dim;
     a->NH = NH;
     a->rows = c->batch;
     a->r = calloc(L, sizeof *a->r);
@@ -158,7 +164,7 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
-    const uint64_t B = c->batch, D = a->D, Hl = c->heads_local;
+    const uint64_t B = c->batch, QD = a->QD, OD = a->OD, Hl = c->heads_local;
     dcp_device *devs[1024];
     if (L > 1024) {
         st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: %u local ranks (at most 1024)", L);
@@ -167,20 +173,31 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
     for (uint32_t i = 0; i < L; i++) {
         attn_rank *r = &a->r[i];
         r->dev = devs[i] = dcp_comm_device(comm, (int)i);
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = c->batch;
-        dc.q_heads = NH;
-        dc.max_blocks = kc->max_blocks;
-        dc.scale = c->scale;
-        dc.chunk_tokens = c->chunk_tokens;
-        DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(cache, i), &dc, &r->plan));
-        if (gathers_q(a)) DCP_TRY(dcp_buffer_create(r->dev, B * NH * D * 4, DCP_MEMORY_DEVICE, &r->qfull));
-        DCP_TRY(dcp_buffer_create(r->dev, B * NH * D * 4, DCP_MEMORY_DEVICE, &r->o_part));
+        if (c->latent) {
+            dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+            mc.batch = c->batch;
+            mc.heads = NH;
+            mc.kv_lora = c->latent;
+            mc.max_blocks = kc->max_blocks;
+            mc.scale = c->scale;
+            mc.chunk_tokens = c->chunk_tokens;
+            DCP_TRY(dcp_mla_decode_plan_create(dcp_kv_cache_pool(cache, i), &mc, &r->mplan));
+        } else {
+            dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+            dc.batch = c->batch;
+            dc.q_heads = NH;
+            dc.max_blocks = kc->max_blocks;
+            dc.scale = c->scale;
+            dc.chunk_tokens = c->chunk_tokens;
+            DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(cache, i), &dc, &r->plan));
+        }
+        if (gathers_q(a)) DCP_TRY(dcp_buffer_create(r->dev, B * NH * QD * 4, DCP_MEMORY_DEVICE, &r->qfull));
+        DCP_TRY(dcp_buffer_create(r->dev, B * NH * OD * 4, DCP_MEMORY_DEVICE, &r->o_part));
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
     }
     /* Mailboxes for the largest block of the step. */
-    uint64_t blk = gathers_q(a) ? B * Hl * D * 4 : 0;
-    uint64_t b2 = c->backend == DCP_CP_A2A ? a2a_slot(a, c->batch) : B * Hl * D * 4;
+    uint64_t blk = gathers_q(a) ? B * Hl * QD * 4 : 0;
+    uint64_t b2 = c->backend == DCP_CP_A2A ? a2a_slot(a, c->batch) : B * Hl * OD * 4;
     if (b2 > blk) blk = b2;
     if (B * NH * 4 > blk) blk = B * NH * 4;
     DCP_TRY(dcp_comm_reserve(comm, blk));
@@ -217,7 +234,8 @@ dcp_status dcp_cp_attn_set_rows(dcp_cp_attn *a, uint32_t rows, const uint32_t *s
             memcpy(a->bt + (uint64_t)b * kc->max_blocks, dcp_kv_cache_block_table(a->cache, i, seqs[b]),
                    (size_t)kc->max_blocks * sizeof *a->bt);
         }
-        dcp_status st = dcp_decode_plan_set_rows(a->r[i].plan, rows, a->lens, a->bt);
+        dcp_status st = a->r[i].mplan ? dcp_mla_decode_plan_set_rows(a->r[i].mplan, rows, a->lens, a->bt)
+                                      : dcp_decode_plan_set_rows(a->r[i].plan, rows, a->lens, a->bt);
         if (st != DCP_OK) return dcp_fail_context(st, "DCP step: local rank %u", i);
     }
     a->rows = rows;
@@ -261,12 +279,18 @@ static double elapsed(dcp_cmd *cmd, uint32_t s0, uint32_t s1)
     return ns;
 }
 
-uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *a, uint32_t i) { return i < a->L ? dcp_decode_plan_chunks(a->r[i].plan) : 0; }
+uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *a, uint32_t i)
+{
+    if (i >= a->L) return 0;
+    return a->r[i].mplan ? dcp_mla_decode_plan_chunks(a->r[i].mplan) : dcp_decode_plan_chunks(a->r[i].plan);
+}
 
 uint64_t dcp_cp_attn_key(const dcp_cp_attn *a)
 {
     uint64_t key = dcp_step_key_mix(DCP_STEP_KEY_SEED, a->rows);
-    for (uint32_t i = 0; i < a->L; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(a->r[i].plan));
+    for (uint32_t i = 0; i < a->L; i++)
+        key = dcp_step_key_mix(key, a->r[i].mplan ? dcp_mla_decode_plan_key(a->r[i].mplan)
+                                                  : dcp_decode_plan_key(a->r[i].plan));
     return key;
 }
 
@@ -277,16 +301,16 @@ uint32_t dcp_cp_attn_phases(const dcp_cp_attn *a)
 
 dcp_comm_xchg dcp_cp_attn_xchg(const dcp_cp_attn *a, uint32_t phase)
 {
-    const uint64_t B = a->rows, D = a->D, Hl = a->cfg.heads_local, NH = a->NH;
+    const uint64_t B = a->rows, QD = a->QD, OD = a->OD, Hl = a->cfg.heads_local, NH = a->NH;
     if (gathers_q(a)) {
-        if (phase == 0) return (dcp_comm_xchg){a->comm, DCP_COLL_ALL_GATHER, B * Hl * D * 4, B * Hl * D * 4};
+        if (phase == 0) return (dcp_comm_xchg){a->comm, DCP_COLL_ALL_GATHER, B * Hl * QD * 4, B * Hl * QD * 4};
         phase--;
     }
     if (a->cfg.backend == DCP_CP_A2A)
         return (dcp_comm_xchg){a->comm, DCP_COLL_ALL_TO_ALL, a2a_slot(a, a->rows), a2a_payload(a, a->rows)};
     if (phase == 0) return (dcp_comm_xchg){a->comm, DCP_COLL_ALL_GATHER, B * NH * 4, B * NH * 4};
     /* The reduce-scatter's sum happens on the receiving devices (part_sum). */
-    return (dcp_comm_xchg){a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * D * 4, B * Hl * D * 4};
+    return (dcp_comm_xchg){a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * OD * 4, B * Hl * OD * 4};
 }
 
 /* Phase "local": the decode of all N*Hl heads over the local shard, then a2a: the messages packed
@@ -294,32 +318,32 @@ dcp_comm_xchg dcp_cp_attn_xchg(const dcp_cp_attn *a, uint32_t phase)
 static dcp_status record_local(dcp_cp_attn *a, uint32_t i, uint32_t round, dcp_cmd *cmd, dcp_comm_buf q)
 {
     dcp_status st = DCP_OK;
-    const uint64_t B = a->rows, D = a->D, Hl = a->cfg.heads_local, N = a->N;
+    const uint64_t B = a->rows, QD = a->QD, OD = a->OD, Hl = a->cfg.heads_local, N = a->N;
     attn_rank *r = &a->r[i];
     if (gathers_q(a)) {
-        /* gathered own heads [src rank s][rows][Hl*D] (s at stride) -> qfull [rows][s][Hl*D] */
+        /* gathered own heads [src rank s][rows][Hl*QD] (s at stride) -> qfull [rows][s][Hl*QD] */
         dcp_comm_buf in;
         uint64_t stride;
-        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_GATHER, B * Hl * D * 4, &in, &stride);
-        dcp_permute_params pp = {(uint32_t)N, (uint32_t)B, (uint32_t)(Hl * D), (uint32_t)(stride / 4),
-                                 (uint32_t)(N * Hl * D)};
+        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_GATHER, B * Hl * QD * 4, &in, &stride);
+        dcp_permute_params pp = {(uint32_t)N, (uint32_t)B, (uint32_t)(Hl * QD), (uint32_t)(stride / 4),
+                                 (uint32_t)(N * Hl * QD)};
         DCP_TRY(dcp_permute_record(cmd, &pp, in.buffer, in.offset, r->qfull, 0));
         dcp_cmd_barrier(cmd); /* permute (gathered Q) -> paged_decode */
         q = (dcp_comm_buf){r->qfull, 0};
     }
     dcp_comm_buf out = dcp_comm_put_area(a->comm, (int)i);
     if (a->timed) r->ts[0] = stamp(cmd), r->ts_round[0] = round;
-    if (a->cfg.backend == DCP_CP_A2A) {
-        DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, r->lse_part, 0));
-    } else {
-        DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, out.buffer, out.offset));
-    }
+    /* a2a: LSEs to lse_part for packing; ag_rs: straight into the put area of the all-gather */
+    dcp_buffer *lse_buf = a->cfg.backend == DCP_CP_A2A ? r->lse_part : out.buffer;
+    uint64_t lse_off = a->cfg.backend == DCP_CP_A2A ? 0 : out.offset;
+    if (r->mplan) DCP_TRY(dcp_mla_decode_record(cmd, r->mplan, q.buffer, q.offset, r->o_part, 0, lse_buf, lse_off));
+    else DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, lse_buf, lse_off));
     if (a->timed) r->ts[1] = stamp(cmd), r->ts_round[1] = round;
     if (a->cfg.backend == DCP_CP_A2A) {
         const uint32_t slot = (uint32_t)(a2a_slot(a, a->rows) / 4);
         dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing */
-        /* O [b][n][Hl*D] -> message n's O part [b][Hl*D]; LSE [b][n][Hl] -> its LSE part [b][Hl] */
-        dcp_permute_params po = {(uint32_t)B, (uint32_t)N, (uint32_t)(Hl * D), (uint32_t)(N * Hl * D), slot};
+        /* O [b][n][Hl*OD] -> message n's O part [b][Hl*OD]; LSE [b][n][Hl] -> its LSE part [b][Hl] */
+        dcp_permute_params po = {(uint32_t)B, (uint32_t)N, (uint32_t)(Hl * OD), (uint32_t)(N * Hl * OD), slot};
         DCP_TRY(dcp_permute_record(cmd, &po, r->o_part, 0, out.buffer, out.offset));
         dcp_permute_params pl = {(uint32_t)B, (uint32_t)N, (uint32_t)Hl, (uint32_t)(N * Hl), slot};
         DCP_TRY(dcp_permute_record(cmd, &pl, r->lse_part, 0, out.buffer, out.offset + a2a_lse_offset(a, a->rows)));
@@ -334,7 +358,7 @@ dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, 
                                     dcp_comm_buf o, dcp_comm_buf lse)
 {
     dcp_status st = DCP_OK;
-    const uint64_t B = a->rows, D = a->D, Hl = a->cfg.heads_local, N = a->N, NH = a->NH;
+    const uint64_t B = a->rows, QD = a->QD, OD = a->OD, Hl = a->cfg.heads_local, N = a->N, NH = a->NH;
     const int a2a = a->cfg.backend == DCP_CP_A2A;
     const uint32_t round = phase;
     if (i >= a->L || phase >= dcp_cp_attn_phases(a))
@@ -343,8 +367,8 @@ dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, 
     attn_rank *r = &a->r[i];
     if (gathers_q(a)) {
         if (phase == 0) {
-            /* Own heads' Q [rows][Hl][D] into the put area of the all-gather. */
-            DCP_TRY(dcp_step_put_copy(cmd, a->comm, (int)i, q.buffer, q.offset, B * Hl * D * 4));
+            /* Own heads' Q [rows][Hl][QD] into the put area of the all-gather. */
+            DCP_TRY(dcp_step_put_copy(cmd, a->comm, (int)i, q.buffer, q.offset, B * Hl * QD * 4));
             return DCP_OK;
         }
         phase--;
@@ -357,7 +381,7 @@ dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, 
         uint64_t stride;
         dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_TO_ALL, a2a_slot(a, a->rows), &in, &stride);
         if (a->timed) r->ts[2] = stamp(cmd), r->ts_round[2] = round;
-        dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)D,
+        dcp_merge_args m = {.parts = (uint32_t)N, .rows = (uint32_t)(B * Hl), .head_dim = (uint32_t)OD,
                             .o_part_stride = (uint32_t)(stride / 4), .lse_part_stride = (uint32_t)(stride / 4),
                             .o_in = in.buffer, .o_in_offset = in.offset, .lse_in = in.buffer,
                             .lse_in_offset = in.offset + a2a_lse_offset(a, a->rows), .o_out = o.buffer,
@@ -365,14 +389,14 @@ dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, 
         DCP_TRY(dcp_lse_merge_record(cmd, &m));
         if (a->timed) r->ts[3] = stamp(cmd), r->ts_round[3] = round;
     } else if (phase == 1) {
-        /* ag_rs: gathered LSEs [N][rows][N*Hl] -> scaled O [N][rows][Hl][D], written straight into
+        /* ag_rs: gathered LSEs [N][rows][N*Hl] -> scaled O [N][rows][Hl][OD], written straight into
          * the put area for the reduce-scatter. */
         dcp_comm_buf in, out = dcp_comm_put_area(a->comm, (int)i);
         uint64_t stride;
         dcp_comm_put_view(a->comm, (int)i, DCP_COLL_ALL_GATHER, B * NH * 4, &in, &stride);
         if (a->timed) r->ts[2] = stamp(cmd), r->ts_round[2] = round;
         dcp_cp_scale_params sp = {(uint32_t)B, (uint32_t)Hl, (uint32_t)N, (uint32_t)dcp_comm_first_rank(a->comm) + i,
-                                  (uint32_t)D, (uint32_t)(stride / 4)};
+                                  (uint32_t)OD, (uint32_t)(stride / 4)};
         DCP_TRY(dcp_cp_scale_record(cmd, &sp, r->o_part, 0, in.buffer, in.offset, out.buffer, out.offset, lse.buffer,
                                     lse.offset));
         if (a->timed) r->ts[3] = stamp(cmd), r->ts_round[3] = round;
@@ -382,9 +406,9 @@ dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, 
          * (bound from an aligned offset; the rest of the offset goes in floats). */
         dcp_comm_buf in;
         uint64_t stride;
-        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, B * Hl * D * 4, &in, &stride);
+        dcp_comm_put_view(a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, B * Hl * OD * 4, &in, &stride);
         uint64_t base = in.offset / 256 * 256;
-        dcp_part_sum_params ps = {(uint32_t)(B * Hl * D), (uint32_t)N, (uint32_t)(stride / 4),
+        dcp_part_sum_params ps = {(uint32_t)(B * Hl * OD), (uint32_t)N, (uint32_t)(stride / 4),
                                   (uint32_t)((in.offset - base) / 4), 0, 0};
         DCP_TRY(dcp_part_sum_record(cmd, &ps, in.buffer, base, o.buffer, o.offset));
     }

@@ -187,9 +187,9 @@ dcp_status dcp_decode_plan_set_rows(dcp_decode_plan *p, uint32_t rows, const uin
         dcp_buffer_destroy(p->work_lse);
         p->work_o = p->work_lse = NULL;
         p->work_cap = 0;
-        uint64_t rows = (uint64_t)c->batch * c->q_heads;
-        DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * pc->head_dim * 4, DCP_MEMORY_DEVICE, &p->work_o));
-        DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
+        uint64_t cap_rows = (uint64_t)c->batch * c->q_heads;
+        DCP_TRY(dcp_buffer_create(p->dev, chunks * cap_rows * pc->head_dim * 4, DCP_MEMORY_DEVICE, &p->work_o));
+        DCP_TRY(dcp_buffer_create(p->dev, chunks * cap_rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
         p->work_cap = chunks;
         p->work_gen++;
     }

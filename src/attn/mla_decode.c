@@ -27,12 +27,14 @@ struct dcp_mla_decode_plan {
     uint32_t wg, hg, tile, uniform_part;
     uint32_t max_chunk;   /* longest chunk (tokens) within the loop budget */
     dcp_pipeline_id pipeline;
+    uint32_t rows;        /* rows of the last set (<= batch) */
     uint32_t chunks, chunk_tokens;
     dcp_buffer *bt;       /* [batch][max_blocks] u32, host-visible */
     dcp_buffer *lens;     /* [batch] u32, host-visible */
     dcp_buffer *work_o;   /* [chunks][batch][heads][kv_lora] f32 partials */
     dcp_buffer *work_lse; /* [chunks][batch][heads] f32 */
     uint64_t work_cap;    /* chunks the workspace holds */
+    uint32_t work_gen;    /* bumped whenever the workspace is reallocated */
 };
 
 /* Shared memory of shaders/mla_decode.comp: the tile's rows (elem bytes each value: the cache's
@@ -116,6 +118,7 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
     p->uniform_part = uniform_part;
     p->max_chunk = (uint32_t)max_chunk;
     p->pipeline = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16 : DCP_PIPE_MLA_DECODE_F32;
+    p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = p->max_chunk;
     DCP_TRY(dcp_buffer_create(dev, (uint64_t)c->batch * c->max_blocks * 4, DCP_MEMORY_HOST, &p->bt));
@@ -144,14 +147,29 @@ uint32_t dcp_mla_decode_plan_chunk_tokens(const dcp_mla_decode_plan *p) { return
 uint32_t dcp_mla_decode_plan_heads_per_group(const dcp_mla_decode_plan *p) { return p->hg; }
 uint32_t dcp_mla_decode_plan_max_chunk(const dcp_mla_decode_plan *p) { return p->max_chunk; }
 
+uint32_t dcp_mla_decode_plan_rows(const dcp_mla_decode_plan *p) { return p->rows; }
+uint64_t dcp_mla_decode_plan_key(const dcp_mla_decode_plan *p)
+{
+    return ((uint64_t)p->work_gen << 48) ^ ((uint64_t)p->rows << 24) ^ p->chunks;
+}
+
 dcp_status dcp_mla_decode_plan_set(dcp_mla_decode_plan *p, const uint32_t *lengths, const uint32_t *bt)
+{
+    return dcp_mla_decode_plan_set_rows(p, p->cfg.batch, lengths, bt);
+}
+
+dcp_status dcp_mla_decode_plan_set_rows(dcp_mla_decode_plan *p, uint32_t rows, const uint32_t *lengths,
+                                        const uint32_t *bt)
 {
     dcp_status st = DCP_OK;
     const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
     const dcp_mla_decode_config *c = &p->cfg;
     uint64_t cover = (uint64_t)c->max_blocks * pc->page_size;
     uint32_t max_len = 0;
-    for (uint32_t b = 0; b < c->batch; b++) {
+    if (rows == 0 || rows > c->batch)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "MLA decode: %u rows for a plan of batch %u (allowed 1..%u)", rows,
+                        c->batch, c->batch);
+    for (uint32_t b = 0; b < rows; b++) {
         if (lengths[b] > cover)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                             "MLA decode: sequence %u has length %u but its block table covers only %llu tokens (%u "
@@ -170,7 +188,7 @@ dcp_status dcp_mla_decode_plan_set(dcp_mla_decode_plan *p, const uint32_t *lengt
     const dcp_device_info *info = dcp_device_get_info(p->dev);
     uint32_t target = c->target_workgroups;
     if (!target) target = strcmp(info->type, "cpu") == 0 ? 16 : 512;
-    uint64_t per_chunk_wgs = (uint64_t)c->batch * (c->heads / p->hg);
+    uint64_t per_chunk_wgs = (uint64_t)rows * (c->heads / p->hg);
     uint32_t chunk = c->chunk_tokens;
     if (!chunk) {
         uint64_t want = (target + per_chunk_wgs - 1) / per_chunk_wgs;
@@ -190,13 +208,15 @@ dcp_status dcp_mla_decode_plan_set(dcp_mla_decode_plan *p, const uint32_t *lengt
         dcp_buffer_destroy(p->work_lse);
         p->work_o = p->work_lse = NULL;
         p->work_cap = 0;
-        uint64_t rows = (uint64_t)c->batch * c->heads;
-        DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * c->kv_lora * 4, DCP_MEMORY_DEVICE, &p->work_o));
-        DCP_TRY(dcp_buffer_create(p->dev, chunks * rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
+        uint64_t cap_rows = (uint64_t)c->batch * c->heads;
+        DCP_TRY(dcp_buffer_create(p->dev, chunks * cap_rows * c->kv_lora * 4, DCP_MEMORY_DEVICE, &p->work_o));
+        DCP_TRY(dcp_buffer_create(p->dev, chunks * cap_rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
         p->work_cap = chunks;
+        p->work_gen++;
     }
-    DCP_TRY(dcp_buffer_upload(p->bt, 0, bt, (uint64_t)c->batch * c->max_blocks * 4));
-    DCP_TRY(dcp_buffer_upload(p->lens, 0, lengths, (uint64_t)c->batch * 4));
+    DCP_TRY(dcp_buffer_upload(p->bt, 0, bt, (uint64_t)rows * c->max_blocks * 4));
+    DCP_TRY(dcp_buffer_upload(p->lens, 0, lengths, (uint64_t)rows * 4));
+    p->rows = rows;
     p->chunks = chunks;
     p->chunk_tokens = chunk;
     return DCP_OK;
@@ -212,7 +232,7 @@ dcp_status dcp_mla_decode_record(dcp_cmd *cmd, const dcp_mla_decode_plan *p, dcp
     const dcp_mla_decode_config *c = &p->cfg;
     if (dcp_cmd_device(cmd) != p->dev)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "MLA decode: the command is not on the plan's device");
-    const uint64_t rows = (uint64_t)c->batch * c->heads, dv = c->kv_lora;
+    const uint64_t rows = (uint64_t)p->rows * c->heads, dv = c->kv_lora;
     const int direct = p->chunks == 1;
     dcp_binding b[5 + DCP_KV_MAX_SEGMENTS];
     b[0] = (dcp_binding){q, q_offset, rows * p->dk * 4};
@@ -227,12 +247,12 @@ dcp_status dcp_mla_decode_record(dcp_cmd *cmd, const dcp_mla_decode_plan *p, dcp
     }
     dcp_kv_pool_bindings(p->pool, b + 5);
     dcp_mla_decode_params pp = {
-        .batch = c->batch, .heads = c->heads, .page_size = pc->page_size, .chunk_tokens = p->chunk_tokens,
+        .batch = p->rows, .heads = c->heads, .page_size = pc->page_size, .chunk_tokens = p->chunk_tokens,
         .num_chunks = p->chunks, .bt_stride = c->max_blocks,
         .segment_shift = (uint32_t)__builtin_ctz(dcp_kv_pool_pages_per_segment(p->pool)),
         .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale};
     uint32_t spec[6] = {p->wg, p->hg, p->dk, c->kv_lora, p->tile, p->uniform_part};
-    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->heads / p->hg, c->batch));
+    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->heads / p->hg, p->rows));
     if (!direct) {
         dcp_cmd_barrier(cmd); /* mla_decode partials -> lse_merge */
         dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = c->kv_lora,

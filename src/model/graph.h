@@ -5,7 +5,7 @@
  * the ranks held here, the rows of a step, and the recording blocks every graph uses: embed,
  * rmsnorm (with the pending all-reduce's sum), all-reduce, head.
  *
- * An architecture (llama.c; deepseek2 next) fills a dcp_arch_ops: its per-rank layer weights, its
+ * An architecture (llama.c, deepseek2.c) fills a dcp_arch_ops: its per-rank layer weights, its
  * run-state part, and the recording of one layer, which calls the blocks below.
  *
  * The forward pass of one step reads top to bottom (graph_step.c):
@@ -89,6 +89,7 @@ struct dcp_model_state {
     uint32_t rows;                   /* rows of the step */
     uint32_t *row_seq;               /* [max_rows] sequence of each row */
     uint64_t *row_len;               /* [max_rows] global length each row attends over (position + 1) */
+    uint32_t *row_pos;               /* [max_rows] position of each row */
     uint32_t n_out;                  /* rows with logits */
     uint32_t *out_row;               /* [max_out] their row indices */
     uint32_t ar_tokens;              /* > 0: an all-reduce of that many rows awaits its sum (norm) */
@@ -128,6 +129,7 @@ struct dcp_arch_ops {
 };
 
 extern const dcp_arch_ops dcp_arch_llama;
+extern const dcp_arch_ops dcp_arch_deepseek2;
 
 /* ---- blocks for the architectures ---------------------------------------------------------- */
 

@@ -10,6 +10,7 @@ static const dcp_arch_ops *arch_ops(dcp_model_arch arch)
 {
     switch (arch) {
     case DCP_ARCH_LLAMA: return &dcp_arch_llama;
+    case DCP_ARCH_DEEPSEEK2: return &dcp_arch_deepseek2;
     default: return NULL;
     }
 }
@@ -60,7 +61,7 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
     const uint32_t tp = lc->tp ? lc->tp : lc->count;
     const dcp_arch_ops *ops = arch_ops(cfg->arch);
     if (!ops)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture %s is not supported (supported: llama)", dcp_gguf_name(g),
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture %s is not supported (supported: llama, deepseek2)", dcp_gguf_name(g),
                         cfg->arch_name);
     if ((st = check_placement(lc, tp)) != DCP_OK) return st;
     if (cfg->n_embd % 4)

@@ -98,6 +98,7 @@ static dcp_status state_build(dcp_model_state *s, bool spread)
     s->caches = calloc((size_t)G * L, sizeof *s->caches);
     s->row_seq = calloc(R, sizeof *s->row_seq);
     s->row_len = calloc(R, sizeof *s->row_len);
+    s->row_pos = calloc(R, sizeof *s->row_pos);
     s->out_row = calloc(s->max_out, sizeof *s->out_row);
     s->lens = calloc(R, sizeof *s->lens);
     s->bt = calloc((size_t)R * s->max_blocks, sizeof *s->bt);
@@ -107,7 +108,7 @@ static dcp_status state_build(dcp_model_state *s, bool spread)
     s->run_count = calloc(R, sizeof *s->run_count);
     s->fwd_rows = calloc(R, sizeof *s->fwd_rows);
     if (N > 1) s->gcomm = calloc(G, sizeof *s->gcomm);
-    if (!s->r || !s->caches || !s->row_seq || !s->row_len || !s->out_row || !s->lens || !s->bt || !s->seq_len ||
+    if (!s->r || !s->caches || !s->row_seq || !s->row_len || !s->row_pos || !s->out_row || !s->lens || !s->bt || !s->seq_len ||
         !s->seq_add || !s->run_seq || !s->run_count || !s->fwd_rows || (N > 1 && !s->gcomm))
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     dcp_device *devs[1024];
@@ -212,6 +213,7 @@ void dcp_model_state_destroy(dcp_model_state *s)
     free(s->r);
     free(s->row_seq);
     free(s->row_len);
+    free(s->row_pos);
     free(s->out_row);
     free(s->lens);
     free(s->bt);

@@ -2,7 +2,6 @@
  * uses (src/model/graph.h). A step reads top to bottom: check the rows, append their K/V slots,
  * write the host-visible inputs, then on the step layer: embed, the architecture's layers, the
  * head; the step is recorded once and replayed while its shape stays the same (step_key). */
-#include <math.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -73,20 +72,16 @@ fail:
     return st;
 }
 
-/* Token ids, RoPE angles and KV slots of every rank. */
+/* Token ids, RoPE angles (the model's scaling, src/model/rope.c) and KV slots of every rank. */
 static void write_inputs(dcp_model_state *s, const dcp_model_row *rows)
 {
     const dcp_model_config *mc = &s->m->cfg;
     const uint32_t P = s->rope_pairs, n = s->rows;
     float *cs0 = dcp_buffer_map(s->r[0].cs);
-    for (uint32_t t = 0; t < n; t++) {
-        const double pos = (double)(s->row_len[t] - 1);
-        for (uint32_t i = 0; i < P; i++) {
-            double ang = pos * pow((double)mc->rope_freq_base, -2.0 * i / mc->n_rot);
-            cs0[(t * P + i) * 2] = (float)cos(ang);
-            cs0[(t * P + i) * 2 + 1] = (float)sin(ang);
-        }
-    }
+    for (uint32_t t = 0; t < n; t++) s->row_pos[t] = (uint32_t)(s->row_len[t] - 1);
+    dcp_rope_params rp;
+    dcp_rope_params_from_config(mc, &rp);
+    dcp_rope_cs(&rp, s->row_pos, n, cs0);
     for (uint32_t i = 0; i < s->m->nl; i++) {
         dcp_graph_rank *r = &s->r[i];
         uint32_t *ids = dcp_buffer_map(r->ids);

@@ -56,14 +56,41 @@ double dcp_ref_rope_angle(const dcp_model_config *c, uint32_t pos, uint32_t i)
     return theta / c->rope_scaling_factor * (1.0 - extrap) + theta * extrap;
 }
 
-/* NORM-mode rotation of the n_rot values at x (pairs (2i, 2i+1)). */
-static void rope(const dcp_model_config *c, uint32_t pos, double *x)
+/* NORM-mode rotation of the n_rot values at x (pairs (2i, 2i+1)); neox (a negative control):
+ * pairs (i, i + n_rot/2). */
+static void rope(const dcp_model_config *c, uint32_t pos, double *x, int neox)
 {
-    for (uint32_t i = 0; i < c->n_rot / 2; i++) {
+    const uint32_t half = c->n_rot / 2;
+    for (uint32_t i = 0; i < half; i++) {
         double a = dcp_ref_rope_angle(c, pos, i), m = c->rope_attn_factor;
-        double cs = cos(a) * m, sn = sin(a) * m, x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = x0 * cs - x1 * sn;
-        x[2 * i + 1] = x0 * sn + x1 * cs;
+        uint32_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        double cs = cos(a) * m, sn = sin(a) * m, x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * cs - x1 * sn;
+        x[i1] = x0 * sn + x1 * cs;
+    }
+}
+
+/* Negative control: probabilities of scores sc[0..n) built from `shards` interleaved partial
+ * states whose LSEs are taken in base 2 but merged as natural logs (the error the check of the
+ * merge must catch); one shard gives the true softmax. */
+static void base2_merge(double *sc, uint32_t n, uint32_t shards)
+{
+    double m[64], l[64], lse[64], M = -INFINITY, wsum = 0.0;
+    if (shards > 64) shards = 64;
+    for (uint32_t s = 0; s < shards; s++) {
+        m[s] = -INFINITY;
+        l[s] = 0.0;
+    }
+    for (uint32_t t = 0; t < n; t++) m[t % shards] = fmax(m[t % shards], sc[t]);
+    for (uint32_t t = 0; t < n; t++) l[t % shards] += exp(sc[t] - m[t % shards]);
+    for (uint32_t s = 0; s < shards; s++) {
+        lse[s] = l[s] > 0.0 ? (m[s] + log(l[s])) / log(2.0) : -INFINITY;
+        M = fmax(M, lse[s]);
+    }
+    for (uint32_t s = 0; s < shards; s++) wsum += l[s] > 0.0 ? exp(lse[s] - M) : 0.0;
+    for (uint32_t t = 0; t < n; t++) {
+        uint32_t s = t % shards;
+        sc[t] = exp(lse[s] - M) / wsum * exp(sc[t] - m[s]) / l[s];
     }
 }
 
@@ -162,7 +189,7 @@ void dcp_ref_ds2_step(dcp_ref_ds2 *m, int32_t token, uint32_t pos, double *logit
     const uint32_t E = c->n_embd, H = c->n_head, R = c->kv_lora_rank, P = c->n_rot, N = c->head_dim_nope,
                    V = c->head_dim_v_mla, QK = c->head_dim_qk, X = c->n_expert, FE = c->n_ff_exp,
                    FS = c->n_ff_exp * c->n_expert_shared, QL = c->q_lora_rank;
-    const double eps = c->rms_eps, scale = c->attn_scale;
+    const double eps = c->rms_eps, scale = m->control_scale > 0.0 ? m->control_scale : c->attn_scale;
     uint32_t fmax = c->n_ff > FE ? c->n_ff : FE;
     fmax = fmax > FS ? fmax : FS;
     const uint64_t per = m->absorbed ? (uint64_t)R + P : (uint64_t)H * (QK + V);
@@ -188,8 +215,8 @@ void dcp_ref_ds2_step(dcp_ref_ds2 *m, int32_t token, uint32_t pos, double *logit
         mv(R + P, E, L->wkv_a, xn, kv, 0);
         rmsnorm(R, kv, L->kv_a_norm, eps, cn);
         double *kpe = kv + R;
-        rope(c, pos, kpe);
-        for (uint32_t h = 0; h < H; h++) rope(c, pos, q + (uint64_t)h * QK + N);
+        rope(c, pos, kpe, m->control_neox);
+        for (uint32_t h = 0; h < H; h++) rope(c, pos, q + (uint64_t)h * QK + N, m->control_neox);
         double *row = cache + (uint64_t)pos * per;
         if (m->absorbed) {
             memcpy(row, cn, R * sizeof *row);
@@ -232,8 +259,12 @@ void dcp_ref_ds2_step(dcp_ref_ds2 *m, int32_t token, uint32_t pos, double *logit
                 sc[t] = s * scale;
                 mx = sc[t] > mx ? sc[t] : mx;
             }
-            for (uint32_t t = 0; t <= pos; t++) sum += (sc[t] = exp(sc[t] - mx));
-            for (uint32_t t = 0; t <= pos; t++) sc[t] /= sum;
+            if (m->control_base2_shards > 1) {
+                base2_merge(sc, pos + 1, m->control_base2_shards);
+            } else {
+                for (uint32_t t = 0; t <= pos; t++) sum += (sc[t] = exp(sc[t] - mx));
+                for (uint32_t t = 0; t <= pos; t++) sc[t] /= sum;
+            }
             if (m->probe_attn)
                 for (uint32_t t = 0; t <= pos; t++) m->probe_attn[((uint64_t)l * H + h) * m->n_ctx + t] = sc[t];
             double *oh = o + (uint64_t)h * V;

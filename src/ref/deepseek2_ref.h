@@ -51,6 +51,11 @@ typedef struct dcp_ref_ds2 {
     const float *output;            /* [n_vocab][E] */
     const dcp_ref_ds2_layer *layers;/* [n_layer] */
     int absorbed;                   /* 0: the oracle (per-head K, V); 1: absorbed, latent cache */
+    /* Negative controls (0: off), deliberate errors that the tests must detect: */
+    int control_neox;               /* RoPE in NEOX mode (pairs (i, i + n_rot/2)) instead of NORM */
+    double control_scale;           /* > 0: this softmax scale instead of cfg.attn_scale */
+    uint32_t control_base2_shards;  /* > 1: the keys split over that many interleaved shards whose
+                                     * partial states are merged with base-2 LSEs taken as natural */
     /* Optional probes of the last step (NULL: not written): */
     double *probe_attn;             /* [n_layer][H][n_ctx]: attention probabilities over t <= pos */
     double *probe_router;           /* [n_layer][X]: gate probabilities (softmax or sigmoid) */
