@@ -216,6 +216,15 @@ static void test_layouts(void **state)
                     printf("TP %u DCP %u %-5s interleave %2u%s: %d greedy tokens = TP 1; %.0f bytes per token sent by "
                            "rank 0\n", p.tp, p.dcp, dcp_cp_backend_name(p.backend), p.interleave,
                            p.q_replicate ? " q_replicate" : "            ", GEN_CONFIG + 1, (double)xbytes / toks);
+                    /* Per layer and token, rank 0 sends two all-reduces of (TP - 1) n_embd values and,
+                     * for a2a, (N - 1) Hl (kv_lora + 1) values (plus the Q gather's (N - 1) Hl
+                     * (kv_lora + rope) without q_replicate): the issue's formula. */
+                    if (p.backend == DCP_CP_A2A) {
+                        const uint64_t E = 64, R = 32, P = 16, layers = 2, hl = 4 / p.tp;
+                        uint64_t per_layer = 2 * (p.tp - 1) * E + (p.dcp - 1) * hl * (R + 1) +
+                                             (p.q_replicate ? 0 : (p.dcp - 1) * hl * (R + P));
+                        assert_int_equal(xbytes, toks * layers * per_layer * 4);
+                    }
                     runs++;
                 }
     assert_int_equal(runs, 24);
