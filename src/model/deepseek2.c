@@ -7,7 +7,7 @@
  * shard it by the interleaved placement (only a token's owner stores it), so a group holds one copy
  * where TP alone holds one per rank.
  *
- * One layer, per rank (T rows; heads: own Ho = H / TP, projected Hq = Ho, or the DCP group's with
+ * One layer, per rank (the graph runs the all-reduce after each block; T rows; heads: own Ho = H / TP, projected Hq = Ho, or the DCP group's with
  * q_replicate; R kv_lora, P rope, N nope, V v):
  *   attention block  rmsnorm (+ the all-reduce's sum); kv = W_kv_a xn (replicated); q = W_q xn
  *                    (or W_q_b rmsnorm(W_q_a xn)); c = rmsnorm(kv[:R]); the owner stores
@@ -307,10 +307,7 @@ static dcp_status ds2_set_rows(dcp_model_state *s)
     dcp_status st = DCP_OK;
     ds2_state *ds = s->arch;
     const uint32_t L = s->m->cfg.n_layer;
-    if (s->m->dcp > 1) {
-        for (uint32_t k = 0; k < L * s->ng; k++) DCP_TRY(dcp_cp_attn_set_rows(ds->attns[k], s->rows, s->row_seq, s->row_len));
-        return DCP_OK;
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_set_rows(s, ds->attns);
     for (uint32_t i = 0; i < s->m->nl; i++)
         for (uint32_t l = 0; l < L; l++) {
             dcp_graph_rows_tables(s, l, i);
@@ -324,12 +321,9 @@ static uint64_t ds2_key(const dcp_model_state *s)
 {
     const ds2_state *ds = s->arch;
     uint64_t key = DCP_STEP_KEY_SEED;
-    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++) {
-        if (s->m->dcp > 1)
-            for (uint32_t g = 0; g < s->ng; g++) key = dcp_step_key_mix(key, dcp_cp_attn_key(ds->attns[l * s->ng + g]));
-        else
-            for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_mla_decode_plan_key(ds->r[i].plans[l]));
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_key(s, ds->attns, key);
+    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++)
+        for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_mla_decode_plan_key(ds->r[i].plans[l]));
     return key;
 }
 
@@ -419,22 +413,6 @@ fail:
     return st;
 }
 
-static dcp_status ffn_dense(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const dcp_ds2_shard *sh, uint32_t i)
-{
-    dcp_status st = DCP_OK;
-    ds2_rank_state *rs = &((ds2_state *)s->arch)->r[i];
-    dcp_cmd *cmd = dcp_graph_cmd(s, i);
-    const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = Lw->w_down.k;
-    DCP_TRY(dcp_op_matmul(cmd, &Lw->w_gu, s->r[i].xn, 0, E, rs->gu, 2 * sh->ff, T, 0));
-    dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-    DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * sh->ff, rs->h, f_pad, sh->ff, T));
-    dcp_cmd_barrier(cmd); /* h -> down */
-    DCP_TRY(dcp_op_matmul(cmd, &Lw->w_down, rs->h, 0, f_pad, dcp_graph_row_parallel_out(s, i), E, T,
-                          dcp_graph_row_parallel_accumulate(s)));
-fail:
-    return st;
-}
-
 static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const dcp_ds2_shard *sh, uint32_t i)
 {
     dcp_status st = DCP_OK;
@@ -480,27 +458,17 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
 {
     dcp_status st = DCP_OK;
     const ds2_weights *w = s->m->arch;
+    ds2_state *ds = s->arch;
     for (uint32_t i = 0; i < s->m->nl; i++) {
         const dcp_ds2_layer_dev *Lw = &w->ranks[i].layers[l];
         dcp_cmd *cmd = dcp_graph_cmd(s, i);
         DCP_TRY(dcp_graph_norm(s, i, Lw->ffn_norm));
         dcp_cmd_barrier(cmd); /* xn (and x += parts) -> FFN */
         if (Lw->moe) DCP_TRY(ffn_moe(s, Lw, &w->ranks[i].shard, i));
-        else DCP_TRY(ffn_dense(s, Lw, &w->ranks[i].shard, i));
+        else DCP_TRY(dcp_graph_dense_ffn(s, i, &Lw->w_gu, &Lw->w_down, w->ranks[i].shard.ff, ds->r[i].gu, ds->r[i].h));
         dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
     }
     dcp_graph_norm_done(s);
-fail:
-    return st;
-}
-
-static dcp_status ds2_layer_record(dcp_model_state *s, uint32_t l)
-{
-    dcp_status st = DCP_OK;
-    DCP_TRY(attention(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
-    DCP_TRY(ffn(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
 fail:
     return st;
 }
@@ -515,5 +483,6 @@ const dcp_arch_ops dcp_arch_deepseek2 = {
     .state_destroy = ds2_state_destroy,
     .set_rows = ds2_set_rows,
     .key = ds2_key,
-    .layer = ds2_layer_record,
+    .attention = attention,
+    .ffn = ffn,
 };

@@ -11,7 +11,7 @@
  * The forward pass of one step reads top to bottom (graph_step.c):
  *   prepare rows (host: ids, RoPE angles, KV slots, attention rows)
  *   embed
- *   per layer: the architecture's layer (attention block, all-reduce, FFN block, all-reduce)
+ *   per layer: the architecture's attention block, all-reduce, its FFN block, all-reduce
  *   head (rows with logits)
  * With TP > 1 each row-parallel projection writes the rank's `part`; dcp_graph_all_reduce puts it
  * into the TP communicator's put area and ends the round; the next dcp_graph_norm of every rank
@@ -124,8 +124,11 @@ struct dcp_arch_ops {
     dcp_status (*set_rows)(dcp_model_state *s);
     /* What a step's recording depends on besides the rows (attention plans' keys). */
     uint64_t (*key)(const dcp_model_state *s);
-    /* Records layer l of the step over every rank. */
-    dcp_status (*layer)(dcp_model_state *s, uint32_t l);
+    /* Record layer l's attention block and FFN block over every rank: each ends with the
+     * row-parallel projection into the residual (one rank) or into `part` (the graph's all-reduce
+     * follows each block). */
+    dcp_status (*attention)(dcp_model_state *s, uint32_t l);
+    dcp_status (*ffn)(dcp_model_state *s, uint32_t l);
 };
 
 extern const dcp_arch_ops dcp_arch_llama;
@@ -150,6 +153,15 @@ dcp_buffer *dcp_graph_row_parallel_out(const dcp_model_state *s, uint32_t i);
 bool dcp_graph_row_parallel_accumulate(const dcp_model_state *s);
 /* The all-reduce of every rank's part [rows][n_embd] (TP > 1; nothing with one rank). */
 dcp_status dcp_graph_all_reduce(dcp_model_state *s);
+/* The dense SwiGLU feed-forward of rank i from its normed rows xn: gu = w_gu xn ([T][2 f]: gate
+ * rows then up rows), h = silu(gate) * up ([T][f_pad], padding columns kept 0), then the
+ * row-parallel w_down h into the residual or part. */
+dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
+                               uint32_t f, dcp_buffer *gu, dcp_buffer *h);
+/* The DCP attention steps of every layer and group held here (attns [n_layer][ng]): set to the
+ * step's rows, and their replay keys mixed into key. */
+dcp_status dcp_graph_cp_set_rows(dcp_model_state *s, dcp_cp_attn *const *attns);
+uint64_t dcp_graph_cp_key(const dcp_model_state *s, dcp_cp_attn *const *attns, uint64_t key);
 /* RoPE angles of the rows (host-visible [rows][pairs][2] f32 (cos, sin)) of rank i. */
 dcp_buffer *dcp_graph_rope(const dcp_model_state *s, uint32_t i);
 /* Each row's block table and local length on local rank i of layer l's cache (DCP = 1):

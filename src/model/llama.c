@@ -8,7 +8,7 @@
  * (converted to F32 when their types differ). DCP (size N > 1): groups of N consecutive TP ranks
  * share their KV heads; with q_replicate every rank also projects its whole group's query heads.
  *
- * One layer, per rank:
+ * One layer, per rank (the graph runs the all-reduce after each block):
  *   attention block  rmsnorm (+ the all-reduce's sum), Q|K|V matmul, RoPE of Q and K with the K/V
  *                    store into the rank's pool (only the token's owner stores it under DCP),
  *                    attention (paged decode over the rank's pool; DCP: the DCP attention step of
@@ -270,10 +270,7 @@ static dcp_status llama_set_rows(dcp_model_state *s)
     dcp_status st = DCP_OK;
     llama_state *ls = s->arch;
     const uint32_t L = s->m->cfg.n_layer;
-    if (s->m->dcp > 1) {
-        for (uint32_t k = 0; k < L * s->ng; k++) DCP_TRY(dcp_cp_attn_set_rows(ls->attns[k], s->rows, s->row_seq, s->row_len));
-        return DCP_OK;
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_set_rows(s, ls->attns);
     for (uint32_t i = 0; i < s->m->nl; i++)
         for (uint32_t l = 0; l < L; l++) {
             dcp_graph_rows_tables(s, l, i);
@@ -288,12 +285,9 @@ static uint64_t llama_key(const dcp_model_state *s)
     const llama_state *ls = s->arch;
     const uint32_t L = s->m->cfg.n_layer;
     uint64_t key = DCP_STEP_KEY_SEED;
-    for (uint32_t l = 0; l < L; l++) {
-        if (s->m->dcp > 1)
-            for (uint32_t g = 0; g < s->ng; g++) key = dcp_step_key_mix(key, dcp_cp_attn_key(ls->attns[l * s->ng + g]));
-        else
-            for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(ls->r[i].plans[l]));
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_key(s, ls->attns, key);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(ls->r[i].plans[l]));
     return key;
 }
 
@@ -347,7 +341,6 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
     const dcp_model *m = s->m;
     const llama_weights *w = m->arch;
     llama_state *ls = s->arch;
-    const uint32_t E = m->cfg.n_embd, T = s->rows;
     for (uint32_t i = 0; i < m->nl; i++) {
         const llama_rank *rw = &w->ranks[i];
         const llama_layer *L = &rw->layers[l];
@@ -355,26 +348,10 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
         dcp_cmd *cmd = dcp_graph_cmd(s, i);
         DCP_TRY(dcp_graph_norm(s, i, L->ffn_norm));
         dcp_cmd_barrier(cmd); /* xn (and x += parts) -> gate|up matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wgu, s->r[i].xn, 0, E, rs->gu, 2 * rw->f, T, 0));
-        dcp_cmd_barrier(cmd); /* gu -> swiglu */
-        DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * rw->f, rs->h, rw->f_pad, rw->f, T));
-        dcp_cmd_barrier(cmd); /* h -> down matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wdown, rs->h, 0, rw->f_pad, dcp_graph_row_parallel_out(s, i), E, T,
-                              dcp_graph_row_parallel_accumulate(s)));
+        DCP_TRY(dcp_graph_dense_ffn(s, i, &L->wgu, &L->wdown, rw->f, rs->gu, rs->h));
         dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
     }
     dcp_graph_norm_done(s);
-fail:
-    return st;
-}
-
-static dcp_status llama_layer_record(dcp_model_state *s, uint32_t l)
-{
-    dcp_status st = DCP_OK;
-    DCP_TRY(attention(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
-    DCP_TRY(ffn(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
 fail:
     return st;
 }
@@ -389,5 +366,6 @@ const dcp_arch_ops dcp_arch_llama = {
     .state_destroy = llama_state_destroy,
     .set_rows = llama_set_rows,
     .key = llama_key,
-    .layer = llama_layer_record,
+    .attention = attention,
+    .ffn = ffn,
 };
