@@ -5,7 +5,8 @@
 #   bash scripts/setup.sh test   install, build, run the whole test suite (CTest) and the
 #                                sanitizer build of the host-only tests
 #   bash scripts/setup.sh build  install and build only
-# Environment: DCP_SKIP_APT=1 skips the package step; BUILD_DIR (default build); JOBS (default nproc).
+# Environment: DCP_SKIP_APT=1 skips the package step, DCP_SKIP_NPM=1 the Node client; BUILD_DIR
+# (default build); JOBS (default nproc).
 set -euo pipefail
 job=${1:-run}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,7 +26,12 @@ install_packages() {
     $sudo apt-get update -q
     $sudo apt-get install -y -q --no-install-recommends \
         build-essential cmake pkg-config glslang-tools spirv-tools libvulkan-dev vulkan-tools \
-        vulkan-validationlayers libcmocka-dev mpich libmpich-dev libpcre2-dev
+        vulkan-validationlayers libcmocka-dev mpich libmpich-dev libpcre2-dev \
+        libmicrohttpd-dev libcjson-dev curl python3-matplotlib
+    # dcp-vk-serve's tests drive it with the official OpenAI JavaScript client: Node.js (any
+    # Node >= 18; Debian's when none is installed).
+    command -v node >/dev/null && command -v npm >/dev/null ||
+        $sudo apt-get install -y -q --no-install-recommends nodejs npm
     if grep -qs bookworm-backports "$src"; then
         $sudo apt-get install -y -q -t bookworm-backports mesa-vulkan-drivers ||
             $sudo apt-get install -y -q mesa-vulkan-drivers
@@ -58,7 +64,17 @@ mesa22() {
     fi
 }
 
+# The OpenAI JavaScript client of the dcp-vk-serve tests, pinned by tests/serve/package-lock.json,
+# into tests/serve/node_modules (git-ignored). The tests need no network afterwards.
+install_node_client() {
+    [ "${DCP_SKIP_NPM:-0}" = 1 ] && return 0
+    if [ ! -f "$here/tests/serve/node_modules/openai/package.json" ]; then
+        (cd "$here/tests/serve" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+}
+
 install_packages
+install_node_client
 build_tree "$build"
 case "$job" in
 build) ;;
