@@ -214,6 +214,10 @@ int main(int argc, char **argv)
     if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx))) goto done;
     if ((rc = run_world_agree(&a.world, load(&a)))) goto done;
     if ((rc = build_state(&a))) goto done;
+    if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+    }
     rc = a.lead ? serve(&a) : serve_follow(a.s, a.prog, a.world.proc);
 done:
     app_free(&a);

@@ -7,3 +7,9 @@ if(TARGET dcp-vk-serve)
   target_link_libraries(test_serve PRIVATE PkgConfig::CJSON)
   add_dependencies(test_serve dcp-vk-serve)
 endif()
+# The same server under mpiexec: 2 processes of 4 TP ranks (process 0 serves, process 1 follows).
+if(TARGET dcp-vk-serve AND MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  dcp_test(test_serve_mpi EXE test_serve ARGS $<TARGET_FILE:dcp-vk-serve> ${CMAKE_CURRENT_SOURCE_DIR}/serve
+           ${MPIEXEC_EXECUTABLE} 2 ENV DCP_VK_DEVICES=0 TIMEOUT 900)
+  set_tests_properties(test_serve_mpi PROPERTIES PROCESSORS 2)
+endif()

@@ -12,7 +12,10 @@
  *  - SIGTERM during a stream: the stream ends properly ([DONE]), new connections are refused, the
  *    server exits 0;
  *  - a second server (TP 1) with an API key (401 without it) and without a chat template (chat:
- *    400 naming why; completions work). */
+ *    400 naming why; completions work).
+ * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
+ * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
+ * checks again. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -34,6 +37,7 @@
 #define BODY(s) s, strlen(s)
 
 static const char *server_exe, *node_dir;
+static const char *mpiexec, *nprocs; /* set: the shared server runs under `mpiexec -n nprocs` */
 
 enum { NREQ = 16 };
 
@@ -98,6 +102,11 @@ static void server_start(server *s, const char *const *args)
 {
     const char *argv[48];
     int n = 0;
+    if (mpiexec && s == &srv) {
+        argv[n++] = mpiexec;
+        argv[n++] = "-n";
+        argv[n++] = nprocs;
+    }
     argv[n++] = server_exe;
     argv[n++] = "-m";
     argv[n++] = dcp_test_shared_path("models/stories260K.gguf");
@@ -113,7 +122,7 @@ static void server_start(server *s, const char *const *args)
         int nul = open("/dev/null", O_WRONLY);
         dup2(fd, 2);
         dup2(nul, 1);
-        execv(argv[0], (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     const double t0 = now_s();
@@ -633,7 +642,8 @@ static int group_setup(void **state)
     const char *args[] = {"--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", "--max-seqs", "16",
                           "-c", "256", "--chat-template", "chatml", NULL};
     server_start(&srv, args);
-    printf("dcp-vk-serve TP 8 / DCP 2 listening on port %d\n", srv.port);
+    printf("dcp-vk-serve TP 8 / DCP 2%s%s%s listening on port %d\n", mpiexec ? " under mpiexec -n " : "",
+           mpiexec ? nprocs : "", mpiexec ? " (process 0 serves, the others follow)" : "", srv.port);
     return 0;
 }
 
@@ -650,12 +660,16 @@ static int group_teardown(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s DCP-VK-SERVE NODE-CLIENT-DIR\n", argv[0]);
+    if (argc != 3 && argc != 5) {
+        fprintf(stderr, "usage: %s DCP-VK-SERVE NODE-CLIENT-DIR [MPIEXEC NPROCS]\n", argv[0]);
         return 2;
     }
     server_exe = argv[1];
     node_dir = argv[2];
+    if (argc == 5) {
+        mpiexec = argv[3];
+        nprocs = argv[4];
+    }
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
@@ -663,5 +677,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template),
     };
+    /* Under MPI: what depends on the processes following process 0's steps. */
+    const struct CMUnitTest mpi_tests[] = {
+        cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
+        cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
+    };
+    if (mpiexec) return cmocka_run_group_tests(mpi_tests, group_setup, group_teardown);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
