@@ -6,6 +6,7 @@
  *  - preemption: a pool too small for the requests running together preempts (and recomputes)
  *    the newest, invisibly: same tokens as alone; after every step the real pools (every layer,
  *    every rank) hold exactly the pages of the sequences holding slots, and nothing else;
+ *  - admission: a prompt waits until all of it fits beside the running ones' (no prefill thrash);
  *  - cancellation frees exactly the pages the request held, at once, on every rank and layer;
  *  - stop strings (the text ends before the match; partial matches held back, then released), max
  *    tokens, EOS (with and without ignore_eos), stop tokens;
@@ -290,6 +291,37 @@ static void test_preemption(void **state)
     fx_close(&f);
 }
 
+/* Admission: a prompt is admitted only when all of it fits beside what the running ones will hold
+ * once their known tokens are in. A pool of 12 pages of 4 tokens, 16 rows per step: A (prompt 40,
+ * 10 pages; 6 tokens out: 12 pages at the end) prefills in chunks of 16; B (prompt 8) arrives with
+ * it. Admitted on the 4 tokens that fit beside A's last chunk, B would be preempted when A's
+ * decode needs its last pages; so B waits for A, and nothing is preempted or recomputed. */
+static void test_admission(void **state)
+{
+    (void)state;
+    static const req_spec spec[] = {{0, 40, 6, 0.0f, 0, 1.0f, 0, 0}, {50, 8, 2, 0.0f, 0, 1.0f, 0, 0}};
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 64;
+    sc.max_seqs = 2;
+    sc.max_rows = 16;
+    sc.block_size = 4;
+    sc.kv_pages = 12;
+    fixture f;
+    fx_open(&f, 1, 1, &sc, 0);
+    out outs[2], alone[2];
+    memset(outs, 0, sizeof outs);
+    memset(alone, 0, sizeof alone);
+    for (uint32_t k = 0; k < 2; k++) run_alone(&f, &spec[k], &alone[k]);
+    uint64_t preempted = 1;
+    run_mix(&f, spec, 2, outs, &preempted);
+    compare("admission", spec, alone, outs, 2);
+    dcp_engine_stats st;
+    dcp_engine_get_stats(f.e, &st);
+    assert_int_equal(preempted, 0);
+    assert_int_equal(st.recomputed_tokens, 0);
+    fx_close(&f);
+}
+
 /* Cancelling a running request returns exactly its pages on every rank and layer, at once; the
  * others go on with the tokens they have alone. */
 static void test_cancel(void **state)
@@ -544,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_admission),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_invariance_a2a),
         cmocka_unit_test(test_invariance_ag_rs),

@@ -28,6 +28,9 @@ typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_big;
+    bool generating;  /* a generating request was accepted: counted in the hub's open_responses
+                       * until MHD has sent its response (completed) */
+    serve_hub *h;
 } conn_ctx;
 
 /* ---- responses -------------------------------------------------------------------------------- */
@@ -171,7 +174,6 @@ static void stream_free(void *cls)
     serve_hub *h = x->h;
     pthread_mutex_lock(&h->mu);
     cancel_locked(h, x->r);
-    h->open_responses--;
     serve_req_unref(x->r);
     pthread_mutex_unlock(&h->mu);
     free(x->out);
@@ -209,6 +211,8 @@ static enum MHD_Result generate(serve_hub *h, struct MHD_Connection *c, serve_ki
         return send_error(h, c, &err);
     }
     pthread_mutex_lock(&h->mu);
+    cc->generating = true; /* the server waits for its response before it stops */
+    h->open_responses++;
     while (r->state == SREQ_NEW) pthread_cond_wait(&r->cond, &h->mu);
     if (r->state == SREQ_REFUSED) {
         bool client = r->status == DCP_ERR_INVALID_ARGUMENT || r->status == DCP_ERR_OUT_OF_PAGES;
@@ -219,7 +223,6 @@ static enum MHD_Result generate(serve_hub *h, struct MHD_Connection *c, serve_ki
         return send_error(h, c, &err);
     }
     if (r->stream) {
-        h->open_responses++;
         pthread_mutex_unlock(&h->mu);
         stream_ctx *x = calloc(1, sizeof *x);
         struct MHD_Response *resp =
@@ -227,7 +230,6 @@ static enum MHD_Result generate(serve_hub *h, struct MHD_Connection *c, serve_ki
         if (!resp) {
             pthread_mutex_lock(&h->mu);
             cancel_locked(h, r);
-            h->open_responses--;
             serve_req_unref(r);
             pthread_mutex_unlock(&h->mu);
             free(x);
@@ -296,6 +298,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     conn_ctx *cc = *con_cls;
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
+        cc->h = h;
         *con_cls = cc;
         return MHD_YES;
     }
@@ -375,6 +378,11 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     (void)why;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
+    if (cc->generating) {
+        pthread_mutex_lock(&cc->h->mu);
+        cc->h->open_responses--;
+        pthread_mutex_unlock(&cc->h->mu);
+    }
     free(cc->body);
     free(cc);
     *con_cls = NULL;

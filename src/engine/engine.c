@@ -48,9 +48,10 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
     e->rows = calloc(e->max_rows, sizeof *e->rows);
     e->sched = calloc(e->max_seqs, sizeof *e->sched);
     e->need = calloc(e->dcp, sizeof *e->need);
+    e->future = calloc(e->dcp, sizeof *e->future);
     e->logits = malloc((size_t)max_out * e->n_vocab * sizeof *e->logits);
     e->next = calloc(max_out, sizeof *e->next);
-    if (!e->slot_seq || !e->pending_free || !e->rows || !e->sched || !e->need || !e->logits || !e->next) {
+    if (!e->slot_seq || !e->pending_free || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
         dcp_engine_destroy(e);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -101,6 +102,7 @@ void dcp_engine_destroy(dcp_engine *e)
     free(e->rows);
     free(e->sched);
     free(e->need);
+    free(e->future);
     free(e->logits);
     free(e->next);
     free(e);

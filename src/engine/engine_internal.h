@@ -69,6 +69,7 @@ struct dcp_engine {
     eng_sched *sched;            /* [max_seqs] in row order */
     uint32_t n_sched;
     uint32_t *need;              /* [dcp] pages the step takes on each DCP rank */
+    uint32_t *future;            /* [dcp] scratch of the admissions */
     float *logits;               /* [min(max_rows, max_seqs)][n_vocab] */
     int32_t *next;               /* [min(max_rows, max_seqs)] */
     /* events */

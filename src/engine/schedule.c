@@ -9,9 +9,13 @@
  *      preempted sequence being recomputed), oldest first, as much as the budget and the pages
  *      allow; when not one token fits, a newer running sequence is preempted for it;
  *   3. unless this step preempted: new sequences from the queue (oldest first: preempted ones come
- *      back before younger ones), each into a free slot with a first chunk, keeping one page per
- *      running sequence free on every rank for their next decode rows; the first that does not fit
- *      stops the admissions (first come, first served).
+ *      back before younger ones), each into a free slot with a first chunk. A sequence is admitted
+ *      only when all the tokens it has (its prompt, and what it had generated when preempted) fit
+ *      beside what the running ones will hold once their own known tokens are in, keeping one page
+ *      per running sequence free on every rank for their next decode rows: a prompt is never
+ *      admitted only to be preempted before its prefill ends, the expensive kind of thrashing.
+ *      Generation stays optimistic (max_tokens is not reserved; preemption handles the rest). The
+ *      first that does not fit stops the admissions (first come, first served).
  * A sequence's rows are consecutive; only its last row of a step can want logits, and only when
  * it is the sequence's last known token (prefill chunks before the last want none).
  *
@@ -50,6 +54,17 @@ static uint32_t fit_tokens(const dcp_engine *e, uint32_t len, uint32_t want, uin
         else hi = mid - 1;
     }
     return lo;
+}
+
+/* Whether a waiting sequence q with all its known tokens fits beside the step's pages (need) and
+ * the known tokens still to come of the running sequences (future), keeping `reserve` pages. */
+static bool admit_fits(const dcp_engine *e, const eng_seq *q, const uint32_t *future, uint32_t reserve)
+{
+    for (uint32_t r = 0; r < e->dcp; r++) {
+        uint64_t full = dcp_model_state_shard_pages(e->s, q->n_toks, r);
+        if ((uint64_t)e->need[r] + future[r] + reserve + full > dcp_model_state_rank_pages_free(e->s, r)) return false;
+    }
+    return true;
 }
 
 /* Adds k rows of q (tokens toks[fed + step_rows ...]) to the step and their pages to need. */
@@ -123,14 +138,22 @@ static bool schedule(dcp_engine *e)
         add_rows(e, q, k);
         budget -= k;
     }
-    /* 3. admissions */
+    /* 3. admissions: future[r] = pages the running sequences will still take on rank r for the tokens
+     * they already have, after this step */
+    uint32_t *future = e->future;
+    memset(future, 0, e->dcp * sizeof *future);
+    for (eng_seq *q = e->head; q && budget && !preempted; q = q->next)
+        if (q->slot >= 0)
+            for (uint32_t r = 0; r < e->dcp; r++)
+                future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
+                             dcp_model_state_shard_pages(e->s, (uint64_t)q->fed + q->step_rows, r);
     for (eng_seq *q = e->head; q && budget && !preempted; q = q->next) {
         if (q->slot >= 0) continue;
         int32_t slot = free_slot(e);
-        if (slot < 0) break;
-        const uint32_t want = q->n_toks < budget ? q->n_toks : budget;
-        uint32_t k = fit_tokens(e, 0, want, e->running);
-        if (k == 0) break;
+        if (slot < 0 || !admit_fits(e, q, future, e->running)) break;
+        const uint32_t k = q->n_toks < budget ? q->n_toks : budget;
+        for (uint32_t r = 0; r < e->dcp; r++)
+            future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) - dcp_model_state_shard_pages(e->s, k, r);
         q->slot = slot;
         q->fed = 0;
         e->slot_seq[slot] = q;
