@@ -15,12 +15,13 @@ ignore_eos, greedy) and measures:
                     formula (pages per rank of one request, interleave 1)
 and the preemptions. Writes one JSON file (--out); scripts/plot-serve.py draws it.
 
-Only the Python standard library is needed. Example (this machine: lavapipe, 2 cores):
+Only the Python standard library is needed. Example (this machine: lavapipe, 2 cores; with many
+logical devices on lavapipe, LP_NUM_THREADS=0 keeps each device's work on its queue thread):
   build/dcp-vk-gguf --make-model /tmp/bench-model.gguf --n-embd 256 --n-layer 4 --n-head 8 \\
       --n-head-kv 1 --head-dim 32 --n-ff 768 --n-ctx 4096 --type f16
-  python3 scripts/bench-serve.py --server build/dcp-vk-serve --model /tmp/bench-model.gguf \\
-      --tp 8 --dcp 1,2,4,8 --concurrency 1,2,4,8,16 --prompt-tokens 1024 --max-tokens 32 \\
-      --kv-pages 140 --out serve-curve.json
+  LP_NUM_THREADS=0 python3 scripts/bench-serve.py --server build/dcp-vk-serve \\
+      --model /tmp/bench-model.gguf --tp 8 --dcp 1,2,4,8 --concurrency 1,2,4,8,16 \\
+      --prompt-tokens 1024 --max-tokens 64 --kv-pages 140 --out serve-curve.json
 """
 import argparse
 import http.client
@@ -213,7 +214,7 @@ def main():
     ap.add_argument("--concurrency", default="1,2,4,8,16", help="concurrent clients (default 1,2,4,8,16)")
     ap.add_argument("--requests-per-client", type=int, default=1, help="requests each client sends (default 1)")
     ap.add_argument("--prompt-tokens", type=int, default=1024, help="prompt length in tokens (default 1024)")
-    ap.add_argument("--max-tokens", type=int, default=32, help="tokens generated per request (default 32)")
+    ap.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request (default 64)")
     ap.add_argument("--vocab", type=int, default=576, help="prompt ids are drawn from [token-lo, vocab)")
     ap.add_argument("--token-lo", type=int, default=259, help="(default 259: past SPM's control and byte tokens)")
     ap.add_argument("--kv-pages", type=int, default=140, help="KV pages per rank pool, every config (default 140)")
@@ -236,6 +237,8 @@ def main():
         "prefill_chunk": args.prefill_chunk,
         "max_seqs": args.max_seqs,
         "machine": os.uname().nodename + " " + os.uname().machine + f", {os.cpu_count()} CPUs",
+        "env": {k: os.environ[k] for k in ("LP_NUM_THREADS", "DCP_VK_DEVICES", "VK_ICD_FILENAMES") if k in os.environ},
+        "load_average_at_start": os.getloadavg(),
         "configs": [],
     }
     for dcp in [int(x) for x in args.dcp.split(",")]:
