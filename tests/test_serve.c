@@ -11,8 +11,8 @@
  *    free again (/metrics);
  *  - SIGTERM during a stream: the stream ends properly ([DONE]), new connections are refused, the
  *    server exits 0;
- *  - a second server (TP 1) with an API key (401 without it) and without a chat template (chat:
- *    400 naming why; completions work).
+ *  - a second server (TP 1) with an API key (401 without it), without a chat template (chat: 400
+ *    naming why; completions work), with a prompt limit (400) and one slot without a queue (429).
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */
@@ -607,12 +607,13 @@ static void test_sigterm(void **state)
     free(resp);
 }
 
-/* A TP 1 server with an API key and no chat template. */
+/* A TP 1 server with an API key, no chat template, one slot, no queue and short prompts. */
 static void test_key_and_no_template(void **state)
 {
     (void)state;
     server s;
-    const char *args[] = {"--api-key", "sesame", "-c", "128", NULL};
+    const char *args[] = {"--api-key", "sesame", "-c", "128", "--max-seqs", "1", "--max-queued", "0",
+                          "--max-prompt-tokens", "16", NULL};
     server_start(&s, args);
     char *resp;
     const char *body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0}";
@@ -633,6 +634,38 @@ static void test_key_and_no_template(void **state)
                      400);
     assert_non_null(strstr(resp, "no tokenizer.chat_template"));
     free(resp);
+    /* A prompt longer than --max-prompt-tokens. */
+    const char *longp = "{\"prompt\": \"Once upon a time there was a little girl named Lily who loved to play in "
+                        "the park with her friends\", \"max_tokens\": 4}";
+    assert_int_equal(http(&s, "POST", "/v1/completions", longp, strlen(longp), "Authorization: Bearer sesame", &resp), 400);
+    assert_non_null(strstr(resp, "at most 16"));
+    free(resp);
+    /* One slot and no queue: while a request runs, another gets 429. */
+    char url[128], *out = tmp_path("sse");
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", s.port);
+    fflush(NULL);
+    pid_t runner = fork();
+    if (runner == 0) {
+        execlp("curl", "curl", "-sN", "-o", out, "-H", "Authorization: Bearer sesame", "-d",
+               "{\"prompt\": \"Once\", \"max_tokens\": 100, \"ignore_eos\": true, \"stream\": true}", url, (char *)NULL);
+        _exit(127);
+    }
+    const double t0 = now_s();
+    for (;;) { /* until it runs */
+        char *m;
+        assert_int_equal(http(&s, "GET", "/metrics", NULL, 0, NULL, &m), 200);
+        double running = metric(m, "dcpvk_requests_running");
+        free(m);
+        if (running >= 1) break;
+        assert_true(now_s() - t0 < 30);
+        nap_ms(20);
+    }
+    assert_int_equal(http(&s, "POST", "/v1/completions", body, strlen(body), "Authorization: Bearer sesame", &resp), 429);
+    assert_non_null(strstr(resp, "queue_full"));
+    free(resp);
+    kill(runner, SIGTERM);
+    waitpid(runner, NULL, 0);
+    unlink(out);
     assert_int_equal(server_stop(&s), 0);
 }
 
