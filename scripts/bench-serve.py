@@ -13,7 +13,8 @@ ignore_eos, greedy) and measures:
                     requests per step (dcpvk_step_sequences_total / dcpvk_steps_total)
   fit               requests of prompt + max tokens that the pool holds at once by the placement
                     formula (pages per rank of one request, interleave 1)
-and the preemptions. Writes one JSON file (--out); scripts/plot-serve.py draws it.
+and the preemptions. Every request of a level gets the same prompts in every configuration. Writes
+one JSON file (--out); scripts/plot-serve.py draws it.
 
 Only the Python standard library is needed. Example (this machine: lavapipe, 2 cores; with many
 logical devices on lavapipe, LP_NUM_THREADS=0 keeps each device's work on its queue thread):
@@ -241,26 +242,38 @@ def main():
         "load_average_at_start": os.getloadavg(),
         "configs": [],
     }
+    # Every configuration's server is started first (one at a time, each warmed up), then the levels
+    # run configuration after configuration for each concurrency, so that a change of the machine's
+    # load (shared machines) spreads over the configurations instead of biasing one of them. Only
+    # one server works at a time; the idle ones wait on a condition variable.
+    servers = {}
     for dcp in [int(x) for x in args.dcp.split(",")]:
         srv = Server(args, dcp)
         print(f"# {srv.banner}", flush=True)
-        # warm-up: one short request (pipelines, allocations)
-        stream_request(srv.port, [args.token_lo] * 8, 4, {})
-        cfg = {"dcp": dcp, "fit": fit(args, dcp), "banner": srv.banner, "results": []}
+        stream_request(srv.port, [args.token_lo] * 8, 4, {})  # warm-up: pipelines, allocations
+        servers[dcp] = srv
+        result["configs"].append({"dcp": dcp, "fit": fit(args, dcp), "banner": srv.banner, "results": []})
+    try:
         for conc in [int(x) for x in args.concurrency.split(",")]:
-            r = run_level(srv, args, conc, seed=1000 * dcp + conc)
-            cfg["results"].append(r)
-            print(f"TP {args.tp} DCP {dcp} C {conc:3d}: {r['output_tokens_per_s']:8.2f} tok/s  TTFT p50 "
-                  f"{r['ttft_p50_s']:7.2f} p99 {r['ttft_p99_s']:7.2f} s  ITL p50 {r['itl_p50_s'] * 1e3:7.1f} p99 "
-                  f"{r['itl_p99_s'] * 1e3:7.1f} ms  running max {r['running_max']:.0f} mean "
-                  f"{r['running_mean_per_step']:.1f} (fit {cfg['fit']})  preemptions {r['preemptions']:.0f}",
-                  flush=True)
-        code = srv.stop()
-        if code != 0:
-            sys.exit(f"bench-serve: the server exited with {code}")
-        result["configs"].append(cfg)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+            for cfg in result["configs"]:
+                dcp = cfg["dcp"]
+                load0 = os.getloadavg()[0]
+                r = run_level(servers[dcp], args, conc, seed=1000 + conc)
+                r["load_average_1min"] = [load0, os.getloadavg()[0]]
+                cfg["results"].append(r)
+                print(f"TP {args.tp} DCP {dcp} C {conc:3d}: {r['output_tokens_per_s']:8.2f} tok/s  TTFT p50 "
+                      f"{r['ttft_p50_s']:7.2f} p99 {r['ttft_p99_s']:7.2f} s  ITL p50 {r['itl_p50_s'] * 1e3:7.1f} p99 "
+                      f"{r['itl_p99_s'] * 1e3:7.1f} ms  running max {r['running_max']:.0f} mean "
+                      f"{r['running_mean_per_step']:.1f} (fit {cfg['fit']})  preemptions {r['preemptions']:.0f}  "
+                      f"load {load0:.1f}", flush=True)
+                with open(args.out + ".tmp", "w") as f:
+                    json.dump(result, f, indent=1)
+                os.replace(args.out + ".tmp", args.out)
+    finally:
+        for dcp, srv in servers.items():
+            code = srv.stop()
+            if code != 0:
+                print(f"bench-serve: the DCP {dcp} server exited with {code}", file=sys.stderr)
     print(f"wrote {args.out}")
 
 
