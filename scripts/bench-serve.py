@@ -22,7 +22,7 @@ logical devices on lavapipe, LP_NUM_THREADS=0 keeps each device's work on its qu
       --n-head-kv 1 --head-dim 32 --n-ff 768 --n-ctx 4096 --type f16
   LP_NUM_THREADS=0 python3 scripts/bench-serve.py --server build/dcp-vk-serve \\
       --model /tmp/bench-model.gguf --tp 8 --dcp 1,2,4,8 --concurrency 1,2,4,8,16 \\
-      --prompt-tokens 1024 --max-tokens 64 --kv-pages 140 --out serve-curve.json
+      --prompt-tokens 512 --max-tokens 256 --kv-pages 96 --out serve-curve.json
 """
 import argparse
 import http.client
