@@ -66,4 +66,16 @@ int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *fir
 int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
                       char *out, size_t cap, const char *prog);
 
+/* ---- devices of this process's TP ranks (run/devices.c) ------------------------------------- */
+
+struct dcp_context;
+/* This process's TP ranks [*first, *first + *count) (run_world_split) and the Vulkan context that
+ * holds their devices: the --devices list or $DCP_VK_DEVICES (under MPI, this process's entries),
+ * else one device per rank when there are enough physical devices, else logical devices of device
+ * 0 (said on stderr when lead). Every process calls it; they agree on the result. Returns 0 or an
+ * exit code after printing why (DCP_EXIT_USAGE for a bad device list). Shared by the apps that
+ * load a model (dcp-vk-serve; dcp-vk-run keeps its own copy until its phases use it). */
+int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
+                     uint32_t *count, struct dcp_context **ctx);
+
 #endif

@@ -124,6 +124,10 @@ double dcp_mpi_max(double x);
  * token of rank 0, so that every process feeds the same one). DCP_OK without MPI running;
  * DCP_ERR_UNSUPPORTED never (a no-op when built without MPI). */
 dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root);
+/* dcp_mpi_bcast for a wait that may be long (a server's followers waiting for the next step): a
+ * process whose data has not come yet sleeps sleep_us microseconds between checks instead of
+ * spinning in MPI (MPICH polls at full speed). Every process of the broadcast calls this variant. */
+dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us);
 
 #ifdef __cplusplus
 }

@@ -129,6 +129,8 @@ typedef struct dcp_model_state dcp_model_state;
 dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out);
 void dcp_model_state_destroy(dcp_model_state *s);
 const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s);
+/* The model the state runs (what dcp_model_state_create was given). */
+dcp_model *dcp_model_state_get_model(const dcp_model_state *s);
 
 /* One row of a step: the next token of sequence seq (its position is the sequence's length so far,
  * plus the rows of the same sequence before it in the step). logits: whether the step returns
@@ -171,6 +173,12 @@ uint32_t dcp_model_state_pages_total(const dcp_model_state *s);
 uint32_t dcp_model_state_pages_needed(const dcp_model_state *s, uint32_t seq, uint32_t add);
 /* Pages held by sequence seq on local rank i (per layer). */
 uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint32_t local);
+/* Per DCP rank r of a group (0 <= r < dcp; 0 without DCP), by the placement formulas, so the same
+ * on every process: the pages a sequence of `length` tokens holds there, and the free pages of
+ * rank r's pools (the ranks r of every DCP group hold the same pages). A scheduler that adds up
+ * the growth of a step per rank knows exactly whether dcp_model_state_step will fit. */
+uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r);
+uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r);
 
 /* Bytes of the KV cache pools of one rank (all layers). */
 uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);

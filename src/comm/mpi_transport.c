@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "comm/comm_internal.h"
 #include "common/error.h"
@@ -176,4 +177,23 @@ dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root)
     dcp_status st = count_ok(bytes);
     if (st != DCP_OK) return st;
     return mpi_check(MPI_Bcast(data, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
+dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) return DCP_OK;
+    dcp_status st = count_ok(bytes);
+    if (st != DCP_OK) return st;
+    MPI_Request req;
+    st = mpi_check(MPI_Ibcast(data, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+    if (st != DCP_OK) return st;
+    const struct timespec nap = {(time_t)(sleep_us / 1000000u), (long)(sleep_us % 1000000u) * 1000L};
+    for (;;) {
+        int done = 0;
+        st = mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (st != DCP_OK || done) return st;
+        nanosleep(&nap, NULL);
+    }
 }

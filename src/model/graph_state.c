@@ -226,6 +226,7 @@ void dcp_model_state_destroy(dcp_model_state *s)
 }
 
 const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s) { return &s->cfg; }
+dcp_model *dcp_model_state_get_model(const dcp_model_state *s) { return s->m; }
 
 void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq)
 {
@@ -284,6 +285,16 @@ uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint3
 {
     if (seq >= s->cfg.max_seqs || local >= s->m->nl) return 0;
     return shard_pages(s, s->seq_len[seq], s->r[local].gr);
+}
+
+uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r)
+{
+    return r < s->m->dcp ? shard_pages(s, length, r) : 0;
+}
+
+uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r)
+{
+    return r < s->m->dcp ? s->cfg.kv_pages - pages_used(s, r) : 0;
 }
 
 /* Whether growing the sequences of a step (adds[q] tokens for sequence q) fits on every rank. */
