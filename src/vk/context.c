@@ -327,7 +327,20 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
                                 .pApplicationInfo = &app,
                                 .enabledLayerCount = nlayers, .ppEnabledLayerNames = layer_names,
                                 .enabledExtensionCount = nexts, .ppEnabledExtensionNames = ext_names};
-    DCP_VK_TRY(NULL, ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance));
+    VkResult ir = ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance);
+    if (ir == VK_ERROR_INCOMPATIBLE_DRIVER) { /* the loader found no driver (ICD) for Vulkan 1.2 */
+        const char *icd = getenv("VK_DRIVER_FILES");
+        if (!icd || !*icd) icd = getenv("VK_ICD_FILENAMES");
+        st = dcp_fail(DCP_ERR_NO_DEVICE,
+                      "no Vulkan driver found: the Vulkan loader has no driver (ICD) for Vulkan 1.2%s%s%s. "
+                      "Install one: on Debian `apt-get install mesa-vulkan-drivers` (lavapipe, runs on the "
+                      "CPU) or your GPU vendor's Vulkan driver; `vulkaninfo --summary` (vulkan-tools) lists "
+                      "what the loader sees",
+                      icd && *icd ? " (the environment points it to " : "", icd && *icd ? icd : "",
+                      icd && *icd ? ")" : "");
+        goto fail;
+    }
+    DCP_VK_TRY(NULL, ir);
     dcp_vk_load_instance(&ctx->vk, ctx->instance);
     if (ctx->validation)
         DCP_VK_TRY(NULL, ctx->vk.vkCreateDebugUtilsMessengerEXT(ctx->instance, &dmi, NULL, &ctx->messenger));
@@ -335,8 +348,9 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
     uint32_t nphys = 0;
     DCP_VK_TRY(NULL, ctx->vk.vkEnumeratePhysicalDevices(ctx->instance, &nphys, NULL));
     if (nphys == 0) {
-        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan physical device (install a driver, e.g. Debian "
-                                         "mesa-vulkan-drivers for lavapipe)");
+        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan device: the driver found no device. Install a driver: on "
+                                         "Debian `apt-get install mesa-vulkan-drivers` (lavapipe, runs on the CPU) "
+                                         "or your GPU vendor's Vulkan driver");
         goto fail;
     }
     phys = calloc(nphys, sizeof *phys);
