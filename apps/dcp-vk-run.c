@@ -387,14 +387,22 @@ static int generate(run_app *a)
     if ((a->stopped = stop_code(a))) return DCP_EXIT_OK;
     double t0 = now_s();
     int32_t next = -1;
-    if (o->n_predict > 0)
-        st = dcp_model_state_forward(a->s, a->prompt, (uint32_t)a->n_prompt, a->greedy ? NULL : a->logits, &next);
-    else
-        st = dcp_model_state_forward(a->s, a->prompt, (uint32_t)a->n_prompt, NULL, NULL);
-    if (st) {
-        fail(prog, "prefill", st);
-        a->lost = true;
-        return DCP_EXIT_RUNTIME;
+    /* The prompt in chunks of --prefill-chunk tokens (the state's steps), each a step boundary: the
+     * last chunk's logits give the first token. */
+    for (size_t done = 0; done < a->n_prompt;) {
+        if (done && (a->stopped = stop_code(a))) return DCP_EXIT_OK;
+        uint32_t n = (uint32_t)(a->n_prompt - done < o->prefill_chunk ? a->n_prompt - done : o->prefill_chunk);
+        bool last = done + n == a->n_prompt;
+        if (last && o->n_predict > 0)
+            st = dcp_model_state_forward(a->s, a->prompt + done, n, a->greedy ? NULL : a->logits, &next);
+        else
+            st = dcp_model_state_forward(a->s, a->prompt + done, n, NULL, NULL);
+        if (st) {
+            fail(prog, "prefill", st);
+            a->lost = true;
+            return DCP_EXIT_RUNTIME;
+        }
+        done += n;
     }
     a->t_prompt = now_s() - t0;
     double t1 = now_s();

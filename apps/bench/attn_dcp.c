@@ -351,14 +351,16 @@ static void report(const bench_dcp *b)
     const char *tname = dcp_transport_name(dcp_comm_transport(b->comm));
     const char *bname = dcp_cp_backend_name(b->ac.backend);
     if (o->json) {
-        printf("{\"bench\": \"attn_dcp\", \"device\": \"%s\", \"dcp\": %u, \"processes\": %d, \"backend\": \"%s\", "
+        printf("{\"bench\": \"attn_dcp\", \"device\": ");
+        dcp_cli_json_string(stdout, info->name, strlen(info->name));
+        printf(", \"dcp\": %u, \"processes\": %d, \"backend\": \"%s\", "
                "\"transport\": \"%s\", \"q_replicate\": %d, \"interleave\": %u, \"ctx\": %u, \"batch\": %u, "
                "\"q_heads\": %u, \"heads_per_rank\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, "
                "\"kv_dtype\": \"%s\", \"iters\": %u, \"local_ms\": %.4f, \"exchange_ms\": %.4f, \"merge_ms\": %.4f, "
                "\"total_ms\": %.4f, \"total_min_ms\": %.4f, \"exchange_bytes_per_rank\": %llu, \"q_gather_bytes_per_rank\": %llu, "
                "\"a2a_formula_bytes\": %llu, "
                "\"kv_bytes_per_rank\": %llu",
-               info->name, N, b->nproc, bname, tname, o->q_replicate, o->interleave, o->ctx, batch, NH, Hl, Hkv, D,
+               N, b->nproc, bname, tname, o->q_replicate, o->interleave, o->ctx, batch, NH, Hl, Hkv, D,
                B, dcp_dtype_name((dcp_dtype)o->dtype), o->iters, b->t_loc * 1e-6, b->t_x * 1e-6, b->t_m * 1e-6,
                b->t_tot * 1e-6, b->t_min * 1e-6, (unsigned long long)b->bytes, (unsigned long long)b->q_bytes,
                (unsigned long long)formula, (unsigned long long)b->kv_rank);

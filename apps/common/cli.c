@@ -5,6 +5,7 @@
 #include <float.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,10 +213,11 @@ int dcp_cli_finish_stdout(const char *prog, int rc)
 }
 
 static volatile sig_atomic_t stop_signal;
+static atomic_int signals_seen; /* lock-free: the driver's threads may take a signal at the same time */
 
 static void on_stop_signal(int sig)
 {
-    if (stop_signal) { /* the second one: end now, as the signal's default action would */
+    if (atomic_fetch_add(&signals_seen, 1)) { /* the second one: end now, by the signal's default action */
         signal(sig, SIG_DFL);
         raise(sig);
         return;

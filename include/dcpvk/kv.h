@@ -63,6 +63,11 @@ uint32_t dcp_kv_owner(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
 uint64_t dcp_kv_local_index(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
 /* L_r: tokens rank r stores of a sequence of `length` tokens. */
 uint64_t dcp_kv_local_length(uint64_t length, uint32_t rank, uint32_t dcp_size, uint32_t interleave);
+/* The longest sequence whose shard fits in `pages` pages of page_size tokens on every rank (rank 0
+ * holds the most): with C = pages * page_size, (C / I) * I * N + C mod I tokens. Counts instead of
+ * allocating, so capacity planning answers at once for any size; a host_only dcp_kv_cache accepts
+ * exactly this many (tests/test_capacity.c checks it). */
+uint64_t dcp_kv_max_length(uint64_t pages, uint32_t page_size, uint32_t dcp_size, uint32_t interleave);
 
 /* ---- KV cache of a DCP group: per-rank page pools, free lists and per-sequence block tables --- */
 
