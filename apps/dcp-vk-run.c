@@ -229,24 +229,73 @@ static int open_devices(run_app *a)
     return DCP_EXIT_OK;
 }
 
+/* The run state's configuration from the options. */
+static dcp_model_state_config state_config(const run_options *o)
+{
+    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    lc.n_ctx = o->ctx;
+    lc.block_size = o->block_size;
+    lc.kv_dtype = strcmp(o->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    lc.max_rows = o->prefill_chunk;
+    lc.interleave = o->interleave;
+    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    return lc;
+}
+
+/* The weights' load configuration for this process's ranks (count_only: count, upload nothing). */
+static dcp_model_load_config load_config(run_app *a, dcp_device **devs, bool count_only)
+{
+    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
+    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
+    lc.devices = devs;
+    lc.count = a->nl;
+    lc.first_rank = a->first;
+    lc.tp = a->o.tp;
+    lc.dcp = a->o.dcp;
+    lc.q_replicate = a->o.q_replicate;
+    lc.count_only = count_only;
+    return lc;
+}
+
+/* Counts what the weights and the run state need on every device before anything is allocated,
+ * and refuses a configuration that does not fit with what it needs, what is available and the
+ * longest context that fits. Every process calls it; they agree on the result. Returns a
+ * dcp_exit_code (2 when it does not fit). */
+static int check_memory(run_app *a)
+{
+    dcp_device *devs[1024];
+    dcp_model_load_config lc = load_config(a, devs, true);
+    dcp_model *counted = NULL;
+    dcp_status st = dcp_model_load(&lc, a->g, &a->mc, &counted);
+    int rc = DCP_EXIT_OK;
+    if (st != DCP_OK) {
+        fail(a->prog, "the model on these devices", st);
+        rc = st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+    } else {
+        dcp_model_state_config sc = state_config(&a->o);
+        uint32_t fits = 0;
+        if ((st = dcp_model_state_check(counted, &sc, &fits)) != DCP_OK) {
+            fail(a->prog, "memory", st);
+            if (fits > 0)
+                fprintf(stderr, "%s: run with -c %u or less, or spread the model over more devices "
+                                "(--tensor-parallel-size, --decode-context-parallel-size)\n", a->prog, fits);
+            rc = st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+        }
+    }
+    dcp_model_destroy(counted);
+    return run_world_agree(&a->world, rc);
+}
+
 /* Uploads this process's TP ranks of the weights, with a progress line on process 0. Every process
  * calls it; they agree on the result. Returns a dcp_exit_code. */
 static int load_weights(run_app *a)
 {
-    const run_options *o = &a->o;
     dcp_device *devs[1024];
-    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
     load_progress lp = {now_s(), 0};
     double t0 = now_s();
     int wrc = DCP_EXIT_OK;
     dcp_status st;
-    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    lc.devices = devs;
-    lc.count = a->nl;
-    lc.first_rank = a->first;
-    lc.tp = o->tp;
-    lc.dcp = o->dcp;
-    lc.q_replicate = o->q_replicate;
+    dcp_model_load_config lc = load_config(a, devs, false);
     lc.progress = a->lead ? on_progress : NULL;
     lc.progress_user = &lp;
     if ((st = dcp_model_load(&lc, a->g, &a->mc, &a->w))) {
@@ -266,16 +315,10 @@ static int build(run_app *a)
     const char *prog = a->prog;
     const run_options *o = &a->o;
     dcp_status st;
-    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    lc.n_ctx = o->ctx;
-    lc.block_size = o->block_size;
-    lc.kv_dtype = strcmp(o->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
-    lc.max_rows = o->prefill_chunk;
-    lc.interleave = o->interleave;
-    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    dcp_model_state_config lc = state_config(o);
     if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
-        return DCP_EXIT_RUNTIME;
+        return st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     }
     dcp_sampler_config sc = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed};
     if ((st = dcp_sampler_create(&sc, a->mc.n_vocab, &a->smp))) {
@@ -525,6 +568,7 @@ static int run_phases(run_app *a)
     if ((rc = run_world_agree(&a->world, open_model(a)))) return rc;
     if ((rc = run_world_same(&a->world, f, model_fields(a, f), "models", a->prog))) return rc;
     if ((rc = open_devices(a))) return rc;
+    if ((rc = check_memory(a))) return rc;
     if ((rc = load_weights(a))) return rc;
     if ((rc = build(a))) return rc;
     run_field_set(&f[0], "the prompt's tokens", a->prompt, a->n_prompt * sizeof *a->prompt, "%zu tokens, first %d",

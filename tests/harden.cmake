@@ -21,3 +21,6 @@ foreach(args "--head-dim;4;--layers;1" "--kv-budget-mib;1000000" "--tp;1024;--dc
 endforeach()
 set_tests_properties(app_bench_capacity_largekvbudgetmib_1000000 PROPERTIES
                      PASS_REGULAR_EXPRESSION "plain TP 8 \\(KV duplicated 4x\\): longest context 64000000 tokens")
+# Memory counted before allocation equals what the devices allocate (weights, run state at a full
+# context, mailboxes); a context beyond the range or the memory is refused with one that fits.
+dcp_test(test_memory SOURCES test_memory.c vkutil.c TIMEOUT 300)

@@ -38,6 +38,10 @@ typedef struct dcp_kv_pool_config {
  * Destroy with dcp_kv_pool_destroy before the device's context. */
 dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *config, dcp_kv_pool **out);
 void dcp_kv_pool_destroy(dcp_kv_pool *pool);
+/* Device bytes dcp_kv_pool_create would allocate on dev for config (*bytes: every segment;
+ * *largest: the largest segment), with the same checks and errors, allocating nothing. */
+dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *config, uint64_t *bytes,
+                             uint64_t *largest);
 
 const dcp_kv_pool_config *dcp_kv_pool_get_config(const dcp_kv_pool *pool);
 dcp_device *dcp_kv_pool_device(const dcp_kv_pool *pool);
@@ -116,6 +120,9 @@ uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *cache);
  * the recording reads: submit before the next dcp_kv_cache_append. */
 dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache, uint32_t local, dcp_buffer *k,
                                       uint64_t k_offset, dcp_buffer *v, uint64_t v_offset);
+/* Device bytes of the slot table record_append keeps per local rank once a step appended `tokens`
+ * tokens (it grows to the largest step's). */
+uint64_t dcp_kv_cache_slot_bytes(uint32_t tokens);
 /* Returns every page of sequence seq on every local rank to the free lists; its length becomes 0. */
 void dcp_kv_cache_free_seq(dcp_kv_cache *cache, uint32_t seq);
 

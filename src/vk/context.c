@@ -147,6 +147,20 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
     info->max_storage_buffer_range = lim->maxStorageBufferRange;
+    /* A stricter storage-buffer offset alignment than the driver's, for testing on CPU drivers
+     * (lavapipe says 16; some GPUs 256): every binding offset is checked against the larger. */
+    info->min_storage_offset_alignment = lim->minStorageBufferOffsetAlignment ? lim->minStorageBufferOffsetAlignment : 1;
+    const char *align_env = getenv("DCP_VK_MIN_STORAGE_ALIGN");
+    if (align_env && *align_env) {
+        char *end;
+        unsigned long long a = strtoull(align_env, &end, 10);
+        if (*end || a == 0 || (a & (a - 1)) || a > 65536) {
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                          "$DCP_VK_MIN_STORAGE_ALIGN '%s' is not a power of two in 1 .. 65536", align_env);
+            goto fail;
+        }
+        if (a > info->min_storage_offset_alignment) info->min_storage_offset_alignment = a;
+    }
     info->max_allocation_size = m3.maxMemoryAllocationSize;
     info->max_buffer_size = m3.maxMemoryAllocationSize;
     info->max_shared_memory = lim->maxComputeSharedMemorySize;
@@ -209,6 +223,10 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     if (has_extension(exts, next, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
         enable[nenable++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
         info->has_external_memory_host = true;
+    }
+    if (has_extension(exts, next, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)) {
+        enable[nenable++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+        info->has_memory_budget = true;
     }
 
     /* A compute queue (prefer a compute-only family). */
