@@ -3,6 +3,10 @@
 dcp_test(test_harden_files SOURCES test_harden.c EXE test_harden ARGS files ${CMAKE_BINARY_DIR} TIMEOUT 300)
 add_dependencies(test_harden dcp-vk-run dcp-vk-gguf dcp-vk-bench dcp-vk-info)
 dcp_test(test_harden_options EXE test_harden ARGS options ${CMAKE_BINARY_DIR} TIMEOUT 300)
+dcp_test(test_harden_memory EXE test_harden ARGS memory ${CMAKE_BINARY_DIR} TIMEOUT 120)
+if(NOT DCP_SANITIZE) # AddressSanitizer reserves terabytes of address space: no RLIMIT_AS with it
+  dcp_test(test_harden_rlimit EXE test_harden ARGS rlimit ${CMAKE_BINARY_DIR} TIMEOUT 120)
+endif()
 dcp_test(test_harden_signals EXE test_harden ARGS signals ${CMAKE_BINARY_DIR} TIMEOUT 300)
 if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   # MPMD launches (-n 1 A : -n 1 B) of processes given different options: exit 2, never a hang.

@@ -6,6 +6,10 @@
  *   options  decimal-only values, signs and spaces refused, range errors worded as such; one
  *            message prefix; no Vulkan driver said in words; -f FILE / -f - / NUL bytes; JSON of a
  *            path that is not UTF-8; every app exits 1 with a message when stdout fails (/dev/full)
+ *   memory   -c 8000000 and dcp-vk-bench attn --ctx 67108864 refused before allocating, with the
+ *            longest context that fits
+ *   rlimit   under `ulimit -v 1000000`, -c 1000000 refused (it crashed in the driver) and the
+ *            context it names runs (not in the sanitizer build: ASan needs the address space)
  *   signals  SIGINT / SIGTERM stop at a step boundary with the summary (130 / 143, JSON
  *            "interrupted": true); a second signal ends the process at once
  *   mpi      processes given different options (MPMD mpiexec) exit 2 with one message naming the
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -39,6 +44,7 @@ typedef struct spawn_opts {
     const char *input;        /* bytes on stdin (NULL: /dev/null) */
     size_t input_len;
     const char *out_path;     /* stdout to this file (NULL: a temporary that is captured) */
+    uint64_t as_limit;        /* RLIMIT_AS of the child in bytes (0: unchanged), as `ulimit -v` */
 } spawn_opts;
 
 typedef struct child {
@@ -63,6 +69,10 @@ static child spawn(const spawn_opts *o)
         dup2(fileno(in), 0);
         dup2(fo, 1);
         dup2(fileno(c.err), 2);
+        if (o->as_limit) {
+            struct rlimit rl = {o->as_limit, o->as_limit};
+            if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(125);
+        }
         for (int i = 0; o->env && o->env[i]; i++) {
             char name[256];
             const char *eq = strchr(o->env[i], '=');
@@ -475,6 +485,72 @@ static void test_output_errors(void **state)
     }
 }
 
+/* ---- memory --------------------------------------------------------------------------------- */
+
+/* The number after "prefix" in s (0 if absent). */
+static unsigned long number_after(const char *s, const char *prefix)
+{
+    const char *p = strstr(s, prefix);
+    return p ? strtoul(p + strlen(prefix), NULL, 10) : 0;
+}
+
+static void test_memory_refused(void **state)
+{
+    (void)state;
+    /* -c 8000000: refused before anything is allocated (once it filled 1.3 GB for 6 s, then said
+     * "split it"), in the user's terms, with the longest context that fits; that one runs. */
+    const char *a[] = {run_app, "-m", stories(), "-c", "8000000", "-n", "4", NULL};
+    result r = run_args(a);
+    expect(&r, "-c 8000000", 2, "8000000 tokens of context: on TP rank 0");
+    if (!strstr(r.err, "maxStorageBufferRange") || !strstr(r.err, "The longest context that fits is"))
+        fail_msg("no limit or longest context in:\n%s", r.err);
+    unsigned long fits = number_after(r.err, "run with -c ");
+    assert_true(fits > 4096 && fits < 8000000);
+    done(&r);
+    const char *h[] = {run_app, "--help", NULL};
+    r = run_args(h);
+    expect(&r, "--help", 0, NULL);
+    if (!strstr(r.out, "1 .. 16777216") || strstr(r.out, "at most 4096\n")) fail_msg("-c in --help: %s", r.out);
+    done(&r);
+    /* dcp-vk-bench attn --ctx 67108864: refused before allocating (once 2.3 GB), one device and DCP. */
+    const char *b[] = {bench_app, "attn", "--ctx", "67108864", "--q-heads", "8", "--kv-heads", "2", "--head-dim", "64", NULL};
+    r = run_args(b);
+    expect(&r, "attn --ctx 67108864", 2, "The longest --ctx that fits is");
+    done(&r);
+    const char *d[] = {bench_app, "attn", "--dcp", "2", "--devices", "0,0", "--ctx", "67108864", "--q-heads", "8",
+                       "--kv-heads", "2", "--head-dim", "64", NULL};
+    r = run_args(d);
+    expect(&r, "attn --dcp 2 --ctx 67108864", 2, "The longest --ctx that fits is");
+    done(&r);
+}
+
+static void test_memory_rlimit(void **state)
+{
+    (void)state;
+    /* Under `ulimit -v 1000000` -c 1000000 died with SIGSEGV inside the driver after allocation
+     * said yes: now refused with what it needs and what the limit leaves, and the context it
+     * names runs under the same limit. */
+    const char *a[] = {run_app, "-m", stories(), "-c", "1000000", "-n", "4", NULL};
+    /* As a user runs it: the validation layer takes address space of its own as it goes; two
+     * lavapipe threads whatever the machine (each thread's stack is address space too). */
+    const char *env[] = {"DCP_VK_VALIDATION=0", "LP_NUM_THREADS=2", NULL};
+    spawn_opts o = {.argv = a, .env = env, .as_limit = 1000000ull * 1024};
+    result r = run(&o);
+    expect(&r, "-c 1000000 under ulimit -v 1000000", 2, "the address-space limit (ulimit -v)");
+    if (!strstr(r.err, "KV cache 610.4 MiB")) fail_msg("no breakdown of what is needed:\n%s", r.err);
+    unsigned long fits = number_after(r.err, "run with -c ");
+    done(&r);
+    assert_true(fits > 1000 && fits < 1000000);
+    char c[32];
+    snprintf(c, sizeof c, "%lu", fits);
+    const char *b[] = {run_app, "-m", stories(), "-c", c, "-n", "16", "--temp", "0", NULL};
+    o.argv = b;
+    r = run(&o);
+    expect(&r, "the context it names", 0, NULL);
+    if (strncmp(r.out, "Once upon a time, there was", 27)) fail_msg("text: %s", r.out);
+    done(&r);
+}
+
 /* ---- signals -------------------------------------------------------------------------------- */
 
 /* A long greedy generation (stopped by the test, never finished). */
@@ -670,7 +746,7 @@ static void test_mpi_signal(void **state)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s files|options|signals|mpi BUILD_DIR [MPIEXEC]\n", argv[0]);
+        fprintf(stderr, "usage: %s files|options|memory|rlimit|signals|mpi BUILD_DIR [MPIEXEC]\n", argv[0]);
         return 2;
     }
     bin = argv[2];
@@ -690,6 +766,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest options[] = {cmocka_unit_test(test_options), cmocka_unit_test(test_no_driver),
                                          cmocka_unit_test(test_prompt_file), cmocka_unit_test(test_json_path),
                                          cmocka_unit_test(test_output_errors)};
+    const struct CMUnitTest memory[] = {cmocka_unit_test(test_memory_refused)};
+    const struct CMUnitTest rlimit[] = {cmocka_unit_test(test_memory_rlimit)};
     const struct CMUnitTest signals[] = {cmocka_unit_test(test_signal_text), cmocka_unit_test(test_signal_json),
                                          cmocka_unit_test(test_signal_twice), cmocka_unit_test(test_signal_prefill)};
     const struct CMUnitTest mpi[] = {cmocka_unit_test(test_mpi_different), cmocka_unit_test(test_mpi_stdin_prompt),
@@ -697,6 +775,8 @@ int main(int argc, char **argv)
     int rc;
     if (!strcmp(argv[1], "files")) rc = cmocka_run_group_tests(files, NULL, NULL);
     else if (!strcmp(argv[1], "options")) rc = cmocka_run_group_tests(options, NULL, NULL);
+    else if (!strcmp(argv[1], "memory")) rc = cmocka_run_group_tests(memory, NULL, NULL);
+    else if (!strcmp(argv[1], "rlimit")) rc = cmocka_run_group_tests(rlimit, NULL, NULL);
     else if (!strcmp(argv[1], "signals")) rc = cmocka_run_group_tests(signals, NULL, NULL);
     else if (!strcmp(argv[1], "mpi")) rc = cmocka_run_group_tests(mpi, NULL, NULL);
     else {
