@@ -30,7 +30,7 @@ int main(int argc, char **argv)
             if (!(devices = dcp_cli_value("dcp-vk-info", argc, argv, &i))) return DCP_EXIT_USAGE;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
-            return DCP_EXIT_OK;
+            return dcp_cli_finish_stdout("dcp-vk-info", DCP_EXIT_OK);
         } else {
             fprintf(stderr, "dcp-vk-info: unknown option '%s'\n", argv[i]);
             usage(stderr);
@@ -94,5 +94,5 @@ int main(int argc, char **argv)
     }
     if (json) printf("]}\n");
     dcp_context_destroy(ctx);
-    return DCP_EXIT_OK;
+    return dcp_cli_finish_stdout("dcp-vk-info", DCP_EXIT_OK);
 }

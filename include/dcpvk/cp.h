@@ -62,6 +62,13 @@ typedef struct dcp_cp_attn_config {
  * (DCP_ERR_CONFIG). Destroy with dcp_cp_attn_destroy. */
 dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *config, dcp_cp_attn **out);
 void dcp_cp_attn_destroy(dcp_cp_attn *attn);
+/* Device bytes the step for config over a cache configured as kc holds on each local rank once
+ * its sequences reach max_length tokens: *bytes (the local decode plan over the rank's shard,
+ * gathered Q, partial O and LSE), *largest its largest buffer, and *mailbox_block, the block its
+ * communicator's mailboxes are reserved for. Allocates nothing; DCP_ERR_CONFIG as
+ * dcp_decode_plan_bytes. */
+dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_config *config, uint64_t max_length,
+                             uint64_t *bytes, uint64_t *largest, uint64_t *mailbox_block);
 
 /* Sets the step's sequences: seqs [batch] sequence slots of the cache (their current lengths and
  * block tables on every local rank). Call again after the cache changed (append, free). */

@@ -93,11 +93,16 @@ static void free_mailboxes(dcp_comm *c)
     c->cap = 0;
 }
 
+uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes)
+{
+    return (5ull * (uint64_t)size + 1) * ((bytes + 255) / 256 * 256);
+}
+
 static dcp_status alloc_mailboxes(dcp_comm *c, uint64_t cap)
 {
     dcp_status st = DCP_OK;
     cap = (cap + 255) / 256 * 256;
-    uint64_t region = (5ull * c->size + 1) * cap;
+    uint64_t region = dcp_comm_mailbox_bytes(c->size, cap);
     if (c->transport == DCP_TRANSPORT_HOSTMEM) {
         uint64_t align = 4096;
         for (int i = 0; i < c->local_count; i++) {

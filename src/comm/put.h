@@ -40,6 +40,10 @@ typedef enum dcp_coll {
  * communicator's own commands; no recorded command that refers to the mailboxes may be in flight:
  * growing bumps dcp_comm_generation). */
 dcp_status dcp_comm_reserve(dcp_comm *comm, uint64_t bytes);
+/* Bytes of the mailboxes a communicator of `size` ranks keeps per local rank once blocks of
+ * `bytes` are reserved (the initial block_bytes, 64 KiB by default, at least): the memory
+ * dcp_comm_reserve allocates, for estimates before anything is allocated. */
+uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes);
 /* Where local rank i writes the outgoing blocks of the next exchange, as seen from its device.
  * Changes with every exchange: fetch it for each recording. */
 dcp_comm_buf dcp_comm_put_area(const dcp_comm *comm, int local);

@@ -197,6 +197,26 @@ static void ffn_widths(const dcp_model *m, uint32_t i, uint32_t *f_pad, uint32_t
     }
 }
 
+/* Floats per row of rank i's activations, in the order rank_state_create allocates them (qa, qan,
+ * q, kv, cn, Q, olat, lse, o, gu, h, router logits, ids, weights, expert gate/up and h, shared
+ * gate/up and h); 0 is allocated as 1 (zbuf). ds2_state_bytes counts the same. */
+enum { DS2_ACTS = 18 };
+static void ds2_act_floats(const dcp_model *m, uint32_t i, uint64_t f[DS2_ACTS])
+{
+    const dcp_model_config *c = &m->cfg;
+    const dcp_ds2_shard *sh = &((const ds2_weights *)m->arch)->ranks[i].shard;
+    const uint64_t R = c->kv_lora_rank, P = c->n_rot, QW = c->head_dim_qk, V = c->head_dim_v_mla,
+                   U = c->n_expert_used;
+    uint32_t f_pad, fe_pad, fs_pad;
+    ffn_widths(m, i, &f_pad, &fe_pad, &fs_pad);
+    const uint64_t v[DS2_ACTS] = {c->q_lora_rank,     c->q_lora_rank,  sh->q_heads * QW, R + P,
+                                  R,                  sh->q_heads * (R + P), sh->o_heads * R, sh->o_heads,
+                                  (sh->o_heads * V + 3) / 4 * 4, 2ull * sh->ff, f_pad, c->n_expert,
+                                  U,                  U,               U * 2 * sh->fe,   U * fe_pad,
+                                  2ull * sh->fs,      fs_pad};
+    for (int k = 0; k < DS2_ACTS; k++) f[k] = v[k] ? v[k] : 1;
+}
+
 static dcp_status rank_state_create(dcp_model_state *s, ds2_state *ds, uint32_t i, uint32_t chunk)
 {
     dcp_status st = DCP_OK;
@@ -205,28 +225,12 @@ static dcp_status rank_state_create(dcp_model_state *s, ds2_state *ds, uint32_t 
     const dcp_ds2_shard *sh = &((const ds2_weights *)m->arch)->ranks[i].shard;
     ds2_rank_state *rs = &ds->r[i];
     dcp_device *dev = m->ranks[i].dev;
-    const uint64_t T = s->cfg.max_rows, R = c->kv_lora_rank, P = c->n_rot, QW = c->head_dim_qk;
-    const uint64_t V = c->head_dim_v_mla, U = c->n_expert_used;
-    uint32_t f_pad, fe_pad, fs_pad;
-    ffn_widths(m, i, &f_pad, &fe_pad, &fs_pad);
-    DCP_TRY(zbuf(dev, T, c->q_lora_rank, &rs->qa));
-    DCP_TRY(zbuf(dev, T, c->q_lora_rank, &rs->qan));
-    DCP_TRY(zbuf(dev, T, sh->q_heads * QW, &rs->q));
-    DCP_TRY(zbuf(dev, T, R + P, &rs->kv));
-    DCP_TRY(zbuf(dev, T, R, &rs->cn));
-    DCP_TRY(zbuf(dev, T, sh->q_heads * (R + P), &rs->Q));
-    DCP_TRY(zbuf(dev, T, sh->o_heads * R, &rs->olat));
-    DCP_TRY(zbuf(dev, T, sh->o_heads, &rs->lse));
-    DCP_TRY(zbuf(dev, T, (sh->o_heads * V + 3) / 4 * 4, &rs->o));
-    DCP_TRY(zbuf(dev, T, 2ull * sh->ff, &rs->gu));
-    DCP_TRY(zbuf(dev, T, f_pad, &rs->h));
-    DCP_TRY(zbuf(dev, T, c->n_expert, &rs->logits_r));
-    DCP_TRY(zbuf(dev, T, U, &rs->rids));
-    DCP_TRY(zbuf(dev, T, U, &rs->rw));
-    DCP_TRY(zbuf(dev, T, U * 2 * sh->fe, &rs->egu));
-    DCP_TRY(zbuf(dev, T, U * fe_pad, &rs->eh));
-    DCP_TRY(zbuf(dev, T, 2ull * sh->fs, &rs->sgu));
-    DCP_TRY(zbuf(dev, T, fs_pad, &rs->sh));
+    uint64_t f[DS2_ACTS];
+    ds2_act_floats(m, i, f);
+    dcp_buffer **acts[DS2_ACTS] = {&rs->qa,  &rs->qan, &rs->q,        &rs->kv,   &rs->cn,  &rs->Q,
+                                   &rs->olat, &rs->lse, &rs->o,       &rs->gu,   &rs->h,   &rs->logits_r,
+                                   &rs->rids, &rs->rw,  &rs->egu,     &rs->eh,   &rs->sgu, &rs->sh};
+    for (int k = 0; k < DS2_ACTS; k++) DCP_TRY(zbuf(dev, s->cfg.max_rows, f[k], acts[k]));
     ds->qv[i] = (dcp_comm_buf){rs->Q, 0};
     ds->ov[i] = (dcp_comm_buf){rs->olat, 0};
     ds->lv[i] = (dcp_comm_buf){rs->lse, 0};
@@ -300,6 +304,47 @@ static dcp_status ds2_state_create(dcp_model_state *s)
         }
 fail:
     return st;
+}
+
+/* What ds2_state_create allocates on local rank i (dcp_model_state_bytes): the activations, and
+ * per layer the latent decode plan (DCP 1) or the DCP step over the latent cache, with their
+ * split-KV workspace at n_ctx in chunks of the state's chunk_tokens (the fixed chunk may be
+ * lowered on a device whose loop bound needs it: then the workspace is larger than counted). */
+static dcp_status ds2_state_bytes(const dcp_model *m, uint32_t i, const dcp_model_state_config *c,
+                                  const dcp_kv_cache_config *kc, dcp_model_memory *mem, uint64_t *dcp_block)
+{
+    const ds2_weights *w = m->arch;
+    uint64_t f[DS2_ACTS];
+    ds2_act_floats(m, i, f);
+    for (int k = 0; k < DS2_ACTS; k++)
+        dcp_graph_count(mem, &mem->activations, f[k] * c->max_rows * 4, "a layer activation");
+    uint64_t bytes, largest, block = 0;
+    dcp_status st;
+    if (m->dcp == 1) {
+        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+        mc.batch = c->max_rows;
+        mc.heads = w->ranks[i].shard.o_heads;
+        mc.kv_lora = m->cfg.kv_lora_rank;
+        mc.max_blocks = kc->max_blocks;
+        mc.chunk_tokens = c->chunk_tokens;
+        if ((st = dcp_mla_decode_plan_bytes(&kc->pool, &mc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
+    } else {
+        dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+        ac.batch = c->max_rows;
+        ac.heads_local = w->ranks[i].shard.o_heads;
+        ac.backend = c->backend;
+        ac.q_replicate = m->q_replicate;
+        ac.chunk_tokens = c->chunk_tokens;
+        ac.latent = m->cfg.kv_lora_rank;
+        if ((st = dcp_cp_attn_bytes(kc, &ac, c->n_ctx, &bytes, &largest, &block)) != DCP_OK) return st;
+    }
+    mem->attention += (uint64_t)m->cfg.n_layer * bytes;
+    if (largest > mem->largest) {
+        mem->largest = largest;
+        mem->largest_what = "a latent attention plan's block table, split-KV workspace or partial states";
+    }
+    if (block > *dcp_block) *dcp_block = block;
+    return DCP_OK;
 }
 
 static dcp_status ds2_set_rows(dcp_model_state *s)
@@ -480,6 +525,7 @@ const dcp_arch_ops dcp_arch_deepseek2 = {
     .unload = ds2_unload,
     .kv_pool = ds2_kv_pool,
     .state_create = ds2_state_create,
+    .state_bytes = ds2_state_bytes,
     .state_destroy = ds2_state_destroy,
     .set_rows = ds2_set_rows,
     .key = ds2_key,

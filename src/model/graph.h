@@ -54,6 +54,9 @@ struct dcp_model {
     dcp_graph_rank_weights *ranks;   /* [nl]: ranks[i] is TP rank first + i */
     void *arch;                      /* the architecture's weights (its ops own them) */
     uint64_t bytes;                  /* device bytes of every rank's weights */
+    uint64_t *rank_bytes;            /* [nl] device bytes of each rank's weights */
+    uint64_t *rank_largest;          /* [nl] the largest weight buffer of each rank */
+    bool count_only;                 /* loaded with count_only: no device memory */
 };
 
 /* ---- the run state ------------------------------------------------------------------------- */
@@ -119,6 +122,11 @@ struct dcp_arch_ops {
     void (*kv_pool)(const dcp_model *m, uint32_t local, dcp_kv_pool_config *pool);
     /* Creates s->arch (the caches, communicators and step exist). */
     dcp_status (*state_create)(dcp_model_state *s);
+    /* Adds to *mem what state_create allocates on local rank i for config c (defaults applied;
+     * kc: the rank's KV cache config, as create_cache makes it) and raises *dcp_block to the block
+     * its DCP steps reserve in the group communicator. Allocates nothing. */
+    dcp_status (*state_bytes)(const dcp_model *m, uint32_t i, const dcp_model_state_config *c,
+                              const dcp_kv_cache_config *kc, dcp_model_memory *mem, uint64_t *dcp_block);
     void (*state_destroy)(dcp_model_state *s);
     /* Host side of a step after the KV appends: every attention's rows (s->rows, row_seq, row_len). */
     dcp_status (*set_rows)(dcp_model_state *s);
@@ -133,6 +141,9 @@ struct dcp_arch_ops {
 
 extern const dcp_arch_ops dcp_arch_llama;
 extern const dcp_arch_ops dcp_arch_deepseek2;
+
+/* Adds a buffer of `bytes` to the field *field of mem (and the largest buffer when it is). */
+void dcp_graph_count(dcp_model_memory *mem, uint64_t *field, uint64_t bytes, const char *what);
 
 /* ---- blocks for the architectures ---------------------------------------------------------- */
 

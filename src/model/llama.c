@@ -198,6 +198,73 @@ static void llama_state_destroy(dcp_model_state *s)
     s->arch = NULL;
 }
 
+/* Floats per row of a rank's activations: qkv, q, o, lse, gu, h (rank_state_create allocates
+ * [max_rows] of each, llama_state_bytes counts them). */
+enum { LLAMA_ACTS = 6 };
+static void rank_act_floats(const llama_rank *rw, uint64_t D, uint64_t f[LLAMA_ACTS])
+{
+    const uint64_t v[LLAMA_ACTS] = {round4((rw->qh + 2 * rw->hkv) * (uint32_t)D), rw->qh * D, rw->hq * D, rw->hq,
+                                    2ull * rw->f, rw->f_pad};
+    for (int k = 0; k < LLAMA_ACTS; k++) f[k] = v[k] ? v[k] : 1;
+}
+
+/* The decode plan config of a rank's layer (DCP = 1). */
+static dcp_decode_config rank_plan_config(const llama_rank *rw, const dcp_model_state_config *c, uint32_t max_blocks)
+{
+    dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+    dc.batch = c->max_rows;
+    dc.q_heads = rw->hq;
+    dc.max_blocks = max_blocks;
+    dc.chunk_tokens = c->chunk_tokens;
+    return dc;
+}
+
+/* The DCP step config of a group (rw: its first local rank's weights). */
+static dcp_cp_attn_config group_attn_config(const dcp_model *m, const llama_rank *rw, const dcp_model_state_config *c)
+{
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+    ac.batch = c->max_rows;
+    ac.heads_local = rw->hq;
+    ac.backend = c->backend;
+    ac.q_replicate = m->q_replicate;
+    ac.chunk_tokens = c->chunk_tokens;
+    return ac;
+}
+
+static dcp_status llama_state_bytes(const dcp_model *m, uint32_t i, const dcp_model_state_config *c,
+                                    const dcp_kv_cache_config *kc, dcp_model_memory *mem, uint64_t *dcp_block)
+{
+    const llama_rank *rw = &((const llama_weights *)m->arch)->ranks[i];
+    uint64_t f[LLAMA_ACTS];
+    rank_act_floats(rw, m->cfg.head_dim, f);
+    for (int k = 0; k < LLAMA_ACTS; k++) dcp_graph_count(mem, &mem->activations, f[k] * c->max_rows * 4, "a layer activation");
+    uint64_t bytes, largest;
+    dcp_status st;
+    if (m->dcp == 1) {
+        dcp_decode_config dc = rank_plan_config(rw, c, kc->max_blocks);
+        if ((st = dcp_decode_plan_bytes(&kc->pool, &dc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
+        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+            mem->attention += bytes;
+            if (largest > mem->largest) {
+                mem->largest = largest;
+                mem->largest_what = "an attention plan's block table or split-KV workspace";
+            }
+        }
+        return DCP_OK;
+    }
+    /* The group's first rank sets the step's heads (every rank of a group holds as many). */
+    dcp_cp_attn_config ac = group_attn_config(m, rw, c);
+    uint64_t block;
+    if ((st = dcp_cp_attn_bytes(kc, &ac, c->n_ctx, &bytes, &largest, &block)) != DCP_OK) return st;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) mem->attention += bytes;
+    if (largest > mem->largest) {
+        mem->largest = largest;
+        mem->largest_what = "a DCP step's block table, split-KV workspace or partial states";
+    }
+    if (block > *dcp_block) *dcp_block = block;
+    return DCP_OK;
+}
+
 static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_t i)
 {
     dcp_status st = DCP_OK;
@@ -207,13 +274,10 @@ static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_
     dcp_device *dev = m->ranks[i].dev;
     const uint64_t R = s->cfg.max_rows, D = m->cfg.head_dim;
     rs->qkv4 = round4((rw->qh + 2 * rw->hkv) * (uint32_t)D);
-    struct {
-        dcp_buffer **b;
-        uint64_t floats;
-    } acts[] = {{&rs->qkv, rs->qkv4},     {&rs->q, rw->qh * D}, {&rs->o, rw->hq * D},
-                {&rs->lse, rw->hq},       {&rs->gu, 2ull * rw->f}, {&rs->h, rw->f_pad}};
-    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
-        DCP_TRY(dcp_buffer_create(dev, (acts[k].floats ? acts[k].floats : 1) * R * 4, DCP_MEMORY_DEVICE, acts[k].b));
+    uint64_t f[LLAMA_ACTS];
+    rank_act_floats(rw, D, f);
+    dcp_buffer **acts[LLAMA_ACTS] = {&rs->qkv, &rs->q, &rs->o, &rs->lse, &rs->gu, &rs->h};
+    for (int k = 0; k < LLAMA_ACTS; k++) DCP_TRY(dcp_buffer_create(dev, f[k] * R * 4, DCP_MEMORY_DEVICE, acts[k]));
     /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
     DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
     ls->qv[i] = (dcp_comm_buf){rs->q, 0};
@@ -223,11 +287,7 @@ static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_
     rs->plans = calloc(m->cfg.n_layer, sizeof *rs->plans);
     if (!rs->plans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = s->cfg.max_rows;
-        dc.q_heads = rw->hq;
-        dc.max_blocks = s->max_blocks;
-        dc.chunk_tokens = s->cfg.chunk_tokens;
+        dcp_decode_config dc = rank_plan_config(rw, &s->cfg, s->max_blocks);
         DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], 0), &dc, &rs->plans[l]));
     }
 fail:
@@ -253,12 +313,7 @@ static dcp_status llama_state_create(dcp_model_state *s)
     for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(rank_state_create(s, ls, i));
     for (uint32_t l = 0; m->dcp > 1 && l < L; l++)
         for (uint32_t g = 0; g < G; g++) {
-            dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
-            ac.batch = s->cfg.max_rows;
-            ac.heads_local = w->ranks[g * s->gn].hq;
-            ac.backend = s->cfg.backend;
-            ac.q_replicate = m->q_replicate;
-            ac.chunk_tokens = s->cfg.chunk_tokens;
+            dcp_cp_attn_config ac = group_attn_config(m, &w->ranks[g * s->gn], &s->cfg);
             DCP_TRY(dcp_cp_attn_create(s->gcomm[g], s->caches[l * G + g], &ac, &ls->attns[l * G + g]));
         }
 fail:
@@ -363,6 +418,7 @@ const dcp_arch_ops dcp_arch_llama = {
     .unload = llama_unload,
     .kv_pool = llama_kv_pool,
     .state_create = llama_state_create,
+    .state_bytes = llama_state_bytes,
     .state_destroy = llama_state_destroy,
     .set_rows = llama_set_rows,
     .key = llama_key,

@@ -147,6 +147,20 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
     info->max_storage_buffer_range = lim->maxStorageBufferRange;
+    /* A stricter storage-buffer offset alignment than the driver's, for testing on CPU drivers
+     * (lavapipe says 16; some GPUs 256): every binding offset is checked against the larger. */
+    info->min_storage_offset_alignment = lim->minStorageBufferOffsetAlignment ? lim->minStorageBufferOffsetAlignment : 1;
+    const char *align_env = getenv("DCP_VK_MIN_STORAGE_ALIGN");
+    if (align_env && *align_env) {
+        char *end;
+        unsigned long long a = strtoull(align_env, &end, 10);
+        if (*end || a == 0 || (a & (a - 1)) || a > 65536) {
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                          "$DCP_VK_MIN_STORAGE_ALIGN '%s' is not a power of two in 1 .. 65536", align_env);
+            goto fail;
+        }
+        if (a > info->min_storage_offset_alignment) info->min_storage_offset_alignment = a;
+    }
     info->max_allocation_size = m3.maxMemoryAllocationSize;
     info->max_buffer_size = m3.maxMemoryAllocationSize;
     info->max_shared_memory = lim->maxComputeSharedMemorySize;
@@ -209,6 +223,10 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     if (has_extension(exts, next, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
         enable[nenable++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
         info->has_external_memory_host = true;
+    }
+    if (has_extension(exts, next, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)) {
+        enable[nenable++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+        info->has_memory_budget = true;
     }
 
     /* A compute queue (prefer a compute-only family). */
@@ -327,7 +345,20 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
                                 .pApplicationInfo = &app,
                                 .enabledLayerCount = nlayers, .ppEnabledLayerNames = layer_names,
                                 .enabledExtensionCount = nexts, .ppEnabledExtensionNames = ext_names};
-    DCP_VK_TRY(NULL, ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance));
+    VkResult ir = ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance);
+    if (ir == VK_ERROR_INCOMPATIBLE_DRIVER) { /* the loader found no driver (ICD) for Vulkan 1.2 */
+        const char *icd = getenv("VK_DRIVER_FILES");
+        if (!icd || !*icd) icd = getenv("VK_ICD_FILENAMES");
+        st = dcp_fail(DCP_ERR_NO_DEVICE,
+                      "no Vulkan driver found: the Vulkan loader has no driver (ICD) for Vulkan 1.2%s%s%s. "
+                      "Install one: on Debian `apt-get install mesa-vulkan-drivers` (lavapipe, runs on the "
+                      "CPU) or your GPU vendor's Vulkan driver; `vulkaninfo --summary` (vulkan-tools) lists "
+                      "what the loader sees",
+                      icd && *icd ? " (the environment points it to " : "", icd && *icd ? icd : "",
+                      icd && *icd ? ")" : "");
+        goto fail;
+    }
+    DCP_VK_TRY(NULL, ir);
     dcp_vk_load_instance(&ctx->vk, ctx->instance);
     if (ctx->validation)
         DCP_VK_TRY(NULL, ctx->vk.vkCreateDebugUtilsMessengerEXT(ctx->instance, &dmi, NULL, &ctx->messenger));
@@ -335,8 +366,9 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
     uint32_t nphys = 0;
     DCP_VK_TRY(NULL, ctx->vk.vkEnumeratePhysicalDevices(ctx->instance, &nphys, NULL));
     if (nphys == 0) {
-        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan physical device (install a driver, e.g. Debian "
-                                         "mesa-vulkan-drivers for lavapipe)");
+        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan device: the driver found no device. Install a driver: on "
+                                         "Debian `apt-get install mesa-vulkan-drivers` (lavapipe, runs on the CPU) "
+                                         "or your GPU vendor's Vulkan driver");
         goto fail;
     }
     phys = calloc(nphys, sizeof *phys);

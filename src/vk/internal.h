@@ -72,6 +72,7 @@ struct dcp_device {
     uint32_t pipeline_count, pipeline_cap;
     /* Staging buffer for uploads and downloads (grown on demand). */
     dcp_buffer *staging;
+    uint64_t allocated;              /* bytes of live dcp_buffer_create buffers (accounting) */
     dcp_cmd *transfer_cmd;
 };
 
@@ -94,6 +95,7 @@ struct dcp_buffer {
     uint64_t size;
     dcp_memory kind;
     void *mapped;
+    bool counted;                    /* in dev->allocated (dcp_buffer_create) */
 };
 
 typedef struct dcp_cmd_set {

@@ -67,6 +67,8 @@ dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, 
     DCP_VK_TRY(dev, dev->vk.vkBindBufferMemory(dev->device, b->buffer, b->memory, 0));
     if (memory == DCP_MEMORY_HOST)
         DCP_VK_TRY(dev, dev->vk.vkMapMemory(dev->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped));
+    b->counted = true;
+    dev->allocated += size;
     *out = b;
     return DCP_OK;
 fail:
@@ -84,10 +86,20 @@ void dcp_buffer_destroy(dcp_buffer *b)
     if (b->mapped) dev->vk.vkUnmapMemory(dev->device, b->memory);
     if (b->buffer) dev->vk.vkDestroyBuffer(dev->device, b->buffer, NULL);
     if (b->memory) dev->vk.vkFreeMemory(dev->device, b->memory, NULL);
+    if (b->counted) dev->allocated -= b->size;
     free(b);
 }
 
-uint64_t dcp_buffer_size(const dcp_buffer *b) { return b->size; }
+uint64_t dcp_buffer_size(const dcp_buffer *b) { return b ? b->size : 0; }
+uint64_t dcp_device_memory_allocated(const dcp_device *dev) { return dev->allocated; }
+
+uint64_t dcp_device_staging_bytes(const dcp_device *dev, uint64_t largest)
+{
+    uint64_t cap = dev->info.max_storage_buffer_range;
+    if (cap > (64ull << 20)) cap = 64ull << 20;
+    uint64_t want = largest < (1u << 20) ? (1u << 20) : largest;
+    return want > cap ? cap : want;
+}
 dcp_device *dcp_buffer_device(const dcp_buffer *b) { return b->dev; }
 void *dcp_buffer_map(dcp_buffer *b) { return b->mapped; }
 
@@ -105,14 +117,10 @@ static dcp_status check_range(const dcp_buffer *b, uint64_t offset, uint64_t siz
 static dcp_status staging(dcp_device *dev, uint64_t size, dcp_buffer **out)
 {
     dcp_status st = DCP_OK;
-    uint64_t cap = dev->info.max_storage_buffer_range;
-    if (cap > (64ull << 20)) cap = 64ull << 20;
-    if (size > cap) size = cap;
-    if (!dev->staging || dev->staging->size < size) {
+    uint64_t want = dcp_device_staging_bytes(dev, size);
+    if (!dev->staging || dev->staging->size < want) {
         dcp_buffer_destroy(dev->staging);
         dev->staging = NULL;
-        uint64_t want = size < (1u << 20) ? (1u << 20) : size;
-        if (want > cap) want = cap;
         DCP_TRY(dcp_buffer_create(dev, want, DCP_MEMORY_HOST, &dev->staging));
     }
     if (!dev->transfer_cmd) DCP_TRY(dcp_cmd_create(dev, &dev->transfer_cmd));
