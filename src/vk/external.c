@@ -129,6 +129,7 @@ fail:
 }
 
 int dcp_device_shares_vkdevice(const dcp_device *a, const dcp_device *b) { return a->device == b->device; }
+uint64_t dcp_device_vkdevice_id(const dcp_device *dev) { return (uint64_t)(uintptr_t)dev->device; }
 
 dcp_status dcp_device_peer_copy_check(const dcp_device *src, const dcp_device *dst)
 {

@@ -35,6 +35,8 @@ dcp_status dcp_buffer_import_fd(dcp_device *dev, uint32_t handle, int fd, uint64
 
 /* 1 when a and b run on the same VkDevice (a device-group VkDevice, or the same device). */
 int dcp_device_shares_vkdevice(const dcp_device *a, const dcp_device *b);
+/* An identity of dev's VkDevice, unique within the process. */
+uint64_t dcp_device_vkdevice_id(const dcp_device *dev);
 /* DCP_OK when src may copy into memory of dst through a peer view (same device-group VkDevice,
  * VK_PEER_MEMORY_FEATURE_COPY_DST_BIT for dst's memory heap); else DCP_ERR_UNSUPPORTED saying why. */
 dcp_status dcp_device_peer_copy_check(const dcp_device *src, const dcp_device *dst);
