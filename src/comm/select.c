@@ -55,7 +55,7 @@ static int usable(const dcp_comm_pair_facts *f, dcp_transport t, char *why, size
             return 0;
         }
         snprintf(why, cap, "host memory imported into both devices (%s); the sender writes, the receiver reads",
-                 f->same_proc ? "one allocation" : "a POSIX shared-memory segment of the node");
+                 f->multi_proc ? "a POSIX shared-memory segment of the node" : "one allocation");
         return 1;
     case DCP_TRANSPORT_STAGING:
         snprintf(why, cap, f->same_proc ? "mapped host-visible buffers, memcpy on the host"

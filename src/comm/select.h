@@ -24,6 +24,7 @@ typedef struct dcp_comm_pair_facts {
     int self;            /* s == d */
     int same_node;       /* one node (MPI_COMM_TYPE_SHARED) */
     int same_proc;       /* one process */
+    int multi_proc;      /* the communicator spans processes (its host memory is shared memory) */
     int devgroup_ok;     /* s may copy into d's memory through a device-group peer view */
     int same_physical;   /* equal device and driver UUIDs */
     int opaque_ok;       /* d exports and s imports opaque-fd buffer memory */
