@@ -1,5 +1,6 @@
 /* dcp-vk-bench: measures dcp-vk. Subcommands: attn (paged decode attention, single-device or DCP),
- * capacity (longest context that fits a KV budget, plain TP against DCP). */
+ * capacity (longest context that fits a KV budget, plain TP against DCP), comm (exchange latency
+ * per collective and transport). */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,9 @@ static void usage(FILE *f)
                "            the DCP step over N devices or MPI ranks (a2a or ag_rs)\n"
                "  capacity  longest context that fits a KV budget per device, KV duplicated as\n"
                "            under plain TP against sharded with DCP, counted by the allocator\n"
+               "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
+               "            transport, 1 KB to 16 MB, in one process or under mpiexec; a model decode step\n"
+               "            split into compute and exchange\n"
                "run 'dcp-vk-bench <command> --help' for the options of a command\n");
 }
 
@@ -26,6 +30,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "attn") == 0) return dcp_bench_attn(argc - 1, argv + 1);
     if (strcmp(argv[1], "capacity") == 0) return dcp_bench_capacity(argc - 1, argv + 1);
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity)\n", argv[1]);
+    if (strcmp(argv[1], "comm") == 0) return dcp_bench_comm(argc - 1, argv + 1);
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, comm)\n", argv[1]);
     return DCP_EXIT_USAGE;
 }

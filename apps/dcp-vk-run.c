@@ -329,6 +329,10 @@ int main(int argc, char **argv)
     }
     /* Decode steps: every generated token but the first (which the prefill produced) ran one. */
     uint32_t steps = n_gen > 0 ? n_gen - 1 : 0;
+    /* How the exchanges moved, and the last decode step's rounds and host waits. */
+    char xdesc[8192];
+    dcp_model_state_describe_exchange(s, xdesc, sizeof xdesc);
+    uint32_t x_rounds = steps ? dcp_model_state_last_rounds(s) : 0, x_waits = steps ? dcp_model_state_last_host_waits(s) : 0;
     double prompt_tps = t_prompt > 0 ? n_prompt / t_prompt : 0;
     double gen_tps = t_gen > 0 && steps ? steps / t_gen : 0;
     uint64_t kv_bytes = dcp_model_state_kv_bytes(s);
@@ -344,9 +348,11 @@ int main(int argc, char **argv)
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
                "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
                "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"processes\": %d, "
-               "\"text\": ",
+               "\"decode_step_rounds\": %u, \"decode_step_host_waits\": %u, \"exchange\": ",
                o.tp, o.dcp, o.backend, o.interleave, o.block_size, o.kv_dtype, n_prompt, n_gen, steps, t_prompt,
-               t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes, xbytes, world.nproc);
+               t_gen, prompt_tps, gen_tps, t_load, (unsigned long long)kv_bytes, xbytes, world.nproc, x_rounds, x_waits);
+        dcp_cli_json_string(stdout, xdesc, strlen(xdesc));
+        printf(", \"text\": ");
         dcp_cli_json_string(stdout, text ? text : "", text_len);
         printf(", \"tokens\": [");
         for (uint32_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", gen[i]);
@@ -362,6 +368,7 @@ int main(int argc, char **argv)
                 prog, n_prompt, t_prompt, prompt_tps, n_gen, steps, t_gen, gen_tps, prog, kv_bytes / 1048576.0, o.tp,
                 xbytes, dcp_model_bytes(w) / 1048576.0, mpi ? "process 0's ranks" : "all ranks",
                 t_load);
+        fprintf(stderr, "%s: decode step: %u rounds, %u host waits; exchange:\n%s\n", prog, x_rounds, x_waits, xdesc);
     }
     rc = RUN_EXIT_OK;
 done:

@@ -24,3 +24,23 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   set_tests_properties(test_llama_mpi4x2_dcp4_gen_hostmem PROPERTIES ENVIRONMENT
                        "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0;DCP_VK_TRANSPORT=hostmem")
 endif()
+# dcp-vk-bench comm as a user runs it: every collective over every transport (small sizes), the
+# model step split; in one process and under mpiexec -n 2. dcp-vk-info names each pair's transport.
+if(TARGET dcp-vk-bench)
+  add_test(NAME app_bench_comm COMMAND dcp-vk-bench comm --max-bytes 16384 --iters 2 --model-layers 2
+           --model-steps 2 --json)
+  set_tests_properties(app_bench_comm PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0,0,0"
+                       PASS_REGULAR_EXPRESSION "\"transport\": \"peer\".*\"collective\": \"dcp_ag_rs\".*\"model_step\": true"
+                       FAIL_REGULAR_EXPRESSION "validation (error|warning)" TIMEOUT 600)
+  if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+    add_test(NAME app_bench_comm_mpi2 COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+             $<TARGET_FILE:dcp-vk-bench> comm --max-bytes 4096 --iters 2 --transports auto,hostmem,mpi
+             --model-layers 2 --model-steps 2)
+    set_tests_properties(app_bench_comm_mpi2 PROPERTIES ENVIRONMENT "${DCP_TEST_ENV};DCP_VK_DEVICES=0,0"
+                         PASS_REGULAR_EXPRESSION "transport hostmem, 4 ranks \\(2 processes\\).*shared-memory segment.*decode step"
+                         FAIL_REGULAR_EXPRESSION "validation (error|warning)" TIMEOUT 600 PROCESSORS 2)
+  endif()
+endif()
+add_test(NAME app_info_transports COMMAND dcp-vk-info)
+set_tests_properties(app_info_transports PROPERTIES ENVIRONMENT "DCP_VK_DEVICES=0,0,0"
+                     PASS_REGULAR_EXPRESSION "peer, 6 pairs \\(e.g. 0 -> 1\\): same physical device.*step rounds: host waits")

@@ -184,6 +184,11 @@ uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
 uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s);
 bool dcp_model_state_last_replayed(const dcp_model_state *s);
+/* Step timing (off by default; turning it on makes the next step record again): after a step,
+ * compute_ns = the GPU time of its rounds (device timestamps, the slowest rank of each round) and
+ * exchange_ns = its wall-clock time minus that (host round trips, waits, host moves). */
+void dcp_model_state_set_timing(dcp_model_state *s, bool on);
+void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns);
 /* How the state's exchanges move: each communicator's transports per pair with their reasons, and
  * how the rounds are synchronised (host or GPU) and why; written into buf (cap bytes, lines);
  * returns buf. Complete after the first step (the state's warm-up runs one). */

@@ -322,6 +322,15 @@ uint64_t dcp_model_state_tokens_run(const dcp_model_state *s) { return s->tokens
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s) { return dcp_step_last_rounds(s->step); }
 uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s) { return dcp_step_last_host_waits(s->step); }
 
+void dcp_model_state_set_timing(dcp_model_state *s, bool on) { dcp_step_set_timing(s->step, on); }
+
+void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns)
+{
+    double total;
+    dcp_step_last_timing(s->step, compute_ns, &total);
+    *exchange_ns = total > *compute_ns ? total - *compute_ns : 0.0;
+}
+
 const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap)
 {
     size_t n = 0;

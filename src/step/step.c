@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attn/cp_internal.h"
 #include "common/error.h"
@@ -57,10 +58,81 @@ struct dcp_step {
     dcp_sem **owned;                /* imported semaphores to destroy */
     uint32_t owned_count;
     uint64_t tl;                    /* timeline value every rank's semaphore reached (host count) */
+    /* timing */
+    bool timed;
+    uint32_t *ts;                   /* [rounds][n][2] timestamp slots of the kept recording / once rounds */
+    uint32_t ts_cap;                /* rounds allocated in ts */
+    double t0, last_total_ns, last_compute_ns;
     /* the last step */
     uint32_t last_rounds, last_host_waits;
     bool last_replayed;
 };
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+void dcp_step_set_timing(dcp_step *s, bool on)
+{
+    if (s->timed == on) return;
+    s->timed = on;
+    s->rc_rounds = 0; /* recordings with (or without) the timestamps */
+}
+
+void dcp_step_last_timing(const dcp_step *s, double *compute_ns, double *total_ns)
+{
+    *compute_ns = s->timed ? s->last_compute_ns : 0.0;
+    *total_ns = s->timed ? s->last_total_ns : 0.0;
+}
+
+/* Timestamp slot pair of rank i in round k (grown on demand); NULL when out of memory. */
+static uint32_t *ts_slot(dcp_step *s, uint32_t k, uint32_t i)
+{
+    if (k >= s->ts_cap) {
+        uint32_t cap = s->ts_cap ? 2 * s->ts_cap : 64;
+        while (cap <= k) cap *= 2;
+        uint32_t *t = realloc(s->ts, (size_t)cap * s->n * 2 * sizeof *t);
+        if (!t) return NULL;
+        s->ts = t;
+        s->ts_cap = cap;
+    }
+    return s->ts + ((size_t)k * s->n + i) * 2;
+}
+
+/* A timestamp at the start (end = 0) or end of rank i's command of the current round. */
+static void stamp(dcp_step *s, uint32_t i, int end)
+{
+    if (!s->timed) return;
+    uint32_t *slot = ts_slot(s, s->round, i);
+    if (!slot) return;
+    slot[end] = UINT32_MAX;
+    if (dcp_device_get_info(s->devs[i])->timestamp_period_ns == 0.0f) return;
+    if (dcp_cmd_timestamp(s->cur[i], &slot[end]) != DCP_OK) {
+        slot[end] = UINT32_MAX;
+        dcp_clear_error();
+    }
+}
+
+/* The sum over rounds of the slowest rank's time between its round's timestamps. */
+static double compute_time(dcp_step *s, dcp_cmd **rows, uint32_t rounds)
+{
+    double sum = 0.0;
+    for (uint32_t k = 0; rows && k < rounds && k < s->ts_cap; k++) {
+        double worst = 0.0;
+        for (uint32_t i = 0; i < s->n; i++) {
+            const uint32_t *slot = s->ts + ((size_t)k * s->n + i) * 2;
+            double ns = 0.0;
+            if (slot[0] == UINT32_MAX || slot[1] == UINT32_MAX) continue;
+            if (dcp_cmd_elapsed_ns(rows[(size_t)k * s->n + i], slot[0], slot[1], &ns) != DCP_OK) dcp_clear_error();
+            if (ns > worst) worst = ns;
+        }
+        sum += worst;
+    }
+    return sum;
+}
 
 static void free_sync(dcp_step *s)
 {
@@ -78,6 +150,7 @@ static void free_sync(dcp_step *s)
     s->sem = NULL;
     s->tl = 0;
 }
+
 
 static void free_rounds(dcp_step *s, round_cmds *r)
 {
@@ -120,6 +193,7 @@ void dcp_step_destroy(dcp_step *s)
     for (uint64_t i = 0; s->rc && i < (uint64_t)s->rc_cap * s->n; i++) dcp_cmd_destroy(s->rc[i]);
     free_rounds(s, &s->once);
     free_sync(s);
+    free(s->ts);
     free(s->own);
     free(s->rc);
     free(s->act);
@@ -368,9 +442,18 @@ static dcp_status wait_rounds(dcp_step *s, dcp_cmd **rows, uint32_t rounds)
 static dcp_status reset_cur(dcp_step *s)
 {
     dcp_status st = DCP_OK;
-    for (uint32_t i = 0; i < s->n; i++) DCP_TRY(dcp_cmd_reset(s->cur[i]));
+    for (uint32_t i = 0; i < s->n; i++) {
+        DCP_TRY(dcp_cmd_reset(s->cur[i]));
+        stamp(s, i, 0);
+    }
 fail:
     return st;
+}
+
+/* Ends the current round's recordings (the timestamps closing them). */
+static void close_cur(dcp_step *s)
+{
+    for (uint32_t i = 0; i < s->n; i++) stamp(s, i, 1);
 }
 
 static dcp_status log_exchange(dcp_step *s, const dcp_comm_xchg *x)
@@ -396,6 +479,8 @@ static dcp_status replay(dcp_step *s)
         for (; a < s->act_count && s->act[a].round == k; a++) DCP_TRY(exchange(s, &s->act[a].x));
     }
     if (s->sync == DCP_STEP_SYNC_GPU) DCP_TRY(wait_rounds(s, s->rc, s->rc_rounds));
+    s->last_total_ns = now_ns() - s->t0;
+    if (s->timed) s->last_compute_ns = compute_time(s, s->rc, s->rc_rounds);
     s->last_rounds = s->rc_rounds;
     s->last_host_waits = s->sync == DCP_STEP_SYNC_GPU ? 1 : s->rc_rounds;
     s->last_replayed = true;
@@ -411,6 +496,7 @@ dcp_status dcp_step_begin(dcp_step *s, uint64_t key, bool *replayed)
     dcp_status st = DCP_OK;
     *replayed = false;
     if (s->mode != STEP_IDLE) dcp_step_abort(s);
+    s->t0 = now_ns();
     if (!s->sync_ready) DCP_TRY(setup_sync(s));
     for (uint32_t c = 0; c < s->comm_count; c++)
         DCP_TRY(dcp_comm_reset_banks(s->comms[c], s->sync == DCP_STEP_SYNC_HOST));
@@ -451,6 +537,7 @@ dcp_status dcp_step_round(dcp_step *s, uint32_t n, const dcp_comm_xchg *x)
     dcp_status st = DCP_OK;
     if (s->mode == STEP_IDLE) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "step: round outside a step");
     DCP_TRY(record_sides(s, n, x, 0));
+    close_cur(s);
     DCP_TRY(run_round(s, s->cur));
     for (uint32_t i = 0; i < n; i++) {
         DCP_TRY(exchange(s, &x[i]));
@@ -470,8 +557,15 @@ fail:
 dcp_status dcp_step_end(dcp_step *s)
 {
     if (s->mode == STEP_IDLE) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "step: end outside a step");
+    close_cur(s);
     dcp_status st = run_round(s, s->cur);
     if (st == DCP_OK && s->sync == DCP_STEP_SYNC_GPU) st = wait_rounds(s, rows_of(s), s->round + 1);
+    if (st == DCP_OK) {
+        s->last_total_ns = now_ns() - s->t0;
+        /* Host mode without a kept recording reuses one set of commands: only the last round's
+         * timestamps survive, so the split needs a keyed step (or gpu mode). */
+        if (s->timed) s->last_compute_ns = compute_time(s, rows_of(s), s->round + 1);
+    }
     if (st != DCP_OK) {
         dcp_step_abort(s);
         return dcp_fail_context(st, "step round %u", s->round);

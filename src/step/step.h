@@ -87,6 +87,14 @@ uint32_t dcp_step_last_rounds(const dcp_step *step);
 uint32_t dcp_step_last_host_waits(const dcp_step *step);
 bool dcp_step_last_replayed(const dcp_step *step);
 
+/* Timing of the steps (off by default): on, every round's command of every rank is bracketed by
+ * device timestamps (kept recordings are dropped so that the next step records them). After a step,
+ * compute_ns = the sum over its rounds of the slowest rank's time between them (the GPU work) and
+ * total_ns = its wall-clock time; the rest is exchange (host round trips, waits, host moves).
+ * Zeros when timing is off or the devices have no timestamps. */
+void dcp_step_set_timing(dcp_step *step, bool on);
+void dcp_step_last_timing(const dcp_step *step, double *compute_ns, double *total_ns);
+
 typedef enum dcp_step_sync {
     DCP_STEP_SYNC_HOST = 0,
     DCP_STEP_SYNC_GPU = 1,
