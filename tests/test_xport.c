@@ -161,6 +161,7 @@ static void test_step_sync_choose(void **state)
     assert_non_null(strstr(dcp_last_error(), "cannot share a semaphore"));
     DCP_ASSERT_OK(dcp_step_sync_choose(-1, caps, 0, true, &m, why, sizeof why));
     assert_int_equal(m, DCP_STEP_SYNC_GPU);
+    assert_non_null(strstr(why, "no exchanges"));
 }
 
 /* Timeline semaphores on one device: a chain of submissions each waiting on the previous one's

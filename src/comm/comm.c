@@ -93,6 +93,7 @@ struct dcp_comm {
     dcp_buffer **scratch;         /* [local] host-visible [size + 1][block] for reductions */
     uint64_t scratch_bytes;
     int send_bank, recv_bank;
+    uint32_t flips;               /* exchanges since the banks were last reset */
     uint64_t generation;
 };
 
@@ -734,9 +735,13 @@ dcp_status dcp_comm_reserve(dcp_comm *c, uint64_t bytes)
 
 dcp_status dcp_comm_reset_banks(dcp_comm *c, bool host_sync)
 {
+    /* After an even number of exchanges bank 0 was last read before the last exchange, which every
+     * process has passed: writing it again is safe. After an odd number, peers may still read it. */
+    int odd = c->flips & 1;
     c->send_bank = 0;
     c->recv_bank = 1;
-    if (host_sync && c->cross_sync) return c->net.barrier(c->net.ctx);
+    c->flips = 0;
+    if (host_sync && c->cross_sync && odd) return c->net.barrier(c->net.ctx);
     return DCP_OK;
 }
 
@@ -813,6 +818,7 @@ static void flip(dcp_comm *c)
 {
     c->recv_bank = c->send_bank;
     c->send_bank ^= 1;
+    c->flips++;
 }
 
 /* mpi pairs: every process sends, per peer process, its local senders' blocks for that process's

@@ -86,7 +86,8 @@ void dcp_comm_put_advance(dcp_comm *comm, dcp_coll kind, uint64_t slot, uint64_t
 
 /* Next exchange in bank 0 (only when every block of earlier exchanges has been read). host_sync:
  * the step is host-synchronised, so processes whose GPUs write each other's memory wait for each
- * other first (the previous step's last reads). Collective over the processes of the comm. */
+ * other first when an odd number of exchanges ran since the last reset (peers may still read bank
+ * 0). Collective over the processes of the comm. */
 dcp_status dcp_comm_reset_banks(dcp_comm *comm, bool host_sync);
 
 /* ---- GPU-synchronised rounds --------------------------------------------------------------- */

@@ -288,10 +288,11 @@ dcp_status dcp_step_sync_choose(int requested, const dcp_comm_sync_caps *caps, u
     for (uint32_t k = 0; k < ncomm; k++)
         if (caps[k].share < least) least = caps[k].share;
     *out = DCP_STEP_SYNC_GPU;
-    snprintf(why, cap, "rounds wait on each other on the GPU (%s; no exchange needs the host)",
-             ncomm == 0                           ? "no exchanges"
-             : least == DCP_SEM_SHARE_NATIVE      ? "every rank on one VkDevice"
-                                                  : "timeline semaphores shared as opaque fds");
+    if (ncomm == 0)
+        snprintf(why, cap, "no exchanges: each rank's rounds follow each other on its queue, one host wait per step");
+    else
+        snprintf(why, cap, "rounds wait on each other on the GPU (%s; no exchange needs the host)",
+                 least == DCP_SEM_SHARE_NATIVE ? "every rank on one VkDevice" : "timeline semaphores shared as opaque fds");
     return DCP_OK;
 }
 
