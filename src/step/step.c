@@ -96,6 +96,7 @@ static uint32_t *ts_slot(dcp_step *s, uint32_t k, uint32_t i)
         while (cap <= k) cap *= 2;
         uint32_t *t = realloc(s->ts, (size_t)cap * s->n * 2 * sizeof *t);
         if (!t) return NULL;
+        memset(t + (size_t)s->ts_cap * s->n * 2, 0xff, (size_t)(cap - s->ts_cap) * s->n * 2 * sizeof *t);
         s->ts = t;
         s->ts_cap = cap;
     }
@@ -150,7 +151,6 @@ static void free_sync(dcp_step *s)
     s->sem = NULL;
     s->tl = 0;
 }
-
 
 static void free_rounds(dcp_step *s, round_cmds *r)
 {
