@@ -466,22 +466,29 @@ static dcp_status make_targets(dcp_comm *c)
         if (st == DCP_OK) st = dcp_fdx_recv(c->fdx, connections, pids, P, 120, &in_msgs, &in_fds, &nin);
         free(pids);
     }
-    for (int k = 0; k < nin; k++) {
-        const dcp_fdx_msg *m = &in_msgs[k];
-        int d = (int)m->from_rank, s = (int)m->to_rank;
-        if (st != DCP_OK || !is_local(c, s) || d >= N || m->kind != FDX_MEM || pair_t(c, s, d) != DCP_TRANSPORT_PEER ||
-            c->target[(s - c->first_rank) * N + d]) {
-            if (st == DCP_OK)
-                st = dcp_fail(DCP_ERR_IO, "descriptor socket: an unexpected message (rank %d -> %d, kind %u)", d, s, m->kind);
-            close(in_fds[k]);
-            continue;
+    /* One process imports at a time: Mesa's lavapipe reads an opaque fd's header with lseek and
+     * read on the descriptor, whose offset every process that received a copy of it shares, so
+     * two processes importing one buffer at once can read each other's offset and refuse it. */
+    for (int turn = 0; turn < P; turn++) {
+        for (int k = 0; turn == c->net.proc && k < nin; k++) {
+            const dcp_fdx_msg *m = &in_msgs[k];
+            int d = (int)m->from_rank, s = (int)m->to_rank;
+            if (st != DCP_OK || !is_local(c, s) || d >= N || m->kind != FDX_MEM || pair_t(c, s, d) != DCP_TRANSPORT_PEER ||
+                c->target[(s - c->first_rank) * N + d]) {
+                if (st == DCP_OK)
+                    st = dcp_fail(DCP_ERR_IO, "descriptor socket: an unexpected message (rank %d -> %d, kind %u)", d, s, m->kind);
+                close(in_fds[k]);
+                continue;
+            }
+            int i = s - c->first_rank;
+            st = dcp_buffer_import_fd(c->devs[i], DCP_HANDLE_OPAQUE_FD, in_fds[k], m->alloc_size, m->type, m->size,
+                                      &c->target[i * N + d]);
+            if (st != DCP_OK) st = dcp_fail_context(st, "push target %d -> %d (peer, from process %d)", s, d, proc_of(c, d));
+            c->target_owned[i * N + d] = 1;
+            c->target_release[i * N + d] = 1;
         }
-        int i = s - c->first_rank;
-        st = dcp_buffer_import_fd(c->devs[i], DCP_HANDLE_OPAQUE_FD, in_fds[k], m->alloc_size, m->type, m->size,
-                                  &c->target[i * N + d]);
-        if (st != DCP_OK) st = dcp_fail_context(st, "push target %d -> %d (peer, from process %d)", s, d, proc_of(c, d));
-        c->target_owned[i * N + d] = 1;
-        c->target_release[i * N + d] = 1;
+        dcp_status bs = c->net.barrier(c->net.ctx);
+        if (st == DCP_OK) st = bs;
     }
     for (int i = 0; st == DCP_OK && i < L; i++)
         for (int d = 0; d < N; d++)
