@@ -1,6 +1,6 @@
 /* dcp-vk-bench: measures dcp-vk. Subcommands: attn (paged decode attention, single-device or DCP),
  * capacity (longest context that fits a KV budget, plain TP against DCP), matmul (weight read rate
- * of each weight type). */
+ * of each weight type), comm (exchange latency per collective and transport). */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +18,9 @@ static void usage(FILE *f)
                "            under plain TP against sharded with DCP, counted by the placement rule\n"
                "  matmul    weight read rate of the matmul shader for each weight type (F32 .. Q6_K)\n"
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
+               "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
+               "            transport, 1 KB to 16 MB, in one process or under mpiexec; a model decode step\n"
+               "            split into compute and exchange\n"
                "run 'dcp-vk-bench <command> --help' for the options of a command\n");
 }
 
@@ -33,6 +36,7 @@ int main(int argc, char **argv)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_capacity(argc - 1, argv + 1));
     if (strcmp(argv[1], "matmul") == 0)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_matmul(argc - 1, argv + 1));
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul)\n", argv[1]);
+    if (strcmp(argv[1], "comm") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_comm(argc - 1, argv + 1));
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, comm)\n", argv[1]);
     return DCP_EXIT_USAGE;
 }

@@ -45,7 +45,8 @@ static void usage(FILE *f)
             "                     (N divides it) and --kv-heads the KV heads every rank holds (default 0: off)\n"
             "  --backend B        a2a or ag_rs (default a2a; a2a needs N > 1)\n"
             "  --interleave I     tokens in a row on one rank, divides --page-size (default 1)\n"
-            "  --transport T      auto, hostmem, staging or devgroup (default auto: $DCP_VK_TRANSPORT, else best)\n"
+            "  --transport T      auto, devgroup, peer, dmabuf, hostmem, staging or mpi (default auto:\n"
+            "                     $DCP_VK_TRANSPORT, else the best for each pair)\n"
             "  --q-replicate      every rank gets the group's full Q; no Q all-gather\n"
             "MLA (DeepSeek's latent attention: every head against one latent cache, K-only pool):\n"
             "  --mla              decode MLA instead of GQA; --q-heads then counts the heads per rank\n"
@@ -94,7 +95,7 @@ static int parse(int argc, char **argv, attn_opts *o)
             ok = k >= 0;
             if (ok) o->dcp.backend = k;
         } else if (strcmp(a, "--transport") == 0) {
-            static const char *const transports[] = {"auto", "devgroup", "hostmem", "staging", NULL};
+            static const char *const transports[] = {"auto", "devgroup", "hostmem", "staging", "mpi", "peer", "dmabuf", NULL};
             int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, transports) : -1;
             ok = k >= 0;
             if (ok) o->dcp.transport = k; /* dcp_transport order */

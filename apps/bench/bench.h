@@ -8,6 +8,9 @@
 #include "dcpvk/vk.h"
 
 int dcp_bench_attn(int argc, char **argv);
+/* dcp-vk-bench comm (apps/bench/comm.c): exchange latency and bandwidth per collective and transport,
+ * and a model decode step split into compute and exchange. */
+int dcp_bench_comm(int argc, char **argv);
 /* dcp-vk-bench capacity (apps/bench/capacity.c): longest context in a KV budget, plain TP vs DCP. */
 int dcp_bench_capacity(int argc, char **argv);
 /* dcp-vk-bench matmul (apps/bench/matmul.c): weight read rate of each weight type at several batch

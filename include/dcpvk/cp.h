@@ -94,6 +94,9 @@ typedef struct dcp_cp_attn_timing {
     double total_ns;     /* the whole dcp_cp_attn_run */
     uint64_t bytes_sent; /* bytes local rank 0 sent to other ranks in this step (Q gather included) */
     uint64_t q_bytes_sent; /* of which the Q all-gather (0 with q_replicate) */
+    uint32_t rounds;     /* rounds of the step (its exchanges + 1) */
+    uint32_t host_waits; /* host waits it took: rounds when the host synchronises them, 1 when the
+                            ranks wait on each other on the GPU */
 } dcp_cp_attn_timing;
 
 /* Runs one step over the rows of the last set, synchronously (the writes of q must have completed;

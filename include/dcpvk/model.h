@@ -225,9 +225,21 @@ uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);
  * since then (the warm-up excluded): their ratio is the exchange volume per token. */
 uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s);
 uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
-/* Host waits (rounds) of the last step, and whether it was replayed from a kept recording. */
+/* Rounds of the last step (one per exchange point, plus one), the host waits it took (every round
+ * when the host synchronises the rounds, 1 when they wait on each other on the GPU), and whether
+ * it was replayed from a kept recording. */
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
+uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s);
 bool dcp_model_state_last_replayed(const dcp_model_state *s);
+/* Step timing (off by default; turning it on makes the next step record again): after a step,
+ * compute_ns = the GPU time of its rounds (device timestamps, the slowest rank of each round) and
+ * exchange_ns = its wall-clock time minus that (host round trips, waits, host moves). */
+void dcp_model_state_set_timing(dcp_model_state *s, bool on);
+void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns);
+/* How the state's exchanges move: each communicator's transports per pair with their reasons, and
+ * how the rounds are synchronised (host or GPU) and why; written into buf (cap bytes, lines);
+ * returns buf. Complete after the first step (the state's warm-up runs one). */
+const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap);
 
 /* ---- sampling (host) ----------------------------------------------------------------------- */
 

@@ -29,9 +29,15 @@ typedef struct dcp_context_config {
     int validation;
     /* Robust buffer access: 1 on, 0 off, -1 (default) on whenever validation is on. */
     int robust_access;
+    /* Vulkan device groups: 1 creates every VkDevice with VkDeviceGroupDeviceCreateInfo over its
+     * physical device's group (logical devices on distinct members of one group share that
+     * VkDevice, as device indices; a group of one gives each its own), 0 never, -1 (default) from
+     * $DCP_VK_DEVICE_GROUPS (0 or 1), else 1 only when the list names two or more distinct members
+     * of one group of several physical devices. */
+    int device_groups;
 } dcp_context_config;
 
-#define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1}
+#define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1, .device_groups = -1}
 
 enum { DCP_MAX_HEAPS = 16 };
 
@@ -74,7 +80,26 @@ typedef struct dcp_device_info {
     bool has_external_memory_host;   /* VK_EXT_external_memory_host is enabled */
     bool has_memory_budget;          /* VK_EXT_memory_budget is enabled (dcp_device_memory_budget) */
     uint32_t physical_group_size;    /* physical devices in this device's Vulkan device group */
+    uint8_t driver_uuid[16];         /* VkPhysicalDeviceIDProperties::driverUUID: with device_uuid,
+                                        what decides whether opaque handles can be shared */
+    uint32_t mem_export;             /* DCP_HANDLE_* bits: buffer memory this device exports */
+    uint32_t mem_import;             /* DCP_HANDLE_* bits: buffer memory this device imports */
+    uint32_t sem_export;             /* DCP_HANDLE_* bits: semaphores (opaque fd: timeline; sync fd:
+                                        binary) this device exports */
+    uint32_t sem_import;             /* DCP_HANDLE_* bits: semaphores this device imports */
+    uint32_t timeline_semaphore;     /* 1 if timeline semaphores are enabled */
+    uint32_t group_device_count;     /* physical devices of the VkDevice this device runs on: 0 when it
+                                        was created without VkDeviceGroupDeviceCreateInfo, else >= 1 */
+    uint32_t group_device_index;     /* this device's index in that VkDevice (device mask bit) */
 } dcp_device_info;
+
+/* External handle kinds (bits of dcp_device_info's mem_* and sem_* masks). */
+enum {
+    DCP_HANDLE_OPAQUE_FD = 1, /* same physical device only (equal device and driver UUIDs) */
+    DCP_HANDLE_DMA_BUF = 2,   /* Linux dma-buf, between devices of different drivers too */
+    DCP_HANDLE_SYNC_FD = 4,   /* semaphores: a sync file (binary semaphore payload) */
+    DCP_HANDLE_HOST = 8,      /* memory: host allocation (VK_EXT_external_memory_host), import only */
+};
 
 /* Creates the instance and the logical devices that config names. Returns DCP_ERR_NO_DEVICE when
  * there is no Vulkan device or an index does not exist (the message lists what exists).

@@ -508,6 +508,8 @@ dcp_status dcp_cp_attn_run(dcp_cp_attn *a, const dcp_comm_buf *q, const dcp_comm
         if (timing->exchange_ns < 0) timing->exchange_ns = 0;
         timing->bytes_sent = dcp_comm_bytes_sent(a->comm, 0) - sent0;
         timing->q_bytes_sent = gathers_q(a) ? dcp_cp_attn_xchg(a, 0).payload * (a->N - 1) : 0;
+        timing->rounds = dcp_step_last_rounds(a->step);
+        timing->host_waits = dcp_step_last_host_waits(a->step);
     }
     return DCP_OK;
 fail:

@@ -610,4 +610,31 @@ uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s)
 
 uint64_t dcp_model_state_tokens_run(const dcp_model_state *s) { return s->tokens_run; }
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s) { return dcp_step_last_rounds(s->step); }
+uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s) { return dcp_step_last_host_waits(s->step); }
+
+void dcp_model_state_set_timing(dcp_model_state *s, bool on) { dcp_step_set_timing(s->step, on); }
+
+void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns)
+{
+    double total;
+    dcp_step_last_timing(s->step, compute_ns, &total);
+    *exchange_ns = total > *compute_ns ? total - *compute_ns : 0.0;
+}
+
+const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    char part[4096];
+    const char *why;
+    dcp_step_sync sync = dcp_step_sync_mode(s->step, &why);
+    if (cap) buf[0] = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "rounds: %s: %s", sync == DCP_STEP_SYNC_GPU ? "gpu" : "host", why);
+    if (s->comm && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, "\nTP group (%d ranks): %s", dcp_comm_size(s->comm),
+                              dcp_comm_describe(s->comm, part, sizeof part));
+    if (s->gcomm && s->gcomm[0] && n < cap)
+        snprintf(buf + n, cap - n, "\nDCP group (%d ranks): %s", dcp_comm_size(s->gcomm[0]),
+                 dcp_comm_describe(s->gcomm[0], part, sizeof part));
+    return buf;
+}
 bool dcp_model_state_last_replayed(const dcp_model_state *s) { return dcp_step_last_replayed(s->step); }
