@@ -72,11 +72,15 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
 /* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
  * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
  * DCP_KV_NO_SLOT: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
- * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. */
+ * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored.
+ * A q8_0 pool is written in two passes: RoPE into kv_stage [tokens][2][kv_heads][D] f32 (every
+ * token, through stage_slots [tokens] u32 holding 0, 1, 2, ...), then kv_append quantizes the
+ * stored tokens from there (dcp_kv_pool_record_store); both are needed only for q8_0 pools. */
 typedef struct dcp_rope_store_args {
     uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
     dcp_buffer *src, *slot, *cs, *q_out;
     dcp_kv_pool *pool;
+    dcp_buffer *kv_stage, *stage_slots;
 } dcp_rope_store_args;
 dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);
 

@@ -78,6 +78,10 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "MLA decode plan: the pool must be K-only with one head (a latent cache); it has %s and %u "
                         "heads", pc->k_only ? "K only" : "K and V", pc->kv_heads);
+    if (pc->dtype == DCP_DTYPE_Q8_0)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "MLA decode plan: a q8_0 latent cache is not supported yet (the GQA decode reads q8_0; use "
+                        "--kv-dtype f16 or f32 for MLA models)");
     if (c->batch == 0 || c->max_blocks == 0 || c->heads == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "MLA decode plan: batch (%u), heads (%u) and max_blocks (%u) must "
                         "be >= 1", c->batch, c->heads, c->max_blocks);

@@ -124,6 +124,8 @@ dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "mla_kv_store: the pool must be K-only with one head of kv_lora + "
                         "rope = %u values (it is %s, %u heads of %u)", a->kv_lora + a->n_rot,
                         pc->k_only ? "K-only" : "K+V", pc->kv_heads, pc->head_dim);
+    if (pc->dtype == DCP_DTYPE_Q8_0)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "mla_kv_store: a q8_0 latent cache is not supported yet (f16, f32)");
     if (a->kv_lora % 2 || a->n_rot % 2 || a->c_stride % 2 || a->c_offset % 2 || a->kpe_stride % 2 || a->kpe_offset % 2)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "mla_kv_store: kv_lora %u, n_rot %u, strides and offsets must be even",
                         a->kv_lora, a->n_rot);
