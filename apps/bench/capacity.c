@@ -17,6 +17,31 @@ typedef struct cap_opts {
     int json;
 } cap_opts;
 
+/* The counts for one KV dtype. */
+typedef struct cap_count {
+    uint32_t heads;                 /* KV heads per device */
+    uint64_t page_all;              /* bytes of one page id over all layers */
+    uint64_t pages;                 /* pages per device in the budget */
+    uint64_t per_token;             /* KV bytes per token per device (plain TP) */
+    uint64_t tp_ctx, dcp_ctx;       /* longest context, plain TP and DCP */
+} cap_count;
+
+/* Counts for dtype; false when the budget holds no page or more than the page ids allow. */
+static int cap_counts(const cap_opts *o, dcp_dtype dtype, cap_count *c)
+{
+    memset(c, 0, sizeof *c);
+    c->heads = o->kv_heads > o->tp ? o->kv_heads / o->tp : 1;
+    /* One page id serves every layer (shared block tables): a page costs layers x page bytes. */
+    const uint64_t row = dcp_kv_row_bytes(dtype, o->head_dim);
+    c->page_all = 2ull * c->heads * o->page_size * row * o->layers;
+    c->pages = ((uint64_t)o->budget_mib << 20) / c->page_all;
+    if (c->pages == 0 || c->pages > 0xfffffffull / o->page_size) return 0;
+    c->tp_ctx = dcp_kv_max_length(c->pages, o->page_size, 1, 1);
+    c->dcp_ctx = dcp_kv_max_length(c->pages, o->page_size, o->dcp, o->interleave);
+    c->per_token = (uint64_t)o->layers * 2 * c->heads * row;
+    return 1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -29,15 +54,17 @@ static void usage(FILE *f)
             "  --dcp N            DCP size, divides T, at most T / H (default 4)\n"
             "  --page-size P      tokens per KV page (default 16)\n"
             "  --interleave I     DCP interleave size, divides P (default 1)\n"
-            "  --kv-dtype T       f16 or f32 (default f16)\n"
+            "  --kv-dtype T       f16, f32 or q8_0 (default f16)\n"
             "  --json             one JSON object instead of text\n"
             "Each device holds max(1, H / T) KV heads per layer (duplicated when T > H). Under plain TP\n"
-            "every device holds the whole sequence; with DCP N the sequence is sharded over N devices.\n");
+            "every device holds the whole sequence; with DCP N the sequence is sharded over N devices.\n"
+            "A table then compares the KV dtypes f16 and q8_0 (8-bit values in blocks of 32 with an f16\n"
+            "scale: 34 bytes per 32 values), each with plain TP and with DCP.\n");
 }
 
 int dcp_bench_capacity(int argc, char **argv)
 {
-    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const dtypes[] = {"f32", "f16", "q8_0", NULL};
     const char *p = "dcp-vk-bench capacity";
     cap_opts o = {1024, 32, 2, 128, 8, 4, 16, 1, DCP_DTYPE_F16, 0};
     for (int i = 1; i < argc; i++) {
@@ -83,41 +110,70 @@ int dcp_bench_capacity(int argc, char **argv)
         dcp_cli_report(p, "placement", st);
         return DCP_EXIT_USAGE;
     }
-    uint32_t heads = o.kv_heads > o.tp ? o.kv_heads / o.tp : 1;
+    if (o.dtype == DCP_DTYPE_Q8_0 && o.head_dim % 32) {
+        fprintf(stderr, "%s: --kv-dtype q8_0 quantizes blocks of 32 along the head dim; --head-dim %u is not a "
+                        "multiple of 32\n", p, o.head_dim);
+        return DCP_EXIT_USAGE;
+    }
     if (o.kv_heads > o.tp && o.kv_heads % o.tp) {
         fprintf(stderr, "%s: --kv-heads %u is not a multiple of --tp %u\n", p, o.kv_heads, o.tp);
         return DCP_EXIT_USAGE;
     }
-    /* One page id serves every layer (shared block tables): a page costs layers x page bytes. */
-    uint64_t layer_page = 2ull * heads * o.page_size * o.head_dim * dcp_dtype_size(o.dtype);
-    uint64_t page_all = layer_page * o.layers;
-    uint64_t pages64 = ((uint64_t)o.budget_mib << 20) / page_all;
-    if (pages64 == 0 || pages64 > 0xfffffffull / o.page_size) {
+    cap_count c;
+    if (!cap_counts(&o, o.dtype, &c)) {
         fprintf(stderr, "%s: the budget holds %llu pages of %llu bytes (need 1 .. %u)\n", p,
-                (unsigned long long)pages64, (unsigned long long)page_all, 0xfffffffu / o.page_size);
+                (unsigned long long)c.pages, (unsigned long long)c.page_all, 0xfffffffu / o.page_size);
         return DCP_EXIT_USAGE;
     }
-    uint32_t pages = (uint32_t)pages64;
-    uint64_t tp_ctx = dcp_kv_max_length(pages, o.page_size, 1, 1);
-    uint64_t dcp_ctx = dcp_kv_max_length(pages, o.page_size, o.dcp, o.interleave);
-    uint64_t per_token = (uint64_t)o.layers * 2 * heads * o.head_dim * dcp_dtype_size(o.dtype);
+    /* The comparison of KV dtypes: f16 and q8_0 (q8_0 only for head dims of whole blocks of 32). */
+    static const dcp_dtype cmp_types[2] = {DCP_DTYPE_F16, DCP_DTYPE_Q8_0};
+    cap_count cmp[2];
+    int cmp_ok[2];
+    for (int k = 0; k < 2; k++)
+        cmp_ok[k] = (cmp_types[k] != DCP_DTYPE_Q8_0 || o.head_dim % 32 == 0) && cap_counts(&o, cmp_types[k], &cmp[k]);
     if (o.json) {
         printf("{\"bench\": \"capacity\", \"kv_budget_mib\": %u, \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
                "\"tp\": %u, \"dcp\": %u, \"page_size\": %u, \"interleave\": %u, \"kv_dtype\": \"%s\", "
-               "\"kv_heads_per_device\": %u, \"pages_per_device\": %u, \"kv_bytes_per_token_per_device\": %llu, "
-               "\"max_ctx_tp\": %llu, \"max_ctx_dcp\": %llu, \"gain\": %.4f}\n",
+               "\"kv_heads_per_device\": %u, \"pages_per_device\": %llu, \"kv_bytes_per_token_per_device\": %llu, "
+               "\"max_ctx_tp\": %llu, \"max_ctx_dcp\": %llu, \"gain\": %.4f, \"by_kv_dtype\": [",
                o.budget_mib, o.layers, o.kv_heads, o.head_dim, o.tp, o.dcp, o.page_size, o.interleave,
-               dcp_dtype_name(o.dtype), heads, pages, (unsigned long long)per_token, (unsigned long long)tp_ctx,
-               (unsigned long long)dcp_ctx, tp_ctx ? (double)dcp_ctx / (double)tp_ctx : 0.0);
+               dcp_dtype_name(o.dtype), c.heads, (unsigned long long)c.pages, (unsigned long long)c.per_token,
+               (unsigned long long)c.tp_ctx, (unsigned long long)c.dcp_ctx,
+               c.tp_ctx ? (double)c.dcp_ctx / (double)c.tp_ctx : 0.0);
+        const char *sep = "";
+        for (int k = 0; k < 2; k++) {
+            if (!cmp_ok[k]) continue;
+            printf("%s{\"kv_dtype\": \"%s\", \"kv_bytes_per_token_per_device\": %llu, \"max_ctx_tp\": %llu, "
+                   "\"max_ctx_dcp\": %llu}",
+                   sep, dcp_dtype_name(cmp_types[k]), (unsigned long long)cmp[k].per_token,
+                   (unsigned long long)cmp[k].tp_ctx, (unsigned long long)cmp[k].dcp_ctx);
+            sep = ", ";
+        }
+        printf("]}\n");
     } else {
         printf("capacity: %u MiB of KV per device, %u layers, %u KV heads (%u per device) x %u dims, %s, page %u\n",
-               o.budget_mib, o.layers, o.kv_heads, heads, o.head_dim, dcp_dtype_name(o.dtype), o.page_size);
-        printf("  pages per device: %u (%llu bytes each over all layers; %llu KV bytes per token per device)\n", pages,
-               (unsigned long long)page_all, (unsigned long long)per_token);
+               o.budget_mib, o.layers, o.kv_heads, c.heads, o.head_dim, dcp_dtype_name(o.dtype), o.page_size);
+        printf("  pages per device: %llu (%llu bytes each over all layers; %llu KV bytes per token per device)\n",
+               (unsigned long long)c.pages, (unsigned long long)c.page_all, (unsigned long long)c.per_token);
         printf("  plain TP %u (KV duplicated %ux): longest context %llu tokens\n", o.tp,
-               o.tp > o.kv_heads ? o.tp / o.kv_heads : 1, (unsigned long long)tp_ctx);
+               o.tp > o.kv_heads ? o.tp / o.kv_heads : 1, (unsigned long long)c.tp_ctx);
         printf("  TP %u with DCP %u (interleave %u): longest context %llu tokens (%.2fx)\n", o.tp, o.dcp, o.interleave,
-               (unsigned long long)dcp_ctx, tp_ctx ? (double)dcp_ctx / (double)tp_ctx : 0.0);
+               (unsigned long long)c.dcp_ctx, c.tp_ctx ? (double)c.dcp_ctx / (double)c.tp_ctx : 0.0);
+        printf("  KV dtype   bytes/token/device   plain TP %-10u   TP %u + DCP %u\n", o.tp, o.tp, o.dcp);
+        for (int k = 0; k < 2; k++) {
+            if (!cmp_ok[k]) {
+                if (o.head_dim % 32 && cmp_types[k] == DCP_DTYPE_Q8_0)
+                    printf("  %-8s   (head dim %u is not a multiple of 32)\n", dcp_dtype_name(cmp_types[k]), o.head_dim);
+                else
+                    printf("  %-8s   (the budget's pages are outside 1 .. %u)\n", dcp_dtype_name(cmp_types[k]),
+                           0xfffffffu / o.page_size);
+                continue;
+            }
+            printf("  %-8s   %18llu   %10llu tokens   %10llu tokens (%.2fx f16 plain TP)\n", dcp_dtype_name(cmp_types[k]),
+                   (unsigned long long)cmp[k].per_token, (unsigned long long)cmp[k].tp_ctx,
+                   (unsigned long long)cmp[k].dcp_ctx,
+                   cmp_ok[0] && cmp[0].tp_ctx ? (double)cmp[k].dcp_ctx / (double)cmp[0].tp_ctx : 0.0);
+        }
     }
     return DCP_EXIT_OK;
 }
