@@ -8,7 +8,8 @@
  * d = max|x| / 127 of its block (tests/test_kv_cache.c checks that bound value by value); through
  * attention and the model the logits move by Q8_LOGITS_TOL at most against f16 KV. The greedy
  * tokens at TP 1 and TP 8 / DCP 2 must be identical: DCP changes only the f32 rounding of the
- * merge, never which values are stored. */
+ * merge, never which values are stored. And at TP 8 / DCP 2 a sequence's logits are bitwise the same
+ * alone and batched with others. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,6 +182,119 @@ static void test_generated_tp1_dcp(void **state)
     unlink(path);
 }
 
+/* Batch invariance with a q8_0 cache at TP 8 / DCP 2: three sequences started at different
+ * steps, their prompt rows mixed with the others' decode rows in rotating order, give bitwise the
+ * same logits and tokens as each run alone (quantization is per token row, the decode per row). */
+enum { BS = 3, BGEN = 6, BROWS = 8 };
+static const uint32_t b_len[BS] = {5, 11, 3};
+
+static int32_t b_prompt(uint32_t q, uint32_t p, uint32_t V) { return (int32_t)(1 + (q * 101 + p * 29) % (V - 1)); }
+
+/* Runs the sequences of mask `which` to BGEN tokens each; a sequence feeds at most `chunk` prompt
+ * rows per step and starts at step q when staggered. */
+static void b_run(dcp_model_state *s, unsigned which, uint32_t chunk, bool stagger, uint32_t V, int32_t (*tokens)[BGEN],
+                  float **logits)
+{
+    uint32_t fed[BS] = {0}, made[BS] = {0};
+    int32_t last[BS] = {0};
+    dcp_model_row rows[BROWS];
+    uint32_t owner[BS];
+    float *lg = malloc((size_t)BS * V * sizeof(float));
+    int32_t next[BS];
+    for (uint32_t step = 0;; step++) {
+        uint32_t n = 0, outs = 0;
+        bool any = false;
+        for (uint32_t k = 0; k < BS; k++) {
+            uint32_t q = (k + step) % BS;
+            if (!(which & (1u << q)) || made[q] == BGEN) continue;
+            any = true;
+            if (stagger && step < q) continue;
+            if (fed[q] < b_len[q]) {
+                uint32_t take = b_len[q] - fed[q];
+                if (take > chunk) take = chunk;
+                if (take > BROWS - n) take = BROWS - n;
+                for (uint32_t t = 0; t < take; t++, fed[q]++)
+                    rows[n++] = (dcp_model_row){b_prompt(q, fed[q], V), q, fed[q] + 1 == b_len[q]};
+                if (take && rows[n - 1].logits) owner[outs++] = q;
+            } else if (n < BROWS) {
+                rows[n++] = (dcp_model_row){last[q], q, true};
+                owner[outs++] = q;
+            }
+        }
+        if (!any) break;
+        if (n == 0) continue;
+        DCP_ASSERT_OK(dcp_model_state_step(s, rows, n, lg, next));
+        for (uint32_t k = 0; k < outs; k++) {
+            uint32_t q = owner[k];
+            memcpy(logits[q] + (size_t)made[q] * V, lg + (size_t)k * V, V * sizeof(float));
+            tokens[q][made[q]] = last[q] = next[k];
+            if (++made[q] == BGEN) dcp_model_state_free_seq(s, q);
+        }
+    }
+    free(lg);
+}
+
+static void test_batch_invariance_dcp(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/dcp-vk-test-kvq8b-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+    mc.n_embd = 256;
+    mc.n_layer = 2;
+    mc.n_head = 8;
+    mc.n_head_kv = 4;
+    mc.head_dim = 32;
+    mc.n_ff = 256;
+    mc.seed = 312;
+    DCP_ASSERT_OK(dcp_gguf_make_test_model(path, &mc));
+    dcp_gguf *g;
+    dcp_model_config cfg;
+    DCP_ASSERT_OK(dcp_gguf_open(path, &g));
+    DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
+    const uint32_t V = cfg.n_vocab;
+    dcp_context *ctx = tp_context(8);
+    dcp_device *devs[8];
+    for (uint32_t r = 0; r < 8; r++) devs[r] = dcp_context_device(ctx, (int)r);
+    dcp_model *w;
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, 8, 8, 2, false, g, &cfg, &w));
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.kv_dtype = DCP_DTYPE_Q8_0;
+    sc.n_ctx = 32;
+    sc.max_seqs = BS;
+    sc.max_rows = BROWS;
+    sc.block_size = 8;
+    dcp_model_state *s;
+    DCP_ASSERT_OK(dcp_model_state_create(w, &sc, &s));
+    int32_t alone_t[BS][BGEN], batch_t[BS][BGEN];
+    float *alone_l[BS], *batch_l[BS];
+    for (uint32_t q = 0; q < BS; q++) {
+        alone_l[q] = calloc((size_t)BGEN * V, sizeof(float));
+        batch_l[q] = calloc((size_t)BGEN * V, sizeof(float));
+        b_run(s, 1u << q, BROWS, false, V, alone_t, alone_l);
+    }
+    b_run(s, (1u << BS) - 1, 2, true, V, batch_t, batch_l);
+    for (uint32_t q = 0; q < BS; q++) {
+        for (uint32_t t = 0; t < BGEN; t++)
+            if (alone_t[q][t] != batch_t[q][t])
+                fail_msg("q8_0 KV, TP 8 / DCP 2: sequence %u token %u: %d alone, %d batched", q, t, alone_t[q][t],
+                         batch_t[q][t]);
+        if (memcmp(alone_l[q], batch_l[q], (size_t)BGEN * V * sizeof(float)) != 0)
+            fail_msg("q8_0 KV, TP 8 / DCP 2: sequence %u: logits differ bitwise between alone and batched", q);
+        free(alone_l[q]);
+        free(batch_l[q]);
+    }
+    printf("q8_0 KV TP 8 / DCP 2: %u sequences, %u tokens each: logits and tokens bitwise the same alone and batched\n",
+           BS, BGEN);
+    dcp_model_state_destroy(s);
+    dcp_model_destroy(w);
+    dcp_test_context_done(ctx);
+    dcp_gguf_close(g);
+    unlink(path);
+}
+
 /* stories260K has head dim 8: a q8_0 cache is refused, naming the head dim and the block size. */
 static void test_stories_refused(void **state)
 {
@@ -211,6 +325,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_refused),
         cmocka_unit_test(test_generated_tp1_dcp),
+        cmocka_unit_test(test_batch_invariance_dcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
