@@ -78,10 +78,6 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "MLA decode plan: the pool must be K-only with one head (a latent cache); it has %s and %u "
                         "heads", pc->k_only ? "K only" : "K and V", pc->kv_heads);
-    if (pc->dtype == DCP_DTYPE_Q8_0)
-        return dcp_fail(DCP_ERR_UNSUPPORTED,
-                        "MLA decode plan: a q8_0 latent cache is not supported yet (the GQA decode reads q8_0; use "
-                        "--kv-dtype f16 or f32 for MLA models)");
     if (c->batch == 0 || c->max_blocks == 0 || c->heads == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "MLA decode plan: batch (%u), heads (%u) and max_blocks (%u) must "
                         "be >= 1", c->batch, c->heads, c->max_blocks);
@@ -97,7 +93,7 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
     if (strcmp(info->type, "cpu") != 0 && wg < 256 && info->max_workgroup_invocations >= 256 &&
         info->max_workgroup_size[0] >= 256)
         wg = 256;
-    const uint32_t dk = pc->head_dim, dq = dk / 4, dvq = c->kv_lora / 4, elem = (uint32_t)dcp_dtype_size(pc->dtype);
+    const uint32_t dk = pc->head_dim, dq = dk / 4, dvq = c->kv_lora / 4, elem = pc->dtype == DCP_DTYPE_Q8_0 ? 4u /* dequantized into an f32 tile */ : (uint32_t)dcp_dtype_size(pc->dtype);
     /* Heads per workgroup: the largest divisor of heads whose query and output parts fit the
      * registers of the WG / hg lanes per head. */
     uint32_t hg = 0;
@@ -142,7 +138,9 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
     p->tile = tile;
     p->uniform_part = uniform_part;
     p->max_chunk = (uint32_t)max_chunk;
-    p->pipeline = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16 : DCP_PIPE_MLA_DECODE_F32;
+    p->pipeline = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_MLA_DECODE_Q8_0
+                  : pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16
+                                               : DCP_PIPE_MLA_DECODE_F32;
     p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = p->max_chunk;
