@@ -68,7 +68,7 @@ void run_print_help(const char *prog)
            "      --block-size B                   tokens per KV page (default 16)\n"
            "      --kv-dtype f16|f32|q8_0          KV cache element type (default f16; q8_0: blocks of 32\n"
            "                                       along the head dim with an f16 scale, head dims of\n"
-           "                                       multiples of 32, GQA models)\n"
+           "                                       multiples of 32; MLA: kv_lora + rope)\n"
            "      --prefill-chunk N                prompt tokens per prefill step (default 128)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
            "                                       $DCP_VK_DEVICES, else every device once)\n"

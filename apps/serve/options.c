@@ -93,7 +93,7 @@ void serve_print_help(const char *prog)
            "                                       (default off)\n"
            "      --block-size B                   tokens per KV page (default 16)\n"
            "      --kv-dtype f16|f32|q8_0          KV cache element type (default f16; q8_0: blocks of 32\n"
-           "                                       along the head dim with an f16 scale, GQA models)\n"
+           "                                       along the head dim with an f16 scale)\n"
            "      --prefill-chunk N                rows per step: decode rows of the running\n"
            "                                       requests plus prompt chunks (default 128)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
