@@ -11,7 +11,7 @@ set_tests_properties(app_bench_attn_verify PROPERTIES ENVIRONMENT "DCP_VK_DEVICE
 # Usage errors name the option and its allowed values and exit 2.
 add_test(NAME app_bench_bad_option COMMAND sh -c "$<TARGET_FILE:dcp-vk-bench> attn --kv-dtype q4 2>&1; echo exit=$?")
 set_tests_properties(app_bench_bad_option PROPERTIES
-                     PASS_REGULAR_EXPRESSION "--kv-dtype: 'q4' is not allowed \\(allowed: f32 f16\\)\nexit=2")
+                     PASS_REGULAR_EXPRESSION "--kv-dtype: 'q4' is not allowed \\(allowed: f32 f16 q8_0\\)\nexit=2")
 add_test(NAME app_bench_capacity COMMAND dcp-vk-bench capacity --kv-budget-mib 1024 --layers 32 --kv-heads 2 --head-dim 128 --tp 8 --dcp 4)
 set_tests_properties(app_bench_capacity PROPERTIES PASS_REGULAR_EXPRESSION "plain TP 8 \\(KV duplicated 4x\\): longest context 65536 tokens.*DCP 4 \\(interleave 1\\): longest context 262144 tokens")
 # The KV dtype comparison: q8_0 stores 34 bytes per 32 values (8704 bytes per token here), so the
