@@ -150,7 +150,16 @@ dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *co
     dcp_model_state_config c = *config;
     const uint32_t N = m->dcp;
     const bool spread = m->nl < m->tp; /* the TP group spans processes (MPI) */
-    if (c.n_ctx == 0) c.n_ctx = mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
+    if (c.n_ctx == 0) {
+        c.n_ctx = mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
+        if (mc->sliding_window && c.n_ctx > mc->sliding_window) c.n_ctx = mc->sliding_window;
+    }
+    if (mc->sliding_window && c.n_ctx > mc->sliding_window)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "model state: a context of %u tokens exceeds the model's sliding attention window of %u "
+                        "tokens (%s.attention.sliding_window); dcp-vk runs full attention, which equals "
+                        "sliding-window attention only while the context fits in the window: use n_ctx <= %u",
+                        c.n_ctx, mc->sliding_window, mc->arch_name, mc->sliding_window);
     if (c.max_seqs == 0) c.max_seqs = 1;
     if (c.interleave == 0) c.interleave = 1;
     if (c.chunk_tokens == 0) c.chunk_tokens = 512;
