@@ -1,6 +1,6 @@
 /* dcp-vk-bench: measures dcp-vk. Subcommands: attn (paged decode attention, single-device or DCP),
  * capacity (longest context that fits a KV budget, plain TP against DCP), matmul (weight read rate
- * of each weight type). */
+ * of each weight type), comm (exchange latency per collective and transport). */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,9 +15,12 @@ static void usage(FILE *f)
                "            streaming-read shader and vkCmdCopyBuffer on the same device; with --dcp N\n"
                "            the DCP step over N devices or MPI ranks (a2a or ag_rs)\n"
                "  capacity  longest context that fits a KV budget per device, KV duplicated as\n"
-               "            under plain TP against sharded with DCP, counted by the allocator\n"
+               "            under plain TP against sharded with DCP, counted by the placement rule\n"
                "  matmul    weight read rate of the matmul shader for each weight type (F32 .. Q6_K)\n"
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
+               "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
+               "            transport, 1 KB to 16 MB, in one process or under mpiexec; a model decode step\n"
+               "            split into compute and exchange\n"
                "run 'dcp-vk-bench <command> --help' for the options of a command\n");
 }
 
@@ -25,11 +28,15 @@ int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? DCP_EXIT_USAGE : DCP_EXIT_OK;
+        return argc < 2 ? DCP_EXIT_USAGE : dcp_cli_finish_stdout("dcp-vk-bench", DCP_EXIT_OK);
     }
-    if (strcmp(argv[1], "attn") == 0) return dcp_bench_attn(argc - 1, argv + 1);
-    if (strcmp(argv[1], "capacity") == 0) return dcp_bench_capacity(argc - 1, argv + 1);
-    if (strcmp(argv[1], "matmul") == 0) return dcp_bench_matmul(argc - 1, argv + 1);
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul)\n", argv[1]);
+    /* Every command's output is checked at the end: a failed write (a full disk, /dev/full) exits 1. */
+    if (strcmp(argv[1], "attn") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_attn(argc - 1, argv + 1));
+    if (strcmp(argv[1], "capacity") == 0)
+        return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_capacity(argc - 1, argv + 1));
+    if (strcmp(argv[1], "matmul") == 0)
+        return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_matmul(argc - 1, argv + 1));
+    if (strcmp(argv[1], "comm") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_comm(argc - 1, argv + 1));
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, comm)\n", argv[1]);
     return DCP_EXIT_USAGE;
 }

@@ -42,6 +42,11 @@ static void usage(FILE *f)
             "                      some attn_v / ffn_down more bits, and tensors whose rows are not whole\n"
             "                      blocks a fallback type (see include/dcpvk/gguf.h); prints each tensor\n"
             "  --pure              with --quantize: no mix rules, every matrix in the base type\n"
+            "  --force             with --make-model / --quantize: an OUT that is a symbolic link,\n"
+            "                      device node, FIFO or socket is replaced by the new file (the entry\n"
+            "                      itself; what it points to is never written). Without it such an\n"
+            "                      OUT is refused. OUT is written to an exclusive temporary beside it\n"
+            "                      and renamed over it when complete; a directory is always refused\n"
             "\n"
             "model options (with --make-model):\n"
             "  --arch NAME         architecture: llama or deepseek2 (default llama)\n"
@@ -69,13 +74,19 @@ static void usage(FILE *f)
             "  --seed N            random seed (default 1234)\n"
             "\n"
             "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
-            "bad tokenizer data), 2 for a usage error.\n",
+            "bad tokenizer data, an OUT that may not be replaced, a failed write), 2 for a usage\n"
+            "error. Sizes are decimal (010 is ten); a sign or anything else is refused.\n",
             ABBREV);
 }
 
+/* Prints "dcp-vk-gguf: <what>: <last error>" (what once: a message that already starts with it is
+ * not prefixed again). */
 static int die(const char *what)
 {
-    fprintf(stderr, "dcp-vk-gguf: %s%s%s\n", what, dcp_last_error()[0] ? ": " : "", dcp_last_error());
+    const char *err = dcp_last_error();
+    size_t n = strlen(what);
+    if (strncmp(err, what, n) == 0 && err[n] == ':') fprintf(stderr, "dcp-vk-gguf: %s\n", err);
+    else fprintf(stderr, "dcp-vk-gguf: %s%s%s\n", what, err[0] ? ": " : "", err);
     return DCP_EXIT_RUNTIME;
 }
 
@@ -85,31 +96,17 @@ static int bad_usage(const char *msg, const char *arg)
     return DCP_EXIT_USAGE;
 }
 
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-') return false;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || *end) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_u32(const char *s, uint32_t *out)
-{
-    uint64_t v;
-    if (!parse_u64(s, &v) || v > 0xffffffffu) return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
 /* ---- printing ------------------------------------------------------------------------------ */
 
-/* Prints a string: text mode quotes with C escapes; JSON mode with JSON escapes. Bytes that are
- * not UTF-8 are shown as U+FFFD (src/common/utf8.h), so the output is always valid UTF-8. */
+/* Prints a string: JSON mode through dcp_cli_json_string (as every app's JSON); text mode quoted
+ * with C escapes. Bytes that are not UTF-8 are shown as U+FFFD (src/common/utf8.h), so the output
+ * is always valid UTF-8. */
 static void put_str(const char *s, size_t n, bool json)
 {
+    if (json) {
+        dcp_cli_json_string(stdout, s, n);
+        return;
+    }
     char small[256];
     char *u = DCP_UTF8_OUT_MAX(n) <= sizeof small ? small : malloc(DCP_UTF8_OUT_MAX(n));
     if (!u) {
@@ -124,7 +121,7 @@ static void put_str(const char *s, size_t n, bool json)
         else if (c == '\n') fputs("\\n", stdout);
         else if (c == '\t') fputs("\\t", stdout);
         else if (c == '\r') fputs("\\r", stdout);
-        else if (c < 0x20 || c == 0x7f) printf(json ? "\\u%04x" : "\\x%02x", c);
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
         else putchar(c);
     }
     putchar('"');
@@ -369,11 +366,12 @@ static void quantize_report(void *user, const dcp_gguf_tensor *t, dcp_ggml_type 
            fell_back ? "  (fallback: rows are not whole blocks of the mix's type)" : "");
 }
 
-static int quantize(const char *in, const char *out, dcp_ftype ftype, bool pure)
+static int quantize(const char *in, const char *out, dcp_ftype ftype, bool pure, unsigned flags)
 {
     dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
     qc.ftype = ftype;
     qc.pure = pure;
+    qc.write_flags = flags;
     printf("quantizing %s to %s as %s%s\n", in, out, dcp_ftype_name(ftype), pure ? " (pure)" : "");
     if (dcp_gguf_quantize(in, out, &qc, quantize_report, NULL) != DCP_OK) {
         fflush(stdout);
@@ -395,7 +393,7 @@ static int quantize(const char *in, const char *out, dcp_ftype ftype, bool pure)
 
 /* --make-model with a file type mix: an F32 model in an exclusive temporary beside OUT, quantized
  * into OUT, then removed. */
-static int make_mixed(const char *out, dcp_test_model_config *mc, dcp_ftype ftype)
+static int make_mixed(const char *out, dcp_test_model_config *mc, dcp_ftype ftype, unsigned flags)
 {
     size_t n = strlen(out);
     char *tmp = malloc(n + 12);
@@ -415,6 +413,7 @@ static int make_mixed(const char *out, dcp_test_model_config *mc, dcp_ftype ftyp
     else {
         dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
         qc.ftype = ftype;
+        qc.write_flags = flags;
         if (dcp_gguf_quantize(tmp, out, &qc, NULL, NULL) != DCP_OK) rc = die("--make-model");
     }
     unlink(tmp);
@@ -422,13 +421,26 @@ static int make_mixed(const char *out, dcp_test_model_config *mc, dcp_ftype ftyp
     return rc;
 }
 
-int main(int argc, char **argv)
+/* --make-model with one weight type: built in memory, written safely (dcp_gguf_writer_write_to). */
+static int make_plain(const char *out, const dcp_test_model_config *mc, unsigned flags)
+{
+    dcp_gguf_writer *w = NULL;
+    dcp_status st = dcp_gguf_build_test_model(mc, &w);
+    if (st == DCP_OK) st = dcp_gguf_writer_write_to(w, out, flags);
+    dcp_gguf_writer_destroy(w);
+    if (st == DCP_OK) return DCP_EXIT_OK;
+    int rc = die("--make-model");
+    return st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : rc; /* sizes that do not fit together */
+}
+
+static int run(int argc, char **argv)
 {
     const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL, *q_in = NULL, *q_out = NULL;
     const char *type_name = NULL;
     bool json = false, full = false, bos = false, special = false, pure = false;
     dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
-    bool model_opt = false;
+    bool model_opt = false, force = false;
+    const char *prog = "dcp-vk-gguf";
     const char *mla_config = NULL;
     /* Options given, for deepseek2 (which takes a subset of them over its configuration). */
     enum { G_NAME = 1, G_EMBD = 2, G_LAYER = 4, G_HEAD = 8, G_FF = 16, G_CTX = 32, G_EPS = 64, G_ROPE = 128,
@@ -443,6 +455,7 @@ int main(int argc, char **argv)
         if (!v) return bad_usage("missing value for", a);                                          \
         ++i;                                                                                       \
     } while (0)
+#define U32(field) dcp_cli_u32(prog, a, v, 0, UINT32_MAX, field)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return DCP_EXIT_OK;
@@ -460,23 +473,24 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--pure")) pure = true;
         else if (!strcmp(a, "--arch")) { NEEDS_VALUE; mc.arch = v; model_opt = true; }
         else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; given |= G_NAME; }
-        else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_embd); model_opt = true; given |= G_EMBD; }
-        else if (!strcmp(a, "--n-layer")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_layer); model_opt = true; given |= G_LAYER; }
-        else if (!strcmp(a, "--n-head")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head); model_opt = true; given |= G_HEAD; }
-        else if (!strcmp(a, "--n-head-kv")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_head_kv); model_opt = true; given |= G_LLAMA_ONLY; }
-        else if (!strcmp(a, "--head-dim")) { NEEDS_VALUE; ok = parse_u32(v, &mc.head_dim); model_opt = true; given |= G_LLAMA_ONLY; }
-        else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ff); model_opt = true; given |= G_FF; }
-        else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = parse_u32(v, &mc.n_ctx); model_opt = true; given |= G_CTX; }
-        else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = parse_u64(v, &mc.seed); model_opt = true; given |= G_SEED; }
+        else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = U32(&mc.n_embd); model_opt = true; given |= G_EMBD; }
+        else if (!strcmp(a, "--n-layer")) { NEEDS_VALUE; ok = U32(&mc.n_layer); model_opt = true; given |= G_LAYER; }
+        else if (!strcmp(a, "--n-head")) { NEEDS_VALUE; ok = U32(&mc.n_head); model_opt = true; given |= G_HEAD; }
+        else if (!strcmp(a, "--n-head-kv")) { NEEDS_VALUE; ok = U32(&mc.n_head_kv); model_opt = true; given |= G_LLAMA_ONLY; }
+        else if (!strcmp(a, "--head-dim")) { NEEDS_VALUE; ok = U32(&mc.head_dim); model_opt = true; given |= G_LLAMA_ONLY; }
+        else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = U32(&mc.n_ff); model_opt = true; given |= G_FF; }
+        else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = U32(&mc.n_ctx); model_opt = true; given |= G_CTX; }
+        else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = dcp_cli_u64(prog, a, v, 0, UINT64_MAX, &mc.seed); model_opt = true; given |= G_SEED; }
         else if (!strcmp(a, "--rms-eps") || !strcmp(a, "--rope-base")) {
             NEEDS_VALUE;
-            char *end;
-            double x = strtod(v, &end);
-            ok = *v && !*end && x > 0 && isfinite(x);
-            if (!strcmp(a, "--rms-eps")) mc.rms_eps = (float)x, given |= G_EPS;
-            else mc.rope_base = (float)x, given |= G_ROPE;
+            float x = 0;
+            /* positive and finite as a float */
+            ok = dcp_cli_f32(prog, a, v, 1e-38f, 3e38f, &x);
+            if (!strcmp(a, "--rms-eps")) mc.rms_eps = x, given |= G_EPS;
+            else mc.rope_base = x, given |= G_ROPE;
             model_opt = true;
-        } else if (!strcmp(a, "--type")) {
+        } else if (!strcmp(a, "--force")) force = true;
+        else if (!strcmp(a, "--type")) {
             NEEDS_VALUE;
             type_name = v;
             given |= G_TYPE;
@@ -488,8 +502,9 @@ int main(int argc, char **argv)
         } else if (a[0] == '-' && a[1]) return bad_usage("unknown option", a);
         else if (!file) file = a;
         else return bad_usage("more than one FILE:", a);
-        if (!ok) return bad_usage("bad value for", a);
+        if (!ok) return DCP_EXIT_USAGE; /* the parser said why */
 #undef NEEDS_VALUE
+#undef U32
     }
 
     if (q_in) {
@@ -498,9 +513,10 @@ int main(int argc, char **argv)
         if (!type_name) return bad_usage("--quantize needs --type T", NULL);
         dcp_ftype ft;
         if (dcp_ftype_from_name(type_name, &ft) != DCP_OK) return bad_usage(dcp_last_error(), NULL);
-        return quantize(q_in, q_out, ft, pure);
+        return quantize(q_in, q_out, ft, pure, force ? DCP_GGUF_WRITE_REPLACE : 0);
     }
     if (pure) return bad_usage("--pure needs --quantize", NULL);
+    if (force && !make) return bad_usage("--force needs --make-model or --quantize", NULL);
     if (make) {
         if (file || tok_text || detok || json) return bad_usage("--make-model takes no FILE, --tokenize, --detokenize or --json", NULL);
         if (mc.arch && !strcmp(mc.arch, "deepseek2")) {
@@ -522,7 +538,11 @@ int main(int argc, char **argv)
             if ((given & G_TYPE) && dcp_ggml_type_from_name(type_name, &dc.weight_type) != DCP_OK)
                 return bad_usage("--type: not a tensor type:", type_name);
             if (given & G_SEED) dc.seed = mc.seed;
-            if (dcp_gguf_make_test_model_deepseek2(make, &dc) != DCP_OK) return die("--make-model");
+            dcp_gguf_writer *w = NULL;
+            dcp_status st = dcp_gguf_build_test_model_deepseek2(&dc, &w);
+            if (st == DCP_OK) st = dcp_gguf_writer_write_to(w, make, force ? DCP_GGUF_WRITE_REPLACE : 0);
+            dcp_gguf_writer_destroy(w);
+            if (st != DCP_OK) return die("--make-model");
             printf("wrote %s\n", make);
             return DCP_EXIT_OK;
         }
@@ -531,9 +551,10 @@ int main(int argc, char **argv)
         if (type_name && dcp_ggml_type_from_name(type_name, &mc.weight_type) != DCP_OK) {
             if (dcp_ftype_from_name(type_name, &mix) != DCP_OK)
                 return bad_usage("--type: not a tensor type or file type:", type_name);
-            if (make_mixed(make, &mc, mix)) return 1;
-        } else if (dcp_gguf_make_test_model(make, &mc) != DCP_OK) {
-            return die("--make-model");
+            if (make_mixed(make, &mc, mix, force ? DCP_GGUF_WRITE_REPLACE : 0)) return DCP_EXIT_RUNTIME;
+        } else {
+            int rc = make_plain(make, &mc, force ? DCP_GGUF_WRITE_REPLACE : 0);
+            if (rc) return rc;
         }
         printf("wrote %s\n", make);
         return DCP_EXIT_OK;
@@ -551,9 +572,7 @@ int main(int argc, char **argv)
     else if (json) print_json(g, full);
     else print_text(g, full);
     dcp_gguf_close(g);
-    if (fflush(stdout) != 0) {
-        fprintf(stderr, "dcp-vk-gguf: cannot write output: %s\n", strerror(errno));
-        rc = DCP_EXIT_RUNTIME;
-    }
     return rc;
 }
+
+int main(int argc, char **argv) { return dcp_cli_finish_stdout("dcp-vk-gguf", run(argc, argv)); }

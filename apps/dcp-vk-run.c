@@ -2,7 +2,11 @@
  * loads the model onto Vulkan devices (in one process, or spread over the processes of
  * `mpiexec -n P`), prefills the prompt in batches, streams the generated text, and prints the speed
  * summary (human or JSON). See --help. main runs the phases in order: parse (run/options.c),
- * open_model (read and validate), open_devices, load_weights, build, generate, report, run_free. */
+ * read_prompt, open_model (read and validate), open_devices, load_weights, build, generate, report,
+ * run_free. Under MPI the processes first compare what they were given (options, model, prompt
+ * tokens; run/world.c) and stop together at step boundaries (signals, a failed write). */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +65,9 @@ typedef struct run_app {
     bool mpi, lead;          /* several processes; this process prints (process 0) */
     bool lost;               /* a failure the other processes may not see (they wait in a collective) */
     run_options o;
+    char *prompt_buf;        /* the prompt of -f (owned), or NULL */
     /* open_model */
-    char gen_path[512];      /* the generated test model without -m ("" otherwise) */
-    const char *model;       /* the model's path */
+    const char *model;       /* the model's path, or "<generated test model>" without -m */
     dcp_gguf *g;
     dcp_model_config mc;
     dcp_tokenizer *tok;
@@ -88,9 +92,55 @@ typedef struct run_app {
     char *text;              /* --json: the generated text [text_len] bytes */
     size_t text_len;
     double t_prompt, t_gen;  /* seconds */
+    int stopped;             /* why generation stopped early: a signal number, STOP_OUTPUT, or 0 */
+    bool out_failed;         /* a write to stdout failed (process 0) */
 } run_app;
 
-/* Opens the model (or generates the test model into gen_path), reads its hyperparameters and
+/* generate's stop codes besides signal numbers: a failed write of the output on process 0. */
+enum { STOP_OUTPUT = 1000 };
+
+/* The prompt: -p, or -f FILE read by every process, or -f - (standard input, which an MPI launcher
+ * gives process 0 only) read by process 0 and sent to the others. Returns a dcp_exit_code; under
+ * MPI the processes agree on it. */
+static int read_prompt(run_app *a)
+{
+    run_options *o = &a->o;
+    const bool from_stdin = o->prompt_file && strcmp(o->prompt_file, "-") == 0;
+    int rc = DCP_EXIT_OK;
+    if (!(a->mpi && from_stdin && !a->lead)) rc = run_read_prompt(o, &a->prompt_buf, a->prog);
+    if ((rc = run_world_agree(&a->world, rc))) return rc;
+    if (a->mpi && from_stdin) {
+        size_t len = o->prompt_len;
+        if ((rc = run_world_agree(&a->world, run_world_bcast_bytes(&a->world, &a->prompt_buf, &len, a->prog))))
+            return rc;
+        o->prompt = a->prompt_buf;
+        o->prompt_len = len;
+    }
+    return DCP_EXIT_OK;
+}
+
+/* What every process must have alike of the model: its shape and tensor directory (not its path:
+ * nodes may keep it in different places). */
+static uint32_t model_fields(const run_app *a, run_field *f)
+{
+    const dcp_model_config *mc = &a->mc;
+    uint64_t h[16] = {mc->arch, mc->n_layer, mc->n_embd, mc->n_head, mc->n_head_kv, mc->head_dim, mc->n_ff,
+                      mc->n_vocab, mc->n_ctx_train, dcp_gguf_tensor_count(a->g), dcp_gguf_data_offset(a->g)};
+    uint64_t dir = 0xcbf29ce484222325ull; /* FNV-1a over names, types, shapes and offsets */
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(a->g); i++) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(a->g, i);
+        for (const char *c = t->name; *c; c++) dir = (dir ^ (unsigned char)*c) * 0x100000001b3ull;
+        uint64_t v[6] = {t->type, t->ne[0], t->ne[1], t->ne[2], t->ne[3], t->offset};
+        for (int k = 0; k < 6; k++) dir = (dir ^ v[k]) * 0x100000001b3ull;
+    }
+    h[11] = dir;
+    run_field_set(&f[0], "the model (-m)", h, sizeof h, "%s, %u layers, embedding %u, %u heads / %u KV heads, vocab %u, "
+                  "%llu tensors (directory %016llx)", mc->arch_name, mc->n_layer, mc->n_embd, mc->n_head, mc->n_head_kv,
+                  mc->n_vocab, (unsigned long long)dcp_gguf_tensor_count(a->g), (unsigned long long)dir);
+    return 1;
+}
+
+/* Opens the model (or generates the test model in memory), reads its hyperparameters and
  * tokenizer, and validates the options against them. Returns a dcp_exit_code. */
 static int open_model(run_app *a)
 {
@@ -99,25 +149,21 @@ static int open_model(run_app *a)
     dcp_status st;
     a->model = o->model;
     if (!a->model) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(a->gen_path, sizeof a->gen_path, "%s/dcp-vk-test-model-%ld.gguf", tmp && *tmp ? tmp : "/tmp",
-                 (long)getpid());
+        /* Generated in memory and read from there: no file in a shared temporary folder. */
         dcp_test_model_config tc = DCP_TEST_MODEL_CONFIG_DEFAULT;
-        if ((st = dcp_gguf_make_test_model(a->gen_path, &tc))) {
+        if ((st = dcp_gguf_open_test_model(&tc, &a->g))) {
             fail(prog, "generating the test model", st);
             return DCP_EXIT_RUNTIME;
         }
         if (a->lead)
             fprintf(stderr, "%s: no -m given: using the project's generated test model (llama, %u layers, "
                             "embedding %u, %u heads, %u KV heads, seeded random weights: the text is noise), "
-                            "written to %s\n", prog, tc.n_layer, tc.n_embd, tc.n_head, tc.n_head_kv, a->gen_path);
-        a->model = a->gen_path;
-    }
-    if ((st = dcp_gguf_open(a->model, &a->g))) {
+                            "made in memory\n", prog, tc.n_layer, tc.n_embd, tc.n_head, tc.n_head_kv);
+        a->model = dcp_gguf_name(a->g);
+    } else if ((st = dcp_gguf_open(a->model, &a->g))) {
         fail(prog, "reading the model", st);
         return DCP_EXIT_RUNTIME;
     }
-    if (a->gen_path[0]) remove(a->gen_path); /* mapped: the file may go */
     if ((st = dcp_model_config_read(a->g, &a->mc))) {
         fail(prog, "reading the model's hyperparameters", st);
         return DCP_EXIT_RUNTIME;
@@ -185,24 +231,73 @@ static int open_devices(run_app *a)
     return DCP_EXIT_OK;
 }
 
+/* The run state's configuration from the options. */
+static dcp_model_state_config state_config(const run_options *o)
+{
+    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    lc.n_ctx = o->ctx;
+    lc.block_size = o->block_size;
+    lc.kv_dtype = strcmp(o->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    lc.max_rows = o->prefill_chunk;
+    lc.interleave = o->interleave;
+    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    return lc;
+}
+
+/* The weights' load configuration for this process's ranks (count_only: count, upload nothing). */
+static dcp_model_load_config load_config(run_app *a, dcp_device **devs, bool count_only)
+{
+    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
+    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
+    lc.devices = devs;
+    lc.count = a->nl;
+    lc.first_rank = a->first;
+    lc.tp = a->o.tp;
+    lc.dcp = a->o.dcp;
+    lc.q_replicate = a->o.q_replicate;
+    lc.count_only = count_only;
+    return lc;
+}
+
+/* Counts what the weights and the run state need on every device before anything is allocated,
+ * and refuses a configuration that does not fit with what it needs, what is available and the
+ * longest context that fits. Every process calls it; they agree on the result. Returns a
+ * dcp_exit_code (2 when it does not fit). */
+static int check_memory(run_app *a)
+{
+    dcp_device *devs[1024];
+    dcp_model_load_config lc = load_config(a, devs, true);
+    dcp_model *counted = NULL;
+    dcp_status st = dcp_model_load(&lc, a->g, &a->mc, &counted);
+    int rc = DCP_EXIT_OK;
+    if (st != DCP_OK) {
+        fail(a->prog, "the model on these devices", st);
+        rc = st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+    } else {
+        dcp_model_state_config sc = state_config(&a->o);
+        uint32_t fits = 0;
+        if ((st = dcp_model_state_check(counted, &sc, &fits)) != DCP_OK) {
+            fail(a->prog, "memory", st);
+            if (fits > 0)
+                fprintf(stderr, "%s: run with -c %u or less, or spread the model over more devices "
+                                "(--tensor-parallel-size, --decode-context-parallel-size)\n", a->prog, fits);
+            rc = st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+        }
+    }
+    dcp_model_destroy(counted);
+    return run_world_agree(&a->world, rc);
+}
+
 /* Uploads this process's TP ranks of the weights, with a progress line on process 0. Every process
  * calls it; they agree on the result. Returns a dcp_exit_code. */
 static int load_weights(run_app *a)
 {
-    const run_options *o = &a->o;
     dcp_device *devs[1024];
-    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
     load_progress lp = {now_s(), 0};
     double t0 = now_s();
     int wrc = DCP_EXIT_OK;
     dcp_status st;
-    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    lc.devices = devs;
-    lc.count = a->nl;
-    lc.first_rank = a->first;
-    lc.tp = o->tp;
-    lc.dcp = o->dcp;
-    lc.q_replicate = o->q_replicate;
+    dcp_model_load_config lc = load_config(a, devs, false);
     lc.progress = a->lead ? on_progress : NULL;
     lc.progress_user = &lp;
     if ((st = dcp_model_load(&lc, a->g, &a->mc, &a->w))) {
@@ -222,16 +317,10 @@ static int build(run_app *a)
     const char *prog = a->prog;
     const run_options *o = &a->o;
     dcp_status st;
-    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    lc.n_ctx = o->ctx;
-    lc.block_size = o->block_size;
-    lc.kv_dtype = strcmp(o->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
-    lc.max_rows = o->prefill_chunk;
-    lc.interleave = o->interleave;
-    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    dcp_model_state_config lc = state_config(o);
     if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
-        return DCP_EXIT_RUNTIME;
+        return st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     }
     dcp_sampler_config sc = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed};
     if ((st = dcp_sampler_create(&sc, a->mc.n_vocab, &a->smp))) {
@@ -239,7 +328,7 @@ static int build(run_app *a)
         return DCP_EXIT_USAGE;
     }
     unsigned flags = dcp_tokenizer_wants_bos(a->tok) ? DCP_TOKENIZE_ADD_BOS : 0;
-    if ((st = dcp_tokenizer_encode(a->tok, o->prompt, strlen(o->prompt), flags, &a->prompt, &a->n_prompt))) {
+    if ((st = dcp_tokenizer_encode(a->tok, o->prompt, o->prompt_len, flags, &a->prompt, &a->n_prompt))) {
         fail(prog, "tokenizing the prompt", st);
         return DCP_EXIT_RUNTIME;
     }
@@ -272,9 +361,16 @@ static int build(run_app *a)
     return DCP_EXIT_OK;
 }
 
+/* After a write to stdout: notes a failure (full disk, closed pipe, /dev/full), which stops the
+ * generation at the next step. */
+static void check_output(run_app *a)
+{
+    if (!dcp_cli_stdout_ok()) a->out_failed = true;
+}
+
 /* What runs where (stderr), then the prompt (stdout), before the generation; process 0, text
  * output only. */
-static void print_header(const run_app *a)
+static void print_header(run_app *a)
 {
     const run_options *o = &a->o;
     if (o->json || !a->lead) return;
@@ -285,15 +381,16 @@ static void print_header(const run_app *a)
     if (a->mpi)
         fprintf(stderr, "%s: %d MPI processes, %u TP ranks each; process 0 prints\n", a->prog, a->world.nproc,
                 a->nl);
-    dcp_cli_put_text(stdout, o->prompt, strlen(o->prompt)); /* the prompt, then the continuation */
-    fflush(stdout);
+    dcp_cli_put_text(stdout, o->prompt, o->prompt_len); /* the prompt, then the continuation */
+    check_output(a);
 }
 
 /* Writes a piece of generated text to stdout as it comes (process 0, text output). */
-static void print_piece(const char *piece, size_t len)
+static void print_piece(run_app *a, const char *piece, size_t len)
 {
+    if (a->out_failed) return;
     dcp_cli_put_text(stdout, piece, len);
-    fflush(stdout);
+    check_output(a);
 }
 
 /* A piece of generated text: kept for the JSON summary with --json, else printed by process 0.
@@ -308,34 +405,55 @@ static bool emit_piece(run_app *a, const char *piece, size_t len)
         memcpy(a->text + a->text_len, piece, len);
         a->text_len += len;
     } else if (a->lead) {
-        print_piece(piece, len);
+        print_piece(a, piece, len);
     }
     return true;
 }
 
+/* Whether to stop generating, at a step boundary: a signal (SIGINT, SIGTERM) on any process, or a
+ * failed write of the output on process 0. Collective under MPI, so that every process stops at
+ * the same step. Returns the signal number, STOP_OUTPUT, or 0. */
+static int stop_code(const run_app *a)
+{
+    int code = a->out_failed ? STOP_OUTPUT : dcp_cli_stop_signal();
+    if (a->mpi) code = (int)dcp_mpi_max((double)code);
+    return code;
+}
+
 /* Prefills the prompt in one batched forward (its last logits give the first token), then one
- * decode step per further token until n_predict tokens or EOS; streams the text. Collective under
- * MPI. Returns a dcp_exit_code; sets lost for a failure the other processes may not see. */
+ * decode step per further token until n_predict tokens or EOS; streams the text. Stops early at a
+ * step boundary when stop_code says so (a->stopped). Collective under MPI. Returns a
+ * dcp_exit_code; sets lost for a failure the other processes may not see. */
 static int generate(run_app *a)
 {
     const char *prog = a->prog;
     const run_options *o = &a->o;
     dcp_status st;
+    if ((a->stopped = stop_code(a))) return DCP_EXIT_OK;
     double t0 = now_s();
     int32_t next = -1;
-    if (o->n_predict > 0)
-        st = dcp_model_state_forward(a->s, a->prompt, (uint32_t)a->n_prompt, a->greedy ? NULL : a->logits, &next);
-    else
-        st = dcp_model_state_forward(a->s, a->prompt, (uint32_t)a->n_prompt, NULL, NULL);
-    if (st) {
-        fail(prog, "prefill", st);
-        a->lost = true;
-        return DCP_EXIT_RUNTIME;
+    /* The prompt in chunks of --prefill-chunk tokens (the state's steps), each a step boundary: the
+     * last chunk's logits give the first token. */
+    for (size_t done = 0; done < a->n_prompt;) {
+        if (done && (a->stopped = stop_code(a))) return DCP_EXIT_OK;
+        uint32_t n = (uint32_t)(a->n_prompt - done < o->prefill_chunk ? a->n_prompt - done : o->prefill_chunk);
+        bool last = done + n == a->n_prompt;
+        if (last && o->n_predict > 0)
+            st = dcp_model_state_forward(a->s, a->prompt + done, n, a->greedy ? NULL : a->logits, &next);
+        else
+            st = dcp_model_state_forward(a->s, a->prompt + done, n, NULL, NULL);
+        if (st) {
+            fail(prog, "prefill", st);
+            a->lost = true;
+            return DCP_EXIT_RUNTIME;
+        }
+        done += n;
     }
     a->t_prompt = now_s() - t0;
     double t1 = now_s();
     int32_t eos = dcp_tokenizer_eos(a->tok);
     while (a->n_gen < o->n_predict) {
+        if ((a->stopped = stop_code(a))) break;
         if (!a->greedy) next = dcp_sampler_sample(a->smp, a->logits);
         /* Every process computed the same logits; process 0's choice is the one all feed on. */
         if (a->mpi && (st = dcp_mpi_bcast(&next, sizeof next, 0))) {
@@ -371,14 +489,19 @@ static int generate(run_app *a)
 }
 
 /* The speed summary: one JSON object on stdout with --json, else a newline after the text and two
- * lines on stderr. Process 0 only. */
-static void report(const run_app *a)
+ * lines on stderr (and one saying why generation stopped early, if it did). Process 0 only. */
+static void report(run_app *a)
 {
     const char *prog = a->prog;
     const run_options *o = &a->o;
     if (!a->lead) return;
     /* Decode steps: every generated token but the first (which the prefill produced) ran one. */
     uint32_t steps = a->n_gen > 0 ? a->n_gen - 1 : 0;
+    /* How the exchanges moved, and the last decode step's rounds and host waits. */
+    char xdesc[8192];
+    dcp_model_state_describe_exchange(a->s, xdesc, sizeof xdesc);
+    uint32_t x_rounds = steps ? dcp_model_state_last_rounds(a->s) : 0;
+    uint32_t x_waits = steps ? dcp_model_state_last_host_waits(a->s) : 0;
     double prompt_tps = a->t_prompt > 0 ? a->n_prompt / a->t_prompt : 0;
     double gen_tps = a->t_gen > 0 && steps ? steps / a->t_gen : 0;
     uint64_t kv_bytes = dcp_model_state_kv_bytes(a->s);
@@ -394,17 +517,25 @@ static void report(const run_app *a)
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
                "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
                "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"processes\": %d, "
-               "\"text\": ",
+               "\"decode_step_rounds\": %u, \"decode_step_host_waits\": %u, \"exchange\": ",
                o->tp, o->dcp, o->backend, o->interleave, o->block_size, o->kv_dtype, a->n_prompt, a->n_gen, steps,
                a->t_prompt, a->t_gen, prompt_tps, gen_tps, a->t_load, (unsigned long long)kv_bytes, xbytes,
-               a->world.nproc);
+               a->world.nproc, x_rounds, x_waits);
+        dcp_cli_json_string(stdout, xdesc, strlen(xdesc));
+        printf(", \"text\": ");
         dcp_cli_json_string(stdout, a->text ? a->text : "", a->text_len);
         printf(", \"tokens\": [");
         for (uint32_t i = 0; i < a->n_gen; i++) printf(i ? ", %d" : "%d", a->gen[i]);
-        printf("]}\n");
+        printf("], \"interrupted\": %s}\n", a->stopped > 0 && a->stopped < STOP_OUTPUT ? "true" : "false");
+        check_output(a);
     } else {
-        printf("\n");
-        fflush(stdout);
+        if (!a->out_failed) {
+            printf("\n");
+            check_output(a);
+        }
+        if (a->stopped > 0 && a->stopped < STOP_OUTPUT)
+            fprintf(stderr, "%s: interrupted by %s after %u generated tokens: stopped at a step boundary\n", prog,
+                    a->stopped == SIGINT ? "SIGINT" : a->stopped == SIGTERM ? "SIGTERM" : "a signal", a->n_gen);
         fprintf(stderr,
                 "%s: prompt: %zu tokens in %.3f s = %.1f tokens/s; generation: %u tokens, %u decode steps in "
                 "%.3f s = %.1f tokens/s\n"
@@ -413,6 +544,7 @@ static void report(const run_app *a)
                 prog, a->n_prompt, a->t_prompt, prompt_tps, a->n_gen, steps, a->t_gen, gen_tps, prog,
                 kv_bytes / 1048576.0, o->tp, xbytes, dcp_model_bytes(a->w) / 1048576.0,
                 a->mpi ? "process 0's ranks" : "all ranks", a->t_load);
+        fprintf(stderr, "%s: decode step: %u rounds, %u host waits; exchange:\n%s\n", prog, x_rounds, x_waits, xdesc);
     }
 }
 
@@ -430,7 +562,7 @@ static void run_free(run_app *a)
     dcp_context_destroy(a->ctx);
     dcp_tokenizer_destroy(a->tok);
     dcp_gguf_close(a->g);
-    if (a->gen_path[0]) remove(a->gen_path);
+    free(a->prompt_buf);
 }
 
 /* The phases after the options: model, devices, weights, run state, generation, summary. Returns
@@ -438,13 +570,26 @@ static void run_free(run_app *a)
 static int run_phases(run_app *a)
 {
     int rc;
+    run_field f[RUN_MAX_FIELDS];
+    if ((rc = read_prompt(a))) return rc;
+    /* Before any exchange whose size depends on them: the same options, model and prompt tokens on
+     * every process (different -n would leave some waiting; different prompts mix). */
+    if ((rc = run_world_same(&a->world, f, run_option_fields(&a->o, f), "options", a->prog))) return rc;
     if ((rc = run_world_agree(&a->world, open_model(a)))) return rc;
+    if ((rc = run_world_same(&a->world, f, model_fields(a, f), "models", a->prog))) return rc;
     if ((rc = open_devices(a))) return rc;
+    if ((rc = check_memory(a))) return rc;
     if ((rc = load_weights(a))) return rc;
     if ((rc = build(a))) return rc;
+    run_field_set(&f[0], "the prompt's tokens", a->prompt, a->n_prompt * sizeof *a->prompt, "%zu tokens, first %d",
+                  a->n_prompt, a->prompt[0]);
+    if ((rc = run_world_same(&a->world, f, 1, "prompts", a->prog))) return rc;
     print_header(a);
     if ((rc = generate(a))) return rc;
     report(a);
+    /* A failed write: main's dcp_cli_finish_stdout says so on process 0. */
+    if (a->out_failed || a->stopped == STOP_OUTPUT) return DCP_EXIT_RUNTIME;
+    if (a->stopped > 0) return DCP_EXIT_SIGNAL + a->stopped;
     return DCP_EXIT_OK;
 }
 
@@ -459,6 +604,7 @@ int main(int argc, char **argv)
     a->mpi = a->world.nproc > 1;
     a->lead = a->world.proc == 0;
     if (a->mpi) msg_proc = a->world.proc;
+    dcp_cli_catch_signals();
     run_quiet(!a->lead);
     rc = run_world_agree(&a->world, run_parse(argc, argv, &a->o));
     if (rc == DCP_EXIT_OK && a->o.help) {
@@ -468,6 +614,7 @@ int main(int argc, char **argv)
         run_free(a);
     }
     run_quiet(0);
+    if (a->lead) rc = dcp_cli_finish_stdout(a->prog, rc);
     /* After a failure the others may not have seen, leave without MPI_Finalize: the launcher then
      * ends the whole job instead of leaving the others waiting. */
     if (!(a->lost && a->mpi)) run_world_finalize(&a->world);

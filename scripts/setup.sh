@@ -8,7 +8,8 @@
 #                                sanitizer build of the host-only tests, and build (without
 #                                running) a gcc Release and a clang Debug tree, warnings as errors
 #   bash scripts/setup.sh build  install and build only
-# Environment: DCP_SKIP_APT=1 skips the package step; BUILD_DIR (default build); JOBS (default nproc).
+# Environment: DCP_SKIP_APT=1 skips the package step, DCP_SKIP_NPM=1 the Node client; BUILD_DIR
+# (default build); JOBS (default nproc).
 set -euo pipefail
 job=${1:-run}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +29,12 @@ install_packages() {
     $sudo apt-get update -q
     $sudo apt-get install -y -q --no-install-recommends \
         build-essential clang cmake pkg-config glslang-tools spirv-tools libvulkan-dev vulkan-tools \
-        vulkan-validationlayers libcmocka-dev mpich libmpich-dev libpcre2-dev
+        vulkan-validationlayers libcmocka-dev mpich libmpich-dev libpcre2-dev \
+        libmicrohttpd-dev libcjson-dev curl python3-matplotlib
+    # dcp-vk-serve's tests drive it with the official OpenAI JavaScript client: Node.js (any
+    # Node >= 18; Debian's when none is installed).
+    command -v node >/dev/null && command -v npm >/dev/null ||
+        $sudo apt-get install -y -q --no-install-recommends nodejs npm
     if grep -qs bookworm-backports "$src"; then
         $sudo apt-get install -y -q -t bookworm-backports mesa-vulkan-drivers ||
             $sudo apt-get install -y -q mesa-vulkan-drivers
@@ -61,7 +67,17 @@ mesa22() {
     fi
 }
 
+# The OpenAI JavaScript client of the dcp-vk-serve tests, pinned by tests/serve/package-lock.json,
+# into tests/serve/node_modules (git-ignored). The tests need no network afterwards.
+install_node_client() {
+    [ "${DCP_SKIP_NPM:-0}" = 1 ] && return 0
+    if [ ! -f "$here/tests/serve/node_modules/openai/package.json" ]; then
+        (cd "$here/tests/serve" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+}
+
 install_packages
+install_node_client
 # Users build without -Werror; the test job (CI) treats every warning as an error.
 if [ "$job" = test ]; then
     build_tree "$build" -DDCP_WERROR=ON

@@ -1,8 +1,13 @@
 /* Communicator: all_gather, reduce_scatter, all_to_all, all_reduce in f32 and f16 against host
- * results, on every in-process transport available here (hostmem, staging; devgroup must fail
- * clearly), in place, byte counters, transport selection errors. With --mpi the same checks run
- * over MPI (one process per rank group, ranks = processes x $DCP_VK_DEVICES), and sub-communicators
- * from dcp_comm_init_mpi_split (contiguous and strided groups, singletons, processes left out). */
+ * results (so every transport gives the same bits), on every transport this machine offers, forced
+ * for every pair: peer (opaque fds; across processes passed over a Unix socket), hostmem (one
+ * allocation; across processes a POSIX shared-memory segment), staging / mpi (the host path), auto,
+ * and devgroup when the devices run on a device-group VkDevice (DCP_VK_DEVICE_GROUPS=1 with one
+ * device: a group of one); each pair's transport checked. In place, byte counters, selection
+ * errors (a forced transport a pair cannot use, dma-buf refused on lavapipe). With --mpi the same
+ * run over MPI (ranks = processes x $DCP_VK_DEVICES; $DCP_VK_NODE_PROCS makes nodes of that many
+ * processes, so that pairs across "nodes" use mpi), and sub-communicators from
+ * dcp_comm_init_mpi_split (contiguous and strided groups, singletons, processes left out). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,18 +133,47 @@ static dcp_status open_comm(dcp_context *ctx, dcp_transport t, dcp_comm **out)
     return use_mpi ? dcp_comm_init_mpi(devs, n, &cfg, out) : dcp_comm_init_local(devs, n, &cfg, out);
 }
 
+/* Whether the context's devices run on a device-group VkDevice each (DCP_VK_DEVICE_GROUPS=1). */
+static int group_devices(dcp_context *ctx)
+{
+    return dcp_device_get_info(dcp_context_device(ctx, 0))->group_device_count > 0;
+}
+
+/* The transport pair s -> d must get when `forced` is asked for (every device here is one
+ * physical device; devgroup pairs exist only for a rank with itself on a group-of-one VkDevice). */
+static dcp_transport expected(const dcp_comm *c, dcp_transport forced, int s, int d)
+{
+    const int L = dcp_comm_local_count(c);
+    const char *np = getenv("DCP_VK_NODE_PROCS");
+    int k = np && *np ? atoi(np) : 0;
+    int same_proc = s / L == d / L, same_node = k ? (s / L) / k == (d / L) / k : 1;
+    if (!same_node) return DCP_TRANSPORT_MPI;
+    if (forced == DCP_TRANSPORT_AUTO) return s == d ? DCP_TRANSPORT_SELF : DCP_TRANSPORT_PEER;
+    if (forced == DCP_TRANSPORT_STAGING || forced == DCP_TRANSPORT_MPI)
+        return same_proc ? DCP_TRANSPORT_STAGING : DCP_TRANSPORT_MPI;
+    return forced;
+}
+
 static void test_transports(void **state)
 {
-    const dcp_transport ts[3] = {DCP_TRANSPORT_STAGING, DCP_TRANSPORT_HOSTMEM, DCP_TRANSPORT_AUTO};
-    for (int k = 0; k < 3; k++) {
+    const dcp_transport ts[6] = {DCP_TRANSPORT_STAGING, DCP_TRANSPORT_HOSTMEM, DCP_TRANSPORT_PEER,
+                                 DCP_TRANSPORT_MPI,     DCP_TRANSPORT_AUTO,    DCP_TRANSPORT_DEVGROUP};
+    int n = dcp_context_device_count(*state);
+    for (int k = 0; k < 6; k++) {
         dcp_comm *comm = NULL;
+        /* devgroup: only a rank with itself, on a group-of-one VkDevice (see test_selection_errors). */
+        if (ts[k] == DCP_TRANSPORT_DEVGROUP && !(group_devices(*state) && n == 1 && !use_mpi)) continue;
         DCP_ASSERT_OK(open_comm(*state, ts[k], &comm));
         int N = dcp_comm_size(comm);
-        if (!use_mpi) assert_int_equal(N, dcp_context_device_count(*state));
-        /* lavapipe has VK_EXT_external_memory_host: auto picks hostmem in one process. */
-        if (!use_mpi && ts[k] == DCP_TRANSPORT_AUTO) assert_int_equal(dcp_comm_transport(comm), DCP_TRANSPORT_HOSTMEM);
-        if (use_mpi) assert_int_equal(dcp_comm_transport(comm), N > dcp_comm_local_count(comm) ? DCP_TRANSPORT_MPI
-                                                                                      : dcp_comm_transport(comm));
+        if (!use_mpi) assert_int_equal(N, n);
+        for (int s = 0; s < N; s++)
+            for (int d = 0; d < N; d++)
+                if (dcp_comm_pair_transport(comm, s, d) != expected(comm, ts[k], s, d))
+                    fail_msg("forced %s: pair %d -> %d uses %s, expected %s (%s)", dcp_transport_name(ts[k]), s, d,
+                             dcp_transport_name(dcp_comm_pair_transport(comm, s, d)),
+                             dcp_transport_name(expected(comm, ts[k], s, d)), dcp_comm_pair_reason(comm, s, d));
+        char buf[4096];
+        if (world_rank == 0) printf("forced %s: %s\n", dcp_transport_name(ts[k]), dcp_comm_describe(comm, buf, sizeof buf));
         check_all(comm);
         dcp_comm_destroy(comm);
     }
@@ -148,10 +182,20 @@ static void test_transports(void **state)
 static void test_selection_errors(void **state)
 {
     dcp_comm *comm = NULL;
-    assert_int_equal(open_comm(*state, DCP_TRANSPORT_DEVGROUP, &comm), DCP_ERR_UNSUPPORTED);
+    int n = dcp_context_device_count(*state);
+    /* devgroup between different VkDevices: refused, naming the pair and why. */
+    if (!(group_devices(*state) && n == 1 && !use_mpi)) {
+        assert_int_equal(open_comm(*state, DCP_TRANSPORT_DEVGROUP, &comm), DCP_ERR_UNSUPPORTED);
+        assert_null(comm);
+        assert_non_null(strstr(dcp_last_error(), "devgroup"));
+        assert_non_null(strstr(dcp_last_error(), "forced"));
+        printf("devgroup here: %s\n", dcp_last_error());
+    }
+    /* dma-buf: lavapipe imports but does not export it: a forced dmabuf is refused with the reason. */
+    assert_int_equal(open_comm(*state, DCP_TRANSPORT_DMABUF, &comm), DCP_ERR_UNSUPPORTED);
     assert_null(comm);
-    assert_non_null(strstr(dcp_last_error(), "devgroup"));
-    printf("devgroup here: %s\n", dcp_last_error());
+    assert_non_null(strstr(dcp_last_error(), "dma-buf"));
+    printf("dmabuf here: %s\n", dcp_last_error());
     setenv("DCP_VK_TRANSPORT", "carrier-pigeon", 1);
     assert_int_equal(open_comm(*state, DCP_TRANSPORT_AUTO, &comm), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "carrier-pigeon"));
@@ -163,7 +207,10 @@ static void test_selection_errors(void **state)
     dcp_transport t;
     assert_int_equal(dcp_transport_parse("hostmem", &t), DCP_OK);
     assert_int_equal(t, DCP_TRANSPORT_HOSTMEM);
+    assert_int_equal(dcp_transport_parse("peer", &t), DCP_OK);
+    assert_int_equal(t, DCP_TRANSPORT_PEER);
     assert_int_equal(dcp_transport_parse("x", &t), DCP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dcp_transport_parse("mixed", &t), DCP_ERR_INVALID_ARGUMENT);
     /* The same device twice. */
     dcp_device *dev = dcp_context_device(*state, 0);
     dcp_device *twice[2] = {dev, dev};
@@ -198,8 +245,10 @@ static void test_split(void **state)
             fail_msg("split %s: process %d got size %d first rank %d, expected %d and %d", cases[k].what, p,
                      dcp_comm_size(comm), dcp_comm_first_rank(comm), cases[k].members * n, cases[k].index * n);
         assert_int_equal(dcp_comm_local_count(comm), n);
-        dcp_transport t = dcp_comm_transport(comm);
-        assert_true(cases[k].members > 1 ? t == DCP_TRANSPORT_MPI : t != DCP_TRANSPORT_MPI);
+        /* auto: its own block stays, peer between processes of a node, mpi across "nodes". */
+        for (int a = 0; a < dcp_comm_size(comm); a++)
+            for (int b = 0; b < dcp_comm_size(comm); b++)
+                assert_int_equal(dcp_comm_pair_transport(comm, a, b), expected(comm, DCP_TRANSPORT_AUTO, a, b));
         check_all_salted(comm, 1000u * (uint32_t)(k + 1) + 100u * (uint32_t)cases[k].color);
         dcp_comm_destroy(comm);
     }

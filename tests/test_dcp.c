@@ -1,8 +1,11 @@
 /* The DCP attention step against the single-device reference: the KV cache filled through
  * kv_append (prompts, then tokens one at a time across shard boundaries), a batch of different
  * lengths including ones shorter than N * I (empty shards), I in {1, 16, page size}, f32 and f16,
- * both backends, gather and q_replicate, every in-process transport (hostmem, staging) or MPI
- * (--mpi). a2a and ag_rs must agree within 1e-5; exchange bytes are checked; config errors. */
+ * both backends, gather and q_replicate, every transport this machine offers (staging / mpi, hostmem,
+ * peer, auto; devgroup on a group-of-one VkDevice), in one process or over MPI (--mpi): every
+ * transport gives bitwise the same O and LSE, and the step's host waits are its rounds, or one when
+ * its rounds wait on each other on the GPU (one rank on one VkDevice). a2a and ag_rs must agree
+ * within 1e-5; exchange bytes are checked; config errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +56,9 @@ static dcp_status open_comm(dcp_context *ctx, dcp_transport t, dcp_comm **out)
     cfg.transport = t;
     return use_mpi ? dcp_comm_init_mpi(devs, n, &cfg, out) : dcp_comm_init_local(devs, n, &cfg, out);
 }
+
+/* Rounds of a DCP step: the Q all-gather (without q_replicate), then a2a 1 or ag_rs 2 exchanges. */
+static uint32_t dcp_cp_attn_phases_of(int ag_rs, int q_replicate) { return (q_replicate ? 1u : 2u) + (ag_rs ? 2u : 1u); }
 
 static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
 {
@@ -156,13 +162,19 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
         assert_int_equal(dcp_kv_cache_pages_used(cache, (uint32_t)i), pages);
     }
 
-    const dcp_transport in_process[2] = {DCP_TRANSPORT_HOSTMEM, DCP_TRANSPORT_STAGING};
+    /* Staging first: the others must match its bits. */
+    const dcp_transport ts[5] = {DCP_TRANSPORT_STAGING, DCP_TRANSPORT_HOSTMEM, DCP_TRANSPORT_PEER, DCP_TRANSPORT_AUTO,
+                                 DCP_TRANSPORT_DEVGROUP};
+    const int group_of_one = dcp_device_get_info(devs[0])->group_device_count > 0 && L == 1 && !use_mpi;
     uint32_t seq_ids[4] = {0, 1, 2, 3};
     float *o = malloc((uint64_t)batch * Hl * D * 4), *lse = malloc((uint64_t)batch * Hl * 4);
     float *o_a2a = malloc((uint64_t)L * batch * Hl * D * 4);
-    for (int t = 0; t < (use_mpi ? 1 : 2); t++) {
+    const uint64_t per = (uint64_t)batch * Hl * (D + 1); /* O then LSE of one rank, one configuration */
+    float *base = malloc((uint64_t)4 * L * per * 4);
+    for (int t = 0; t < 5; t++) {
         dcp_comm *comm;
-        DCP_ASSERT_OK(open_comm(ctx, in_process[t], &comm));
+        if (ts[t] == DCP_TRANSPORT_DEVGROUP && !group_of_one) continue;
+        DCP_ASSERT_OK(open_comm(ctx, ts[t], &comm));
         for (int qr = 0; qr < 2; qr++)
             for (int be = 0; be < 2; be++) {
                 dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
@@ -195,6 +207,11 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
                 }
                 dcp_cp_attn_timing tm;
                 DCP_ASSERT_OK(dcp_cp_attn_run(attn, qv, ov, lv, &tm));
+                /* Host waits: one per round, or one for the step when the ranks share a VkDevice
+                 * and no exchange needs the host (one rank here; lavapipe has no external semaphores). */
+                int gpu = N == 1 && ts[t] != DCP_TRANSPORT_STAGING && !getenv("DCP_VK_STEP_SYNC");
+                assert_int_equal(tm.rounds, dcp_cp_attn_phases_of(be, qr));
+                assert_int_equal(tm.host_waits, gpu ? 1 : tm.rounds);
                 /* Bytes local rank 0 sent in the step. */
                 uint64_t want_bytes = be ? (uint64_t)(N - 1) * (batch * NH * 4 + (uint64_t)batch * Hl * D * 4)
                                          : (uint64_t)(N - 1) * batch * Hl * (D + 1) * 4;
@@ -214,6 +231,15 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
                         if (e > worst_o) worst_o = e;
                         e = dcp_test_check_lse(what, lse + (uint64_t)b * Hl, lse_ref + (uint64_t)b * NH + g * Hl, Hl);
                         if (e > worst_lse) worst_lse = e;
+                    }
+                    /* Every transport: the same bits as staging. */
+                    float *b0 = base + ((uint64_t)(qr * 2 + be) * L + i) * per;
+                    if (t == 0) {
+                        memcpy(b0, o, (uint64_t)batch * Hl * D * 4);
+                        memcpy(b0 + (uint64_t)batch * Hl * D, lse, (uint64_t)batch * Hl * 4);
+                    } else if (memcmp(b0, o, (uint64_t)batch * Hl * D * 4) ||
+                               memcmp(b0 + (uint64_t)batch * Hl * D, lse, (uint64_t)batch * Hl * 4)) {
+                        fail_msg("%s: O or LSE differs from the staging transport's bits", what);
                     }
                     float *mine = o_a2a + (uint64_t)i * batch * Hl * D;
                     if (!be) {
@@ -240,7 +266,7 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
     }
     dcp_kv_cache_destroy(cache);
     free(k); free(v); free(q); free(pages); free(ref_bt); free(o_ref); free(lse_ref);
-    free(kt); free(vt); free(o); free(lse); free(o_a2a);
+    free(kt); free(vt); free(o); free(lse); free(o_a2a); free(base);
 }
 
 /* I = 1: every rank holds every N-th token; short sequences leave ranks empty. */

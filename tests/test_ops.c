@@ -292,6 +292,7 @@ static void test_rope_store(void **state)
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     static const uint32_t cfgs[][4] = {/* Hq, Hkv, D, n_rot */ {8, 4, 8, 8}, {4, 1, 64, 32}, {6, 2, 128, 128}};
     double worst = 0;
+    for (int neox = 0; neox < 2; neox++) /* NORM (llama) and NEOX (qwen2, qwen3, phi3) pairs */
     for (size_t ci = 0; ci < 3; ci++)
         for (int f16 = 0; f16 < 2; f16++) {
             const uint32_t Hq = cfgs[ci][0], Hkv = cfgs[ci][1], D = cfgs[ci][2], R = cfgs[ci][3];
@@ -313,7 +314,7 @@ static void test_rope_store(void **state)
             dcp_buffer *sb = upload(dev, src, (uint64_t)T * stride * 4), *slb = upload(dev, slot, sizeof slot);
             dcp_buffer *csb = upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
             DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * Hq * D * 4, DCP_MEMORY_DEVICE, &qb));
-            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool};
+            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, (uint32_t)neox};
             DCP_ASSERT_OK(dcp_cmd_reset(cmd));
             DCP_ASSERT_OK(dcp_op_rope_store(cmd, &a));
             run(cmd);
@@ -327,7 +328,9 @@ static void test_rope_store(void **state)
             float *row = malloc((uint64_t)width * 4);
             for (uint32_t t = 0; t < T; t++) {
                 memcpy(row, src + (uint64_t)t * stride, (uint64_t)width * 4);
-                dcp_ref_rope(Hq + Hkv, D, R, pos[t], base, row);
+                const dcp_ref_rope_cfg rc = {.n_rot = R, .base = base, .neox = 1, .factor = 1.0, .mscale = 1.0};
+                if (neox) dcp_ref_rope_ex(&rc, Hq + Hkv, D, pos[t], row);
+                else dcp_ref_rope(Hq + Hkv, D, R, pos[t], base, row);
                 for (uint32_t i = 0; i < Hq * D; i++) {
                     double e = fabs(q[(uint64_t)t * Hq * D + i] - row[i]);
                     if (e > worst) worst = e;
@@ -375,7 +378,7 @@ static void test_rope_store(void **state)
             free(written);
             free(row);
         }
-    printf("rope_store: max abs error %.3g (q and f32 K)\n", worst);
+    printf("rope_store: max abs error %.3g (q and f32 K, NORM and NEOX pairs)\n", worst);
     dcp_cmd_destroy(cmd);
 }
 

@@ -57,7 +57,7 @@ static void test_errors(void **state)
 {
     const char *s = stories();
     expect((const char *[]){"--bogus", NULL}, 2, "unknown option");
-    expect((const char *[]){"-n", "x", NULL}, 2, "not an integer");
+    expect((const char *[]){"-n", "x", NULL}, 2, "not a decimal integer");
     expect((const char *[]){"--temp", "-1", NULL}, 2, "--temp");
     expect((const char *[]){"--top-p", "0", NULL}, 2, "--top-p");
     expect((const char *[]){"--kv-dtype", "f8", NULL}, 2, "f16, f32");

@@ -2,6 +2,7 @@
  * streaming-read shader and vkCmdCopyBuffer rates measured in the same run as yardsticks.
  * Sequences are spread over the devices (sequence b on device b % devices). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,8 @@ static void usage(FILE *f)
             "                     (N divides it) and --kv-heads the KV heads every rank holds (default 0: off)\n"
             "  --backend B        a2a or ag_rs (default a2a; a2a needs N > 1)\n"
             "  --interleave I     tokens in a row on one rank, divides --page-size (default 1)\n"
-            "  --transport T      auto, hostmem, staging or devgroup (default auto: $DCP_VK_TRANSPORT, else best)\n"
+            "  --transport T      auto, devgroup, peer, dmabuf, hostmem, staging or mpi (default auto:\n"
+            "                     $DCP_VK_TRANSPORT, else the best for each pair)\n"
             "  --q-replicate      every rank gets the group's full Q; no Q all-gather\n"
             "MLA (DeepSeek's latent attention: every head against one latent cache, K-only pool):\n"
             "  --mla              decode MLA instead of GQA; --q-heads then counts the heads per rank\n"
@@ -93,7 +95,7 @@ static int parse(int argc, char **argv, attn_opts *o)
             ok = k >= 0;
             if (ok) o->dcp.backend = k;
         } else if (strcmp(a, "--transport") == 0) {
-            static const char *const transports[] = {"auto", "devgroup", "hostmem", "staging", NULL};
+            static const char *const transports[] = {"auto", "devgroup", "hostmem", "staging", "mpi", "peer", "dmabuf", NULL};
             int k = (v = dcp_cli_value(p, argc, argv, &i)) ? dcp_cli_choice(p, a, v, transports) : -1;
             ok = k >= 0;
             if (ok) o->dcp.transport = k; /* dcp_transport order */
@@ -296,6 +298,53 @@ static uint64_t share_verify(share *s, const attn_opts *o, double *max_o, double
     return bad;
 }
 
+/* What --ctx ctx needs: on each device its share's pool, plan (workspace at ctx), q/o/lse and
+ * staging buffer; on the host the pages that fill the pools, block tables and queries (share_setup
+ * allocates these). */
+typedef struct attn_need_args {
+    const attn_opts *o;
+    dcp_context *ctx;
+} attn_need_args;
+
+static void attn_need(void *user, uint32_t ctx, dcp_bench_need *need)
+{
+    const attn_need_args *a = user;
+    const attn_opts *o = a->o;
+    const int ndev = dcp_context_device_count(a->ctx);
+    memset(need, 0, offsetof(dcp_bench_need, error) + 1);
+    need->count = ndev < DCP_BENCH_MAX_DEVICES ? ndev : DCP_BENCH_MAX_DEVICES;
+    need->largest_what = "the KV pool's segment, the block table or the split-KV workspace";
+    for (int d = 0; d < need->count; d++) {
+        dcp_device *dev = need->devs[d] = dcp_context_device(a->ctx, d);
+        uint32_t n = 0;
+        for (uint32_t b = 0; b < o->batch; b++) n += (int)(b % (uint32_t)ndev) == d;
+        if (!n) continue;
+        uint64_t max_blocks = ((uint64_t)ctx + o->page_size - 1) / o->page_size;
+        if (!max_blocks) max_blocks = 1;
+        uint64_t pages = n * max_blocks;
+        if (pages > UINT32_MAX) pages = UINT32_MAX; /* the pool refuses that many below */
+        dcp_kv_pool_config pc = {.kv_heads = o->kv_heads, .head_dim = o->head_dim, .page_size = o->page_size,
+                                  .dtype = o->dtype, .num_pages = (uint32_t)pages};
+        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+        dc.batch = n;
+        dc.q_heads = o->q_heads;
+        dc.max_blocks = (uint32_t)max_blocks;
+        uint64_t pool, seg, plan, plan_largest;
+        dcp_status st = dcp_kv_pool_bytes(dev, &pc, &pool, &seg);
+        if (st == DCP_OK) st = dcp_decode_plan_bytes(&pc, &dc, ctx, &plan, &plan_largest);
+        if (st != DCP_OK) {
+            need->status = st;
+            snprintf(need->error, sizeof need->error, "%s", dcp_last_error());
+            return;
+        }
+        const uint64_t rows = (uint64_t)n * o->q_heads, qo = rows * o->head_dim * 4;
+        need->device[d] = pool + plan + 2 * qo + rows * 4 + dcp_device_staging_bytes(dev, seg > qo ? seg : qo);
+        need->largest[d] = seg > plan_largest ? seg : plan_largest;
+        if (qo > need->largest[d]) need->largest[d] = qo;
+        need->host += pool + (uint64_t)n * max_blocks * 4 + qo;
+    }
+}
+
 int dcp_bench_attn(int argc, char **argv)
 {
     const char *prog = "dcp-vk-bench attn";
@@ -324,6 +373,13 @@ int dcp_bench_attn(int argc, char **argv)
         return st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     }
     int ndev = dcp_context_device_count(ctx);
+    /* Counted first: a configuration the devices cannot hold is refused before anything is allocated. */
+    attn_need_args na = {&o, ctx};
+    int mrc = dcp_bench_check_memory(prog, o.ctx, attn_need, &na, 0);
+    if (mrc) {
+        dcp_context_destroy(ctx);
+        return mrc;
+    }
     share *sh = calloc((size_t)ndev, sizeof *sh);
     int rc = DCP_EXIT_OK;
     for (int d = 0; d < ndev && st == DCP_OK; d++) {

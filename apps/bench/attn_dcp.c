@@ -7,6 +7,7 @@
  * Phases: start_mpi, open_group (devices, communicator), fill_cache, make_step, time_steps,
  * verify, report, bench_free. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "common/cli.h"
 #include "common/error.h"
 #include "common/splitmix.h"
+#include "comm/put.h"
 #include "dcpvk/cp.h"
 #include "ref/ref.h"
 
@@ -352,14 +354,16 @@ static void report(const bench_dcp *b)
     const char *tname = dcp_transport_name(dcp_comm_transport(b->comm));
     const char *bname = dcp_cp_backend_name(b->ac.backend);
     if (o->json) {
-        printf("{\"bench\": \"attn_dcp\", \"device\": \"%s\", \"dcp\": %u, \"processes\": %d, \"backend\": \"%s\", "
+        printf("{\"bench\": \"attn_dcp\", \"device\": ");
+        dcp_cli_json_string(stdout, info->name, strlen(info->name));
+        printf(", \"dcp\": %u, \"processes\": %d, \"backend\": \"%s\", "
                "\"transport\": \"%s\", \"q_replicate\": %d, \"interleave\": %u, \"ctx\": %u, \"batch\": %u, "
                "\"q_heads\": %u, \"heads_per_rank\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, "
                "\"kv_dtype\": \"%s\", \"iters\": %u, \"local_ms\": %.4f, \"exchange_ms\": %.4f, \"merge_ms\": %.4f, "
                "\"total_ms\": %.4f, \"total_min_ms\": %.4f, \"exchange_bytes_per_rank\": %llu, \"q_gather_bytes_per_rank\": %llu, "
                "\"a2a_formula_bytes\": %llu, "
                "\"kv_bytes_per_rank\": %llu",
-               info->name, N, b->nproc, bname, tname, o->q_replicate, o->interleave, o->ctx, batch, NH, Hl, Hkv, D,
+               N, b->nproc, bname, tname, o->q_replicate, o->interleave, o->ctx, batch, NH, Hl, Hkv, D,
                B, dcp_dtype_name((dcp_dtype)o->dtype), o->iters, b->t_loc * 1e-6, b->t_x * 1e-6, b->t_m * 1e-6,
                b->t_tot * 1e-6, b->t_min * 1e-6, (unsigned long long)b->bytes, (unsigned long long)b->q_bytes,
                (unsigned long long)formula, (unsigned long long)b->kv_rank);
@@ -412,6 +416,56 @@ static void bench_free(bench_dcp *b)
     if (b->mpi) dcp_mpi_finalize();
 }
 
+/* What --ctx ctx needs on each local rank (fill_cache and make_step allocate these): its pool of
+ * the shard, the fill's K and V rounds, Q / O / LSE, the DCP step (plan with its workspace,
+ * gathered Q, partial states), the communicator's mailboxes, the slot table and staging buffer; on
+ * the host the fill's rounds and, with --verify, the single-device reference pool. */
+static void dcp_need(void *user, uint32_t ctx, dcp_bench_need *need)
+{
+    const bench_dcp *b = user;
+    const dcp_bench_dcp_opts *o = b->o;
+    const uint32_t N = o->dcp, B = o->page_size, D = o->head_dim, Hkv = o->kv_heads, NH = o->q_heads;
+    const uint32_t Hl = NH / N, batch = o->batch, round = 2048;
+    memset(need, 0, offsetof(dcp_bench_need, error) + 1);
+    need->count = b->L;
+    need->largest_what = "a KV pool segment, the block table, the split-KV workspace or a partial state";
+    const uint64_t local_max = dcp_kv_local_length(ctx, 0, N, o->interleave);
+    const uint64_t blocks = (local_max + B - 1) / B + 1, pages = (uint64_t)batch * blocks;
+    dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
+    kc.pool = (dcp_kv_pool_config){.kv_heads = Hkv, .head_dim = D, .page_size = B, .dtype = (dcp_dtype)o->dtype,
+                               .num_pages = pages > UINT32_MAX ? UINT32_MAX : (uint32_t)pages};
+    kc.dcp_size = N;
+    kc.interleave = o->interleave;
+    kc.max_seqs = batch;
+    kc.max_blocks = blocks > UINT32_MAX ? UINT32_MAX : (uint32_t)blocks;
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+    ac.batch = batch;
+    ac.heads_local = Hl;
+    ac.backend = (dcp_cp_backend)o->backend;
+    ac.q_replicate = o->q_replicate;
+    const uint64_t kv_cap = (uint64_t)batch * round * Hkv * D * 4;
+    for (int i = 0; i < b->L; i++) {
+        dcp_device *dev = need->devs[i] = b->devs[i];
+        uint64_t pool, seg, step, step_largest, block;
+        dcp_status st = dcp_kv_pool_bytes(dev, &kc.pool, &pool, &seg);
+        if (st == DCP_OK) st = dcp_cp_attn_bytes(&kc, &ac, ctx, &step, &step_largest, &block);
+        if (st != DCP_OK) {
+            need->status = st;
+            snprintf(need->error, sizeof need->error, "%s", dcp_last_error());
+            return;
+        }
+        uint64_t bufs = 2 * kv_cap + (uint64_t)batch * NH * D * 4 + (uint64_t)batch * Hl * (D + 1) * 4;
+        need->device[i] = pool + bufs + step + dcp_comm_mailbox_bytes((int)N, block > 65536 ? block : 65536) +
+                          dcp_kv_cache_slot_bytes(batch * round) + dcp_device_staging_bytes(dev, kv_cap);
+        need->largest[i] = seg > step_largest ? seg : step_largest;
+        if (kv_cap > need->largest[i]) need->largest[i] = kv_cap;
+    }
+    need->host = 2 * kv_cap + (uint64_t)batch * NH * D * 4;
+    if (o->verify) /* the reference pool of every sequence at full length, with its tables */
+        need->host += (uint64_t)batch * (((uint64_t)ctx + B - 1) / B + 1) * (2ull * Hkv * D * B *
+                      dcp_dtype_size((dcp_dtype)o->dtype) + 4);
+}
+
 /* The phases after the group is open: KV cache, step, timing, verification. */
 static dcp_status run_phases(bench_dcp *b)
 {
@@ -430,6 +484,10 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o)
     int rc = start_mpi(b);
     if (rc) return rc;
     rc = open_group(b);
+    /* Counted first: a configuration the devices cannot hold is refused before anything is
+     * allocated (every process checks its own ranks; they agree). */
+    if (rc == DCP_EXIT_OK) rc = dcp_bench_check_memory(b->prog, o->ctx, dcp_need, b, b->proc != 0);
+    if (b->mpi) rc = (int)dcp_mpi_max((double)rc);
     if (rc == DCP_EXIT_OK) {
         dcp_status st = run_phases(b);
         if (st != DCP_OK) {

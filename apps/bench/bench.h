@@ -8,6 +8,9 @@
 #include "dcpvk/vk.h"
 
 int dcp_bench_attn(int argc, char **argv);
+/* dcp-vk-bench comm (apps/bench/comm.c): exchange latency and bandwidth per collective and transport,
+ * and a model decode step split into compute and exchange. */
+int dcp_bench_comm(int argc, char **argv);
 /* dcp-vk-bench capacity (apps/bench/capacity.c): longest context in a KV budget, plain TP vs DCP. */
 int dcp_bench_capacity(int argc, char **argv);
 /* dcp-vk-bench matmul (apps/bench/matmul.c): weight read rate of each weight type at several batch
@@ -56,6 +59,25 @@ typedef struct dcp_bench_yardsticks {
 } dcp_bench_yardsticks;
 
 int dcp_bench_measure_yardsticks(dcp_device *dev, int iters, dcp_bench_yardsticks *out);
+
+/* What a benchmark configuration needs, counted before anything is allocated (apps/bench/memcheck.c). */
+enum { DCP_BENCH_MAX_DEVICES = 1024 };
+typedef struct dcp_bench_need {
+    int count;                                /* devices */
+    dcp_device *devs[DCP_BENCH_MAX_DEVICES];
+    uint64_t device[DCP_BENCH_MAX_DEVICES];   /* bytes on each device */
+    uint64_t largest[DCP_BENCH_MAX_DEVICES];  /* its largest buffer */
+    const char *largest_what;
+    uint64_t host;                            /* host bytes (copies that fill the device buffers) */
+    dcp_status status;                        /* DCP_OK, or a configuration the counting refused */
+    char error[512];                          /* its message */
+} dcp_bench_need;
+/* Fills *need for a context of ctx tokens. */
+typedef void (*dcp_bench_need_fn)(void *user, uint32_t ctx, dcp_bench_need *need);
+/* Checks the needs at ctx against the devices (their range and memory budget; CPU devices and the
+ * host copies together). Returns 0, or DCP_EXIT_USAGE after printing (unless quiet) what is needed,
+ * what is available and the longest --ctx that fits. */
+int dcp_bench_check_memory(const char *prog, uint32_t ctx, dcp_bench_need_fn fn, void *user, int quiet);
 
 /* Median of n values (sorts them). */
 double dcp_bench_median(double *v, int n);

@@ -1,6 +1,7 @@
 /* dcp-vk-bench capacity: the longest context that fits in a KV budget per device, with the KV
- * duplicated as under plain tensor parallelism and with DCP, counted by the KV cache's own page
- * allocator (an accounting-only dcp_kv_cache), not by a formula. */
+ * duplicated as under plain tensor parallelism and with DCP, counted with the placement rule
+ * (dcp_kv_max_length: pages per rank, interleaved shards), so that any accepted input is answered
+ * at once; tests/test_capacity.c checks the count against the KV cache's own page allocator. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,46 +33,6 @@ static void usage(FILE *f)
             "  --json             one JSON object instead of text\n"
             "Each device holds max(1, H / T) KV heads per layer (duplicated when T > H). Under plain TP\n"
             "every device holds the whole sequence; with DCP N the sequence is sharded over N devices.\n");
-}
-
-/* Longest single sequence the allocator accepts on n ranks (binary search on all-or-nothing
- * appends of a fresh sequence). */
-static dcp_status longest(const cap_opts *o, uint32_t heads, uint32_t n, uint32_t pages, uint64_t *out)
-{
-    dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-    c.pool = (dcp_kv_pool_config){.kv_heads = heads, .head_dim = o->head_dim, .page_size = o->page_size,
-                                  .dtype = o->dtype, .num_pages = pages};
-    c.dcp_size = n;
-    c.interleave = o->interleave;
-    c.max_seqs = 1;
-    c.max_blocks = pages + 1;
-    c.host_only = true;
-    dcp_device **none = calloc(n, sizeof *none);
-    dcp_kv_cache *cache = NULL;
-    dcp_status st = dcp_kv_cache_create(none, n, &c, &cache);
-    free(none);
-    if (st != DCP_OK) return st;
-    uint64_t lo = 0, hi = (uint64_t)pages * o->page_size * n + 1; /* lo fits, hi does not */
-    if (hi > 0xfffffffull) hi = 0xfffffffull;
-    uint32_t seq = 0;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        uint32_t count = (uint32_t)mid;
-        st = dcp_kv_cache_append(cache, 1, &seq, &count);
-        if (st == DCP_OK) {
-            lo = mid;
-            dcp_kv_cache_free_seq(cache, seq);
-        } else if (st == DCP_ERR_OUT_OF_PAGES) {
-            hi = mid;
-        } else {
-            break;
-        }
-    }
-    dcp_kv_cache_destroy(cache);
-    if (st != DCP_OK && st != DCP_ERR_OUT_OF_PAGES) return st;
-    dcp_clear_error();
-    *out = lo;
-    return DCP_OK;
 }
 
 int dcp_bench_capacity(int argc, char **argv)
@@ -137,13 +98,8 @@ int dcp_bench_capacity(int argc, char **argv)
         return DCP_EXIT_USAGE;
     }
     uint32_t pages = (uint32_t)pages64;
-    uint64_t tp_ctx = 0, dcp_ctx = 0;
-    st = longest(&o, heads, 1, pages, &tp_ctx);
-    if (st == DCP_OK) st = longest(&o, heads, o.dcp, pages, &dcp_ctx);
-    if (st != DCP_OK) {
-        dcp_cli_report(p, "counting", st);
-        return DCP_EXIT_RUNTIME;
-    }
+    uint64_t tp_ctx = dcp_kv_max_length(pages, o.page_size, 1, 1);
+    uint64_t dcp_ctx = dcp_kv_max_length(pages, o.page_size, o.dcp, o.interleave);
     uint64_t per_token = (uint64_t)o.layers * 2 * heads * o.head_dim * dcp_dtype_size(o.dtype);
     if (o.json) {
         printf("{\"bench\": \"capacity\", \"kv_budget_mib\": %u, \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "

@@ -2,36 +2,136 @@
 #include "common/cli.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/utf8.h"
 
-int dcp_cli_u32(const char *prog, const char *name, const char *value, uint32_t min, uint32_t max,
-                uint32_t *out)
+static FILE *diag_stream; /* NULL: stderr */
+
+FILE *dcp_cli_diag(void) { return diag_stream ? diag_stream : stderr; }
+
+void dcp_cli_quiet(bool quiet)
 {
-    char *end = NULL;
+    if (quiet && !diag_stream) diag_stream = fopen("/dev/null", "w");
+    if (!quiet && diag_stream) {
+        fclose(diag_stream);
+        diag_stream = NULL;
+    }
+}
+
+bool dcp_cli_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s) return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return false;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+bool dcp_cli_parse_double(const char *s, double *out, bool *range)
+{
+    *range = false;
+    if (!s) return false;
+    /* The syntax first, so that strtod's extras (space, hex, inf, nan) never pass. */
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9') p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') p++, digits++;
+    }
+    if (!digits) return false;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return false;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    if (*p) return false;
     errno = 0;
-    unsigned long long v = strtoull(value, &end, 10);
-    if (errno || end == value || *end || value[0] == '-' || v < min || v > max) {
-        fprintf(stderr, "%s: option %s: '%s' is not an integer in [%u, %u]\n", prog, name, value, min, max);
+    char *end;
+    double v = strtod(s, &end);
+    if (*end) return false;
+    if (errno == ERANGE && isinf(v)) {
+        *range = true;
+        return false;
+    }
+    /* ERANGE with a tiny result is underflow: the value is that tiny result (or 0). */
+    *out = v;
+    return true;
+}
+
+int dcp_cli_u64(const char *prog, const char *name, const char *value, uint64_t min, uint64_t max, uint64_t *out)
+{
+    uint64_t v;
+    bool digits = value && *value;
+    for (const char *p = value; digits && *p; p++) digits = *p >= '0' && *p <= '9';
+    if (!dcp_cli_parse_u64(value, &v)) {
+        if (digits) /* only digits, too many of them */
+            fprintf(dcp_cli_diag(), "%s: option %s: %s is out of range (allowed: %llu .. %llu)\n", prog, name, value,
+                    (unsigned long long)min, (unsigned long long)max);
+        else
+            fprintf(dcp_cli_diag(), "%s: option %s: '%s' is not a decimal integer (allowed: %llu .. %llu)\n", prog,
+                    name, value ? value : "", (unsigned long long)min, (unsigned long long)max);
         return 0;
     }
+    if (v < min || v > max) {
+        fprintf(dcp_cli_diag(), "%s: option %s: %s is out of range (allowed: %llu .. %llu)\n", prog, name, value,
+                (unsigned long long)min, (unsigned long long)max);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int dcp_cli_u32(const char *prog, const char *name, const char *value, uint32_t min, uint32_t max, uint32_t *out)
+{
+    uint64_t v;
+    if (!dcp_cli_u64(prog, name, value, min, max, &v)) return 0;
     *out = (uint32_t)v;
+    return 1;
+}
+
+int dcp_cli_f64(const char *prog, const char *name, const char *value, double min, double max, double *out)
+{
+    double v;
+    bool range;
+    if (!dcp_cli_parse_double(value, &v, &range) || !(v >= min && v <= max)) {
+        if (range || dcp_cli_parse_double(value, &v, &range))
+            fprintf(dcp_cli_diag(), "%s: option %s: %s is out of range (allowed: %g .. %g)\n", prog, name, value,
+                    min, max);
+        else
+            fprintf(dcp_cli_diag(), "%s: option %s: '%s' is not a decimal number (allowed: %g .. %g)\n", prog, name,
+                    value ? value : "", min, max);
+        return 0;
+    }
+    *out = v;
     return 1;
 }
 
 int dcp_cli_f32(const char *prog, const char *name, const char *value, float min, float max, float *out)
 {
-    char *end = NULL;
-    errno = 0;
-    float v = strtof(value, &end);
-    if (errno || end == value || *end || !(v >= min && v <= max)) {
-        fprintf(stderr, "%s: option %s: '%s' is not a number in [%g, %g]\n", prog, name, value, min, max);
+    double v;
+    if (!dcp_cli_f64(prog, name, value, min, max, &v)) return 0;
+    float f = (float)v;
+    if (v != 0 && f == 0 && min > 0) { /* below the smallest float: 0 is not allowed here */
+        fprintf(dcp_cli_diag(), "%s: option %s: %s is out of range (allowed: %g .. %g)\n", prog, name, value,
+                (double)min, (double)max);
         return 0;
     }
-    *out = v;
+    *out = f;
     return 1;
 }
 
@@ -39,16 +139,17 @@ int dcp_cli_choice(const char *prog, const char *name, const char *value, const 
 {
     for (int i = 0; choices[i]; i++)
         if (strcmp(value, choices[i]) == 0) return i;
-    fprintf(stderr, "%s: option %s: '%s' is not allowed (allowed:", prog, name, value);
-    for (int i = 0; choices[i]; i++) fprintf(stderr, " %s", choices[i]);
-    fprintf(stderr, ")\n");
+    FILE *f = dcp_cli_diag();
+    fprintf(f, "%s: option %s: '%s' is not allowed (allowed:", prog, name, value);
+    for (int i = 0; choices[i]; i++) fprintf(f, " %s", choices[i]);
+    fprintf(f, ")\n");
     return -1;
 }
 
 const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc) {
-        fprintf(stderr, "%s: option %s needs a value (see --help)\n", prog, argv[*i]);
+        fprintf(dcp_cli_diag(), "%s: option %s needs a value (see --help)\n", prog, argv[*i]);
         return NULL;
     }
     return argv[++*i];
@@ -94,6 +195,49 @@ void dcp_cli_json_string(FILE *f, const char *s, size_t n)
 
 void dcp_cli_put_text(FILE *f, const char *s, size_t n) { sanitized(f, s, n, put_raw); }
 
+static int stdout_errno; /* the first failed write's errno */
+
+bool dcp_cli_stdout_ok(void)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return true;
+    if (!stdout_errno) stdout_errno = errno ? errno : EIO;
+    return false;
+}
+
+int dcp_cli_finish_stdout(const char *prog, int rc)
+{
+    if (dcp_cli_stdout_ok()) return rc;
+    fprintf(stderr, "%s: writing the output: %s\n", prog, strerror(stdout_errno));
+    return rc == DCP_EXIT_OK ? DCP_EXIT_RUNTIME : rc;
+}
+
+static volatile sig_atomic_t stop_signal;
+static atomic_int signals_seen; /* lock-free: the driver's threads may take a signal at the same time */
+
+static void on_stop_signal(int sig)
+{
+    if (atomic_fetch_add(&signals_seen, 1)) { /* the second one: end now, by the signal's default action */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+}
+
+void dcp_cli_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int dcp_cli_stop_signal(void) { return (int)stop_signal; }
+
 bool dcp_cli_mpi_launched(int *size)
 {
     static const char *const rank_vars[] = {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", NULL};
@@ -106,8 +250,9 @@ bool dcp_cli_mpi_launched(int *size)
     *size = 1;
     for (int i = 0; size_vars[i]; i++) {
         const char *v = getenv(size_vars[i]);
+        uint64_t n;
         if (v && *v) {
-            *size = atoi(v);
+            *size = dcp_cli_parse_u64(v, &n) && n >= 1 && n <= 1u << 20 ? (int)n : 1;
             break;
         }
     }

@@ -1,60 +1,31 @@
 /* dcp-vk-run option parsing, --help, and validation of the parallel configuration. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "run/run.h"
 
-/* Where option and configuration messages go: stderr, or nowhere on the processes of an MPI launch
- * other than process 0 (every process finds the same fault; one says it). */
-static FILE *diag_stream;
+static FILE *diag(void) { return dcp_cli_diag(); }
 
-static FILE *diag(void) { return diag_stream ? diag_stream : stderr; }
+void run_quiet(int quiet) { dcp_cli_quiet(quiet != 0); }
 
-void run_quiet(int quiet)
+/* Option values through the strict parsers of apps/common/cli.c: 0 or DCP_EXIT_USAGE. */
+static int parse_u32(const char *prog, const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out)
 {
-    if (quiet && !diag_stream) diag_stream = fopen("/dev/null", "w");
-    if (!quiet && diag_stream) {
-        fclose(diag_stream);
-        diag_stream = NULL;
-    }
+    return dcp_cli_u32(prog, name, v, min, max, out) ? DCP_EXIT_OK : DCP_EXIT_USAGE;
 }
 
 static int parse_u64(const char *prog, const char *name, const char *v, uint64_t min, uint64_t max, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (!*v || *end || errno || v[0] == '-' || x < min || x > max) {
-        fprintf(diag(), "%s: option %s: '%s' is not an integer in [%llu, %llu]\n", prog, name, v,
-                (unsigned long long)min, (unsigned long long)max);
-        return DCP_EXIT_USAGE;
-    }
-    *out = x;
-    return DCP_EXIT_OK;
-}
-
-static int parse_u32(const char *prog, const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out)
-{
-    uint64_t x;
-    int r = parse_u64(prog, name, v, min, max, &x);
-    if (!r) *out = (uint32_t)x;
-    return r;
+    return dcp_cli_u64(prog, name, v, min, max, out) ? DCP_EXIT_OK : DCP_EXIT_USAGE;
 }
 
 static int parse_f32(const char *prog, const char *name, const char *v, float min, float max, float *out)
 {
-    char *end;
-    errno = 0;
-    float x = strtof(v, &end);
-    if (!*v || *end || errno || !(x >= min && x <= max)) {
-        fprintf(diag(), "%s: option %s: '%s' is not a number in [%g, %g]\n", prog, name, v, min, max);
-        return DCP_EXIT_USAGE;
-    }
-    *out = x;
-    return DCP_EXIT_OK;
+    return dcp_cli_f32(prog, name, v, min, max, out) ? DCP_EXIT_OK : DCP_EXIT_USAGE;
 }
 
 void run_print_help(const char *prog)
@@ -63,19 +34,29 @@ void run_print_help(const char *prog)
            "\n"
            "Generates text from a GGUF llama-family model with dcp-vk (Vulkan). The text streams to\n"
            "stdout; diagnostics and the summary go to stderr. Exit codes: 0 ok, 1 runtime failure\n"
-           "(device, unreadable model), 2 usage or configuration error.\n"
+           "(device, unreadable model or prompt file, a failed write of the output), 2 usage or\n"
+           "configuration error (also: more memory than the devices have, MPI processes given\n"
+           "different options), 130 / 143 stopped by SIGINT / SIGTERM. The first SIGINT or SIGTERM\n"
+           "stops at the next step and prints what was generated and the summary (JSON:\n"
+           "\"interrupted\": true); a second one ends the process at once.\n"
            "\n"
            "  -m, --model FILE                     GGUF model (default: none, a small llama model the\n"
            "                                       project generates deterministically is used)\n"
            "  -p, --prompt TEXT                    prompt (default \"Once upon a time\"; BOS is added\n"
            "                                       when the vocabulary asks for it)\n"
+           "  -f, --file FILE                      read the prompt from FILE (- : standard input; under\n"
+           "                                       mpiexec process 0 reads it and sends it to the\n"
+           "                                       others); a prompt with NUL bytes is refused\n"
            "  -n, --n-predict N                    tokens to generate (default 64); stops at EOS\n"
            "      --temp T                         sampling temperature, 0 = greedy (default 0.8)\n"
            "      --top-k K                        keep the K most likely tokens, 0 = all (default 40)\n"
            "      --top-p P                        nucleus sampling mass in (0, 1] (default 0.95)\n"
            "      --seed S                         sampler seed (default 0)\n"
-           "  -c, --ctx-size N                     context tokens, 0 = the model's, at most 4096\n"
-           "                                       (default 0)\n"
+           "  -c, --ctx-size N                     context tokens, 1 .. 16777216; 0 = the model's\n"
+           "                                       training context, capped at 4096 (default 0).\n"
+           "                                       The memory a context needs is counted before\n"
+           "                                       anything is allocated: too much is refused with\n"
+           "                                       the longest context that fits the devices\n"
            "      --tensor-parallel-size T         TP ranks (default 1)\n"
            "      --decode-context-parallel-size D DCP ranks per group, divides T (default 1)\n"
            "      --dcp-comm-backend a2a|ag_rs     DCP exchange pattern (default a2a)\n"
@@ -100,7 +81,10 @@ void run_print_help(const char *prog)
            "each); process k holds ranks [k T/P, (k+1) T/P) on entries [k T/P, (k+1) T/P) of the\n"
            "device list, or all on its one entry. The TP all-reduces run over MPI_COMM_WORLD and a\n"
            "DCP group spread over processes over an MPI sub-communicator. Process 0 prints the text\n"
-           "and the summary; every process checks the configuration and exits with the same code.\n",
+           "and the summary; every process checks the configuration and exits with the same code.\n"
+           "Before any exchange the processes compare their options (all but --devices), the\n"
+           "model's shape and the prompt's tokens with process 0's: a difference is named with the\n"
+           "processes that differ, exit 2.\n",
            prog);
 }
 
@@ -110,7 +94,8 @@ int run_parse(int argc, char **argv, run_options *o)
     *o = (run_options){.model = NULL, .prompt = "Once upon a time", .n_predict = 64, .temp = 0.8f, .top_k = 40,
                        .top_p = 0.95f, .seed = 0, .ctx = 0, .tp = 1, .dcp = 1, .backend = "a2a", .interleave = 1,
                        .q_replicate = false, .block_size = 16, .kv_dtype = "f16", .prefill_chunk = 128,
-                       .devices = NULL, .json = false, .help = false};
+                       .devices = NULL, .json = false, .help = false, .prompt_file = NULL};
+    bool prompt_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define IS(s) (strcmp(a, s) == 0)
@@ -127,7 +112,7 @@ int run_parse(int argc, char **argv, run_options *o)
             o->q_replicate = true;
         } else {
             static const char *const with_value[] = {
-                "-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--temp", "--top-k", "--top-p", "--seed",
+                "-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p", "--seed",
                 "-c", "--ctx-size", "--tensor-parallel-size", "-tp", "--decode-context-parallel-size", "-dcp",
                 "--dcp-comm-backend", "--cp-kv-cache-interleave-size", "--block-size", "--kv-dtype",
                 "--prefill-chunk", "--devices", NULL};
@@ -139,7 +124,10 @@ int run_parse(int argc, char **argv, run_options *o)
             }
             if (!(v = VALUE())) return DCP_EXIT_USAGE;
             if (IS("-m") || IS("--model")) o->model = v;
-            else if (IS("-p") || IS("--prompt")) o->prompt = v;
+            else if (IS("-p") || IS("--prompt")) {
+                o->prompt = v;
+                prompt_given = true;
+            } else if (IS("-f") || IS("--file")) o->prompt_file = v;
             else if (IS("-n") || IS("--n-predict")) r = parse_u32(prog, a, v, 0, 1u << 24, &o->n_predict);
             else if (IS("--temp")) r = parse_f32(prog, a, v, 0.0f, 100.0f, &o->temp);
             else if (IS("--top-k")) r = parse_u32(prog, a, v, 0, UINT32_MAX, &o->top_k);
@@ -177,6 +165,10 @@ int run_parse(int argc, char **argv, run_options *o)
         if (r) return r;
 #undef IS
 #undef VALUE
+    }
+    if (prompt_given && o->prompt_file) {
+        fprintf(diag(), "%s: -p and -f both give the prompt: use one of them\n", prog);
+        return DCP_EXIT_USAGE;
     }
     return DCP_EXIT_OK;
 }
@@ -239,4 +231,95 @@ int run_validate(const run_options *o, uint32_t hq, uint32_t hkv, const char *pr
         return DCP_EXIT_USAGE;
     }
     return DCP_EXIT_OK;
+}
+
+int run_read_prompt(run_options *o, char **buf, const char *prog)
+{
+    *buf = NULL;
+    if (!o->prompt_file) {
+        o->prompt_len = strlen(o->prompt);
+        return DCP_EXIT_OK;
+    }
+    enum { MAX_PROMPT = 64 << 20 }; /* bytes: far more than any context holds in tokens */
+    const bool std_in = strcmp(o->prompt_file, "-") == 0;
+    const char *name = std_in ? "standard input" : o->prompt_file;
+    FILE *f = std_in ? stdin : fopen(o->prompt_file, "rb");
+    if (!f) {
+        fprintf(diag(), "%s: -f %s: cannot open the prompt file: %s\n", prog, o->prompt_file, strerror(errno));
+        return DCP_EXIT_RUNTIME;
+    }
+    size_t n = 0, cap = 4096;
+    char *p = malloc(cap);
+    int rc = DCP_EXIT_OK;
+    while (p) {
+        if (n + 1 == cap) {
+            char *q = cap > MAX_PROMPT ? NULL : realloc(p, cap * 2);
+            if (!q) {
+                fprintf(diag(), "%s: -f: %s holds more than %d MiB of prompt\n", prog, name, MAX_PROMPT >> 20);
+                rc = DCP_EXIT_USAGE;
+                break;
+            }
+            p = q;
+            cap *= 2;
+        }
+        size_t k = fread(p + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0) {
+            if (ferror(f)) {
+                fprintf(diag(), "%s: -f: cannot read %s: %s\n", prog, name, strerror(errno));
+                rc = DCP_EXIT_RUNTIME;
+            }
+            break;
+        }
+    }
+    if (!std_in) fclose(f);
+    if (!p) {
+        fprintf(diag(), "%s: -f: out of host memory reading %s\n", prog, name);
+        return DCP_EXIT_RUNTIME;
+    }
+    const char *nul = rc == DCP_EXIT_OK ? memchr(p, 0, n) : NULL;
+    if (nul) {
+        fprintf(diag(), "%s: -f: %s holds a NUL byte at offset %zu: a prompt is text, without NUL bytes\n", prog, name,
+                (size_t)(nul - p));
+        rc = DCP_EXIT_USAGE;
+    }
+    if (rc != DCP_EXIT_OK) {
+        free(p);
+        return rc;
+    }
+    p[n] = 0;
+    *buf = p;
+    o->prompt = p;
+    o->prompt_len = n;
+    return DCP_EXIT_OK;
+}
+
+uint32_t run_option_fields(const run_options *o, run_field *f)
+{
+    uint32_t n = 0;
+#define U(name, v) run_field_set(&f[n++], name, &(uint64_t){(v)}, sizeof(uint64_t), "%llu", (unsigned long long)(v))
+#define F(name, v) run_field_set(&f[n++], name, &(float){(v)}, sizeof(float), "%.9g", (double)(v))
+#define S(name, v) run_field_set(&f[n++], name, (v), strlen(v), "%s", (v))
+    run_field_set(&f[n++], "the prompt (-p or -f)", o->prompt, o->prompt_len, "\"%.*s\" (%zu bytes)",
+                  (int)(o->prompt_len < 40 ? o->prompt_len : 40), o->prompt, o->prompt_len);
+    U("-n (--n-predict)", o->n_predict);
+    F("--temp", o->temp);
+    U("--top-k", o->top_k);
+    F("--top-p", o->top_p);
+    U("--seed", o->seed);
+    U("-c (--ctx-size)", o->ctx);
+    U("--tensor-parallel-size", o->tp);
+    U("--decode-context-parallel-size", o->dcp);
+    S("--dcp-comm-backend", o->backend);
+    U("--cp-kv-cache-interleave-size", o->interleave);
+    U("--dcp-q-replicate", o->q_replicate);
+    U("--block-size", o->block_size);
+    S("--kv-dtype", o->kv_dtype);
+    U("--prefill-chunk", o->prefill_chunk);
+    U("--json", o->json);
+    S("-m (--model)", o->model ? "given" : "not given (the generated test model)");
+#undef U
+#undef F
+#undef S
+    return n;
 }

@@ -12,7 +12,10 @@
 
 typedef struct run_options {
     const char *model;        /* -m: GGUF path; NULL: the project's generated test model */
-    const char *prompt;       /* -p: prompt text (default "Once upon a time") */
+    const char *prompt;       /* -p: prompt text (default "Once upon a time"); after run_read_prompt
+                               * the text of -f FILE */
+    size_t prompt_len;        /* bytes of prompt (set by run_read_prompt) */
+    const char *prompt_file;  /* -f: prompt file, "-" for standard input (default NULL: -p) */
     uint32_t n_predict;       /* -n: tokens to generate (default 64) */
     float temp;               /* --temp (default 0.8; 0 = greedy) */
     uint32_t top_k;           /* --top-k (default 40; 0 = off) */
@@ -34,6 +37,11 @@ typedef struct run_options {
 
 /* Fills defaults, parses argv. Returns 0, or DCP_EXIT_USAGE after printing why to stderr. */
 int run_parse(int argc, char **argv, run_options *o);
+/* The prompt of -f (a file, or standard input for "-"): read into *buf (malloc'd, NUL-terminated;
+ * the caller frees it), o->prompt and o->prompt_len set to it; without -f, o->prompt_len =
+ * strlen(o->prompt). Returns 0; DCP_EXIT_RUNTIME when the file cannot be read; DCP_EXIT_USAGE for a
+ * prompt holding a NUL byte (named with its offset). Prints why. */
+int run_read_prompt(run_options *o, char **buf, const char *prog);
 void run_print_help(const char *prog);
 
 /* Checks the TP / DCP / KV options against the model (vLLM's rules, docs/design.md section 7). Returns
@@ -65,5 +73,40 @@ int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *fir
  * on it; at least tp entries: entries [first, first + count). Returns 0 or DCP_EXIT_USAGE. */
 int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
                       char *out, size_t cap, const char *prog);
+
+/* ---- devices of this process's TP ranks (run/devices.c) ------------------------------------- */
+
+struct dcp_context;
+/* This process's TP ranks [*first, *first + *count) (run_world_split) and the Vulkan context that
+ * holds their devices: the --devices list or $DCP_VK_DEVICES (under MPI, this process's entries),
+ * else one device per rank when there are enough physical devices, else logical devices of device
+ * 0 (said on stderr when lead). Every process calls it; they agree on the result. Returns 0 or an
+ * exit code after printing why (DCP_EXIT_USAGE for a bad device list). Shared by the apps that
+ * load a model (dcp-vk-serve; dcp-vk-run keeps its own copy until its phases use it). */
+int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
+                     uint32_t *count, struct dcp_context **ctx);
+/* Values every process of one run must have alike (options, the model's shape, the prompt's
+ * tokens): a name for messages, a hash of the value's bytes, and the value as shown. */
+typedef struct run_field {
+    const char *name;  /* e.g. "-n (--n-predict)" */
+    uint64_t hash;     /* FNV-1a of the value's bytes */
+    char shown[64];    /* the value as printed (sanitized, truncated) */
+} run_field;
+
+/* Sets f: name, the hash of bytes [n], and shown (printf format). */
+void run_field_set(run_field *f, const char *name, const void *bytes, size_t n, const char *shown, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The fields of the options that must match over the processes (all but --devices): at most
+ * RUN_MAX_FIELDS. Returns the count. */
+enum { RUN_MAX_FIELDS = 32 };
+uint32_t run_option_fields(const run_options *o, run_field *fields);
+/* Collective: every process compares its fields [n] (the same names and count everywhere) with
+ * process 0's. Returns 0 when all match; else the lowest process that differs prints which value
+ * differs (its own and process 0's), naming `what`, and every process returns DCP_EXIT_USAGE.
+ * With one process: 0. */
+int run_world_same(const run_world *w, const run_field *fields, uint32_t n, const char *what, const char *prog);
+/* Collective: process 0's bytes *buf [*len] to every process (the others' *buf is replaced by a
+ * malloc'd copy, NUL-terminated, which they free). Returns 0 or DCP_EXIT_RUNTIME. */
+int run_world_bcast_bytes(const run_world *w, char **buf, size_t *len, const char *prog);
 
 #endif

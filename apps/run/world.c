@@ -1,6 +1,8 @@
 /* dcp-vk-run under an MPI launcher (`mpiexec -n P`): which process this is, the devices of its TP
  * ranks, and one exit code agreed by every process, so that none is left waiting in a collective. */
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dcpvk/comm.h"
@@ -100,4 +102,96 @@ int run_world_devices(const run_world *w, const char *list, uint32_t first, uint
         k += (size_t)m;
     }
     return DCP_EXIT_OK;
+}
+
+void run_field_set(run_field *f, const char *name, const void *bytes, size_t n, const char *shown, ...)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)bytes)[i]) * 0x100000001b3ull;
+    f->name = name;
+    f->hash = h;
+    char raw[256];
+    va_list ap;
+    va_start(ap, shown);
+    int k = vsnprintf(raw, sizeof raw, shown, ap);
+    va_end(ap);
+    /* Printable ASCII only (prompts may hold anything); long values end in "...". */
+    size_t i = 0, j = 0;
+    for (; raw[i] && j + 4 < sizeof f->shown; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        f->shown[j++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    if ((k > 0 && (size_t)k >= sizeof raw) || raw[i] != 0) {
+        memcpy(f->shown + j, "...", 3);
+        j += 3;
+    }
+    f->shown[j] = 0;
+}
+
+int run_world_same(const run_world *w, const run_field *fields, uint32_t n, const char *what, const char *prog)
+{
+    if (w->nproc < 2) return DCP_EXIT_OK;
+    typedef struct wire {
+        uint64_t hash;
+        char shown[64];
+    } wire;
+    wire *ref = calloc(n ? n : 1, sizeof *ref);
+    int rc = DCP_EXIT_OK;
+    if (!ref) rc = DCP_EXIT_RUNTIME;
+    if (run_world_agree(w, rc)) { /* every process takes part in the same collectives below */
+        free(ref);
+        return DCP_EXIT_RUNTIME;
+    }
+    if (w->proc == 0)
+        for (uint32_t i = 0; i < n; i++) {
+            ref[i].hash = fields[i].hash;
+            memcpy(ref[i].shown, fields[i].shown, sizeof ref[i].shown);
+        }
+    dcp_status st = dcp_mpi_bcast(ref, (uint64_t)n * sizeof *ref, 0);
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: process %d: comparing the %s with process 0's: %s: %s\n", prog, w->proc, what,
+                dcp_status_string(st), dcp_last_error());
+        free(ref);
+        return DCP_EXIT_RUNTIME;
+    }
+    uint32_t diff = n;
+    for (uint32_t i = 0; i < n && diff == n; i++)
+        if (fields[i].hash != ref[i].hash) diff = i;
+    /* The lowest process that differs speaks: max of (nproc - proc) over those that differ. */
+    int first = (int)dcp_mpi_max(diff < n ? (double)(w->nproc - w->proc) : 0.0);
+    if (first > 0 && w->nproc - first == w->proc) {
+        const char *theirs = fields[diff].shown, *ours = ref[diff].shown;
+        bool same_shown = strcmp(theirs, ours) == 0;
+        fprintf(stderr, "%s: the MPI processes of this run were given different %s: %s is %s on process %d but %s "
+                        "on process 0%s; every process of one mpiexec run (MPMD `-n 1 ... : -n 1 ...` too) must be "
+                        "given the same (only --devices may differ)\n",
+                prog, what, fields[diff].name, theirs, w->proc, ours,
+                same_shown ? " (they read alike but differ further on)" : "");
+        fflush(stderr);
+    }
+    free(ref);
+    return first > 0 ? DCP_EXIT_USAGE : DCP_EXIT_OK;
+}
+
+int run_world_bcast_bytes(const run_world *w, char **buf, size_t *len, const char *prog)
+{
+    if (w->nproc < 2) return DCP_EXIT_OK;
+    uint64_t n = w->proc == 0 ? (uint64_t)*len : 0;
+    dcp_status st = dcp_mpi_bcast(&n, sizeof n, 0);
+    char *p = NULL;
+    int rc = DCP_EXIT_OK;
+    if (st == DCP_OK && w->proc != 0 && !(p = malloc(n + 1))) rc = DCP_EXIT_RUNTIME;
+    if (st != DCP_OK) rc = DCP_EXIT_RUNTIME;
+    if ((rc = run_world_agree(w, rc))) {
+        free(p);
+        fprintf(stderr, "%s: process %d: cannot receive process 0's prompt\n", prog, w->proc);
+        return rc;
+    }
+    if (w->proc == 0) return dcp_mpi_bcast(*buf, n, 0) == DCP_OK ? DCP_EXIT_OK : DCP_EXIT_RUNTIME;
+    st = dcp_mpi_bcast(p, n, 0);
+    p[n] = 0;
+    free(*buf);
+    *buf = p;
+    *len = (size_t)n;
+    return st == DCP_OK ? DCP_EXIT_OK : DCP_EXIT_RUNTIME;
 }

@@ -35,6 +35,12 @@ typedef struct dcp_decode_config {
 dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *config,
                                   dcp_decode_plan **out);
 void dcp_decode_plan_destroy(dcp_decode_plan *plan);
+/* Device bytes a plan for config over a pool of `pool` holds once its sequences reach max_length
+ * tokens (its tables, and the split-KV workspace, which grows to the longest rows): *bytes in all,
+ * *largest the largest buffer. Allocates nothing. DCP_ERR_CONFIG when max_length needs more
+ * split-KV chunks than a plan allows (the longest sequence a plan can decode). */
+dcp_status dcp_decode_plan_bytes(const dcp_kv_pool_config *pool, const dcp_decode_config *config,
+                                 uint64_t max_length, uint64_t *bytes, uint64_t *largest);
 
 /* Sets the step's sequences: lengths [batch] tokens, block_tables [batch][max_blocks] page ids
  * (entries past a sequence's last page are ignored). Validates every used entry against the pool

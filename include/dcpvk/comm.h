@@ -5,15 +5,23 @@
  * them all; under MPI (dcp_comm_init_mpi) each process holds the same number of consecutive ranks.
  * Collectives take one buffer per local rank: send[i] and recv[i] belong to local rank i's device.
  *
- * Transports (docs/design.md section 8), chosen for the whole group:
- *   devgroup  device-group peer copies (needs a Vulkan device group with peer memory; the context
- *             creates one VkDevice per device, so this always answers DCP_ERR_UNSUPPORTED today);
- *   hostmem   one host allocation imported into every device (VK_EXT_external_memory_host): each
- *             device copies its messages straight into its peers' mailboxes with its own queue;
- *   staging   each device's own mapped host-visible buffer, messages moved by memcpy;
- *   mpi       device -> host staging -> MPI_Alltoall / MPI_Allgather -> host staging -> device.
- * Reductions (sum) are done on the host in rank order with f32 accumulation, so every transport
- * gives bitwise the same result.
+ * Transports (docs/design.md section 8), chosen per pair of ranks (sender -> receiver), best first:
+ *   devgroup  one device-group VkDevice over both devices (DCP_VK_DEVICE_GROUPS): the sender copies
+ *             into the receiver's memory through a peer view (device masks);
+ *   peer      the same physical device (equal device and driver UUIDs), in one process or across
+ *             the processes of a node: the receiver's buffer is exported as an opaque fd (passed over
+ *             a Unix socket between processes) and imported by the sender, which copies into it;
+ *   dmabuf    different devices in one process: the same with a dma-buf, used only when the sender
+ *             imports it (vkGetMemoryFdPropertiesKHR) and a start-up probe finds it faster than host
+ *             memory; otherwise the pair falls back, and its reason says why;
+ *   hostmem   host memory imported into both devices (VK_EXT_external_memory_host): one allocation
+ *             in a process, one POSIX shared-memory segment across the processes of a node. Senders
+ *             write their blocks there, receivers read them in place. Works across vendors;
+ *   staging   mapped host-visible buffers and memcpy (in one process; always works);
+ *   mpi       host-visible staging and MPI between processes: every pair across nodes, and the host
+ *             path between processes of a node.
+ * Every transport moves the same bytes in the same order. Reductions (sum) are done in rank order
+ * with f32 accumulation, so every transport gives bitwise the same result.
  *
  * Synchronous: call after the work that writes send has completed (dcp_cmd_wait); on return every
  * recv holds the result and the communicator's own device work has completed. In-place rule: send
@@ -22,6 +30,7 @@
 #ifndef DCPVK_COMM_H
 #define DCPVK_COMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dcpvk/dtype.h"
@@ -35,11 +44,16 @@ extern "C" {
 typedef struct dcp_comm dcp_comm;
 
 typedef enum dcp_transport {
-    DCP_TRANSPORT_AUTO = 0,     /* $DCP_VK_TRANSPORT if set, else the best available in-process one */
+    DCP_TRANSPORT_AUTO = 0,     /* $DCP_VK_TRANSPORT if set, else the best for each pair */
     DCP_TRANSPORT_DEVGROUP = 1,
     DCP_TRANSPORT_HOSTMEM = 2,
     DCP_TRANSPORT_STAGING = 3,
-    DCP_TRANSPORT_MPI = 4,      /* only from dcp_comm_init_mpi */
+    DCP_TRANSPORT_MPI = 4,      /* forced: the host path (staging in a process, MPI between processes) */
+    DCP_TRANSPORT_PEER = 5,
+    DCP_TRANSPORT_DMABUF = 6,
+    DCP_TRANSPORT_MIXED = 7,    /* only from dcp_comm_transport: the pairs use different transports */
+    DCP_TRANSPORT_SELF = 8,     /* only from the queries: a rank's own block under auto (read in place,
+                                   or copied locally into its inbox) */
 } dcp_transport;
 
 typedef enum dcp_red_op {
@@ -47,9 +61,10 @@ typedef enum dcp_red_op {
 } dcp_red_op;
 
 typedef struct dcp_comm_config {
-    /* In-process transport (default AUTO: $DCP_VK_TRANSPORT = auto|devgroup|hostmem|staging, else
-     * hostmem where every device has VK_EXT_external_memory_host, else staging). A forced transport
-     * that is unavailable fails with DCP_ERR_UNSUPPORTED. Under MPI it is the in-process part. */
+    /* Transport of the pairs inside a node (default AUTO: $DCP_VK_TRANSPORT = auto | devgroup | peer
+     * | dmabuf | hostmem | staging | mpi, else the best for each pair). A forced transport that a
+     * pair cannot use fails with DCP_ERR_UNSUPPORTED naming the pair and why. Pairs across nodes
+     * always use mpi. */
     dcp_transport transport;
     /* Initial capacity of one message block in bytes (default 64 KiB; grows on demand). */
     uint64_t block_bytes;
@@ -88,13 +103,23 @@ int dcp_comm_size(const dcp_comm *comm);
 int dcp_comm_local_count(const dcp_comm *comm);
 int dcp_comm_first_rank(const dcp_comm *comm);
 dcp_device *dcp_comm_device(const dcp_comm *comm, int local);
+/* The transport of every pair of distinct ranks when they all use the same one, else
+ * DCP_TRANSPORT_MIXED; for a communicator of one rank, how its own block moves (the forced
+ * transport, or DCP_TRANSPORT_SELF under auto). */
 dcp_transport dcp_comm_transport(const dcp_comm *comm);
+/* The transport rank src's blocks take to rank dst (0 <= src, dst < size; src == dst: how a rank's
+ * own block moves), and why it was chosen (a sentence naming what was checked). */
+dcp_transport dcp_comm_pair_transport(const dcp_comm *comm, int src, int dst);
+const char *dcp_comm_pair_reason(const dcp_comm *comm, int src, int dst);
+/* Writes a summary of the pairs' transports into buf (cap bytes, NUL-terminated, one line per
+ * transport and reason: "peer, 12 pairs: same physical device ..."); returns buf. */
+const char *dcp_comm_describe(const dcp_comm *comm, char *buf, size_t cap);
 /* Bytes local rank i has sent to other ranks since creation or the last reset (logical message
  * bytes; its own block is not counted). */
 uint64_t dcp_comm_bytes_sent(const dcp_comm *comm, int local);
 void dcp_comm_reset_stats(dcp_comm *comm);
 
-/* "auto", "devgroup", "hostmem", "staging", "mpi". */
+/* "auto", "devgroup", "hostmem", "staging", "mpi", "peer", "dmabuf", "mixed", "self". */
 const char *dcp_transport_name(dcp_transport t);
 /* Parses a transport name; DCP_ERR_INVALID_ARGUMENT lists the allowed names. */
 dcp_status dcp_transport_parse(const char *name, dcp_transport *out);
@@ -124,6 +149,10 @@ double dcp_mpi_max(double x);
  * token of rank 0, so that every process feeds the same one). DCP_OK without MPI running;
  * DCP_ERR_UNSUPPORTED never (a no-op when built without MPI). */
 dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root);
+/* dcp_mpi_bcast for a wait that may be long (a server's followers waiting for the next step): a
+ * process whose data has not come yet sleeps sleep_us microseconds between checks instead of
+ * spinning in MPI (MPICH polls at full speed). Every process of the broadcast calls this variant. */
+dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us);
 
 #ifdef __cplusplus
 }

@@ -62,6 +62,13 @@ typedef struct dcp_cp_attn_config {
  * (DCP_ERR_CONFIG). Destroy with dcp_cp_attn_destroy. */
 dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *config, dcp_cp_attn **out);
 void dcp_cp_attn_destroy(dcp_cp_attn *attn);
+/* Device bytes the step for config over a cache configured as kc holds on each local rank once
+ * its sequences reach max_length tokens: *bytes (the local decode plan over the rank's shard,
+ * gathered Q, partial O and LSE), *largest its largest buffer, and *mailbox_block, the block its
+ * communicator's mailboxes are reserved for. Allocates nothing; DCP_ERR_CONFIG as
+ * dcp_decode_plan_bytes. */
+dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_config *config, uint64_t max_length,
+                             uint64_t *bytes, uint64_t *largest, uint64_t *mailbox_block);
 
 /* Sets the step's sequences: seqs [batch] sequence slots of the cache (their current lengths and
  * block tables on every local rank). Call again after the cache changed (append, free). */
@@ -87,6 +94,9 @@ typedef struct dcp_cp_attn_timing {
     double total_ns;     /* the whole dcp_cp_attn_run */
     uint64_t bytes_sent; /* bytes local rank 0 sent to other ranks in this step (Q gather included) */
     uint64_t q_bytes_sent; /* of which the Q all-gather (0 with q_replicate) */
+    uint32_t rounds;     /* rounds of the step (its exchanges + 1) */
+    uint32_t host_waits; /* host waits it took: rounds when the host synchronises them, 1 when the
+                            ranks wait on each other on the GPU */
 } dcp_cp_attn_timing;
 
 /* Runs one step over the rows of the last set, synchronously (the writes of q must have completed;

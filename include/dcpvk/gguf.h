@@ -243,10 +243,24 @@ dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name,
                                            uint32_t n_dims, const uint64_t *ne, uint64_t size,
                                            dcp_gguf_tensor_fill_fn fill, void *user);
 
-/* Writes the file: to an exclusive temporary (mkstemp) in path's directory, synced, then renamed
+/* Writes the file: to an exclusive temporary (mkstemp: created with O_EXCL under a random name,
+ * so a link planted beside the target is never followed) in path's directory, synced, then renamed
  * over path, so readers see the old file or the whole new one. An existing path that is not a
- * regular file (a symbolic link, directory, device) is refused. DCP_ERR_IO on failure. */
+ * regular file (a symbolic link, directory, device node, FIFO, socket) is refused; nothing is
+ * opened through it. DCP_ERR_IO on failure (the target and everything else left untouched). */
 dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path);
+
+enum {
+    /* An existing target that is not a regular file and not a directory (a symbolic link, device
+     * node, FIFO, socket) is replaced by the new file: the rename swaps the directory entry itself;
+     * what a link points to, or the device, is never opened or written. */
+    DCP_GGUF_WRITE_REPLACE = 1u << 0,
+};
+/* dcp_gguf_writer_write with flags (DCP_GGUF_WRITE_*; 0: the same as dcp_gguf_writer_write). */
+dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags);
+/* Serialises the file into memory: *data (malloc'd, the caller frees it) of *size bytes, the same
+ * bytes dcp_gguf_writer_write puts in a file. DCP_ERR_OUT_OF_MEMORY on failure (*data NULL). */
+dcp_status dcp_gguf_writer_write_memory(const dcp_gguf_writer *w, void **data, size_t *size);
 
 /* ---- quantizing a file (llama-quantize's file types and mixes) -------------------------------- */
 
@@ -312,8 +326,9 @@ dcp_ggml_type dcp_quantize_tensor_type(dcp_quantize_plan *p, const dcp_gguf_tens
 typedef struct dcp_quantize_config {
     dcp_ftype ftype;            /* file type. Default DCP_FTYPE_Q4_K_M */
     bool pure;                  /* no mix rules: every matrix in the base type. Default false */
+    unsigned write_flags;       /* DCP_GGUF_WRITE_* for the output. Default 0 */
 } dcp_quantize_config;
-#define DCP_QUANTIZE_CONFIG_DEFAULT { DCP_FTYPE_Q4_K_M, false }
+#define DCP_QUANTIZE_CONFIG_DEFAULT { DCP_FTYPE_Q4_K_M, false, 0 }
 
 /* Called once per tensor, in file order, with its chosen type and whether that is a fallback. */
 typedef void (*dcp_quantize_report_fn)(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back);
@@ -421,6 +436,9 @@ dcp_status dcp_test_deepseek2_preset(char variant, dcp_test_deepseek2_config *ou
  * config (DCP_ERR_INVALID_ARGUMENT naming the field). Thread-safe. */
 dcp_status dcp_gguf_build_test_model_deepseek2(const dcp_test_deepseek2_config *cfg, dcp_gguf_writer **out);
 dcp_status dcp_gguf_make_test_model_deepseek2(const char *path, const dcp_test_deepseek2_config *cfg);
+/* Generates a test model in memory and opens it, writing nothing to disk: the handle owns the
+ * bytes (freed by dcp_gguf_close); its name is "<generated test model>". cfg NULL = defaults. */
+dcp_status dcp_gguf_open_test_model(const dcp_test_model_config *cfg, dcp_gguf **out);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,10 @@ typedef struct dcp_kv_pool_config {
  * Destroy with dcp_kv_pool_destroy before the device's context. */
 dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *config, dcp_kv_pool **out);
 void dcp_kv_pool_destroy(dcp_kv_pool *pool);
+/* Device bytes dcp_kv_pool_create would allocate on dev for config (*bytes: every segment;
+ * *largest: the largest segment), with the same checks and errors, allocating nothing. */
+dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *config, uint64_t *bytes,
+                             uint64_t *largest);
 
 const dcp_kv_pool_config *dcp_kv_pool_get_config(const dcp_kv_pool *pool);
 dcp_device *dcp_kv_pool_device(const dcp_kv_pool *pool);
@@ -71,6 +75,11 @@ uint32_t dcp_kv_owner(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
 uint64_t dcp_kv_local_index(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
 /* L_r: tokens rank r stores of a sequence of `length` tokens. */
 uint64_t dcp_kv_local_length(uint64_t length, uint32_t rank, uint32_t dcp_size, uint32_t interleave);
+/* The longest sequence whose shard fits in `pages` pages of page_size tokens on every rank (rank 0
+ * holds the most): with C = pages * page_size, (C / I) * I * N + C mod I tokens. Counts instead of
+ * allocating, so capacity planning answers at once for any size; a host_only dcp_kv_cache accepts
+ * exactly this many (tests/test_capacity.c checks it). */
+uint64_t dcp_kv_max_length(uint64_t pages, uint32_t page_size, uint32_t dcp_size, uint32_t interleave);
 
 /* ---- KV cache of a DCP group: per-rank page pools, free lists and per-sequence block tables --- */
 
@@ -120,6 +129,9 @@ uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *cache);
  * the recording reads: submit before the next dcp_kv_cache_append. */
 dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache, uint32_t local, dcp_buffer *k,
                                       uint64_t k_offset, dcp_buffer *v, uint64_t v_offset);
+/* Device bytes of the slot table record_append keeps per local rank once a step appended `tokens`
+ * tokens (it grows to the largest step's). */
+uint64_t dcp_kv_cache_slot_bytes(uint32_t tokens);
 /* Returns every page of sequence seq on every local rank to the free lists; its length becomes 0. */
 void dcp_kv_cache_free_seq(dcp_kv_cache *cache, uint32_t seq);
 

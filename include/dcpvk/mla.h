@@ -48,6 +48,13 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
                                       dcp_mla_decode_plan **out);
 void dcp_mla_decode_plan_destroy(dcp_mla_decode_plan *plan);
 
+/* Bytes dcp_mla_decode_plan_create allocates for pool and config, plus the split-KV workspace a
+ * set grows to for rows of at most max_length tokens (chunks of config->chunk_tokens, or at most
+ * one chunk per 256 tokens when automatic: an upper bound then): *bytes in all, *largest the
+ * biggest single buffer. DCP_ERR_CONFIG when max_length needs more chunks than the merge takes. */
+dcp_status dcp_mla_decode_plan_bytes(const dcp_kv_pool_config *pool, const dcp_mla_decode_config *config,
+                                     uint64_t max_length, uint64_t *bytes, uint64_t *largest);
+
 /* Sets the step's sequences, as dcp_decode_plan_set: lengths [batch] tokens, block_tables
  * [batch][max_blocks] page ids (entries past a sequence's last page ignored). Validates them, writes
  * them into the plan's host-visible tables (no command that reads the plan may be in flight) and

@@ -50,10 +50,15 @@ typedef struct dcp_model_load_config {
                                  * (dcp times the Q weights) instead of all-gathering Q (default false) */
     dcp_progress_fn progress;   /* called while weights load; NULL (default): none */
     void *progress_user;        /* passed to progress (default NULL) */
+    bool count_only;            /* check the model and count each rank's weight bytes without
+                                 * allocating or uploading anything: such a model holds no device
+                                 * memory and serves dcp_model_rank_bytes and dcp_model_state_bytes
+                                 * only (default false) */
 } dcp_model_load_config;
 
 #define DCP_MODEL_LOAD_CONFIG_DEFAULT {.devices = NULL, .count = 1, .first_rank = 0, .tp = 0, .dcp = 1, \
-                                       .q_replicate = false, .progress = NULL, .progress_user = NULL}
+                                       .q_replicate = false, .progress = NULL, .progress_user = NULL, \
+                                       .count_only = false}
 
 /* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
  * devices of lc. Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see
@@ -91,6 +96,8 @@ uint32_t dcp_model_local_count(const dcp_model *m);
 const dcp_model_config *dcp_model_get_config(const dcp_model *m);
 /* Bytes of device memory the weights use (all ranks held here). */
 uint64_t dcp_model_bytes(const dcp_model *m);
+/* Bytes of device memory the weights of local rank i use (counted by a count_only load too). */
+uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
 
 /* ---- run state ----------------------------------------------------------------------------- */
 
@@ -129,6 +136,8 @@ typedef struct dcp_model_state dcp_model_state;
 dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out);
 void dcp_model_state_destroy(dcp_model_state *s);
 const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s);
+/* The model the state runs (what dcp_model_state_create was given). */
+dcp_model *dcp_model_state_get_model(const dcp_model_state *s);
 
 /* One row of a step: the next token of sequence seq (its position is the sequence's length so far,
  * plus the rows of the same sequence before it in the step). logits: whether the step returns
@@ -171,6 +180,44 @@ uint32_t dcp_model_state_pages_total(const dcp_model_state *s);
 uint32_t dcp_model_state_pages_needed(const dcp_model_state *s, uint32_t seq, uint32_t add);
 /* Pages held by sequence seq on local rank i (per layer). */
 uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint32_t local);
+/* Per DCP rank r of a group (0 <= r < dcp; 0 without DCP), by the placement formulas, so the same
+ * on every process: the pages a sequence of `length` tokens holds there, and the free pages of
+ * rank r's pools (the ranks r of every DCP group hold the same pages). A scheduler that adds up
+ * the growth of a step per rank knows exactly whether dcp_model_state_step will fit. */
+uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r);
+uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r);
+
+/* Device memory of one TP rank, by use, in bytes: what the weights and a run state allocate,
+ * counted from the same sizes the allocations use (src/model/graph_state.c). */
+typedef struct dcp_model_memory {
+    uint64_t weights;         /* the rank's weights (dcp_model_rank_bytes) */
+    uint64_t kv;              /* KV page pools: kv_pages pages per layer */
+    uint64_t activations;     /* residual stream, layer activations, step inputs and outputs (logits) */
+    uint64_t attention;       /* attention plans (block tables [max_rows][blocks], lengths, the
+                               * split-KV workspace for rows at n_ctx), DCP steps (gathered Q,
+                               * partial O and LSE) */
+    uint64_t exchange;        /* communicator mailboxes (TP all-reduce, DCP exchanges) */
+    uint64_t transfer;        /* the device's staging buffer for uploads */
+    uint64_t total;           /* the sum */
+    uint64_t largest;         /* the largest single buffer (KV pools count by segment) */
+    const char *largest_what; /* which buffer that is, for messages */
+} dcp_model_memory;
+
+/* What a run state for config over m needs on each local rank, without allocating anything:
+ * per_rank [dcp_model_local_count(m)]. m may be a count_only model (weights counted, not loaded).
+ * Errors as dcp_model_state_create's configuration checks (DCP_ERR_CONFIG: interleave, a context
+ * longer than the split-KV chunking allows). Thread-safe. */
+dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config, dcp_model_memory *per_rank);
+
+/* Checks config against the devices before anything is allocated: every buffer within its
+ * device's storage-buffer range, and the ranks on one physical device (all CPU devices together:
+ * host memory) within what it may still allocate (dcp_device_memory_budget; the weights of a
+ * count_only model included, those of a loaded model already held). DCP_ERR_OUT_OF_MEMORY or
+ * DCP_ERR_CONFIG with a message saying what is needed (by use), what is available (and what sets
+ * that), and the longest context that fits; *max_ctx (may be NULL) receives that context in
+ * tokens (0: none fits, the weights alone are too large), or config's n_ctx when it fits.
+ * dcp_model_state_create runs this check first. */
+dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_config *config, uint32_t *max_ctx);
 
 /* Bytes of the KV cache pools of one rank (all layers). */
 uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);
@@ -178,9 +225,21 @@ uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);
  * since then (the warm-up excluded): their ratio is the exchange volume per token. */
 uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s);
 uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
-/* Host waits (rounds) of the last step, and whether it was replayed from a kept recording. */
+/* Rounds of the last step (one per exchange point, plus one), the host waits it took (every round
+ * when the host synchronises the rounds, 1 when they wait on each other on the GPU), and whether
+ * it was replayed from a kept recording. */
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
+uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s);
 bool dcp_model_state_last_replayed(const dcp_model_state *s);
+/* Step timing (off by default; turning it on makes the next step record again): after a step,
+ * compute_ns = the GPU time of its rounds (device timestamps, the slowest rank of each round) and
+ * exchange_ns = its wall-clock time minus that (host round trips, waits, host moves). */
+void dcp_model_state_set_timing(dcp_model_state *s, bool on);
+void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns);
+/* How the state's exchanges move: each communicator's transports per pair with their reasons, and
+ * how the rounds are synchronised (host or GPU) and why; written into buf (cap bytes, lines);
+ * returns buf. Complete after the first step (the state's warm-up runs one). */
+const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap);
 
 /* ---- sampling (host) ----------------------------------------------------------------------- */
 

@@ -41,6 +41,9 @@ typedef struct dcp_matrix {
 dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
                              const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
 void dcp_matrix_destroy(dcp_matrix *m);
+/* Device bytes of a rows x k matrix of `type` (the buffer dcp_matrix_create makes), or 0 for an
+ * unsupported type. Thread-safe. */
+uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows);
 
 /* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T.
  * x_stride, x_offset multiples of 4. accumulate != 0 adds to y (fused residual). */

@@ -29,9 +29,15 @@ typedef struct dcp_context_config {
     int validation;
     /* Robust buffer access: 1 on, 0 off, -1 (default) on whenever validation is on. */
     int robust_access;
+    /* Vulkan device groups: 1 creates every VkDevice with VkDeviceGroupDeviceCreateInfo over its
+     * physical device's group (logical devices on distinct members of one group share that
+     * VkDevice, as device indices; a group of one gives each its own), 0 never, -1 (default) from
+     * $DCP_VK_DEVICE_GROUPS (0 or 1), else 1 only when the list names two or more distinct members
+     * of one group of several physical devices. */
+    int device_groups;
 } dcp_context_config;
 
-#define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1}
+#define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1, .device_groups = -1}
 
 enum { DCP_MAX_HEAPS = 16 };
 
@@ -56,6 +62,10 @@ typedef struct dcp_device_info {
                                         and enough storage-buffer bindings per stage); else pools
                                         are limited to one buffer */
     uint64_t max_storage_buffer_range; /* bytes */
+    uint64_t min_storage_offset_alignment; /* bytes every storage-buffer binding offset is a multiple of:
+                                        minStorageBufferOffsetAlignment, or the larger value of
+                                        $DCP_VK_MIN_STORAGE_ALIGN (a power of two) so that a CPU driver
+                                        proves the code honours a GPU's stricter one (256 on some) */
     uint64_t max_allocation_size;    /* bytes */
     uint64_t max_buffer_size;        /* bytes (maintenance4; else max_allocation_size) */
     uint32_t max_shared_memory;      /* bytes per workgroup */
@@ -68,8 +78,28 @@ typedef struct dcp_device_info {
     uint64_t heap_size[DCP_MAX_HEAPS];  /* bytes */
     bool heap_device_local[DCP_MAX_HEAPS];
     bool has_external_memory_host;   /* VK_EXT_external_memory_host is enabled */
+    bool has_memory_budget;          /* VK_EXT_memory_budget is enabled (dcp_device_memory_budget) */
     uint32_t physical_group_size;    /* physical devices in this device's Vulkan device group */
+    uint8_t driver_uuid[16];         /* VkPhysicalDeviceIDProperties::driverUUID: with device_uuid,
+                                        what decides whether opaque handles can be shared */
+    uint32_t mem_export;             /* DCP_HANDLE_* bits: buffer memory this device exports */
+    uint32_t mem_import;             /* DCP_HANDLE_* bits: buffer memory this device imports */
+    uint32_t sem_export;             /* DCP_HANDLE_* bits: semaphores (opaque fd: timeline; sync fd:
+                                        binary) this device exports */
+    uint32_t sem_import;             /* DCP_HANDLE_* bits: semaphores this device imports */
+    uint32_t timeline_semaphore;     /* 1 if timeline semaphores are enabled */
+    uint32_t group_device_count;     /* physical devices of the VkDevice this device runs on: 0 when it
+                                        was created without VkDeviceGroupDeviceCreateInfo, else >= 1 */
+    uint32_t group_device_index;     /* this device's index in that VkDevice (device mask bit) */
 } dcp_device_info;
+
+/* External handle kinds (bits of dcp_device_info's mem_* and sem_* masks). */
+enum {
+    DCP_HANDLE_OPAQUE_FD = 1, /* same physical device only (equal device and driver UUIDs) */
+    DCP_HANDLE_DMA_BUF = 2,   /* Linux dma-buf, between devices of different drivers too */
+    DCP_HANDLE_SYNC_FD = 4,   /* semaphores: a sync file (binary semaphore payload) */
+    DCP_HANDLE_HOST = 8,      /* memory: host allocation (VK_EXT_external_memory_host), import only */
+};
 
 /* Creates the instance and the logical devices that config names. Returns DCP_ERR_NO_DEVICE when
  * there is no Vulkan device or an index does not exist (the message lists what exists).
@@ -108,7 +138,32 @@ typedef enum dcp_memory {
  * since every buffer is bindable whole). Destroy with dcp_buffer_destroy before the device. */
 dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, dcp_buffer **out);
 void dcp_buffer_destroy(dcp_buffer *buf);
+/* Bytes of buf (0 for NULL). */
 uint64_t dcp_buffer_size(const dcp_buffer *buf);
+
+/* ---- memory accounting ---------------------------------------------------------------------- */
+
+/* Bytes of the buffers dcp_buffer_create has made on dev and not destroyed (their sizes as
+ * requested; imported host memory is not counted). */
+uint64_t dcp_device_memory_allocated(const dcp_device *dev);
+/* Bytes of the staging buffer dev keeps once it has uploaded or downloaded `largest` bytes at once
+ * (at least 1 MiB, at most 64 MiB or the storage-buffer range): the size dcp_buffer_upload uses. */
+uint64_t dcp_device_staging_bytes(const dcp_device *dev, uint64_t largest);
+
+/* What a device may still allocate, for checking a configuration before allocating it. */
+typedef struct dcp_memory_budget {
+    uint64_t heap_size;   /* bytes of the heap device-local buffers come from */
+    uint64_t available;   /* bytes this process may still allocate there: the heap size less what
+                           * this context's devices on the same physical device hold, or the
+                           * driver's budget less the process's usage (VK_EXT_memory_budget); for a
+                           * CPU device (host memory) also at most the address-space limit
+                           * (RLIMIT_AS, less the address space in use), the cgroup's memory.max
+                           * less its usage and MemAvailable, each less 128 MiB the driver needs
+                           * for itself (shader compilation, threads) */
+    char source[96];      /* what set `available`, for messages, e.g. "RLIMIT_AS (ulimit -v)" */
+} dcp_memory_budget;
+/* Fills *out for dev. Reads the driver and, for CPU devices, /proc and /sys; never fails. */
+void dcp_device_memory_budget(const dcp_device *dev, dcp_memory_budget *out);
 dcp_device *dcp_buffer_device(const dcp_buffer *buf);
 /* Host pointer of a DCP_MEMORY_HOST buffer; NULL for device memory. */
 void *dcp_buffer_map(dcp_buffer *buf);

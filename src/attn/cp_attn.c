@@ -101,9 +101,10 @@ void dcp_cp_attn_destroy(dcp_cp_attn *a)
 
 /* The a2a message to one destination: O [rows][Hl][OD], then (from a 256-byte aligned offset, so
  * that the receiver binds it directly) LSE [rows][Hl], f32. */
+static uint64_t a2a_lse_offset_of(uint64_t hl, uint64_t d, uint32_t rows) { return (rows * hl * d * 4 + 255) / 256 * 256; }
 static uint64_t a2a_lse_offset(const dcp_cp_attn *a, uint32_t rows)
 {
-    return ((uint64_t)rows * a->cfg.heads_local * a->OD * 4 + 255) / 256 * 256;
+    return a2a_lse_offset_of(a->cfg.heads_local, a->OD, rows);
 }
 /* Logical bytes of one a2a message (what counts as sent). */
 static uint64_t a2a_payload(const dcp_cp_attn *a, uint32_t rows)
@@ -111,12 +112,60 @@ static uint64_t a2a_payload(const dcp_cp_attn *a, uint32_t rows)
     return (uint64_t)rows * a->cfg.heads_local * (a->OD + 1) * 4;
 }
 /* Bytes between consecutive destinations' messages in the put area: 256-byte aligned. */
-static uint64_t a2a_slot(const dcp_cp_attn *a, uint32_t rows)
+static uint64_t a2a_slot_of(uint64_t hl, uint64_t d, uint32_t rows)
 {
-    return (a2a_lse_offset(a, rows) + (uint64_t)rows * a->cfg.heads_local * 4 + 255) / 256 * 256;
+    return (a2a_lse_offset_of(hl, d, rows) + (uint64_t)rows * hl * 4 + 255) / 256 * 256;
 }
+static uint64_t a2a_slot(const dcp_cp_attn *a, uint32_t rows) { return a2a_slot_of(a->cfg.heads_local, a->OD, rows); }
 
 static bool gathers_q(const dcp_cp_attn *a) { return !a->cfg.q_replicate; }
+
+/* The largest block of the step's exchanges (Q gather, a2a message or ag_rs parts, LSE gather):
+ * the communicator's mailboxes are reserved for it. */
+static uint64_t mailbox_block(const dcp_cp_attn_config *c, uint64_t QD, uint64_t OD, uint32_t N)
+{
+    const uint64_t B = c->batch, Hl = c->heads_local, NH = (uint64_t)N * Hl;
+    uint64_t blk = !c->q_replicate ? B * Hl * QD * 4 : 0;
+    uint64_t b2 = c->backend == DCP_CP_A2A ? a2a_slot_of(Hl, OD, c->batch) : B * Hl * OD * 4;
+    if (b2 > blk) blk = b2;
+    if (B * NH * 4 > blk) blk = B * NH * 4;
+    return blk;
+}
+
+dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_config *c, uint64_t max_length,
+                             uint64_t *bytes, uint64_t *largest, uint64_t *mailbox)
+{
+    /* Per local rank, what dcp_cp_attn_create allocates (and its plan grows to): the local decode
+     * plan over the rank's shard (rank 0's is the longest), gathered Q, partial O and LSE. */
+    const uint32_t N = kc->dcp_size;
+    const uint64_t B = c->batch, QD = kc->pool.head_dim, OD = c->latent ? c->latent : QD,
+                   NH = (uint64_t)N * c->heads_local;
+    const uint64_t local = dcp_kv_local_length(max_length, 0, N, kc->interleave);
+    dcp_status st;
+    if (c->latent) {
+        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+        mc.batch = c->batch;
+        mc.heads = (uint32_t)NH;
+        mc.kv_lora = c->latent;
+        mc.max_blocks = kc->max_blocks;
+        mc.chunk_tokens = c->chunk_tokens;
+        st = dcp_mla_decode_plan_bytes(&kc->pool, &mc, local, bytes, largest);
+    } else {
+        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+        dc.batch = c->batch;
+        dc.q_heads = (uint32_t)NH;
+        dc.max_blocks = kc->max_blocks;
+        dc.chunk_tokens = c->chunk_tokens;
+        st = dcp_decode_plan_bytes(&kc->pool, &dc, local, bytes, largest);
+    }
+    if (st != DCP_OK) return st;
+    const uint64_t q = B * NH * QD * 4, o = B * NH * OD * 4;
+    *bytes += (c->q_replicate ? 0 : q) + o + B * NH * 4;
+    if (!c->q_replicate && q > *largest) *largest = q;
+    if (o > *largest) *largest = o;
+    *mailbox = mailbox_block(c, QD, OD, N);
+    return DCP_OK;
+}
 
 dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *c, dcp_cp_attn **out)
 {
@@ -164,7 +213,7 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
-    const uint64_t B = c->batch, QD = a->QD, OD = a->OD, Hl = c->heads_local;
+    const uint64_t B = c->batch, QD = a->QD, OD = a->OD;
     dcp_device *devs[1024];
     if (L > 1024) {
         st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: %u local ranks (at most 1024)", L);
@@ -196,11 +245,7 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
     }
     /* Mailboxes for the largest block of the step. */
-    uint64_t blk = gathers_q(a) ? B * Hl * QD * 4 : 0;
-    uint64_t b2 = c->backend == DCP_CP_A2A ? a2a_slot(a, c->batch) : B * Hl * OD * 4;
-    if (b2 > blk) blk = b2;
-    if (B * NH * 4 > blk) blk = B * NH * 4;
-    DCP_TRY(dcp_comm_reserve(comm, blk));
+    DCP_TRY(dcp_comm_reserve(comm, mailbox_block(c, QD, OD, N)));
     DCP_TRY(dcp_step_create(devs, L, &a->step));
     DCP_TRY(dcp_step_add_comm(a->step, comm));
     *out = a;
@@ -463,6 +508,8 @@ dcp_status dcp_cp_attn_run(dcp_cp_attn *a, const dcp_comm_buf *q, const dcp_comm
         if (timing->exchange_ns < 0) timing->exchange_ns = 0;
         timing->bytes_sent = dcp_comm_bytes_sent(a->comm, 0) - sent0;
         timing->q_bytes_sent = gathers_q(a) ? dcp_cp_attn_xchg(a, 0).payload * (a->N - 1) : 0;
+        timing->rounds = dcp_step_last_rounds(a->step);
+        timing->host_waits = dcp_step_last_host_waits(a->step);
     }
     return DCP_OK;
 fail:

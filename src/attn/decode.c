@@ -41,6 +41,39 @@ static uint64_t shared_bytes(uint32_t wg, uint32_t cluster, uint32_t dq)
 /* Registers the shader's per-lane arrays may take: HG * ceil(DQ / C) quads of Q and of O. */
 enum { DCP_DECODE_MAX_LANE_QUADS = 32 };
 
+/* The split-KV workspace of `chunks` chunks: partial O [chunks][batch][q_heads][head_dim] f32
+ * and LSE [chunks][batch][q_heads] f32. */
+static void workspace_bytes(const dcp_kv_pool_config *pc, const dcp_decode_config *c, uint64_t chunks, uint64_t *o,
+                            uint64_t *lse)
+{
+    const uint64_t rows = (uint64_t)c->batch * c->q_heads;
+    *o = chunks * rows * pc->head_dim * 4;
+    *lse = chunks * rows * 4;
+}
+
+dcp_status dcp_decode_plan_bytes(const dcp_kv_pool_config *pc, const dcp_decode_config *c, uint64_t max_length,
+                                 uint64_t *bytes, uint64_t *largest)
+{
+    /* The tables of dcp_decode_plan_create, and the workspace dcp_decode_plan_set_rows grows to for
+     * rows of max_length tokens (automatic chunking: at most one chunk per DCP_DECODE_MIN_CHUNK). */
+    const uint64_t bt = (uint64_t)c->batch * c->max_blocks * 4, lens = (uint64_t)c->batch * 4;
+    const uint32_t chunk = c->chunk_tokens ? c->chunk_tokens : DCP_DECODE_MIN_CHUNK;
+    const uint64_t chunks = max_length ? (max_length + chunk - 1) / chunk : 1;
+    *bytes = bt + lens;
+    *largest = bt > lens ? bt : lens;
+    if (chunks > DCP_DECODE_MAX_PARTS)
+        return dcp_fail(DCP_ERR_CONFIG,
+                        "decode: %llu tokens in chunks of %u give %llu chunks, more than %d",
+                        (unsigned long long)max_length, chunk, (unsigned long long)chunks, DCP_DECODE_MAX_PARTS);
+    if (chunks > 1) {
+        uint64_t wo, wl;
+        workspace_bytes(pc, c, chunks, &wo, &wl);
+        *bytes += wo + wl;
+        if (wo > *largest) *largest = wo;
+    }
+    return DCP_OK;
+}
+
 dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c, dcp_decode_plan **out)
 {
     dcp_status st = DCP_OK;
@@ -187,9 +220,10 @@ dcp_status dcp_decode_plan_set_rows(dcp_decode_plan *p, uint32_t rows, const uin
         dcp_buffer_destroy(p->work_lse);
         p->work_o = p->work_lse = NULL;
         p->work_cap = 0;
-        uint64_t cap_rows = (uint64_t)c->batch * c->q_heads;
-        DCP_TRY(dcp_buffer_create(p->dev, chunks * cap_rows * pc->head_dim * 4, DCP_MEMORY_DEVICE, &p->work_o));
-        DCP_TRY(dcp_buffer_create(p->dev, chunks * cap_rows * 4, DCP_MEMORY_DEVICE, &p->work_lse));
+        uint64_t wo, wl;
+        workspace_bytes(pc, c, chunks, &wo, &wl);
+        DCP_TRY(dcp_buffer_create(p->dev, wo, DCP_MEMORY_DEVICE, &p->work_o));
+        DCP_TRY(dcp_buffer_create(p->dev, wl, DCP_MEMORY_DEVICE, &p->work_lse));
         p->work_cap = chunks;
         p->work_gen++;
     }

@@ -46,6 +46,27 @@ static uint64_t shared_bytes(uint32_t tile, uint32_t dk, uint32_t elem, uint32_t
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
+dcp_status dcp_mla_decode_plan_bytes(const dcp_kv_pool_config *pc, const dcp_mla_decode_config *c,
+                                     uint64_t max_length, uint64_t *bytes, uint64_t *largest)
+{
+    (void)pc;
+    const uint64_t bt = (uint64_t)c->batch * c->max_blocks * 4, lens = (uint64_t)c->batch * 4;
+    const uint64_t chunk = c->chunk_tokens ? c->chunk_tokens : MLA_MIN_CHUNK;
+    const uint64_t chunks = max_length ? (max_length + chunk - 1) / chunk : 1;
+    *bytes = bt + lens;
+    *largest = bt > lens ? bt : lens;
+    if (chunks > MLA_MAX_PARTS)
+        return dcp_fail(DCP_ERR_CONFIG, "MLA decode: %llu tokens in chunks of %llu give %llu chunks, more than %d",
+                        (unsigned long long)max_length, (unsigned long long)chunk, (unsigned long long)chunks,
+                        MLA_MAX_PARTS);
+    if (chunks > 1) {
+        const uint64_t rows = (uint64_t)c->batch * c->heads, wo = chunks * rows * c->kv_lora * 4;
+        *bytes += wo + chunks * rows * 4;
+        if (wo > *largest) *largest = wo;
+    }
+    return DCP_OK;
+}
+
 dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_config *c, dcp_mla_decode_plan **out)
 {
     dcp_status st = DCP_OK;

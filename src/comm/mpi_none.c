@@ -11,6 +11,7 @@ dcp_status dcp_comm_init_mpi_split(dcp_device *const *devices, int local_count, 
     return dcp_fail(DCP_ERR_UNSUPPORTED, "dcp-vk was built without MPI (install MPICH and reconfigure)");
 }
 dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root) { return DCP_OK; }
+dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us) { return DCP_OK; }
 #else
 typedef int dcp_mpi_none_unused; /* ISO C wants a non-empty translation unit */
 #endif

@@ -211,7 +211,7 @@ dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *kc, uint32_t i
         dcp_buffer_destroy(r->slot_buf);
         r->slot_buf = NULL;
         r->slot_buf_cap = 0;
-        DCP_TRY(dcp_buffer_create(dev, (uint64_t)T * 4, DCP_MEMORY_DEVICE, &r->slot_buf));
+        DCP_TRY(dcp_buffer_create(dev, dcp_kv_cache_slot_bytes(T), DCP_MEMORY_DEVICE, &r->slot_buf));
         r->slot_buf_cap = T;
     }
     DCP_TRY(dcp_buffer_upload(r->slot_buf, 0, r->slots, (uint64_t)T * 4));
@@ -278,3 +278,5 @@ uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *kc, uint32_t i)
 {
     return i < kc->local_count ? (uint64_t)dcp_kv_cache_pages_used(kc, i) * kc->page_bytes : 0;
 }
+
+uint64_t dcp_kv_cache_slot_bytes(uint32_t tokens) { return (uint64_t)tokens * 4; }

@@ -32,3 +32,9 @@ uint64_t dcp_kv_local_length(uint64_t length, uint32_t rank, uint32_t n, uint32_
     if (extra > interleave) extra = interleave;
     return base + extra;
 }
+
+uint64_t dcp_kv_max_length(uint64_t pages, uint32_t page_size, uint32_t n, uint32_t interleave)
+{
+    const uint64_t c = pages * page_size; /* tokens one rank holds */
+    return c / interleave * interleave * n + c % interleave;
+}

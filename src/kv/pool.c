@@ -14,11 +14,11 @@ struct dcp_kv_pool {
     dcp_buffer *segments[DCP_KV_MAX_SEGMENTS];
 };
 
-dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_kv_pool **out)
+/* The pool's layout on a device: checks the config, then page bytes, pages per segment (a power of
+ * two) and segments. Shared by dcp_kv_pool_create and dcp_kv_pool_bytes. */
+static dcp_status pool_layout(const dcp_device_info *info, const dcp_kv_pool_config *c, uint64_t *page_bytes_out,
+                              uint64_t *pps_out, uint64_t *nseg_out)
 {
-    dcp_status st = DCP_OK;
-    *out = NULL;
-    const dcp_device_info *info = dcp_device_get_info(dev);
     if (c->head_dim == 0 || c->head_dim % 4 || c->head_dim > DCP_KV_MAX_HEAD_DIM)
         return dcp_fail(DCP_ERR_UNSUPPORTED,
                         "KV pool: head dim %u is not supported (supported: multiples of 4 from 4 to %d)",
@@ -57,6 +57,30 @@ dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_
                         "%llu bytes), more than the %d a pool may span",
                         c->num_pages, (unsigned long long)page_bytes, (unsigned long long)nseg,
                         info->logical_index, (unsigned long long)seg_max, DCP_KV_MAX_SEGMENTS);
+    *page_bytes_out = page_bytes;
+    *pps_out = pps;
+    *nseg_out = nseg;
+    return DCP_OK;
+}
+
+dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *c, uint64_t *bytes, uint64_t *largest)
+{
+    uint64_t page_bytes, pps, nseg;
+    *bytes = *largest = 0;
+    dcp_status st = pool_layout(dcp_device_get_info(dev), c, &page_bytes, &pps, &nseg);
+    if (st != DCP_OK) return st;
+    *bytes = (uint64_t)c->num_pages * page_bytes;
+    *largest = (c->num_pages < pps ? c->num_pages : pps) * page_bytes;
+    return DCP_OK;
+}
+
+dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_kv_pool **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    uint64_t page_bytes, pps, nseg;
+    st = pool_layout(dcp_device_get_info(dev), c, &page_bytes, &pps, &nseg);
+    if (st != DCP_OK) return st;
     dcp_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     p->dev = dev;

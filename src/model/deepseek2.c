@@ -7,7 +7,7 @@
  * shard it by the interleaved placement (only a token's owner stores it), so a group holds one copy
  * where TP alone holds one per rank.
  *
- * One layer, per rank (T rows; heads: own Ho = H / TP, projected Hq = Ho, or the DCP group's with
+ * One layer, per rank (the graph runs the all-reduce after each block; T rows; heads: own Ho = H / TP, projected Hq = Ho, or the DCP group's with
  * q_replicate; R kv_lora, P rope, N nope, V v):
  *   attention block  rmsnorm (+ the all-reduce's sum); kv = W_kv_a xn (replicated); q = W_q xn
  *                    (or W_q_b rmsnorm(W_q_a xn)); c = rmsnorm(kv[:R]); the owner stores
@@ -197,6 +197,26 @@ static void ffn_widths(const dcp_model *m, uint32_t i, uint32_t *f_pad, uint32_t
     }
 }
 
+/* Floats per row of rank i's activations, in the order rank_state_create allocates them (qa, qan,
+ * q, kv, cn, Q, olat, lse, o, gu, h, router logits, ids, weights, expert gate/up and h, shared
+ * gate/up and h); 0 is allocated as 1 (zbuf). ds2_state_bytes counts the same. */
+enum { DS2_ACTS = 18 };
+static void ds2_act_floats(const dcp_model *m, uint32_t i, uint64_t f[DS2_ACTS])
+{
+    const dcp_model_config *c = &m->cfg;
+    const dcp_ds2_shard *sh = &((const ds2_weights *)m->arch)->ranks[i].shard;
+    const uint64_t R = c->kv_lora_rank, P = c->n_rot, QW = c->head_dim_qk, V = c->head_dim_v_mla,
+                   U = c->n_expert_used;
+    uint32_t f_pad, fe_pad, fs_pad;
+    ffn_widths(m, i, &f_pad, &fe_pad, &fs_pad);
+    const uint64_t v[DS2_ACTS] = {c->q_lora_rank,     c->q_lora_rank,  sh->q_heads * QW, R + P,
+                                  R,                  sh->q_heads * (R + P), sh->o_heads * R, sh->o_heads,
+                                  (sh->o_heads * V + 3) / 4 * 4, 2ull * sh->ff, f_pad, c->n_expert,
+                                  U,                  U,               U * 2 * sh->fe,   U * fe_pad,
+                                  2ull * sh->fs,      fs_pad};
+    for (int k = 0; k < DS2_ACTS; k++) f[k] = v[k] ? v[k] : 1;
+}
+
 static dcp_status rank_state_create(dcp_model_state *s, ds2_state *ds, uint32_t i, uint32_t chunk)
 {
     dcp_status st = DCP_OK;
@@ -205,28 +225,12 @@ static dcp_status rank_state_create(dcp_model_state *s, ds2_state *ds, uint32_t 
     const dcp_ds2_shard *sh = &((const ds2_weights *)m->arch)->ranks[i].shard;
     ds2_rank_state *rs = &ds->r[i];
     dcp_device *dev = m->ranks[i].dev;
-    const uint64_t T = s->cfg.max_rows, R = c->kv_lora_rank, P = c->n_rot, QW = c->head_dim_qk;
-    const uint64_t V = c->head_dim_v_mla, U = c->n_expert_used;
-    uint32_t f_pad, fe_pad, fs_pad;
-    ffn_widths(m, i, &f_pad, &fe_pad, &fs_pad);
-    DCP_TRY(zbuf(dev, T, c->q_lora_rank, &rs->qa));
-    DCP_TRY(zbuf(dev, T, c->q_lora_rank, &rs->qan));
-    DCP_TRY(zbuf(dev, T, sh->q_heads * QW, &rs->q));
-    DCP_TRY(zbuf(dev, T, R + P, &rs->kv));
-    DCP_TRY(zbuf(dev, T, R, &rs->cn));
-    DCP_TRY(zbuf(dev, T, sh->q_heads * (R + P), &rs->Q));
-    DCP_TRY(zbuf(dev, T, sh->o_heads * R, &rs->olat));
-    DCP_TRY(zbuf(dev, T, sh->o_heads, &rs->lse));
-    DCP_TRY(zbuf(dev, T, (sh->o_heads * V + 3) / 4 * 4, &rs->o));
-    DCP_TRY(zbuf(dev, T, 2ull * sh->ff, &rs->gu));
-    DCP_TRY(zbuf(dev, T, f_pad, &rs->h));
-    DCP_TRY(zbuf(dev, T, c->n_expert, &rs->logits_r));
-    DCP_TRY(zbuf(dev, T, U, &rs->rids));
-    DCP_TRY(zbuf(dev, T, U, &rs->rw));
-    DCP_TRY(zbuf(dev, T, U * 2 * sh->fe, &rs->egu));
-    DCP_TRY(zbuf(dev, T, U * fe_pad, &rs->eh));
-    DCP_TRY(zbuf(dev, T, 2ull * sh->fs, &rs->sgu));
-    DCP_TRY(zbuf(dev, T, fs_pad, &rs->sh));
+    uint64_t f[DS2_ACTS];
+    ds2_act_floats(m, i, f);
+    dcp_buffer **acts[DS2_ACTS] = {&rs->qa,  &rs->qan, &rs->q,        &rs->kv,   &rs->cn,  &rs->Q,
+                                   &rs->olat, &rs->lse, &rs->o,       &rs->gu,   &rs->h,   &rs->logits_r,
+                                   &rs->rids, &rs->rw,  &rs->egu,     &rs->eh,   &rs->sgu, &rs->sh};
+    for (int k = 0; k < DS2_ACTS; k++) DCP_TRY(zbuf(dev, s->cfg.max_rows, f[k], acts[k]));
     ds->qv[i] = (dcp_comm_buf){rs->Q, 0};
     ds->ov[i] = (dcp_comm_buf){rs->olat, 0};
     ds->lv[i] = (dcp_comm_buf){rs->lse, 0};
@@ -302,15 +306,53 @@ fail:
     return st;
 }
 
+/* What ds2_state_create allocates on local rank i (dcp_model_state_bytes): the activations, and
+ * per layer the latent decode plan (DCP 1) or the DCP step over the latent cache, with their
+ * split-KV workspace at n_ctx in chunks of the state's chunk_tokens (the fixed chunk may be
+ * lowered on a device whose loop bound needs it: then the workspace is larger than counted). */
+static dcp_status ds2_state_bytes(const dcp_model *m, uint32_t i, const dcp_model_state_config *c,
+                                  const dcp_kv_cache_config *kc, dcp_model_memory *mem, uint64_t *dcp_block)
+{
+    const ds2_weights *w = m->arch;
+    uint64_t f[DS2_ACTS];
+    ds2_act_floats(m, i, f);
+    for (int k = 0; k < DS2_ACTS; k++)
+        dcp_graph_count(mem, &mem->activations, f[k] * c->max_rows * 4, "a layer activation");
+    uint64_t bytes, largest, block = 0;
+    dcp_status st;
+    if (m->dcp == 1) {
+        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+        mc.batch = c->max_rows;
+        mc.heads = w->ranks[i].shard.o_heads;
+        mc.kv_lora = m->cfg.kv_lora_rank;
+        mc.max_blocks = kc->max_blocks;
+        mc.chunk_tokens = c->chunk_tokens;
+        if ((st = dcp_mla_decode_plan_bytes(&kc->pool, &mc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
+    } else {
+        dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+        ac.batch = c->max_rows;
+        ac.heads_local = w->ranks[i].shard.o_heads;
+        ac.backend = c->backend;
+        ac.q_replicate = m->q_replicate;
+        ac.chunk_tokens = c->chunk_tokens;
+        ac.latent = m->cfg.kv_lora_rank;
+        if ((st = dcp_cp_attn_bytes(kc, &ac, c->n_ctx, &bytes, &largest, &block)) != DCP_OK) return st;
+    }
+    mem->attention += (uint64_t)m->cfg.n_layer * bytes;
+    if (largest > mem->largest) {
+        mem->largest = largest;
+        mem->largest_what = "a latent attention plan's block table, split-KV workspace or partial states";
+    }
+    if (block > *dcp_block) *dcp_block = block;
+    return DCP_OK;
+}
+
 static dcp_status ds2_set_rows(dcp_model_state *s)
 {
     dcp_status st = DCP_OK;
     ds2_state *ds = s->arch;
     const uint32_t L = s->m->cfg.n_layer;
-    if (s->m->dcp > 1) {
-        for (uint32_t k = 0; k < L * s->ng; k++) DCP_TRY(dcp_cp_attn_set_rows(ds->attns[k], s->rows, s->row_seq, s->row_len));
-        return DCP_OK;
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_set_rows(s, ds->attns);
     for (uint32_t i = 0; i < s->m->nl; i++)
         for (uint32_t l = 0; l < L; l++) {
             dcp_graph_rows_tables(s, l, i);
@@ -324,12 +366,9 @@ static uint64_t ds2_key(const dcp_model_state *s)
 {
     const ds2_state *ds = s->arch;
     uint64_t key = DCP_STEP_KEY_SEED;
-    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++) {
-        if (s->m->dcp > 1)
-            for (uint32_t g = 0; g < s->ng; g++) key = dcp_step_key_mix(key, dcp_cp_attn_key(ds->attns[l * s->ng + g]));
-        else
-            for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_mla_decode_plan_key(ds->r[i].plans[l]));
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_key(s, ds->attns, key);
+    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++)
+        for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_mla_decode_plan_key(ds->r[i].plans[l]));
     return key;
 }
 
@@ -419,22 +458,6 @@ fail:
     return st;
 }
 
-static dcp_status ffn_dense(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const dcp_ds2_shard *sh, uint32_t i)
-{
-    dcp_status st = DCP_OK;
-    ds2_rank_state *rs = &((ds2_state *)s->arch)->r[i];
-    dcp_cmd *cmd = dcp_graph_cmd(s, i);
-    const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = Lw->w_down.k;
-    DCP_TRY(dcp_op_matmul(cmd, &Lw->w_gu, s->r[i].xn, 0, E, rs->gu, 2 * sh->ff, T, 0));
-    dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-    DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * sh->ff, rs->h, f_pad, sh->ff, T));
-    dcp_cmd_barrier(cmd); /* h -> down */
-    DCP_TRY(dcp_op_matmul(cmd, &Lw->w_down, rs->h, 0, f_pad, dcp_graph_row_parallel_out(s, i), E, T,
-                          dcp_graph_row_parallel_accumulate(s)));
-fail:
-    return st;
-}
-
 static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const dcp_ds2_shard *sh, uint32_t i)
 {
     dcp_status st = DCP_OK;
@@ -480,27 +503,17 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
 {
     dcp_status st = DCP_OK;
     const ds2_weights *w = s->m->arch;
+    ds2_state *ds = s->arch;
     for (uint32_t i = 0; i < s->m->nl; i++) {
         const dcp_ds2_layer_dev *Lw = &w->ranks[i].layers[l];
         dcp_cmd *cmd = dcp_graph_cmd(s, i);
         DCP_TRY(dcp_graph_norm(s, i, Lw->ffn_norm));
         dcp_cmd_barrier(cmd); /* xn (and x += parts) -> FFN */
         if (Lw->moe) DCP_TRY(ffn_moe(s, Lw, &w->ranks[i].shard, i));
-        else DCP_TRY(ffn_dense(s, Lw, &w->ranks[i].shard, i));
+        else DCP_TRY(dcp_graph_dense_ffn(s, i, &Lw->w_gu, &Lw->w_down, w->ranks[i].shard.ff, ds->r[i].gu, ds->r[i].h));
         dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
     }
     dcp_graph_norm_done(s);
-fail:
-    return st;
-}
-
-static dcp_status ds2_layer_record(dcp_model_state *s, uint32_t l)
-{
-    dcp_status st = DCP_OK;
-    DCP_TRY(attention(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
-    DCP_TRY(ffn(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
 fail:
     return st;
 }
@@ -512,8 +525,10 @@ const dcp_arch_ops dcp_arch_deepseek2 = {
     .unload = ds2_unload,
     .kv_pool = ds2_kv_pool,
     .state_create = ds2_state_create,
+    .state_bytes = ds2_state_bytes,
     .state_destroy = ds2_state_destroy,
     .set_rows = ds2_set_rows,
     .key = ds2_key,
-    .layer = ds2_layer_record,
+    .attention = attention,
+    .ffn = ffn,
 };

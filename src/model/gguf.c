@@ -587,6 +587,7 @@ void dcp_gguf_close(dcp_gguf *g)
 {
     if (!g) return;
     if (g->map) munmap(g->map, (size_t)g->size);
+    free(g->owned);
     while (g->chunks) {
         dcp_gguf_chunk *next = g->chunks->next;
         free(g->chunks);

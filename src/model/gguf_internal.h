@@ -23,6 +23,7 @@ struct dcp_gguf {
     const uint8_t *base;      /* file bytes [size] */
     uint64_t size;
     void *map;                /* mmap'd region (NULL for open_memory) */
+    void *owned;              /* bytes the handle frees at close (dcp_gguf_open_test_model), or NULL */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;

@@ -249,7 +249,7 @@ dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dc
         DCP_TRY(dcp_gguf_writer_add_tensor_fill(w, t->name, to, t->n_dims, t->ne, t->n_elements / be * bb, fill, &job));
         if (report) report(user, t, to, fell_back);
     }
-    st = dcp_gguf_writer_write(w, out_path);
+    st = dcp_gguf_writer_write_to(w, out_path, c->write_flags);
 fail:
     dcp_gguf_writer_destroy(w);
     dcp_gguf_close(g);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/splitmix.h"
 #include "dcpvk/gguf.h"
+#include "model/gguf_internal.h"
 
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_UNUSED = 5, TOK_BYTE = 6 };
 enum { MAX_VOCAB = 1024, MAX_PIECE = 32 };
@@ -545,4 +546,23 @@ dcp_status dcp_gguf_make_test_model_deepseek2(const char *path, const dcp_test_d
     st = dcp_gguf_writer_write(w, path);
     dcp_gguf_writer_destroy(w);
     return st;
+}
+
+dcp_status dcp_gguf_open_test_model(const dcp_test_model_config *cfg, dcp_gguf **out)
+{
+    dcp_gguf_writer *w = NULL;
+    void *data = NULL;
+    size_t size = 0;
+    *out = NULL;
+    dcp_status st = dcp_gguf_build_test_model(cfg, &w);
+    if (st == DCP_OK) st = dcp_gguf_writer_write_memory(w, &data, &size);
+    dcp_gguf_writer_destroy(w);
+    if (st != DCP_OK) return st;
+    st = dcp_gguf_open_memory(data, size, "<generated test model>", out);
+    if (st != DCP_OK) {
+        free(data);
+        return st;
+    }
+    (*out)->owned = data;
+    return DCP_OK;
 }

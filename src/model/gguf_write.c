@@ -313,35 +313,93 @@ dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name,
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+/* The header, key/values and tensor infos, serialised into head. */
+static dcp_status build_head(const dcp_gguf_writer *w, buf *head)
+{
+    if (w->failed) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: an earlier call ran out of memory");
+    bool ok = buf_put(head, "GGUF", 4) && put_le(head, 3, 4) && put_le(head, w->n_tensors, 8) &&
+              put_le(head, w->n_kv, 8) && buf_put(head, w->kv.p, w->kv.n);
+    uint64_t offset = 0;
+    for (uint64_t i = 0; ok && i < w->n_tensors; ++i) {
+        const wtensor *t = &w->tensors[i];
+        ok = put_str(head, t->name, strlen(t->name)) && put_le(head, t->n_dims, 4);
+        for (uint32_t d = 0; ok && d < t->n_dims; ++d) ok = put_le(head, t->ne[d], 8);
+        ok = ok && put_le(head, (uint32_t)t->type, 4) && put_le(head, offset, 8);
+        offset = align_up(offset + t->size, w->alignment);
+    }
+    return ok ? DCP_OK : dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
+}
+
+static bool put_zeros(FILE *f, uint64_t *pos, uint64_t end)
+{
+    static const uint8_t zeros[64];
+    bool ok = true;
+    while (ok && *pos < end) {
+        size_t k = (size_t)(end - *pos < sizeof zeros ? end - *pos : sizeof zeros);
+        ok = fwrite(zeros, 1, k, f) == k;
+        *pos += k;
+    }
+    return ok;
+}
+
+/* Writes the whole file to f (the head, then every tensor's data, each padded to the alignment).
+ * name is used in messages. */
+static dcp_status write_stream(const dcp_gguf_writer *w, const buf *head, FILE *f, const char *name)
+{
+    bool ok = fwrite(head->p, 1, head->n, f) == head->n;
+    uint64_t pos = head->n;
+    /* Tensor data starts at the first aligned offset after the infos; only pad when there is data. */
+    for (uint64_t i = 0; ok && i < w->n_tensors; ++i) {
+        ok = put_zeros(f, &pos, align_up(pos, w->alignment));
+        const wtensor *t = &w->tensors[i];
+        if (ok && t->fill) {
+            uint8_t *data = malloc(t->size ? (size_t)t->size : 1);
+            if (!data)
+                return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: tensor %s: out of memory (%llu bytes)", t->name,
+                                (ull)t->size);
+            dcp_status st = t->fill(t->fill_user, i, data, t->size);
+            ok = st == DCP_OK && fwrite(data, 1, (size_t)t->size, f) == t->size;
+            free(data);
+            if (st != DCP_OK) return st;
+        } else {
+            ok = ok && fwrite(t->data, 1, (size_t)t->size, f) == t->size;
+        }
+        pos += t->size;
+    }
+    if (ok && w->n_tensors) ok = put_zeros(f, &pos, align_up(pos, w->alignment)); /* the last tensor's block whole */
+    if (ok && fflush(f) != 0) ok = false;
+    if (!ok) return dcp_fail(DCP_ERR_IO, "%s: write failed: %s", name, strerror(errno));
+    return DCP_OK;
+}
+
 dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
+{
+    return dcp_gguf_writer_write_to(w, path, 0);
+}
+
+dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags)
 {
     dcp_status st = DCP_OK;
     buf head = {0};
     FILE *f = NULL;
     char *tmp = NULL;
-    static const uint8_t zeros[64];
-    if (w->failed) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: an earlier call ran out of memory");
-    bool ok = buf_put(&head, "GGUF", 4) && put_le(&head, 3, 4) && put_le(&head, w->n_tensors, 8) &&
-              put_le(&head, w->n_kv, 8) && buf_put(&head, w->kv.p, w->kv.n);
-    uint64_t offset = 0;
-    for (uint64_t i = 0; ok && i < w->n_tensors; ++i) {
-        const wtensor *t = &w->tensors[i];
-        ok = put_str(&head, t->name, strlen(t->name)) && put_le(&head, t->n_dims, 4);
-        for (uint32_t d = 0; ok && d < t->n_dims; ++d) ok = put_le(&head, t->ne[d], 8);
-        ok = ok && put_le(&head, (uint32_t)t->type, 4) && put_le(&head, offset, 8);
-        offset = align_up(offset + t->size, w->alignment);
-    }
-    if (!ok) {
-        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
-        goto fail;
-    }
-    /* An existing target must be a regular file (not a link, directory or device); the data goes
-     * to an exclusive temporary in the same directory, renamed over the target when complete. */
+    DCP_TRY(build_head(w, &head));
+    /* An existing target must be a regular file: a symbolic link, directory, device, FIFO or
+     * socket is refused (with DCP_GGUF_WRITE_REPLACE, anything but a directory is replaced: the
+     * rename below swaps the directory entry, never writing through a link or to a device). The
+     * data goes to an exclusive temporary (mkstemp: O_CREAT | O_EXCL, a random name, so a link
+     * planted beside the target is never followed) in the same directory, renamed over the target
+     * when complete and synced. */
     struct stat sb;
     if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        st = dcp_fail(DCP_ERR_IO, "%s: exists and is not a regular file (a link, directory or device); "
-                      "not overwriting it", path);
-        goto fail;
+        const char *kind = S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ? "a directory"
+                           : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device node"
+                           : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not a regular file";
+        if (S_ISDIR(sb.st_mode) || !(flags & DCP_GGUF_WRITE_REPLACE)) {
+            st = dcp_fail(DCP_ERR_IO, "%s: exists and is %s, not a regular file: not overwriting it%s", path, kind,
+                          S_ISDIR(sb.st_mode) ? "" : " (replace the entry itself with --force)");
+            goto fail;
+        }
     }
     size_t plen = strlen(path);
     tmp = malloc(plen + 8);
@@ -366,54 +424,11 @@ dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
         remove(tmp);
         goto fail;
     }
-    ok = fwrite(head.p, 1, head.n, f) == head.n;
-    uint64_t pos = head.n;
-    /* Tensor data starts at the first aligned offset after the infos; only pad when there is data. */
-    for (uint64_t i = 0; ok && i < w->n_tensors; ++i) {
-        uint64_t start = align_up(pos, w->alignment);
-        while (ok && pos < start) {
-            size_t k = (size_t)(start - pos < sizeof zeros ? start - pos : sizeof zeros);
-            ok = fwrite(zeros, 1, k, f) == k;
-            pos += k;
-        }
-        const wtensor *t = &w->tensors[i];
-        if (ok && t->fill) {
-            uint8_t *data = malloc(t->size ? (size_t)t->size : 1);
-            if (!data) {
-                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: tensor %s: out of memory (%llu bytes)", t->name,
-                              (ull)t->size);
-                fclose(f);
-                f = NULL;
-                remove(tmp);
-                goto fail;
-            }
-            st = t->fill(t->fill_user, i, data, t->size);
-            ok = st == DCP_OK && fwrite(data, 1, (size_t)t->size, f) == t->size;
-            free(data);
-            if (st != DCP_OK) {
-                fclose(f);
-                f = NULL;
-                remove(tmp);
-                goto fail;
-            }
-        } else {
-            ok = ok && fwrite(t->data, 1, (size_t)t->size, f) == t->size;
-        }
-        pos += t->size;
-    }
-    if (w->n_tensors) { /* pad the end too, so the last tensor's block is whole */
-        uint64_t end = align_up(pos, w->alignment);
-        while (ok && pos < end) {
-            size_t k = (size_t)(end - pos < sizeof zeros ? end - pos : sizeof zeros);
-            ok = fwrite(zeros, 1, k, f) == k;
-            pos += k;
-        }
-    }
-    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) ok = false;
-    if (fclose(f) != 0) ok = false;
+    st = write_stream(w, &head, f, tmp);
+    if (st == DCP_OK && fsync(fileno(f)) != 0) st = dcp_fail(DCP_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && st == DCP_OK) st = dcp_fail(DCP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
     f = NULL;
-    if (!ok) {
-        st = dcp_fail(DCP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (st != DCP_OK) {
         remove(tmp);
         goto fail;
     }
@@ -423,11 +438,34 @@ dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
         goto fail;
     }
 fail:
-    if (f) {
-        fclose(f);
-        remove(tmp);
-    }
     free(tmp);
+    free(head.p);
+    return st;
+}
+
+dcp_status dcp_gguf_writer_write_memory(const dcp_gguf_writer *w, void **data, size_t *size)
+{
+    dcp_status st = DCP_OK;
+    buf head = {0};
+    char *p = NULL;
+    size_t n = 0;
+    *data = NULL;
+    *size = 0;
+    DCP_TRY(build_head(w, &head));
+    FILE *f = open_memstream(&p, &n);
+    if (!f) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: cannot open a memory stream: %s", strerror(errno));
+        goto fail;
+    }
+    st = write_stream(w, &head, f, "<memory>");
+    if (fclose(f) != 0 && st == DCP_OK) st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
+    if (st != DCP_OK) {
+        free(p);
+        goto fail;
+    }
+    *data = p;
+    *size = n;
+fail:
     free(head.p);
     return st;
 }

@@ -11,7 +11,7 @@
  * The forward pass of one step reads top to bottom (graph_step.c):
  *   prepare rows (host: ids, RoPE angles, KV slots, attention rows)
  *   embed
- *   per layer: the architecture's layer (attention block, all-reduce, FFN block, all-reduce)
+ *   per layer: the architecture's attention block, all-reduce, its FFN block, all-reduce
  *   head (rows with logits)
  * With TP > 1 each row-parallel projection writes the rank's `part`; dcp_graph_all_reduce puts it
  * into the TP communicator's put area and ends the round; the next dcp_graph_norm of every rank
@@ -56,6 +56,9 @@ struct dcp_model {
     uint64_t bytes;                  /* device bytes of every rank's weights */
     float *rope_freqs;               /* [n_rot/2] f32 RoPE frequency factors (rope_freqs.weight,
                                       * Llama 3.x) or NULL */
+    uint64_t *rank_bytes;            /* [nl] device bytes of each rank's weights */
+    uint64_t *rank_largest;          /* [nl] the largest weight buffer of each rank */
+    bool count_only;                 /* loaded with count_only: no device memory */
 };
 
 /* ---- the run state ------------------------------------------------------------------------- */
@@ -121,17 +124,28 @@ struct dcp_arch_ops {
     void (*kv_pool)(const dcp_model *m, uint32_t local, dcp_kv_pool_config *pool);
     /* Creates s->arch (the caches, communicators and step exist). */
     dcp_status (*state_create)(dcp_model_state *s);
+    /* Adds to *mem what state_create allocates on local rank i for config c (defaults applied;
+     * kc: the rank's KV cache config, as create_cache makes it) and raises *dcp_block to the block
+     * its DCP steps reserve in the group communicator. Allocates nothing. */
+    dcp_status (*state_bytes)(const dcp_model *m, uint32_t i, const dcp_model_state_config *c,
+                              const dcp_kv_cache_config *kc, dcp_model_memory *mem, uint64_t *dcp_block);
     void (*state_destroy)(dcp_model_state *s);
     /* Host side of a step after the KV appends: every attention's rows (s->rows, row_seq, row_len). */
     dcp_status (*set_rows)(dcp_model_state *s);
     /* What a step's recording depends on besides the rows (attention plans' keys). */
     uint64_t (*key)(const dcp_model_state *s);
-    /* Records layer l of the step over every rank. */
-    dcp_status (*layer)(dcp_model_state *s, uint32_t l);
+    /* Record layer l's attention block and FFN block over every rank: each ends with the
+     * row-parallel projection into the residual (one rank) or into `part` (the graph's all-reduce
+     * follows each block). */
+    dcp_status (*attention)(dcp_model_state *s, uint32_t l);
+    dcp_status (*ffn)(dcp_model_state *s, uint32_t l);
 };
 
 extern const dcp_arch_ops dcp_arch_llama; /* llama, and its variants qwen2, qwen3, phi3 (llama.c) */
 extern const dcp_arch_ops dcp_arch_deepseek2;
+
+/* Adds a buffer of `bytes` to the field *field of mem (and the largest buffer when it is). */
+void dcp_graph_count(dcp_model_memory *mem, uint64_t *field, uint64_t bytes, const char *what);
 
 /* ---- blocks for the architectures ---------------------------------------------------------- */
 
@@ -152,6 +166,15 @@ dcp_buffer *dcp_graph_row_parallel_out(const dcp_model_state *s, uint32_t i);
 bool dcp_graph_row_parallel_accumulate(const dcp_model_state *s);
 /* The all-reduce of every rank's part [rows][n_embd] (TP > 1; nothing with one rank). */
 dcp_status dcp_graph_all_reduce(dcp_model_state *s);
+/* The dense SwiGLU feed-forward of rank i from its normed rows xn: gu = w_gu xn ([T][2 f]: gate
+ * rows then up rows), h = silu(gate) * up ([T][f_pad], padding columns kept 0), then the
+ * row-parallel w_down h into the residual or part. */
+dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
+                               uint32_t f, dcp_buffer *gu, dcp_buffer *h);
+/* The DCP attention steps of every layer and group held here (attns [n_layer][ng]): set to the
+ * step's rows, and their replay keys mixed into key. */
+dcp_status dcp_graph_cp_set_rows(dcp_model_state *s, dcp_cp_attn *const *attns);
+uint64_t dcp_graph_cp_key(const dcp_model_state *s, dcp_cp_attn *const *attns, uint64_t key);
 /* RoPE angles of the rows (host-visible [rows][pairs][2] f32 (cos, sin)) of rank i. */
 dcp_buffer *dcp_graph_rope(const dcp_model_state *s, uint32_t i);
 /* Each row's block table and local length on local rank i of layer l's cache (DCP = 1):

@@ -104,12 +104,16 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
     m->nl = lc->count;
     DCP_TRY(ops->check(m, g));
     DCP_TRY(load_rope_freqs(m, g));
+    m->count_only = lc->count_only;
     m->ranks = calloc(m->nl, sizeof *m->ranks);
-    if (!m->ranks) {
+    m->rank_bytes = calloc(m->nl, sizeof *m->rank_bytes);
+    m->rank_largest = calloc(m->nl, sizeof *m->rank_largest);
+    if (!m->ranks || !m->rank_bytes || !m->rank_largest) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
-    dcp_load_ctx ctx = {g, lc->progress, lc->progress_user, 0, 0};
+    dcp_load_ctx ctx = {g, lc->count_only ? NULL : lc->progress, lc->progress_user, 0, 0,
+                        lc->devices, m->nl, m->rank_bytes, m->rank_largest, lc->count_only};
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) ctx.total += dcp_gguf_tensor_at(g, i)->size;
     ctx.total *= m->nl; /* embedding and norms are replicated; close enough for a progress bar */
     for (uint32_t i = 0; i < m->nl; i++) {
@@ -117,7 +121,11 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
         DCP_TRY(load_common(m, &ctx, i));
     }
     DCP_TRY(ops->load(m, &ctx));
-    if (lc->progress) lc->progress(lc->progress_user, ctx.total, ctx.total);
+    if (lc->count_only) {
+        m->bytes = 0;
+        for (uint32_t i = 0; i < m->nl; i++) m->bytes += m->rank_bytes[i];
+    }
+    if (ctx.progress) ctx.progress(lc->progress_user, ctx.total, ctx.total);
     *out = m;
     return DCP_OK;
 fail:
@@ -137,11 +145,14 @@ void dcp_model_destroy(dcp_model *m)
     }
     free(m->ranks);
     free(m->rope_freqs);
+    free(m->rank_bytes);
+    free(m->rank_largest);
     free(m);
 }
 
 const dcp_model_config *dcp_model_get_config(const dcp_model *m) { return &m->cfg; }
 uint64_t dcp_model_bytes(const dcp_model *m) { return m->bytes; }
+uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local) { return local < m->nl ? m->rank_bytes[local] : 0; }
 uint32_t dcp_model_tp(const dcp_model *m) { return m->tp; }
 uint32_t dcp_model_dcp(const dcp_model *m) { return m->dcp; }
 bool dcp_model_q_replicate(const dcp_model *m) { return m->q_replicate; }

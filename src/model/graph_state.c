@@ -1,6 +1,7 @@
 /* The run state (include/dcpvk/model.h), the part every architecture shares (src/model/graph.h):
  * communicators, KV caches, the step, per-rank residual stream and step inputs and outputs, page
  * accounting; the architecture adds its own part through its ops. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,24 +36,52 @@ static dcp_status create_mpi_comms(dcp_model_state *s, dcp_device *const *devs, 
     return st;
 }
 
+/* The KV cache config of group g (whose ranks held here start at local index g * gn): c after
+ * defaults, max_blocks block-table entries per sequence and rank. */
+static void cache_config(const dcp_model *m, const dcp_model_state_config *c, uint32_t max_blocks, uint32_t gn,
+                         uint32_t g, dcp_kv_cache_config *kc)
+{
+    *kc = (dcp_kv_cache_config)DCP_KV_CACHE_CONFIG_DEFAULT;
+    m->ops->kv_pool(m, g * gn, &kc->pool);
+    kc->pool.page_size = c->block_size;
+    kc->pool.dtype = c->kv_dtype;
+    kc->pool.num_pages = c->kv_pages;
+    kc->dcp_size = m->dcp;
+    kc->first_rank = m->dcp > 1 ? (m->first + g * gn) % m->dcp : 0;
+    kc->interleave = m->dcp > 1 ? c->interleave : 1;
+    kc->max_seqs = c->max_seqs;
+    kc->max_blocks = max_blocks;
+}
+
 /* Group g's KV cache of layer l: the pools of the group's ranks held here. */
 static dcp_status create_cache(dcp_model_state *s, dcp_device *const *devs, uint32_t g, uint32_t l)
 {
-    const dcp_model *m = s->m;
-    const dcp_model_state_config *c = &s->cfg;
-    dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
-    m->ops->kv_pool(m, g * s->gn, &kc.pool);
-    kc.pool.page_size = c->block_size;
-    kc.pool.dtype = c->kv_dtype;
-    kc.pool.num_pages = c->kv_pages;
-    kc.dcp_size = m->dcp;
-    kc.first_rank = m->dcp > 1 ? (m->first + g * s->gn) % m->dcp : 0;
-    kc.interleave = m->dcp > 1 ? c->interleave : 1;
-    kc.max_seqs = c->max_seqs;
-    kc.max_blocks = s->max_blocks;
+    dcp_kv_cache_config kc;
+    cache_config(s->m, &s->cfg, s->max_blocks, s->gn, g, &kc);
     dcp_status st = dcp_kv_cache_create(devs + g * s->gn, s->gn, &kc, &s->caches[l * s->ng + g]);
     if (st != DCP_OK) return dcp_fail_context(st, "layer %u", l);
     return DCP_OK;
+}
+
+/* The sizes of the buffers every architecture uses on local rank i (create_rank allocates these,
+ * dcp_model_state_bytes counts them): x, xn, part, slots [n_layer], ids, cs; xo, logits, next on
+ * local rank 0. 0: no such buffer on this rank. */
+typedef struct rank_sizes {
+    uint64_t x, xn, part, slot, ids, cs, xo, logits, next;
+} rank_sizes;
+
+static rank_sizes rank_buffer_sizes(const dcp_model *m, uint32_t i, uint32_t max_rows, uint32_t max_out,
+                                    uint32_t rope_pairs)
+{
+    const uint64_t R = max_rows, E = m->cfg.n_embd;
+    rank_sizes z = {R * E * 4, R * E * 4, m->tp > 1 ? R * E * 4 : 0, R * 4, R * 4, R * (rope_pairs ? rope_pairs : 1) * 8,
+                    0, 0, 0};
+    if (i == 0) {
+        z.xo = (uint64_t)max_out * E * 4;
+        z.logits = (uint64_t)max_out * m->cfg.n_vocab * 4;
+        z.next = (uint64_t)max_out * 4;
+    }
+    return z;
 }
 
 /* The buffers every architecture uses on local rank i. */
@@ -62,27 +91,38 @@ static dcp_status create_rank(dcp_model_state *s, uint32_t i)
     const dcp_model *m = s->m;
     const dcp_model_config *mc = &m->cfg;
     dcp_graph_rank *r = &s->r[i];
-    const uint64_t R = s->cfg.max_rows, E = mc->n_embd;
+    const rank_sizes z = rank_buffer_sizes(m, i, s->cfg.max_rows, s->max_out, s->rope_pairs);
     r->dev = m->ranks[i].dev;
     r->g = i / s->gn;
     r->gr = m->dcp > 1 ? (m->first + i) % m->dcp : 0;
     r->gl = i % s->gn;
     r->slots = calloc(mc->n_layer, sizeof *r->slots);
     if (!r->slots) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-    DCP_TRY(dcp_buffer_create(r->dev, R * E * 4, DCP_MEMORY_DEVICE, &r->x));
-    DCP_TRY(dcp_buffer_create(r->dev, R * E * 4, DCP_MEMORY_DEVICE, &r->xn));
-    if (m->tp > 1) DCP_TRY(dcp_buffer_create(r->dev, R * E * 4, DCP_MEMORY_DEVICE, &r->part));
+    DCP_TRY(dcp_buffer_create(r->dev, z.x, DCP_MEMORY_DEVICE, &r->x));
+    DCP_TRY(dcp_buffer_create(r->dev, z.xn, DCP_MEMORY_DEVICE, &r->xn));
+    if (z.part) DCP_TRY(dcp_buffer_create(r->dev, z.part, DCP_MEMORY_DEVICE, &r->part));
     for (uint32_t l = 0; l < mc->n_layer; l++)
-        DCP_TRY(dcp_buffer_create(r->dev, R * 4, DCP_MEMORY_HOST, &r->slots[l]));
-    DCP_TRY(dcp_buffer_create(r->dev, R * 4, DCP_MEMORY_HOST, &r->ids));
-    DCP_TRY(dcp_buffer_create(r->dev, R * (s->rope_pairs ? s->rope_pairs : 1) * 8, DCP_MEMORY_HOST, &r->cs));
-    if (i == 0) {
-        DCP_TRY(dcp_buffer_create(r->dev, (uint64_t)s->max_out * E * 4, DCP_MEMORY_DEVICE, &r->xo));
-        DCP_TRY(dcp_buffer_create(r->dev, (uint64_t)s->max_out * mc->n_vocab * 4, DCP_MEMORY_HOST, &r->logits));
-        DCP_TRY(dcp_buffer_create(r->dev, (uint64_t)s->max_out * 4, DCP_MEMORY_HOST, &r->next));
+        DCP_TRY(dcp_buffer_create(r->dev, z.slot, DCP_MEMORY_HOST, &r->slots[l]));
+    DCP_TRY(dcp_buffer_create(r->dev, z.ids, DCP_MEMORY_HOST, &r->ids));
+    DCP_TRY(dcp_buffer_create(r->dev, z.cs, DCP_MEMORY_HOST, &r->cs));
+    if (z.xo) {
+        DCP_TRY(dcp_buffer_create(r->dev, z.xo, DCP_MEMORY_DEVICE, &r->xo));
+        DCP_TRY(dcp_buffer_create(r->dev, z.logits, DCP_MEMORY_HOST, &r->logits));
+        DCP_TRY(dcp_buffer_create(r->dev, z.next, DCP_MEMORY_HOST, &r->next));
     }
 fail:
     return st;
+}
+
+/* The largest all-reduce block: [max_rows][n_embd] f32. */
+static uint64_t all_reduce_block(const dcp_model *m, uint32_t max_rows) { return (uint64_t)max_rows * m->cfg.n_embd * 4; }
+
+/* DCP groups held here (wholly or in part) and ranks of each held here. */
+static void group_layout(const dcp_model *m, uint32_t *ng, uint32_t *gn)
+{
+    const uint32_t N = m->dcp, nl = m->nl;
+    *ng = N == 1 ? nl : (nl >= N ? nl / N : 1);
+    *gn = N == 1 ? 1 : (nl >= N ? N : nl);
 }
 
 /* Everything but the warm-up, on s (whose m and cfg are set). On failure the caller destroys s. */
@@ -91,8 +131,7 @@ static dcp_status state_build(dcp_model_state *s, bool spread)
     dcp_status st = DCP_OK;
     const dcp_model *m = s->m;
     const uint32_t N = m->dcp, L = m->cfg.n_layer, nl = m->nl, R = s->cfg.max_rows;
-    s->ng = N == 1 ? nl : (nl >= N ? nl / N : 1);
-    s->gn = N == 1 ? 1 : (nl >= N ? N : nl);
+    group_layout(m, &s->ng, &s->gn);
     const uint32_t G = s->ng;
     s->r = calloc(nl, sizeof *s->r);
     s->caches = calloc((size_t)G * L, sizeof *s->caches);
@@ -126,7 +165,7 @@ static dcp_status state_build(dcp_model_state *s, bool spread)
     if (s->comm) {
         DCP_TRY(dcp_step_add_comm(s->step, s->comm));
         /* Mailboxes for the largest all-reduce, so that they never move between steps. */
-        DCP_TRY(dcp_comm_reserve(s->comm, (uint64_t)R * m->cfg.n_embd * 4));
+        DCP_TRY(dcp_comm_reserve(s->comm, all_reduce_block(m, R)));
     }
     for (uint32_t g = 0; N > 1 && g < G; g++) DCP_TRY(dcp_step_add_comm(s->step, s->gcomm[g]));
     DCP_TRY(m->ops->state_create(s));
@@ -134,22 +173,29 @@ fail:
     return st;
 }
 
-/* Pages of a sequence's shard of `length` tokens on DCP rank r. */
-static uint32_t shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r)
+/* Pages of a sequence's shard of `length` tokens on DCP rank r (N ranks, pages of B, interleave I). */
+static uint32_t shard_pages_of(uint32_t N, uint32_t B, uint32_t I, uint64_t length, uint32_t r)
 {
-    const uint32_t N = s->m->dcp, B = s->cfg.block_size;
-    uint64_t local = N == 1 ? length : dcp_kv_local_length(length, r, N, s->cfg.interleave);
+    uint64_t local = N == 1 ? length : dcp_kv_local_length(length, r, N, I);
     return (uint32_t)((local + B - 1) / B);
 }
 
-dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out)
+static uint32_t shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r)
 {
-    dcp_status st = DCP_OK;
-    *out = NULL;
+    return shard_pages_of(s->m->dcp, s->cfg.block_size, s->cfg.interleave, length, r);
+}
+
+/* A state config with its defaults applied, and the sizes derived from it. */
+typedef struct state_shape {
+    dcp_model_state_config c; /* n_ctx, max_seqs, interleave, chunk_tokens, kv_pages filled in */
+    uint32_t max_blocks, max_out, rope_pairs;
+} state_shape;
+
+static dcp_status state_defaults(const dcp_model *m, const dcp_model_state_config *config, state_shape *sh)
+{
     const dcp_model_config *mc = &m->cfg;
     dcp_model_state_config c = *config;
     const uint32_t N = m->dcp;
-    const bool spread = m->nl < m->tp; /* the TP group spans processes (MPI) */
     if (c.n_ctx == 0) {
         c.n_ctx = mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
         if (mc->sliding_window && c.n_ctx > mc->sliding_window) c.n_ctx = mc->sliding_window;
@@ -170,15 +216,251 @@ dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *co
         dcp_status ps = dcp_kv_placement_check(N, c.interleave, c.block_size);
         if (ps) return ps;
     }
+    sh->max_blocks = shard_pages_of(N, c.block_size, c.interleave, c.n_ctx, 0) + (N > 1 ? 1 : 0);
+    if (c.kv_pages == 0) {
+        uint64_t pages = (uint64_t)c.max_seqs * sh->max_blocks;
+        if (pages > UINT32_MAX)
+            return dcp_fail(DCP_ERR_CONFIG, "model state: %u sequences of %u tokens need %llu KV pages per rank (at most %u)",
+                            c.max_seqs, c.n_ctx, (unsigned long long)pages, UINT32_MAX);
+        c.kv_pages = (uint32_t)pages;
+    }
+    sh->max_out = c.max_rows < c.max_seqs ? c.max_rows : c.max_seqs;
+    sh->rope_pairs = mc->n_rot / 2;
+    sh->c = c;
+    return DCP_OK;
+}
+
+void dcp_graph_count(dcp_model_memory *mem, uint64_t *field, uint64_t bytes, const char *what)
+{
+    *field += bytes;
+    if (bytes > mem->largest) {
+        mem->largest = bytes;
+        mem->largest_what = what;
+    }
+}
+
+/* What state_build and the architecture allocate, rank by rank (the same sizes: rank_buffer_sizes,
+ * cache_config, all_reduce_block, the modules' *_bytes functions). */
+static dcp_status state_bytes(const dcp_model *m, const state_shape *sh, dcp_model_memory *per_rank)
+{
+    const dcp_model_state_config *c = &sh->c;
+    const uint32_t L = m->cfg.n_layer, N = m->dcp;
+    uint32_t ng, gn;
+    group_layout(m, &ng, &gn);
+    (void)ng;
+    dcp_comm_config cc = DCP_COMM_CONFIG_DEFAULT;
+    for (uint32_t i = 0; i < m->nl; i++) {
+        dcp_model_memory *mem = &per_rank[i];
+        memset(mem, 0, sizeof *mem);
+        mem->largest_what = "";
+        dcp_device *dev = m->ranks[i].dev;
+        mem->weights = m->rank_bytes[i];
+        if (m->rank_largest[i] > mem->largest) {
+            mem->largest = m->rank_largest[i];
+            mem->largest_what = "a weight matrix";
+        }
+        const rank_sizes z = rank_buffer_sizes(m, i, c->max_rows, sh->max_out, sh->rope_pairs);
+        dcp_graph_count(mem, &mem->activations, z.x + z.xn + z.part, "the residual stream");
+        for (uint32_t l = 0; l < L; l++) dcp_graph_count(mem, &mem->activations, z.slot, "the KV slot table");
+        dcp_graph_count(mem, &mem->activations, z.ids + z.cs + z.xo + z.next, "the step inputs");
+        dcp_graph_count(mem, &mem->activations, z.logits, "the logits");
+        /* The KV cache of each layer: the rank's pool, and the slot table of its appends. */
+        dcp_kv_cache_config kc;
+        cache_config(m, c, sh->max_blocks, gn, i / gn, &kc);
+        uint64_t pool, seg;
+        dcp_status st = dcp_kv_pool_bytes(dev, &kc.pool, &pool, &seg);
+        if (st != DCP_OK) return st;
+        mem->kv += (uint64_t)L * pool; /* split into segments: the largest buffer is a segment */
+        if (seg > mem->largest) {
+            mem->largest = seg;
+            mem->largest_what = "a KV pool segment";
+        }
+        /* Communicators: the TP all-reduce's and, with DCP, the group's (the block its steps reserve). */
+        uint64_t dcp_block = 0;
+        st = m->ops->state_bytes(m, i, c, &kc, mem, &dcp_block);
+        if (st != DCP_OK) return st;
+        const uint64_t floor = cc.block_bytes ? cc.block_bytes : 65536;
+        if (m->tp > 1) {
+            uint64_t b = all_reduce_block(m, c->max_rows);
+            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_bytes((int)m->tp, b > floor ? b : floor),
+                            "the TP communicator's mailboxes");
+        }
+        if (N > 1)
+            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_bytes((int)N, dcp_block > floor ? dcp_block : floor),
+                            "the DCP communicator's mailboxes");
+        /* The staging buffer: grown to the largest upload (a weight matrix; the state writes
+         * through host-visible buffers). */
+        mem->transfer = dcp_device_staging_bytes(dev, m->rank_largest[i]);
+        mem->total = mem->weights + mem->kv + mem->activations + mem->attention + mem->exchange + mem->transfer;
+    }
+    return DCP_OK;
+}
+
+dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config, dcp_model_memory *per_rank)
+{
+    state_shape sh;
+    dcp_status st = state_defaults(m, config, &sh);
+    if (st != DCP_OK) return st;
+    return state_bytes(m, &sh, per_rank);
+}
+
+/* "1.27 GiB", "610.4 MiB", "12.0 KiB", "123 bytes" into buf. */
+static const char *human(char *buf, size_t cap, uint64_t v)
+{
+    if (v >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", v / 1073741824.0);
+    else if (v >= (1ull << 20)) snprintf(buf, cap, "%.1f MiB", v / 1048576.0);
+    else if (v >= (1ull << 10)) snprintf(buf, cap, "%.1f KiB", v / 1024.0);
+    else snprintf(buf, cap, "%llu bytes", (unsigned long long)v);
+    return buf;
+}
+
+/* Whether sh fits the devices: every buffer within its device's range, and the ranks of each
+ * physical device within what it may still allocate. */
+typedef struct fit {
+    dcp_status st;          /* DCP_OK, or the estimate's own error */
+    int range_rank;         /* -1, or the local rank with a buffer beyond its device's range */
+    int mem_rank;           /* -1, or the first local rank of the physical device that lacks memory */
+    uint64_t need, avail;   /* that device's need and what it has */
+    uint32_t ranks;         /* ranks held there */
+    dcp_memory_budget budget;
+} fit;
+
+static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory *mem, bool margin)
+{
+    fit f = {DCP_OK, -1, -1, 0, 0, 0, {0}};
+    f.st = state_bytes(m, sh, mem);
+    if (f.st != DCP_OK) return f;
+    for (uint32_t i = 0; i < m->nl; i++)
+        if (mem[i].largest > dcp_device_get_info(m->ranks[i].dev)->max_storage_buffer_range) {
+            f.range_rank = (int)i;
+            return f;
+        }
+    /* The ranks of one physical device share its memory; CPU devices all share host memory. */
+    for (uint32_t i = 0; i < m->nl; i++) {
+        const dcp_device_info *a = dcp_device_get_info(m->ranks[i].dev);
+        bool first = true;
+        for (uint32_t j = 0; j < i && first; j++) {
+            const dcp_device_info *b = dcp_device_get_info(m->ranks[j].dev);
+            if (b->physical_index == a->physical_index || (!strcmp(a->type, "cpu") && !strcmp(b->type, "cpu")))
+                first = false;
+        }
+        if (!first) continue;
+        uint64_t need = 0;
+        uint32_t ranks = 0;
+        for (uint32_t j = i; j < m->nl; j++) {
+            const dcp_device_info *b = dcp_device_get_info(m->ranks[j].dev);
+            if (b->physical_index != a->physical_index && !(!strcmp(a->type, "cpu") && !strcmp(b->type, "cpu")))
+                continue;
+            /* A loaded model's weights and staging buffers are held already (the budget knows them). */
+            need += mem[j].total - (m->count_only ? 0 : mem[j].weights + mem[j].transfer);
+            ranks++;
+        }
+        dcp_memory_budget b;
+        dcp_device_memory_budget(m->ranks[i].dev, &b);
+        /* margin: a context suggested to the user keeps 1/32 of the memory free, so that it still
+         * fits after the weights load (drivers map a little more than the buffers they hold). */
+        if (margin) b.available -= b.available / 32;
+        if (need > b.available) {
+            f.mem_rank = (int)i;
+            f.need = need;
+            f.avail = b.available;
+            f.ranks = ranks;
+            f.budget = b;
+            return f;
+        }
+    }
+    return f;
+}
+
+dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_config *config, uint32_t *max_ctx)
+{
+    if (max_ctx) *max_ctx = 0;
+    state_shape sh;
+    dcp_status st = state_defaults(m, config, &sh);
+    if (st != DCP_OK) return st;
+    dcp_model_memory *mem = calloc(m->nl, sizeof *mem);
+    if (!mem) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    fit f = check_fit(m, &sh, mem, false);
+    if (f.st == DCP_OK && f.range_rank < 0 && f.mem_rank < 0) {
+        if (max_ctx) *max_ctx = sh.c.n_ctx;
+        free(mem);
+        return DCP_OK;
+    }
+    /* What went wrong, in the user's terms, before the search below overwrites mem. */
+    char why[1024], a[32], b[32], c2[32], d[32], e[32], g[32], h[32], k[32];
+    st = f.st;
+    if (f.st != DCP_OK) {
+        snprintf(why, sizeof why, "%s", dcp_last_error());
+    } else if (f.range_rank >= 0) {
+        const dcp_device_info *info = dcp_device_get_info(m->ranks[f.range_rank].dev);
+        snprintf(why, sizeof why,
+                 "%u tokens of context: on TP rank %u (device %d, %s) %s would be %s, more than the device's "
+                 "largest storage buffer (maxStorageBufferRange) of %s",
+                 sh.c.n_ctx, m->first + (uint32_t)f.range_rank, info->logical_index, info->name,
+                 mem[f.range_rank].largest_what, human(a, sizeof a, mem[f.range_rank].largest),
+                 human(b, sizeof b, info->max_storage_buffer_range));
+        st = DCP_ERR_CONFIG;
+    } else {
+        const dcp_model_memory *r = &mem[f.mem_rank];
+        const dcp_device_info *info = dcp_device_get_info(m->ranks[f.mem_rank].dev);
+        snprintf(why, sizeof why,
+                 "%u tokens of context need %s on %s device %d (%s), %u TP rank%s there, each: weights %s%s, KV "
+                 "cache %s, activations %s, attention %s, exchange %s, staging %s; %s %s available (%s)",
+                 sh.c.n_ctx, human(a, sizeof a, f.need), strcmp(info->type, "cpu") ? "physical" : "CPU (host memory)",
+                 info->physical_index, info->name, f.ranks, f.ranks == 1 ? "" : "s", human(b, sizeof b, r->weights),
+                 m->count_only ? "" : " (loaded)", human(c2, sizeof c2, r->kv), human(d, sizeof d, r->activations),
+                 human(e, sizeof e, r->attention), human(g, sizeof g, r->exchange), human(h, sizeof h, r->transfer),
+                 human(k, sizeof k, f.avail), f.avail == 1 ? "is" : "are", f.budget.source);
+        st = DCP_ERR_OUT_OF_MEMORY;
+    }
+    /* The longest context that fits: the estimate is monotone in n_ctx, so a binary search. */
+    uint32_t lo = 0, hi = sh.c.n_ctx; /* lo fits (0: nothing does), hi does not */
+    const uint32_t kv_pages = config->kv_pages;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        dcp_model_state_config t = *config;
+        t.n_ctx = mid;
+        t.kv_pages = kv_pages;
+        state_shape ts;
+        dcp_status ds = state_defaults(m, &t, &ts);
+        fit tf = ds == DCP_OK ? check_fit(m, &ts, mem, true) : (fit){ds, -1, -1, 0, 0, 0, {0}};
+        if (tf.st == DCP_OK && tf.range_rank < 0 && tf.mem_rank < 0) lo = mid;
+        else hi = mid;
+    }
+    free(mem);
+    if (max_ctx) *max_ctx = lo;
+    if (lo > 0)
+        return dcp_fail(st, "model state: %s. The longest context that fits is %u tokens", why, lo);
+    return dcp_fail(st, "model state: %s. No context fits: the weights and fixed buffers alone are too large "
+                        "(more devices or tensor-parallel ranks, or a smaller weight type)", why);
+}
+
+dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    const bool spread = m->nl < m->tp; /* the TP group spans processes (MPI) */
+    if (m->count_only)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: the model was loaded with count_only (no weights "
+                                                  "on the devices)");
+    state_shape sh;
+    if ((st = state_defaults(m, config, &sh)) != DCP_OK) return st;
+    const dcp_model_state_config c = sh.c;
+    if (m->cfg.sliding_window && (m->first == 0 || !spread))
+        fprintf(stderr, "dcp-vk: warning: %s.attention.sliding_window = %u is ignored: the context of %u tokens "
+                        "fits in the window, where full attention is the same\n",
+                m->cfg.arch_name, m->cfg.sliding_window, c.n_ctx);
     dcp_model_state *s = calloc(1, sizeof *s);
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     s->m = m;
     s->cfg = c;
-    s->max_blocks = shard_pages(s, c.n_ctx, 0) + (N > 1 ? 1 : 0);
-    if (s->cfg.kv_pages == 0) s->cfg.kv_pages = c.max_seqs * s->max_blocks;
-    s->max_out = c.max_rows < c.max_seqs ? c.max_rows : c.max_seqs;
-    s->rope_pairs = mc->n_rot / 2;
-    st = state_build(s, spread);
+    s->max_blocks = sh.max_blocks;
+    s->max_out = sh.max_out;
+    s->rope_pairs = sh.rope_pairs;
+    /* Memory first, allocating nothing: a configuration the devices cannot hold is refused with
+     * what it needs and what fits (inside the MPI agreement below). */
+    st = dcp_model_state_check(m, config, NULL);
+    if (st == DCP_OK) st = state_build(s, spread);
     /* Over MPI, one more agreement: a process that failed makes all fail (none waits for it). */
     if (spread && dcp_mpi_max(st != DCP_OK ? 1.0 : 0.0) > 0.0 && st == DCP_OK)
         st = dcp_fail(DCP_ERR_MPI, "model state: another MPI process failed to create its part of the state");
@@ -235,6 +517,7 @@ void dcp_model_state_destroy(dcp_model_state *s)
 }
 
 const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s) { return &s->cfg; }
+dcp_model *dcp_model_state_get_model(const dcp_model_state *s) { return s->m; }
 
 void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq)
 {
@@ -295,6 +578,16 @@ uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint3
     return shard_pages(s, s->seq_len[seq], s->r[local].gr);
 }
 
+uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r)
+{
+    return r < s->m->dcp ? shard_pages(s, length, r) : 0;
+}
+
+uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r)
+{
+    return r < s->m->dcp ? s->cfg.kv_pages - pages_used(s, r) : 0;
+}
+
 /* Whether growing the sequences of a step (adds[q] tokens for sequence q) fits on every rank. */
 dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds)
 {
@@ -330,4 +623,31 @@ uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s)
 
 uint64_t dcp_model_state_tokens_run(const dcp_model_state *s) { return s->tokens_run; }
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s) { return dcp_step_last_rounds(s->step); }
+uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s) { return dcp_step_last_host_waits(s->step); }
+
+void dcp_model_state_set_timing(dcp_model_state *s, bool on) { dcp_step_set_timing(s->step, on); }
+
+void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns)
+{
+    double total;
+    dcp_step_last_timing(s->step, compute_ns, &total);
+    *exchange_ns = total > *compute_ns ? total - *compute_ns : 0.0;
+}
+
+const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    char part[4096];
+    const char *why;
+    dcp_step_sync sync = dcp_step_sync_mode(s->step, &why);
+    if (cap) buf[0] = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "rounds: %s: %s", sync == DCP_STEP_SYNC_GPU ? "gpu" : "host", why);
+    if (s->comm && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, "\nTP group (%d ranks): %s", dcp_comm_size(s->comm),
+                              dcp_comm_describe(s->comm, part, sizeof part));
+    if (s->gcomm && s->gcomm[0] && n < cap)
+        snprintf(buf + n, cap - n, "\nDCP group (%d ranks): %s", dcp_comm_size(s->gcomm[0]),
+                 dcp_comm_describe(s->gcomm[0], part, sizeof part));
+    return buf;
+}
 bool dcp_model_state_last_replayed(const dcp_model_state *s) { return dcp_step_last_replayed(s->step); }

@@ -170,6 +170,37 @@ fail:
 
 dcp_buffer *dcp_graph_rope(const dcp_model_state *s, uint32_t i) { return s->r[i].cs; }
 
+dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
+                               uint32_t f, dcp_buffer *gu, dcp_buffer *h)
+{
+    dcp_status st = DCP_OK;
+    dcp_cmd *cmd = dcp_graph_cmd(s, i);
+    const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = w_down->k;
+    DCP_TRY(dcp_op_matmul(cmd, w_gu, s->r[i].xn, 0, E, gu, 2 * f, T, 0));
+    dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
+    DCP_TRY(dcp_op_swiglu(cmd, gu, 2 * f, h, f_pad, f, T));
+    dcp_cmd_barrier(cmd); /* h -> down */
+    DCP_TRY(dcp_op_matmul(cmd, w_down, h, 0, f_pad, dcp_graph_row_parallel_out(s, i), E, T,
+                          dcp_graph_row_parallel_accumulate(s)));
+fail:
+    return st;
+}
+
+dcp_status dcp_graph_cp_set_rows(dcp_model_state *s, dcp_cp_attn *const *attns)
+{
+    for (uint32_t k = 0; k < s->m->cfg.n_layer * s->ng; k++) {
+        dcp_status st = dcp_cp_attn_set_rows(attns[k], s->rows, s->row_seq, s->row_len);
+        if (st != DCP_OK) return dcp_fail_context(st, "layer %u", k / s->ng);
+    }
+    return DCP_OK;
+}
+
+uint64_t dcp_graph_cp_key(const dcp_model_state *s, dcp_cp_attn *const *attns, uint64_t key)
+{
+    for (uint32_t k = 0; k < s->m->cfg.n_layer * s->ng; k++) key = dcp_step_key_mix(key, dcp_cp_attn_key(attns[k]));
+    return key;
+}
+
 /* The rows with logits, on the first rank held: final norm of every row (with the last
  * all-reduce's sum), the wanted rows gathered, the output head and the argmax of each. */
 static dcp_status head(dcp_model_state *s)
@@ -199,7 +230,12 @@ static dcp_status record_step(dcp_model_state *s)
     dcp_status st = DCP_OK;
     s->ar_tokens = 0;
     DCP_TRY(embed(s));
-    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++) DCP_TRY(s->m->ops->layer(s, l));
+    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++) {
+        DCP_TRY(s->m->ops->attention(s, l));
+        DCP_TRY(dcp_graph_all_reduce(s));
+        DCP_TRY(s->m->ops->ffn(s, l));
+        DCP_TRY(dcp_graph_all_reduce(s));
+    }
     if (s->n_out) DCP_TRY(head(s));
 fail:
     return st;

@@ -15,7 +15,7 @@
  * (converted to F32 when their types differ). DCP (size N > 1): groups of N consecutive TP ranks
  * share their KV heads; with q_replicate every rank also projects its whole group's query heads.
  *
- * One layer, per rank:
+ * One layer, per rank (the graph runs the all-reduce after each block):
  *   attention block  rmsnorm (+ the all-reduce's sum), Q|K|V matmul, RoPE of Q and K with the K/V
  *                    store into the rank's pool (only the token's owner stores it under DCP),
  *                    attention (paged decode over the rank's pool; DCP: the DCP attention step of
@@ -286,6 +286,73 @@ static void llama_state_destroy(dcp_model_state *s)
     s->arch = NULL;
 }
 
+/* Floats per row of a rank's activations: qkv, q, o, lse, gu, h (rank_state_create allocates
+ * [max_rows] of each, llama_state_bytes counts them). */
+enum { LLAMA_ACTS = 6 };
+static void rank_act_floats(const llama_rank *rw, uint64_t D, uint64_t f[LLAMA_ACTS])
+{
+    const uint64_t v[LLAMA_ACTS] = {round4((rw->qh + 2 * rw->hkv) * (uint32_t)D), rw->qh * D, rw->hq * D, rw->hq,
+                                    2ull * rw->f, rw->f_pad};
+    for (int k = 0; k < LLAMA_ACTS; k++) f[k] = v[k] ? v[k] : 1;
+}
+
+/* The decode plan config of a rank's layer (DCP = 1). */
+static dcp_decode_config rank_plan_config(const llama_rank *rw, const dcp_model_state_config *c, uint32_t max_blocks)
+{
+    dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+    dc.batch = c->max_rows;
+    dc.q_heads = rw->hq;
+    dc.max_blocks = max_blocks;
+    dc.chunk_tokens = c->chunk_tokens;
+    return dc;
+}
+
+/* The DCP step config of a group (rw: its first local rank's weights). */
+static dcp_cp_attn_config group_attn_config(const dcp_model *m, const llama_rank *rw, const dcp_model_state_config *c)
+{
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+    ac.batch = c->max_rows;
+    ac.heads_local = rw->hq;
+    ac.backend = c->backend;
+    ac.q_replicate = m->q_replicate;
+    ac.chunk_tokens = c->chunk_tokens;
+    return ac;
+}
+
+static dcp_status llama_state_bytes(const dcp_model *m, uint32_t i, const dcp_model_state_config *c,
+                                    const dcp_kv_cache_config *kc, dcp_model_memory *mem, uint64_t *dcp_block)
+{
+    const llama_rank *rw = &((const llama_weights *)m->arch)->ranks[i];
+    uint64_t f[LLAMA_ACTS];
+    rank_act_floats(rw, m->cfg.head_dim, f);
+    for (int k = 0; k < LLAMA_ACTS; k++) dcp_graph_count(mem, &mem->activations, f[k] * c->max_rows * 4, "a layer activation");
+    uint64_t bytes, largest;
+    dcp_status st;
+    if (m->dcp == 1) {
+        dcp_decode_config dc = rank_plan_config(rw, c, kc->max_blocks);
+        if ((st = dcp_decode_plan_bytes(&kc->pool, &dc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
+        for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+            mem->attention += bytes;
+            if (largest > mem->largest) {
+                mem->largest = largest;
+                mem->largest_what = "an attention plan's block table or split-KV workspace";
+            }
+        }
+        return DCP_OK;
+    }
+    /* The group's first rank sets the step's heads (every rank of a group holds as many). */
+    dcp_cp_attn_config ac = group_attn_config(m, rw, c);
+    uint64_t block;
+    if ((st = dcp_cp_attn_bytes(kc, &ac, c->n_ctx, &bytes, &largest, &block)) != DCP_OK) return st;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) mem->attention += bytes;
+    if (largest > mem->largest) {
+        mem->largest = largest;
+        mem->largest_what = "a DCP step's block table, split-KV workspace or partial states";
+    }
+    if (block > *dcp_block) *dcp_block = block;
+    return DCP_OK;
+}
+
 static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_t i)
 {
     dcp_status st = DCP_OK;
@@ -295,13 +362,10 @@ static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_
     dcp_device *dev = m->ranks[i].dev;
     const uint64_t R = s->cfg.max_rows, D = m->cfg.head_dim;
     rs->qkv4 = round4((rw->qh + 2 * rw->hkv) * (uint32_t)D);
-    struct {
-        dcp_buffer **b;
-        uint64_t floats;
-    } acts[] = {{&rs->qkv, rs->qkv4},     {&rs->q, rw->qh * D}, {&rs->o, rw->hq * D},
-                {&rs->lse, rw->hq},       {&rs->gu, 2ull * rw->f}, {&rs->h, rw->f_pad}};
-    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
-        DCP_TRY(dcp_buffer_create(dev, (acts[k].floats ? acts[k].floats : 1) * R * 4, DCP_MEMORY_DEVICE, acts[k].b));
+    uint64_t f[LLAMA_ACTS];
+    rank_act_floats(rw, D, f);
+    dcp_buffer **acts[LLAMA_ACTS] = {&rs->qkv, &rs->q, &rs->o, &rs->lse, &rs->gu, &rs->h};
+    for (int k = 0; k < LLAMA_ACTS; k++) DCP_TRY(dcp_buffer_create(dev, f[k] * R * 4, DCP_MEMORY_DEVICE, acts[k]));
     /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
     DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
     ls->qv[i] = (dcp_comm_buf){rs->q, 0};
@@ -311,11 +375,7 @@ static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_
     rs->plans = calloc(m->cfg.n_layer, sizeof *rs->plans);
     if (!rs->plans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = s->cfg.max_rows;
-        dc.q_heads = rw->hq;
-        dc.max_blocks = s->max_blocks;
-        dc.chunk_tokens = s->cfg.chunk_tokens;
+        dcp_decode_config dc = rank_plan_config(rw, &s->cfg, s->max_blocks);
         DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], 0), &dc, &rs->plans[l]));
     }
 fail:
@@ -341,12 +401,7 @@ static dcp_status llama_state_create(dcp_model_state *s)
     for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(rank_state_create(s, ls, i));
     for (uint32_t l = 0; m->dcp > 1 && l < L; l++)
         for (uint32_t g = 0; g < G; g++) {
-            dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
-            ac.batch = s->cfg.max_rows;
-            ac.heads_local = w->ranks[g * s->gn].hq;
-            ac.backend = s->cfg.backend;
-            ac.q_replicate = m->q_replicate;
-            ac.chunk_tokens = s->cfg.chunk_tokens;
+            dcp_cp_attn_config ac = group_attn_config(m, &w->ranks[g * s->gn], &s->cfg);
             DCP_TRY(dcp_cp_attn_create(s->gcomm[g], s->caches[l * G + g], &ac, &ls->attns[l * G + g]));
         }
 fail:
@@ -358,10 +413,7 @@ static dcp_status llama_set_rows(dcp_model_state *s)
     dcp_status st = DCP_OK;
     llama_state *ls = s->arch;
     const uint32_t L = s->m->cfg.n_layer;
-    if (s->m->dcp > 1) {
-        for (uint32_t k = 0; k < L * s->ng; k++) DCP_TRY(dcp_cp_attn_set_rows(ls->attns[k], s->rows, s->row_seq, s->row_len));
-        return DCP_OK;
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_set_rows(s, ls->attns);
     for (uint32_t i = 0; i < s->m->nl; i++)
         for (uint32_t l = 0; l < L; l++) {
             dcp_graph_rows_tables(s, l, i);
@@ -376,12 +428,9 @@ static uint64_t llama_key(const dcp_model_state *s)
     const llama_state *ls = s->arch;
     const uint32_t L = s->m->cfg.n_layer;
     uint64_t key = DCP_STEP_KEY_SEED;
-    for (uint32_t l = 0; l < L; l++) {
-        if (s->m->dcp > 1)
-            for (uint32_t g = 0; g < s->ng; g++) key = dcp_step_key_mix(key, dcp_cp_attn_key(ls->attns[l * s->ng + g]));
-        else
-            for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(ls->r[i].plans[l]));
-    }
+    if (s->m->dcp > 1) return dcp_graph_cp_key(s, ls->attns, key);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(ls->r[i].plans[l]));
     return key;
 }
 
@@ -445,7 +494,6 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
     const dcp_model *m = s->m;
     const llama_weights *w = m->arch;
     llama_state *ls = s->arch;
-    const uint32_t E = m->cfg.n_embd, T = s->rows;
     for (uint32_t i = 0; i < m->nl; i++) {
         const llama_rank *rw = &w->ranks[i];
         const llama_layer *L = &rw->layers[l];
@@ -453,26 +501,10 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
         dcp_cmd *cmd = dcp_graph_cmd(s, i);
         DCP_TRY(dcp_graph_norm(s, i, L->ffn_norm));
         dcp_cmd_barrier(cmd); /* xn (and x += parts) -> gate|up matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wgu, s->r[i].xn, 0, E, rs->gu, 2 * rw->f, T, 0));
-        dcp_cmd_barrier(cmd); /* gu -> swiglu */
-        DCP_TRY(dcp_op_swiglu(cmd, rs->gu, 2 * rw->f, rs->h, rw->f_pad, rw->f, T));
-        dcp_cmd_barrier(cmd); /* h -> down matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wdown, rs->h, 0, rw->f_pad, dcp_graph_row_parallel_out(s, i), E, T,
-                              dcp_graph_row_parallel_accumulate(s)));
+        DCP_TRY(dcp_graph_dense_ffn(s, i, &L->wgu, &L->wdown, rw->f, rs->gu, rs->h));
         dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
     }
     dcp_graph_norm_done(s);
-fail:
-    return st;
-}
-
-static dcp_status llama_layer_record(dcp_model_state *s, uint32_t l)
-{
-    dcp_status st = DCP_OK;
-    DCP_TRY(attention(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
-    DCP_TRY(ffn(s, l));
-    DCP_TRY(dcp_graph_all_reduce(s));
 fail:
     return st;
 }
@@ -484,8 +516,10 @@ const dcp_arch_ops dcp_arch_llama = {
     .unload = llama_unload,
     .kv_pool = llama_kv_pool,
     .state_create = llama_state_create,
+    .state_bytes = llama_state_bytes,
     .state_destroy = llama_state_destroy,
     .set_rows = llama_set_rows,
     .key = llama_key,
-    .layer = llama_layer_record,
+    .attention = attention,
+    .ffn = ffn,
 };

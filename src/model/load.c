@@ -74,6 +74,16 @@ fail:
     return st;
 }
 
+/* Adds bytes to the count of the local rank on dev. */
+static void count_bytes(dcp_load_ctx *lc, const dcp_device *dev, uint64_t bytes)
+{
+    for (uint32_t i = 0; i < lc->nl; i++)
+        if (lc->devs[i] == dev) {
+            lc->rank_bytes[i] += bytes;
+            if (bytes > lc->rank_largest[i]) lc->rank_largest[i] = bytes;
+        }
+}
+
 dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,
                            const uint64_t *rows_total, uint32_t k_pad, dcp_matrix *out)
 {
@@ -88,6 +98,22 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
         if (t[i]->type != t[0]->type || !slice_native(t[i], &sl[i], k_pad)) native = false;
     }
     dcp_ggml_type type = native ? t[0]->type : DCP_GGML_TYPE_F32;
+    uint64_t all_rows = 0;
+    for (uint32_t i = 0; i < n; i++) all_rows += sl[i].nr;
+    const uint64_t bytes_on_device = dcp_matrix_bytes(type, k_pad, all_rows);
+    if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
+        memset(out, 0, sizeof *out);
+        const dcp_device_info *info = dcp_device_get_info(dev);
+        if (bytes_on_device > info->max_storage_buffer_range)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "%s: tensor %s: matrix of %llu x %u %s is %llu bytes, more than device %d's "
+                            "storage-buffer range of %llu bytes (use more tensor-parallel ranks)",
+                            dcp_gguf_name(lc->g), sl[0].name, (unsigned long long)all_rows, k_pad,
+                            dcp_ggml_type_name(type), (unsigned long long)bytes_on_device, info->logical_index,
+                            (unsigned long long)info->max_storage_buffer_range);
+        count_bytes(lc, dev, bytes_on_device);
+        return DCP_OK;
+    }
     const void *data[DCP_LOAD_MAX_PARTS];
     uint32_t rows[DCP_LOAD_MAX_PARTS];
     uint64_t done = 0;
@@ -102,6 +128,7 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
         dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), sl[0].name);
         goto fail;
     }
+    count_bytes(lc, dev, bytes_on_device);
     lc->done += done;
     if (lc->progress) lc->progress(lc->user, lc->done, lc->total);
 fail:
@@ -115,6 +142,8 @@ dcp_status dcp_load_norm(dcp_load_ctx *lc, dcp_device *dev, const char *name, ui
     const dcp_gguf_tensor *t;
     float *v = NULL;
     DCP_TRY(dcp_load_find(lc->g, name, n, 1, &t));
+    count_bytes(lc, dev, (uint64_t)n * 4);
+    if (lc->count_only) return DCP_OK;
     v = malloc((size_t)n * sizeof *v);
     if (!v) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     DCP_TRY(dcp_gguf_tensor_to_f32(lc->g, t, v));
@@ -140,6 +169,15 @@ dcp_status dcp_load_vector_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n,
                             sl[i].e0 + sl[i].n, sl[i].name, (unsigned long long)sl[i].total);
         total += sl[i].n;
     }
+    const uint64_t bytes_on_device = (total ? total : 1) * 4;
+    if (lc->count_only) {
+        for (uint32_t i = 0; i < n; i++) {
+            const dcp_gguf_tensor *t;
+            DCP_TRY(dcp_load_find(lc->g, sl[i].name, sl[i].total, 1, &t));
+        }
+        count_bytes(lc, dev, bytes_on_device);
+        return DCP_OK;
+    }
     v = malloc((total ? total : 1) * sizeof *v);
     if (!v) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     uint64_t at = 0;
@@ -157,8 +195,9 @@ dcp_status dcp_load_vector_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n,
         free(part);
         part = NULL;
     }
-    DCP_TRY(dcp_buffer_create(dev, (total ? total : 1) * 4, DCP_MEMORY_DEVICE, out));
+    DCP_TRY(dcp_buffer_create(dev, bytes_on_device, DCP_MEMORY_DEVICE, out));
     DCP_TRY(dcp_buffer_upload(*out, 0, v, total * 4));
+    count_bytes(lc, dev, bytes_on_device);
 fail:
     free(part);
     free(v);

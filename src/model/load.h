@@ -11,12 +11,18 @@
 
 enum { DCP_LOAD_MAX_PARTS = 4 };
 
-/* The file being loaded and the progress count (bytes of tensors uploaded / to upload). */
+/* The file being loaded and the progress count (bytes of tensors uploaded / to upload), and the
+ * device bytes of each local rank's weights (counted from the same sizes the uploads use). */
 typedef struct dcp_load_ctx {
     const dcp_gguf *g;
     dcp_progress_fn progress; /* may be NULL */
     void *user;
     uint64_t done, total;
+    dcp_device *const *devs;  /* [nl] the local ranks' devices */
+    uint32_t nl;
+    uint64_t *rank_bytes;     /* [nl] device bytes of each rank's weights so far */
+    uint64_t *rank_largest;   /* [nl] the largest of them (one upload: the staging buffer's size) */
+    bool count_only;          /* count rank_bytes, upload nothing (the matrices stay empty) */
 } dcp_load_ctx;
 
 /* One part of a matrix: rows [r0, r0 + nr) and input columns [c0, c0 + nc) of tensor `name`. */

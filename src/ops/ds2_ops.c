@@ -86,7 +86,7 @@ dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a)
         .x_head_stride = a->x_head_stride, .x_offset = a->x_offset, .y_stride = a->y_stride,
         .y_head_stride = a->y_head_stride, .y_offset = a->y_offset, .accumulate = a->accumulate ? 1u : 0u,
         .scale_offset = w->scale_offset};
-    dcp_pipeline_id id;
+    dcp_pipeline_id id = DCP_PIPELINE_COUNT;
     if ((st = by_type("head_matmul", w->type, head_pipes, &id))) return st;
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div(a->rows, spec[1]), a->heads,
                             ceil_div(a->tokens, DCP_HEAD_MATMUL_TOKENS));
@@ -219,7 +219,7 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
         .n_expert = a->n_expert, .rows = a->rows, .k = w->k, .tokens = a->tokens, .n_used = a->n_used,
         .x_stride = a->x_stride, .x_used_stride = a->x_used_stride, .y_stride = a->y_stride,
         .y_used_stride = a->y_used_stride, .accumulate = a->accumulate ? 1u : 0u, .scale_offset = w->scale_offset};
-    dcp_pipeline_id id;
+    dcp_pipeline_id id = DCP_PIPELINE_COUNT;
     if ((st = by_type(op, w->type, down ? down_pipes : gate_up_pipes, &id))) return st;
     uint64_t groups_y = down ? a->tokens : (uint64_t)a->tokens * a->n_used;
     if (groups_y > 65535)

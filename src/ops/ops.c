@@ -23,6 +23,17 @@ static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)
     return DCP_OK;
 }
 
+uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows)
+{
+    if (!dcp_ggml_type_supported(type)) return 0;
+    const uint64_t elems = rows * k;
+    const dcp_quant_layout *ql = dcp_quant_layout_of(type);
+    return ql ? dcp_quant_device_bytes(ql, elems / ql->block_elems)
+           : type == DCP_GGML_TYPE_F32 ? elems * 4
+           : type == DCP_GGML_TYPE_Q8_0 ? elems + elems / 32 * 4
+                                        : elems * 2;
+}
+
 dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
                              const void *const *data, const uint32_t *part_rows, dcp_matrix *out)
 {
@@ -36,10 +47,7 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "matrix upload: %llu rows", (unsigned long long)rows);
     uint64_t elems = rows * k;
     const dcp_quant_layout *ql = dcp_quant_layout_of(type);
-    uint64_t bytes = ql ? dcp_quant_device_bytes(ql, elems / ql->block_elems)
-                     : type == DCP_GGML_TYPE_F32 ? elems * 4
-                     : type == DCP_GGML_TYPE_Q8_0 ? elems + elems / 32 * 4
-                                                  : elems * 2;
+    uint64_t bytes = dcp_matrix_bytes(type, k, rows);
     const dcp_device_info *info = dcp_device_get_info(dev);
     if (bytes > info->max_storage_buffer_range || bytes / 4 > UINT32_MAX)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,

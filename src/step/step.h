@@ -26,6 +26,17 @@
  * Every step starts with the added communicators' mailbox banks reset, so that a step's commands
  * refer to the same banks every time.
  *
+ * Synchronisation (DCP_VK_STEP_SYNC = auto | host | gpu, decided at the first step after the
+ * communicators change, dcp_step_sync_choose):
+ *   host  every round is submitted, waited for on the host (one host wait per round), then the
+ *         exchanges' host part runs (staging and mpi moves, waits between processes);
+ *   gpu   where no exchange needs the host (devgroup, peer, dmabuf, hostmem pairs) and every pair
+ *         of ranks shares timeline semaphores (one VkDevice, or opaque fds on one physical
+ *         device): each round is submitted as soon as it is recorded (a replay: all at once),
+ *         each rank's submission waiting on the GPU for its peers' previous round and signalling
+ *         its own; the host waits once, at the end of the step.
+ * The recorded commands are the same in both modes (the communicators' pushes and pulls inside).
+ *
  * Lifetimes: dcp_step_create borrows the devices and dcp_step_add_comm the communicators; both
  * must outlive the step. Destroy with dcp_step_destroy (waits for its commands). Not thread-safe:
  * one thread per step. */
@@ -56,8 +67,9 @@ uint32_t dcp_step_count(const dcp_step *step);
 dcp_status dcp_step_begin(dcp_step *step, uint64_t key, bool *replayed);
 /* Local rank i's command of the current round (valid until the round ends). */
 dcp_cmd *dcp_step_cmd(const dcp_step *step, uint32_t local);
-/* Ends the current round: submits every rank's command, waits for all, runs x[0..n) in order,
- * and starts the next round. */
+/* Ends the current round: records the exchanges' pushes, submits every rank's command, waits for
+ * all and runs the host part of x[0..n) in order (gpu mode: no wait, no host part), and starts the
+ * next round with the exchanges' pulls recorded. */
 dcp_status dcp_step_round(dcp_step *step, uint32_t n, const dcp_comm_xchg *x);
 /* Runs the last round and ends the step (a keyed step's recording is kept). */
 dcp_status dcp_step_end(dcp_step *step);
@@ -69,9 +81,33 @@ void dcp_step_abort(dcp_step *step);
  * timestamps), or NULL. */
 dcp_cmd *dcp_step_recorded_cmd(const dcp_step *step, uint32_t round, uint32_t local);
 
-/* Rounds of the last step (each one host wait for every device), and whether it was replayed. */
+/* Rounds of the last step, the host waits it took (rounds in host mode, 1 in gpu mode), and
+ * whether it was replayed. */
 uint32_t dcp_step_last_rounds(const dcp_step *step);
+uint32_t dcp_step_last_host_waits(const dcp_step *step);
 bool dcp_step_last_replayed(const dcp_step *step);
+
+/* Timing of the steps (off by default): on, every round's command of every rank is bracketed by
+ * device timestamps (kept recordings are dropped so that the next step records them). After a step,
+ * compute_ns = the sum over its rounds of the slowest rank's time between them (the GPU work) and
+ * total_ns = its wall-clock time; the rest is exchange (host round trips, waits, host moves).
+ * Zeros when timing is off or the devices have no timestamps. */
+void dcp_step_set_timing(dcp_step *step, bool on);
+void dcp_step_last_timing(const dcp_step *step, double *compute_ns, double *total_ns);
+
+typedef enum dcp_step_sync {
+    DCP_STEP_SYNC_HOST = 0,
+    DCP_STEP_SYNC_GPU = 1,
+} dcp_step_sync;
+
+/* The mode of the steps (decided at the first dcp_step_begin; host before) and why. */
+dcp_step_sync dcp_step_sync_mode(const dcp_step *step, const char **why);
+
+/* The decision, from the request (-1 auto, 0 host, 1 gpu), the communicators' capabilities and
+ * whether every device has timeline semaphores. A gpu request that cannot be met is
+ * DCP_ERR_UNSUPPORTED saying why. Pure: tests feed it what this machine cannot show. */
+dcp_status dcp_step_sync_choose(int requested, const dcp_comm_sync_caps *caps, uint32_t ncomm, bool timeline,
+                                dcp_step_sync *out, char *why, size_t why_cap);
 
 /* FNV-1a mixing of one value into a replay key (start from DCP_STEP_KEY_SEED). */
 #define DCP_STEP_KEY_SEED 1469598103934665603ull

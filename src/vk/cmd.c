@@ -2,6 +2,7 @@
  * the one module that submits to a queue and waits. */
 #include <stdlib.h>
 
+#include "vk/external.h"
 #include "vk/internal.h"
 
 enum { DCP_MAX_TIMESTAMPS = 64 };
@@ -61,7 +62,11 @@ dcp_status dcp_cmd_reset(dcp_cmd *c)
     if (c->pending) DCP_TRY(dcp_cmd_wait(c));
     c->set_count = 0; /* the sets stay allocated for the next recording */
     DCP_VK_TRY(dev, dev->vk.vkResetCommandBuffer(c->cb, 0));
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    /* On a device-group VkDevice the commands run on this device's physical device only. */
+    VkDeviceGroupCommandBufferBeginInfo gbi = {.sType = VK_STRUCTURE_TYPE_DEVICE_GROUP_COMMAND_BUFFER_BEGIN_INFO,
+                                               .deviceMask = dev->device_mask};
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .pNext = dev->device_mask ? &gbi : NULL};
     DCP_VK_TRY(dev, dev->vk.vkBeginCommandBuffer(c->cb, &bi));
     c->recording = 1;
     c->query_count = 0;
@@ -72,26 +77,70 @@ fail:
     return st;
 }
 
-dcp_status dcp_cmd_submit(dcp_cmd *c)
+/* Submits c waiting for waits[k] >= wait_values[k] and signalling signal = signal_value (timeline
+ * semaphores of c's device; none when nwait is 0 and signal NULL). */
+static dcp_status submit(dcp_cmd *c, uint32_t nwait, dcp_sem *const *waits, const uint64_t *wait_values,
+                         dcp_sem *signal, uint64_t signal_value)
 {
     dcp_status st = DCP_OK;
     dcp_device *dev = c->dev;
+    enum { MAX_WAITS = 256 };
+    VkSemaphore wsem[MAX_WAITS];
+    VkPipelineStageFlags wstage[MAX_WAITS];
+    uint32_t windex[MAX_WAITS];
     if (c->pending)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: command submitted twice without a wait",
                         dev->info.logical_index);
+    if (nwait > MAX_WAITS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: a submission waits on %u semaphores (at most %d)",
+                        dev->info.logical_index, nwait, MAX_WAITS);
+    for (uint32_t k = 0; k < nwait; k++) {
+        if (waits[k]->dev->device != dev->device)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: waits on a semaphore of device %d",
+                            dev->info.logical_index, waits[k]->dev->info.logical_index);
+        wsem[k] = waits[k]->sem;
+        wstage[k] = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+        windex[k] = dev->info.group_device_index;
+    }
+    if (signal && signal->dev->device != dev->device)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "device %d: signals a semaphore of device %d",
+                        dev->info.logical_index, signal->dev->info.logical_index);
     if (c->recording) {
         DCP_VK_TRY(dev, dev->vk.vkEndCommandBuffer(c->cb));
         c->recording = 0;
     }
     DCP_VK_TRY(dev, dev->vk.vkResetFences(dev->device, 1, &c->fence));
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
-                       .pCommandBuffers = &c->cb};
+    uint32_t sindex = dev->info.group_device_index;
+    VkTimelineSemaphoreSubmitInfo ti = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+                                        .waitSemaphoreValueCount = nwait, .pWaitSemaphoreValues = wait_values,
+                                        .signalSemaphoreValueCount = signal ? 1 : 0,
+                                        .pSignalSemaphoreValues = &signal_value};
+    VkDeviceGroupSubmitInfo gi = {.sType = VK_STRUCTURE_TYPE_DEVICE_GROUP_SUBMIT_INFO,
+                                  .pNext = (nwait || signal) ? &ti : NULL,
+                                  .waitSemaphoreCount = nwait, .pWaitSemaphoreDeviceIndices = windex,
+                                  .commandBufferCount = 1, .pCommandBufferDeviceMasks = &dev->device_mask,
+                                  .signalSemaphoreCount = signal ? 1 : 0, .pSignalSemaphoreDeviceIndices = &sindex};
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                       .pNext = dev->device_mask ? (const void *)&gi : (nwait || signal) ? (const void *)&ti : NULL,
+                       .waitSemaphoreCount = nwait, .pWaitSemaphores = wsem, .pWaitDstStageMask = wstage,
+                       .commandBufferCount = 1, .pCommandBuffers = &c->cb,
+                       .signalSemaphoreCount = signal ? 1 : 0, .pSignalSemaphores = signal ? &signal->sem : NULL};
     DCP_VK_TRY(dev, dev->vk.vkQueueSubmit(dev->queue, 1, &si, c->fence));
     c->pending = 1;
     return DCP_OK;
 fail:
     return st;
 }
+
+dcp_status dcp_cmd_submit(dcp_cmd *c) { return submit(c, 0, NULL, NULL, NULL, 0); }
+
+dcp_status dcp_cmd_submit_timeline(dcp_cmd *c, uint32_t nwait, dcp_sem *const *waits, const uint64_t *wait_values,
+                                   dcp_sem *signal, uint64_t signal_value)
+{
+    return submit(c, nwait, waits, wait_values, signal, signal_value);
+}
+
+int dcp_cmd_pending(const dcp_cmd *c) { return c->pending; }
 
 dcp_status dcp_cmd_wait(dcp_cmd *c)
 {

@@ -87,14 +87,62 @@ static void device_destroy(dcp_device *dev)
             dev->vk.vkDestroyDescriptorPool(dev->device, dev->desc_pools[i], NULL);
         if (dev->pipeline_cache) dev->vk.vkDestroyPipelineCache(dev->device, dev->pipeline_cache, NULL);
         if (dev->cmd_pool) dev->vk.vkDestroyCommandPool(dev->device, dev->cmd_pool, NULL);
-        dev->vk.vkDestroyDevice(dev->device, NULL);
+        if (dev->owner == dev) dev->vk.vkDestroyDevice(dev->device, NULL); /* shared ones: by the owner */
     }
     free(dev->desc_pools);
     free(dev);
 }
 
+/* The external-handle capabilities of a physical device for storage/transfer buffers and
+ * semaphores, restricted to the extensions enabled (ext: bits of the enabled ones). */
+enum { EXT_MEM_FD = 1, EXT_DMA_BUF = 2, EXT_SEM_FD = 4 };
+static void external_caps(const dcp_vk_instance_table *vk, VkPhysicalDevice phys, unsigned ext, int timeline,
+                          dcp_device_info *info)
+{
+    static const struct { VkExternalMemoryHandleTypeFlagBits vk; uint32_t bit; unsigned needs; } mem[2] = {
+        {VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT, DCP_HANDLE_OPAQUE_FD, EXT_MEM_FD},
+        {VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT, DCP_HANDLE_DMA_BUF, EXT_MEM_FD | EXT_DMA_BUF},
+    };
+    for (int k = 0; k < 2; k++) {
+        if ((ext & mem[k].needs) != mem[k].needs || !vk->vkGetPhysicalDeviceExternalBufferProperties) continue;
+        VkPhysicalDeviceExternalBufferInfo bi = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO,
+            .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                     VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+            .handleType = mem[k].vk};
+        VkExternalBufferProperties bp = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES};
+        vk->vkGetPhysicalDeviceExternalBufferProperties(phys, &bi, &bp);
+        VkExternalMemoryFeatureFlags f = bp.externalMemoryProperties.externalMemoryFeatures;
+        if (f & VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT) info->mem_export |= mem[k].bit;
+        if (f & VK_EXTERNAL_MEMORY_FEATURE_IMPORTABLE_BIT) info->mem_import |= mem[k].bit;
+    }
+    if (info->has_external_memory_host) info->mem_import |= DCP_HANDLE_HOST;
+    static const struct { VkExternalSemaphoreHandleTypeFlagBits vk; uint32_t bit; int timeline; } sem[2] = {
+        {VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT, DCP_HANDLE_OPAQUE_FD, 1},
+        {VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_SYNC_FD_BIT, DCP_HANDLE_SYNC_FD, 0},
+    };
+    for (int k = 0; k < 2; k++) {
+        if (!(ext & EXT_SEM_FD) || (sem[k].timeline && !timeline) ||
+            !vk->vkGetPhysicalDeviceExternalSemaphoreProperties)
+            continue;
+        VkSemaphoreTypeCreateInfo ti = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                        .semaphoreType = sem[k].timeline ? VK_SEMAPHORE_TYPE_TIMELINE
+                                                                         : VK_SEMAPHORE_TYPE_BINARY};
+        VkPhysicalDeviceExternalSemaphoreInfo si = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_SEMAPHORE_INFO,
+                                                    .pNext = &ti, .handleType = sem[k].vk};
+        VkExternalSemaphoreProperties sp = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_SEMAPHORE_PROPERTIES};
+        vk->vkGetPhysicalDeviceExternalSemaphoreProperties(phys, &si, &sp);
+        if (sp.externalSemaphoreFeatures & VK_EXTERNAL_SEMAPHORE_FEATURE_EXPORTABLE_BIT) info->sem_export |= sem[k].bit;
+        if (sp.externalSemaphoreFeatures & VK_EXTERNAL_SEMAPHORE_FEATURE_IMPORTABLE_BIT) info->sem_import |= sem[k].bit;
+    }
+}
+
+/* A logical device on phys. group (count > 0): create the VkDevice over these physical devices
+ * (VkDeviceGroupDeviceCreateInfo), this device being group index `index` of it; share: instead
+ * run on share's device-group VkDevice as its index `index`. */
 static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phys_index,
-                                int logical_index, int robust, dcp_device **out)
+                                int logical_index, int robust, const VkPhysicalDevice *group,
+                                uint32_t group_count, uint32_t index, dcp_device *share, dcp_device **out)
 {
     dcp_status st = DCP_OK;
     VkExtensionProperties *exts = NULL;
@@ -139,6 +187,7 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     info->api_version = props.properties.apiVersion;
     info->driver_version = props.properties.driverVersion;
     memcpy(info->device_uuid, idp.deviceUUID, 16);
+    memcpy(info->driver_uuid, idp.driverUUID, 16);
     info->subgroup_size = sub.subgroupSize;
     info->min_subgroup_size = ssc.minSubgroupSize ? ssc.minSubgroupSize : sub.subgroupSize;
     info->subgroup_shuffle = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
@@ -147,6 +196,20 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
     info->max_storage_buffer_range = lim->maxStorageBufferRange;
+    /* A stricter storage-buffer offset alignment than the driver's, for testing on CPU drivers
+     * (lavapipe says 16; some GPUs 256): every binding offset is checked against the larger. */
+    info->min_storage_offset_alignment = lim->minStorageBufferOffsetAlignment ? lim->minStorageBufferOffsetAlignment : 1;
+    const char *align_env = getenv("DCP_VK_MIN_STORAGE_ALIGN");
+    if (align_env && *align_env) {
+        char *end;
+        unsigned long long a = strtoull(align_env, &end, 10);
+        if (*end || a == 0 || (a & (a - 1)) || a > 65536) {
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                          "$DCP_VK_MIN_STORAGE_ALIGN '%s' is not a power of two in 1 .. 65536", align_env);
+            goto fail;
+        }
+        if (a > info->min_storage_offset_alignment) info->min_storage_offset_alignment = a;
+    }
     info->max_allocation_size = m3.maxMemoryAllocationSize;
     info->max_buffer_size = m3.maxMemoryAllocationSize;
     info->max_shared_memory = lim->maxComputeSharedMemorySize;
@@ -204,12 +267,33 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     exts = calloc(next ? next : 1, sizeof *exts);
     if (!exts) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
     vk->vkEnumerateDeviceExtensionProperties(phys, NULL, &next, exts);
-    const char *enable[4];
+    const char *enable[8];
     uint32_t nenable = 0;
+    unsigned ext = 0;
     if (has_extension(exts, next, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
         enable[nenable++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
         info->has_external_memory_host = true;
     }
+    if (has_extension(exts, next, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)) {
+        enable[nenable++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+        info->has_memory_budget = true;
+    }
+    /* External memory and semaphores as file descriptors: the communicator's peer and dma-buf
+     * transports and the GPU-synchronised steps (each used only where the driver offers it). */
+    if (has_extension(exts, next, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME)) {
+        enable[nenable++] = VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME;
+        ext |= EXT_MEM_FD;
+        if (has_extension(exts, next, VK_EXT_EXTERNAL_MEMORY_DMA_BUF_EXTENSION_NAME)) {
+            enable[nenable++] = VK_EXT_EXTERNAL_MEMORY_DMA_BUF_EXTENSION_NAME;
+            ext |= EXT_DMA_BUF;
+        }
+    }
+    if (has_extension(exts, next, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME)) {
+        enable[nenable++] = VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME;
+        ext |= EXT_SEM_FD;
+    }
+    info->timeline_semaphore = f12.timelineSemaphore ? 1 : 0;
+    external_caps(vk, phys, ext, f12.timelineSemaphore, info);
 
     /* A compute queue (prefer a compute-only family). */
     uint32_t nqf = 0;
@@ -231,14 +315,31 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     info->timestamp_period_ns = dev->timestamp_valid_bits ? lim->timestampPeriod : 0.0f;
 
     float prio = 1.0f;
-    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                   .queueFamilyIndex = family, .queueCount = 1, .pQueuePriorities = &prio};
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &en,
-                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
-                              .enabledExtensionCount = nenable, .ppEnabledExtensionNames = enable};
-    DCP_VK_TRY(dev, vk->vkCreateDevice(phys, &dci, NULL, &dev->device));
-    dcp_vk_load_device(vk, dev->device, &dev->vk);
-    dev->vk.vkGetDeviceQueue(dev->device, family, 0, &dev->queue);
+    if (group_count > 0) {
+        info->group_device_count = share ? share->info.group_device_count : group_count;
+        info->group_device_index = index;
+        dev->device_mask = 1u << index;
+    }
+    if (share) {
+        dev->owner = share;
+        dev->device = share->device;
+        dev->vk = share->vk;
+        dev->queue = share->queue;
+    } else {
+        VkDeviceGroupDeviceCreateInfo dg = {.sType = VK_STRUCTURE_TYPE_DEVICE_GROUP_DEVICE_CREATE_INFO,
+                                            .pNext = en.pNext, .physicalDeviceCount = group_count,
+                                            .pPhysicalDevices = group};
+        if (group_count > 0) en.pNext = &dg;
+        VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                       .queueFamilyIndex = family, .queueCount = 1, .pQueuePriorities = &prio};
+        VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &en,
+                                  .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
+                                  .enabledExtensionCount = nenable, .ppEnabledExtensionNames = enable};
+        DCP_VK_TRY(dev, vk->vkCreateDevice(phys, &dci, NULL, &dev->device));
+        dev->owner = dev;
+        dcp_vk_load_device(vk, dev->device, &dev->vk);
+        dev->vk.vkGetDeviceQueue(dev->device, family, 0, &dev->queue);
+    }
 
     VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -257,6 +358,18 @@ fail:
     device_destroy(dev);
     *out = NULL;
     return st;
+}
+
+/* Index of the device group holding p (and p's index in it), or -1. */
+static int group_of(const VkPhysicalDeviceGroupProperties *groups, uint32_t n, VkPhysicalDevice p, uint32_t *member)
+{
+    for (uint32_t g = 0; g < n; g++)
+        for (uint32_t k = 0; k < groups[g].physicalDeviceCount; k++)
+            if (groups[g].physicalDevices[k] == p) {
+                if (member) *member = k;
+                return (int)g;
+            }
+    return -1;
 }
 
 static int env_flag(const char *name, int def)
@@ -327,7 +440,20 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
                                 .pApplicationInfo = &app,
                                 .enabledLayerCount = nlayers, .ppEnabledLayerNames = layer_names,
                                 .enabledExtensionCount = nexts, .ppEnabledExtensionNames = ext_names};
-    DCP_VK_TRY(NULL, ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance));
+    VkResult ir = ctx->vk.vkCreateInstance(&ici, NULL, &ctx->instance);
+    if (ir == VK_ERROR_INCOMPATIBLE_DRIVER) { /* the loader found no driver (ICD) for Vulkan 1.2 */
+        const char *icd = getenv("VK_DRIVER_FILES");
+        if (!icd || !*icd) icd = getenv("VK_ICD_FILENAMES");
+        st = dcp_fail(DCP_ERR_NO_DEVICE,
+                      "no Vulkan driver found: the Vulkan loader has no driver (ICD) for Vulkan 1.2%s%s%s. "
+                      "Install one: on Debian `apt-get install mesa-vulkan-drivers` (lavapipe, runs on the "
+                      "CPU) or your GPU vendor's Vulkan driver; `vulkaninfo --summary` (vulkan-tools) lists "
+                      "what the loader sees",
+                      icd && *icd ? " (the environment points it to " : "", icd && *icd ? icd : "",
+                      icd && *icd ? ")" : "");
+        goto fail;
+    }
+    DCP_VK_TRY(NULL, ir);
     dcp_vk_load_instance(&ctx->vk, ctx->instance);
     if (ctx->validation)
         DCP_VK_TRY(NULL, ctx->vk.vkCreateDebugUtilsMessengerEXT(ctx->instance, &dmi, NULL, &ctx->messenger));
@@ -335,8 +461,9 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
     uint32_t nphys = 0;
     DCP_VK_TRY(NULL, ctx->vk.vkEnumeratePhysicalDevices(ctx->instance, &nphys, NULL));
     if (nphys == 0) {
-        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan physical device (install a driver, e.g. Debian "
-                                         "mesa-vulkan-drivers for lavapipe)");
+        st = dcp_fail(DCP_ERR_NO_DEVICE, "no Vulkan device: the driver found no device. Install a driver: on "
+                                         "Debian `apt-get install mesa-vulkan-drivers` (lavapipe, runs on the CPU) "
+                                         "or your GPU vendor's Vulkan driver");
         goto fail;
     }
     phys = calloc(nphys, sizeof *phys);
@@ -371,15 +498,53 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
     for (uint32_t i = 0; i < ngroups; i++) groups[i].sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_GROUP_PROPERTIES;
     ctx->vk.vkEnumeratePhysicalDeviceGroups(ctx->instance, &ngroups, groups);
 
+    /* Device-group VkDevices: on request, or when the list names distinct members of one group. */
+    int use_groups = config->device_groups;
+    if (use_groups < 0) {
+        const char *env = getenv("DCP_VK_DEVICE_GROUPS");
+        if (env && *env) {
+            if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
+                st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "$DCP_VK_DEVICE_GROUPS is \"%s\" (allowed: 0, 1)", env);
+                goto fail;
+            }
+            use_groups = env[0] == '1';
+        } else {
+            use_groups = 0;
+            for (int i = 0; i < count; i++)
+                for (int j = 0; j < i; j++) {
+                    int gi = group_of(groups, ngroups, phys[indices[i]], NULL);
+                    if (indices[i] != indices[j] && gi >= 0 && gi == group_of(groups, ngroups, phys[indices[j]], NULL) &&
+                        groups[gi].physicalDeviceCount > 1)
+                        use_groups = 1;
+                }
+        }
+    }
+
+    if (count < 1 || count > 256) { st = dcp_fail(DCP_ERR_INTERNAL, "device count %d", count); goto fail; }
     ctx->devices = calloc((size_t)count, sizeof *ctx->devices);
     if (!ctx->devices) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
     for (int i = 0; i < count; i++) {
-        DCP_TRY(device_create(ctx, phys[indices[i]], indices[i], i, robust, &ctx->devices[i]));
+        VkPhysicalDevice p = phys[indices[i]];
+        uint32_t member = 0;
+        int g = group_of(groups, ngroups, p, &member);
+        if (use_groups && g >= 0) {
+            /* Share an earlier VkDevice over the same group whose member `member` is still free. */
+            dcp_device *share = NULL;
+            for (int j = 0; j < i && !share; j++) {
+                dcp_device *o = ctx->devices[j];
+                if (o->owner != o || group_of(groups, ngroups, o->phys, NULL) != g) continue;
+                int taken = 0;
+                for (int k = 0; k < i; k++)
+                    if (ctx->devices[k]->owner == o && ctx->devices[k]->info.group_device_index == member) taken = 1;
+                if (!taken) share = o;
+            }
+            DCP_TRY(device_create(ctx, p, indices[i], i, robust, groups[g].physicalDevices,
+                                  groups[g].physicalDeviceCount, member, share, &ctx->devices[i]));
+        } else {
+            DCP_TRY(device_create(ctx, p, indices[i], i, robust, NULL, 0, 0, NULL, &ctx->devices[i]));
+        }
         ctx->device_count = i + 1;
-        for (uint32_t g = 0; g < ngroups; g++)
-            for (uint32_t k = 0; k < groups[g].physicalDeviceCount; k++)
-                if (groups[g].physicalDevices[k] == phys[indices[i]])
-                    ctx->devices[i]->info.physical_group_size = groups[g].physicalDeviceCount;
+        if (g >= 0) ctx->devices[i]->info.physical_group_size = groups[g].physicalDeviceCount;
     }
     free(phys);
     free(layers);
@@ -397,7 +562,8 @@ fail:
 void dcp_context_destroy(dcp_context *ctx)
 {
     if (!ctx) return;
-    for (int i = 0; i < ctx->device_count; i++) device_destroy(ctx->devices[i]);
+    /* Reverse order: a device-group VkDevice's owner comes before the devices that share it. */
+    for (int i = ctx->device_count - 1; i >= 0; i--) device_destroy(ctx->devices[i]);
     free(ctx->devices);
     if (ctx->messenger) ctx->vk.vkDestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
     if (ctx->instance) ctx->vk.vkDestroyInstance(ctx->instance, NULL);

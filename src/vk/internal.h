@@ -53,6 +53,9 @@ struct dcp_device {
     dcp_device_info info;
     VkPhysicalDevice phys;
     VkDevice device;
+    dcp_device *owner;      /* the device that created `device` and destroys it (itself, or the
+                               first device of a device-group VkDevice that others share) */
+    uint32_t device_mask;   /* 1 << info.group_device_index when info.group_device_count > 0, else 0 */
     dcp_vk_device_table vk;
     uint32_t queue_family;
     VkQueue queue;
@@ -72,6 +75,7 @@ struct dcp_device {
     uint32_t pipeline_count, pipeline_cap;
     /* Staging buffer for uploads and downloads (grown on demand). */
     dcp_buffer *staging;
+    uint64_t allocated;              /* bytes of live dcp_buffer_create buffers (accounting) */
     dcp_cmd *transfer_cmd;
 };
 
@@ -90,10 +94,21 @@ struct dcp_context {
 struct dcp_buffer {
     dcp_device *dev;
     VkBuffer buffer;
-    VkDeviceMemory memory;
+    VkDeviceMemory memory;  /* VK_NULL_HANDLE for a peer view (bound to another buffer's memory) */
     uint64_t size;
+    uint64_t alloc_size;    /* bytes of memory (what an importer of an exported handle allocates) */
+    uint32_t export_handles;/* DCP_HANDLE_* the memory was allocated exportable as */
+    uint32_t type_index;    /* memory type index */
     dcp_memory kind;
     void *mapped;
+    bool counted;                    /* in dev->allocated (dcp_buffer_create) */
+};
+
+/* A timeline semaphore of one device (src/vk/external.c). */
+struct dcp_sem {
+    dcp_device *dev;
+    VkSemaphore sem;
+    uint32_t export_handles;
 };
 
 typedef struct dcp_cmd_set {
@@ -116,6 +131,15 @@ struct dcp_cmd {
     VkQueryPool queries;
     uint32_t query_count;
 };
+
+/* Chains VkMemoryAllocateFlagsInfo (the device's mask) into *mai when the device runs on a
+ * device-group VkDevice; flags must outlive the allocation call. */
+void dcp_vk_chain_device_mask(const dcp_device *dev, VkMemoryAllocateInfo *mai, VkMemoryAllocateFlagsInfo *flags);
+
+/* Creates a buffer (see dcp_buffer_create) whose memory is exportable as export_handles
+ * (DCP_HANDLE_* bits, 0: an ordinary buffer; exportable memory is a dedicated allocation). */
+dcp_status dcp_vk_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, uint32_t export_handles,
+                                dcp_buffer **out);
 
 /* Memory type index with all of `required` flags (preferring `preferred` too), or UINT32_MAX. */
 uint32_t dcp_vk_memory_type(const dcp_device *dev, uint32_t type_bits, VkMemoryPropertyFlags required,

@@ -18,7 +18,29 @@ uint32_t dcp_vk_memory_type(const dcp_device *dev, uint32_t type_bits, VkMemoryP
     return fallback;
 }
 
+void dcp_vk_chain_device_mask(const dcp_device *dev, VkMemoryAllocateInfo *mai, VkMemoryAllocateFlagsInfo *flags)
+{
+    if (!dev->device_mask) return;
+    *flags = (VkMemoryAllocateFlagsInfo){.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO, .pNext = mai->pNext,
+                                         .flags = VK_MEMORY_ALLOCATE_DEVICE_MASK_BIT, .deviceMask = dev->device_mask};
+    mai->pNext = flags;
+}
+
+static VkExternalMemoryHandleTypeFlags vk_handles(uint32_t handles)
+{
+    VkExternalMemoryHandleTypeFlags f = 0;
+    if (handles & DCP_HANDLE_OPAQUE_FD) f |= VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+    if (handles & DCP_HANDLE_DMA_BUF) f |= VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT;
+    return f;
+}
+
 dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, dcp_buffer **out)
+{
+    return dcp_vk_buffer_create(dev, size, memory, 0, out);
+}
+
+dcp_status dcp_vk_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, uint32_t export_handles,
+                                dcp_buffer **out)
 {
     dcp_status st = DCP_OK;
     *out = NULL;
@@ -35,12 +57,19 @@ dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, 
                         "device %d (%s): buffer of %llu bytes exceeds maxMemoryAllocationSize %llu",
                         dev->info.logical_index, dev->info.name, (unsigned long long)size,
                         (unsigned long long)dev->info.max_allocation_size);
+    if (export_handles & ~dev->info.mem_export)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "device %d (%s): cannot export buffer memory as handle type(s) 0x%x",
+                        dev->info.logical_index, dev->info.name, export_handles & ~dev->info.mem_export);
     dcp_buffer *b = calloc(1, sizeof *b);
     if (!b) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     b->dev = dev;
     b->size = size;
     b->kind = memory;
-    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
+    b->export_handles = export_handles;
+    VkExternalMemoryBufferCreateInfo ext = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+                                            .handleTypes = vk_handles(export_handles)};
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .pNext = export_handles ? &ext : NULL,
+                              .size = size,
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
@@ -61,12 +90,22 @@ dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, 
                       dev->info.logical_index, dev->info.name);
         goto fail;
     }
-    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+    VkExportMemoryAllocateInfo exi = {.sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+                                      .handleTypes = vk_handles(export_handles)};
+    VkMemoryDedicatedAllocateInfo ded = {.sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO, .pNext = &exi,
+                                         .buffer = b->buffer};
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = export_handles ? &ded : NULL,
                                 .allocationSize = req.size, .memoryTypeIndex = type};
+    VkMemoryAllocateFlagsInfo flags;
+    dcp_vk_chain_device_mask(dev, &mai, &flags);
     DCP_VK_TRY(dev, dev->vk.vkAllocateMemory(dev->device, &mai, NULL, &b->memory));
+    b->alloc_size = req.size;
+    b->type_index = type;
     DCP_VK_TRY(dev, dev->vk.vkBindBufferMemory(dev->device, b->buffer, b->memory, 0));
     if (memory == DCP_MEMORY_HOST)
         DCP_VK_TRY(dev, dev->vk.vkMapMemory(dev->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped));
+    b->counted = true;
+    dev->allocated += size;
     *out = b;
     return DCP_OK;
 fail:
@@ -84,10 +123,20 @@ void dcp_buffer_destroy(dcp_buffer *b)
     if (b->mapped) dev->vk.vkUnmapMemory(dev->device, b->memory);
     if (b->buffer) dev->vk.vkDestroyBuffer(dev->device, b->buffer, NULL);
     if (b->memory) dev->vk.vkFreeMemory(dev->device, b->memory, NULL);
+    if (b->counted) dev->allocated -= b->size;
     free(b);
 }
 
-uint64_t dcp_buffer_size(const dcp_buffer *b) { return b->size; }
+uint64_t dcp_buffer_size(const dcp_buffer *b) { return b ? b->size : 0; }
+uint64_t dcp_device_memory_allocated(const dcp_device *dev) { return dev->allocated; }
+
+uint64_t dcp_device_staging_bytes(const dcp_device *dev, uint64_t largest)
+{
+    uint64_t cap = dev->info.max_storage_buffer_range;
+    if (cap > (64ull << 20)) cap = 64ull << 20;
+    uint64_t want = largest < (1u << 20) ? (1u << 20) : largest;
+    return want > cap ? cap : want;
+}
 dcp_device *dcp_buffer_device(const dcp_buffer *b) { return b->dev; }
 void *dcp_buffer_map(dcp_buffer *b) { return b->mapped; }
 
@@ -105,14 +154,10 @@ static dcp_status check_range(const dcp_buffer *b, uint64_t offset, uint64_t siz
 static dcp_status staging(dcp_device *dev, uint64_t size, dcp_buffer **out)
 {
     dcp_status st = DCP_OK;
-    uint64_t cap = dev->info.max_storage_buffer_range;
-    if (cap > (64ull << 20)) cap = 64ull << 20;
-    if (size > cap) size = cap;
-    if (!dev->staging || dev->staging->size < size) {
+    uint64_t want = dcp_device_staging_bytes(dev, size);
+    if (!dev->staging || dev->staging->size < want) {
         dcp_buffer_destroy(dev->staging);
         dev->staging = NULL;
-        uint64_t want = size < (1u << 20) ? (1u << 20) : size;
-        if (want > cap) want = cap;
         DCP_TRY(dcp_buffer_create(dev, want, DCP_MEMORY_HOST, &dev->staging));
     }
     if (!dev->transfer_cmd) DCP_TRY(dcp_cmd_create(dev, &dev->transfer_cmd));

@@ -220,7 +220,10 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                             "dispatch %s: descriptor %u is %s", d->name, i,
                             b->buffer ? "a buffer of another device" : "NULL");
+        /* Whole buffer from the offset, at most the device's storage-buffer range (large shared
+         * mailboxes are bound from an offset). */
         uint64_t range = b->range ? b->range : b->buffer->size - b->offset;
+        if (!b->range && range > dev->info.max_storage_buffer_range) range = dev->info.max_storage_buffer_range;
         if (b->offset >= b->buffer->size || range > b->buffer->size - b->offset)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                             "dispatch %s: descriptor %u range [%llu, +%llu) outside its %llu-byte buffer",

@@ -1,0 +1,229 @@
+/* dcp-vk-serve: an OpenAI-compatible HTTP server (completions, chat completions, streaming, models,
+ * health, metrics) over the continuous-batching engine. Parses the options (dcp-vk-run's model,
+ * TP/DCP and device options plus its own), loads the model onto the devices (in one process, or
+ * spread over the processes of `mpiexec -n P`), then process 0 serves HTTP and runs the engine
+ * while the others follow its steps. SIGTERM (or Ctrl-C) stops it cleanly with exit code 0. See
+ * --help and apps/serve/serve.h. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/chat.h"
+#include "dcpvk/comm.h"
+#include "dcpvk/engine.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/tokenizer.h"
+#include "dcpvk/vk.h"
+#include "serve/serve.h"
+
+static volatile int stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+static void quiesce(void *user) { serve_http_quiesce(user); }
+
+/* Everything one server process holds; zero-initialised so that app_free may follow any phase. */
+typedef struct serve_app {
+    const char *prog;
+    run_world world;
+    int lead, mpi;
+    serve_options o;
+    dcp_gguf *g;
+    dcp_model_config mc;
+    dcp_tokenizer *tok;
+    dcp_context *ctx;
+    uint32_t first, nl;
+    dcp_model *m;
+    dcp_model_state *s;
+    char name[256];
+} serve_app;
+
+static int fail(const serve_app *a, const char *what, dcp_status st)
+{
+    if (a->mpi)
+        fprintf(stderr, "%s: process %d: %s: %s: %s\n", a->prog, a->world.proc, what, dcp_status_string(st),
+                dcp_last_error());
+    else
+        fprintf(stderr, "%s: %s: %s: %s\n", a->prog, what, dcp_status_string(st), dcp_last_error());
+    return DCP_EXIT_RUNTIME;
+}
+
+/* Reads the model file, its hyperparameters (checked against the TP/DCP options) and tokenizer. */
+static int open_model(serve_app *a)
+{
+    dcp_status st;
+    if ((st = dcp_gguf_open(a->o.run.model, &a->g))) return fail(a, "reading the model", st);
+    if ((st = dcp_model_config_read(a->g, &a->mc))) return fail(a, "reading the model's hyperparameters", st);
+    if (run_validate(&a->o.run, a->mc.n_head, a->mc.n_head_kv, a->prog)) return DCP_EXIT_USAGE;
+    if ((st = dcp_tokenizer_create(a->g, &a->tok))) return fail(a, "reading the tokenizer", st);
+    const char *base = strrchr(a->o.run.model, '/');
+    base = base ? base + 1 : a->o.run.model;
+    snprintf(a->name, sizeof a->name, "%s", a->o.served_name ? a->o.served_name : base);
+    size_t n = strlen(a->name);
+    if (!a->o.served_name && n > 5 && strcmp(a->name + n - 5, ".gguf") == 0) a->name[n - 5] = 0;
+    return 0;
+}
+
+static int load(serve_app *a)
+{
+    dcp_device *devs[1024];
+    for (uint32_t r = 0; r < a->nl && r < 1024; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
+    dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
+    wc.devices = devs;
+    wc.count = a->nl;
+    wc.first_rank = a->first;
+    wc.tp = a->o.run.tp;
+    wc.dcp = a->o.run.dcp;
+    wc.q_replicate = a->o.run.q_replicate;
+    dcp_status st = dcp_model_load(&wc, a->g, &a->mc, &a->m);
+    return st ? fail(a, "loading the weights", st) : 0;
+}
+
+/* The run state (collective over MPI: it fails on every process or none). */
+static int build_state(serve_app *a)
+{
+    const run_options *r = &a->o.run;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = r->ctx;
+    sc.max_seqs = a->o.max_seqs;
+    sc.kv_pages = a->o.kv_pages;
+    sc.max_rows = r->prefill_chunk;
+    sc.block_size = r->block_size;
+    sc.kv_dtype = strcmp(r->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    sc.interleave = r->interleave;
+    sc.backend = strcmp(r->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
+    return st ? fail(a, "creating the run state", st) : 0;
+}
+
+/* The chat family: --chat-template, else recognised from the model. */
+static void chat_setup(serve_app *a, serve_hub *h)
+{
+    const char *tmpl = NULL;
+    size_t len;
+    if (a->o.chat_template) {
+        h->chat = dcp_chat_template_from_name(a->o.chat_template);
+    } else if (dcp_gguf_get_string(a->g, "tokenizer.chat_template", &tmpl, &len) == DCP_OK) {
+        h->chat = dcp_chat_template_detect(tmpl);
+        h->chat_why = "its tokenizer.chat_template is not one of the known families";
+    } else {
+        h->chat = DCP_CHAT_UNKNOWN;
+        h->chat_why = "the model file has no tokenizer.chat_template";
+    }
+    const char *eot = dcp_chat_template_end_of_turn(h->chat);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (eot && dcp_tokenizer_encode(a->tok, eot, strlen(eot), DCP_TOKENIZE_PARSE_SPECIAL, &ids, &n) == DCP_OK &&
+        n == 1)
+        h->chat_eot = ids[0];
+    free(ids);
+}
+
+/* Process 0: the engine, the hub and HTTP until SIGTERM. */
+static int serve(serve_app *a)
+{
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    if (a->mpi) ec.on_plan = serve_plan_broadcast;
+    dcp_engine *e = NULL;
+    dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
+    if (st) {
+        fail(a, "creating the engine", st);
+        if (a->mpi) serve_plan_quit();
+        return DCP_EXIT_RUNTIME;
+    }
+    serve_hub h;
+    const dcp_model_state_config *sc = dcp_model_state_get_config(a->s);
+    if (serve_hub_init(&h, &a->o, a->tok, dcp_model_state_n_ctx(a->s), a->o.run.tp, a->o.run.dcp, sc->kv_pages,
+                       sc->max_seqs)) {
+        dcp_engine_destroy(e);
+        if (a->mpi) serve_plan_quit();
+        return DCP_EXIT_RUNTIME;
+    }
+    h.model_name = a->name;
+    chat_setup(a, &h);
+    /* SIGTERM and SIGINT reach this thread only (the server's threads start with them blocked). */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    uint32_t port = 0;
+    serve_http *http = serve_http_start(&h, a->prog, &port);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = DCP_EXIT_RUNTIME;
+    if (http) {
+        fprintf(stderr,
+                "%s: listening on http://%s:%u (model '%s', TP %u, DCP %u, context %u, %u sequences, %u KV pages "
+                "of %u tokens per rank, chat template %s)\n",
+                a->prog, a->o.host, port, a->name, a->o.run.tp, a->o.run.dcp, h.n_ctx, sc->max_seqs, sc->kv_pages,
+                sc->block_size, dcp_chat_template_name(h.chat));
+        fflush(stderr);
+        rc = serve_hub_run(&h, e, &stop_flag, quiesce, http) ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
+        serve_http_stop(http);
+        dcp_engine_stats es;
+        dcp_engine_get_stats(e, &es);
+        fprintf(stderr, "%s: stopped: %llu requests finished, %llu tokens generated, %llu preemptions\n", a->prog,
+                (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
+                (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
+    }
+    if (a->mpi) serve_plan_quit();
+    dcp_engine_destroy(e);
+    serve_hub_free(&h);
+    return rc;
+}
+
+static void app_free(serve_app *a)
+{
+    dcp_model_state_destroy(a->s);
+    dcp_model_destroy(a->m);
+    dcp_context_destroy(a->ctx);
+    dcp_tokenizer_destroy(a->tok);
+    dcp_gguf_close(a->g);
+}
+
+int main(int argc, char **argv)
+{
+    serve_app a;
+    memset(&a, 0, sizeof a);
+    a.prog = argv[0];
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run_world_init(&argc, &argv, &a.world, a.prog);
+    if (rc) return rc;
+    a.mpi = a.world.nproc > 1;
+    a.lead = a.world.proc == 0;
+    run_quiet(!a.lead);
+    serve_quiet(!a.lead);
+    /* Every process runs each phase and they agree on its result, so that none waits alone. */
+    rc = run_world_agree(&a.world, serve_parse(argc, argv, &a.o));
+    if (rc || a.o.help) {
+        if (!rc && a.lead) serve_print_help(a.prog);
+        goto finish;
+    }
+    if ((rc = run_world_agree(&a.world, open_model(&a)))) goto done;
+    if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx))) goto done;
+    if ((rc = run_world_agree(&a.world, load(&a)))) goto done;
+    if ((rc = build_state(&a))) goto done;
+    if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+    }
+    rc = a.lead ? serve(&a) : serve_follow(a.s, a.prog, a.world.proc);
+done:
+    app_free(&a);
+finish:
+    run_quiet(0);
+    serve_quiet(0);
+    run_world_finalize(&a.world);
+    return rc;
+}

@@ -1,0 +1,168 @@
+/* dcp-vk-serve options: its own (listening, limits, API key) are taken out here; every other option
+ * goes to dcp-vk-run's parser (run/options.c), so the model, TP/DCP, device and KV options are the
+ * same in both apps. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve.h"
+
+static int quiet_msgs;
+
+static int bad(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(const char *prog, const char *fmt, ...)
+{
+    if (!quiet_msgs) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: ", prog);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+    }
+    return DCP_EXIT_USAGE;
+}
+
+static int parse_u32(const char *prog, const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!*v || *end || errno || v[0] == '-' || x < min || x > max) {
+        if (!quiet_msgs)
+            fprintf(stderr, "%s: option %s: '%s' is not an integer in [%u, %u]\n", prog, name, v, min, max);
+        return DCP_EXIT_USAGE;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
+void serve_print_help(const char *prog)
+{
+    printf("usage: %s -m MODEL.gguf [options]\n"
+           "\n"
+           "Serves a GGUF llama-family model over HTTP with the OpenAI API: POST /v1/completions and\n"
+           "/v1/chat/completions (\"stream\": true sends server-sent events), GET /v1/models, /health and\n"
+           "/metrics (Prometheus). Requests run together (continuous batching): each step decodes every\n"
+           "running request and adds chunks of new prompts. Stop with SIGTERM or Ctrl-C: new requests\n"
+           "are refused, those in flight finish (up to --shutdown-timeout), exit code 0. Exit codes:\n"
+           "0 ok, 1 runtime failure, 2 usage or configuration error.\n"
+           "\n"
+           "Server:\n"
+           "      --host ADDR                      address to listen on (default 127.0.0.1)\n"
+           "      --port N                         TCP port, 0 = any free one (default 8080); the\n"
+           "                                       port is printed on stderr when listening\n"
+           "      --api-key KEY                    require 'Authorization: Bearer KEY' on /v1/\n"
+           "                                       (default $DCP_VK_API_KEY, else none)\n"
+           "      --served-model-name NAME         the model's id in the API (default: the file's\n"
+           "                                       name without .gguf)\n"
+           "      --chat-template NAME             chat format: chatml, llama2, llama2-sys,\n"
+           "                                       llama2-sys-bos, llama2-sys-strip, mistral-v1,\n"
+           "                                       mistral-v3, mistral-v3-tekken, mistral-v7, phi3,\n"
+           "                                       llama3, gemma, deepseek, deepseek2, deepseek3,\n"
+           "                                       zephyr (default: recognised from the model's\n"
+           "                                       tokenizer.chat_template; none: chat requests get\n"
+           "                                       400, completions work)\n"
+           "      --max-seqs N                     requests running at once (default 16)\n"
+           "      --kv-pages N                     KV pages per rank pool, shared by the running\n"
+           "                                       requests (default 0: --max-seqs full contexts)\n"
+           "      --max-body-bytes N               largest request body (default 1048576)\n"
+           "      --max-prompt-tokens N            longest prompt (default 0: the context)\n"
+           "      --max-tokens-limit N             largest max_tokens (default 0: the context)\n"
+           "      --max-queued N                   requests waiting beyond --max-seqs; more get 429\n"
+           "                                       (default 64)\n"
+           "      --shutdown-timeout S             seconds in-flight requests may take to finish\n"
+           "                                       after SIGTERM before they are cancelled (default 30)\n"
+           "\n"
+           "Model and parallelism (as dcp-vk-run):\n"
+           "  -m, --model FILE                     GGUF model (required)\n"
+           "  -c, --ctx-size N                     context tokens per request, 0 = the model's, at\n"
+           "                                       most 4096 (default 0)\n"
+           "  -n, --n-predict N                    max_tokens of requests that give none (default 64)\n"
+           "      --temp T, --top-k K, --top-p P, --seed S\n"
+           "                                       sampling of requests that give none (defaults\n"
+           "                                       0.8, 40, 0.95, 0; requests usually give their own)\n"
+           "      --tensor-parallel-size T         TP ranks (default 1)\n"
+           "      --decode-context-parallel-size D DCP ranks per group, divides T (default 1)\n"
+           "      --dcp-comm-backend a2a|ag_rs     DCP exchange pattern (default a2a)\n"
+           "      --cp-kv-cache-interleave-size I  tokens per rank in turn, divides the block size\n"
+           "                                       (default 1)\n"
+           "      --dcp-q-replicate                each rank computes its group's queries itself\n"
+           "                                       (default off)\n"
+           "      --block-size B                   tokens per KV page (default 16)\n"
+           "      --kv-dtype f16|f32               KV cache element type (default f16)\n"
+           "      --prefill-chunk N                rows per step: decode rows of the running\n"
+           "                                       requests plus prompt chunks (default 128)\n"
+           "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
+           "                                       $DCP_VK_DEVICES, else every device once)\n"
+           "  -h, --help                           this help\n"
+           "\n"
+           "Under `mpiexec -n P` the TP ranks spread over the processes as in dcp-vk-run; process 0\n"
+           "serves HTTP and schedules, the others run the same steps.\n",
+           prog);
+}
+
+int serve_parse(int argc, char **argv, serve_options *o)
+{
+    const char *prog = argv[0];
+    const char *env_key = getenv("DCP_VK_API_KEY");
+    *o = (serve_options){.host = "127.0.0.1", .port = 8080, .api_key = env_key && *env_key ? env_key : NULL,
+                         .served_name = NULL, .chat_template = NULL, .max_seqs = 16, .kv_pages = 0,
+                         .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0, .max_queued = 64,
+                         .shutdown_timeout = 30, .help = 0};
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return DCP_EXIT_RUNTIME;
+    int nrest = 0, rc = 0;
+    rest[nrest++] = argv[0];
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+#define IS(s) (strcmp(a, s) == 0)
+        static const char *const own[] = {"--host", "--port", "--api-key", "--served-model-name", "--chat-template",
+                                          "--max-seqs", "--kv-pages", "--max-body-bytes", "--max-prompt-tokens",
+                                          "--max-tokens-limit", "--max-queued", "--shutdown-timeout", NULL};
+        int mine = 0;
+        for (int k = 0; own[k]; k++) mine |= IS(own[k]);
+        if (IS("-p") || IS("--prompt") || IS("--json")) {
+            rc = bad(prog, "option %s is dcp-vk-run's: requests carry their prompts here (see --help)", a);
+            break;
+        }
+        if (IS("-h") || IS("--help")) {
+            o->help = 1;
+            continue;
+        }
+        if (!mine) { /* dcp-vk-run's (or unknown: run_parse says so) */
+            rest[nrest++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc) {
+            rc = bad(prog, "option %s needs a value (see --help)", a);
+            break;
+        }
+        const char *v = argv[++i];
+        if (IS("--host")) o->host = v;
+        else if (IS("--port")) rc = parse_u32(prog, a, v, 0, 65535, &o->port);
+        else if (IS("--api-key")) o->api_key = v;
+        else if (IS("--served-model-name")) o->served_name = v;
+        else if (IS("--chat-template")) {
+            o->chat_template = v;
+            if (dcp_chat_template_from_name(v) == DCP_CHAT_UNKNOWN)
+                rc = bad(prog, "option --chat-template: '%s' is not a known family (see --help for the names)", v);
+        } else if (IS("--max-seqs")) rc = parse_u32(prog, a, v, 1, 4096, &o->max_seqs);
+        else if (IS("--kv-pages")) rc = parse_u32(prog, a, v, 0, 1u << 30, &o->kv_pages);
+        else if (IS("--max-body-bytes")) rc = parse_u32(prog, a, v, 64, 1u << 30, &o->max_body);
+        else if (IS("--max-prompt-tokens")) rc = parse_u32(prog, a, v, 0, 1u << 24, &o->max_prompt);
+        else if (IS("--max-tokens-limit")) rc = parse_u32(prog, a, v, 0, 1u << 24, &o->max_tokens_limit);
+        else if (IS("--max-queued")) rc = parse_u32(prog, a, v, 0, 1u << 20, &o->max_queued);
+        else if (IS("--shutdown-timeout")) rc = parse_u32(prog, a, v, 0, 86400, &o->shutdown_timeout);
+#undef IS
+    }
+    if (!rc) rc = run_parse(nrest, rest, &o->run);
+    if (!rc && o->run.help) o->help = 1;
+    if (!rc && !o->help && !o->run.model) rc = bad(prog, "-m MODEL.gguf is required (see --help)");
+    free(rest);
+    return rc;
+}
+
+void serve_quiet(int quiet) { quiet_msgs = quiet; }

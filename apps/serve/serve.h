@@ -1,0 +1,204 @@
+/* dcp-vk-serve: an OpenAI-compatible HTTP server over the engine (include/dcpvk/engine.h).
+ *
+ * Threads (process 0): the main thread owns the engine and runs its loop (serve/hub.c): it submits
+ * the requests the connection threads hand over, cancels those whose client went away, steps the
+ * engine and hands each request's events (text, finish) back. libmicrohttpd runs one thread per
+ * connection (serve/http.c): it reads and checks the request (serve/api.c), waits for its output
+ * and writes the response (JSON, or server-sent events). The hub's one mutex guards everything
+ * the two sides share. Under mpiexec the other processes run serve/follow.c: they apply every step
+ * the engine plans, broadcast by process 0.
+ *
+ * Files: options.c (options, shared with dcp-vk-run through run/), api.c (OpenAI JSON in and out),
+ * chat prompts through include/dcpvk/chat.h, http.c (routes, limits, streaming), hub.c (engine loop,
+ * metrics), follow.c (MPI). */
+#ifndef DCP_APPS_SERVE_H
+#define DCP_APPS_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcpvk/chat.h"
+#include "dcpvk/engine.h"
+#include "dcpvk/tokenizer.h"
+#include "run/run.h"
+
+/* ---- options (serve/options.c) ---------------------------------------------------------------- */
+
+typedef struct serve_options {
+    run_options run;             /* model, TP/DCP, device and KV options, as dcp-vk-run's; -n is the
+                                  * default max_tokens, --temp/--top-k/--top-p/--seed the defaults of
+                                  * requests that leave them out */
+    const char *host;            /* --host (default 127.0.0.1) */
+    uint32_t port;               /* --port (default 8080; 0: any free port, printed) */
+    const char *api_key;         /* --api-key (default none: no authentication) */
+    const char *served_name;     /* --served-model-name (default: the model file's name without .gguf) */
+    const char *chat_template;   /* --chat-template NAME (default: recognised from the model) */
+    uint32_t max_seqs;           /* --max-seqs: sequences running at once (default 16) */
+    uint32_t kv_pages;           /* --kv-pages: KV pages per rank pool (default 0: max-seqs full contexts) */
+    uint32_t max_body;           /* --max-body-bytes (default 1 MiB) */
+    uint32_t max_prompt;         /* --max-prompt-tokens (default 0: the context) */
+    uint32_t max_tokens_limit;   /* --max-tokens-limit: the largest max_tokens (default 0: the context) */
+    uint32_t max_queued;         /* --max-queued: requests waiting beyond max-seqs (default 64) */
+    uint32_t shutdown_timeout;   /* --shutdown-timeout seconds for in-flight requests at SIGTERM (default 30) */
+    int help;
+} serve_options;
+
+/* Parses argv: serve's own options here, the rest through run_parse. Returns 0 or DCP_EXIT_USAGE
+ * after printing why (quiet processes print nothing: run_quiet). */
+int serve_parse(int argc, char **argv, serve_options *o);
+void serve_print_help(const char *prog);
+/* quiet 1: serve_parse prints nothing (MPI processes other than 0; pair with run_quiet). */
+void serve_quiet(int quiet);
+
+/* ---- one HTTP request that generates (serve/api.c parses it, hub.c runs it) ------------------- */
+
+typedef enum serve_kind { SERVE_COMPLETION = 0, SERVE_CHAT = 1 } serve_kind;
+
+typedef enum serve_state {
+    SREQ_NEW = 0,    /* made by the connection thread, queued for the engine thread */
+    SREQ_RUNNING,    /* submitted to the engine */
+    SREQ_REFUSED,    /* the engine refused it (status, message) */
+    SREQ_DONE,       /* finished (finish, text complete) */
+} serve_state;
+
+typedef struct serve_req {
+    /* set by the connection thread before handing over; read-only afterwards */
+    serve_kind kind;
+    bool stream, include_usage;
+    char id[40];                 /* "cmpl-..." / "chatcmpl-..." */
+    uint64_t number;             /* 1, 2, ... in arrival order (the seed of unseeded sampling adds it) */
+    long long created;           /* Unix seconds */
+    int32_t *prompt;             /* [n_prompt] */
+    uint32_t n_prompt;
+    dcp_engine_request er;       /* points into prompt, stops, stop_tokens */
+    char **stops;                /* [n_stop] */
+    int32_t stop_tokens[2];
+    int fd;                      /* the client's socket (disconnect checks) */
+    /* shared, under the hub's mutex */
+    serve_state state;
+    uint64_t engine_id;
+    char *text;                  /* output so far [text_len] */
+    size_t text_len, text_cap;
+    dcp_engine_finish finish;
+    uint32_t completion_tokens;
+    dcp_status status;           /* REFUSED or ERROR */
+    char message[512];
+    bool cancel;                 /* the client is gone (or the server ends it): cancel it */
+    bool oom;                    /* the output could not grow */
+    int refs;                    /* connection + engine thread */
+    pthread_cond_t cond;         /* signalled when any of the above changes */
+} serve_req;
+
+/* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
+
+enum { SERVE_STEP_BUCKETS = 14 };
+
+typedef struct serve_metrics {
+    dcp_engine_stats engine;
+    uint64_t step_hist[SERVE_STEP_BUCKETS + 1]; /* counts of steps <= each bound, then +Inf */
+    double step_sum;                            /* seconds */
+    uint64_t http_requests, http_errors;         /* responses sent, of which 4xx/5xx */
+    uint32_t *pages_free;                       /* [dcp] free pages of each DCP rank's pools */
+} serve_metrics;
+
+extern const double serve_step_bounds[SERVE_STEP_BUCKETS];
+
+typedef struct serve_hub {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;        /* the engine thread waits on it for work */
+    /* static after start */
+    const serve_options *o;
+    const char *model_name;
+    const dcp_tokenizer *tok;
+    dcp_chat_template chat;     /* DCP_CHAT_UNKNOWN: chat requests are refused */
+    const char *chat_why;       /* why, when unknown */
+    int32_t chat_eot;           /* the chat template's end-of-turn token, or -1 */
+    uint32_t n_ctx, max_prompt, max_tokens_limit, tp, dcp, kv_pages, max_seqs;
+    /* shared */
+    serve_req **incoming;       /* made, not yet submitted */
+    size_t n_incoming, cap_incoming;
+    serve_req **active;         /* submitted, not finished */
+    size_t n_active, cap_active;
+    uint32_t in_flight;         /* incoming + active: for the queue limit */
+    uint32_t open_responses;    /* connections with a request being answered */
+    bool stopping;              /* SIGTERM seen: no new requests */
+    uint64_t next_id;
+    serve_metrics m;
+} serve_hub;
+
+/* Initialises the hub (mutex, condition, metrics). 0 or -1 (out of memory). */
+int serve_hub_init(serve_hub *h, const serve_options *o, const dcp_tokenizer *tok, uint32_t n_ctx, uint32_t tp,
+                   uint32_t dcp, uint32_t kv_pages, uint32_t max_seqs);
+void serve_hub_free(serve_hub *h);
+/* New request (one reference, the caller's); NULL when out of memory. */
+serve_req *serve_req_new(void);
+/* Drops a reference (hub mutex held); frees at zero. */
+void serve_req_unref(serve_req *r);
+/* Hands r to the engine thread (takes a reference for it). 0, or 429 when the queue is full, 503
+ * when stopping. */
+int serve_hub_submit(serve_hub *h, serve_req *r);
+
+/* Runs the engine loop until a stop (*stop_flag set by SIGTERM) has been served: stops taking
+ * requests, lets those in flight finish for up to shutdown_timeout seconds, cancels the rest, and
+ * returns once every response has been written. Returns 0, or 1 when a step failed in a way that
+ * leaves the processes out of step (MPI). */
+int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*on_stopping)(void *), void *user);
+
+/* Prometheus text of the metrics (malloc'd; NULL when out of memory). */
+char *serve_metrics_text(serve_hub *h);
+
+/* ---- HTTP (serve/http.c) ----------------------------------------------------------------------- */
+
+typedef struct serve_http serve_http;
+/* Starts listening on o->host:o->port with libmicrohttpd (one thread per connection). *port
+ * receives the port bound. NULL after printing why. */
+serve_http *serve_http_start(serve_hub *h, const char *prog, uint32_t *port);
+/* Stops accepting new connections (the ones open go on). */
+void serve_http_quiesce(serve_http *s);
+/* Closes every connection and frees. */
+void serve_http_stop(serve_http *s);
+
+/* ---- OpenAI JSON (serve/api.c) ----------------------------------------------------------------- */
+
+/* An HTTP error to send: status and an OpenAI-style body {"error": {message, type, param, code}}. */
+typedef struct serve_error {
+    unsigned status;
+    char message[600];
+    const char *type;  /* "invalid_request_error", ... */
+    const char *param; /* NULL: null */
+    const char *code;  /* NULL: null */
+} serve_error;
+
+void serve_error_set(serve_error *e, unsigned status, const char *type, const char *param, const char *code,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The error body (malloc'd). */
+char *serve_error_json(const serve_error *e);
+
+/* Parses and checks a completions or chat body into r (prompt tokens, engine request). Returns 0,
+ * or -1 with *err set (400 / 404). */
+int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len, serve_req *r, serve_error *err);
+/* Response texts (malloc'd): the whole JSON of a finished non-streaming request; one SSE event
+ * ("data: {...}\n\n") of a streaming one with `delta` text [n] and a finish reason (NONE: none yet);
+ * the first chat event (the assistant role); the usage event; the error event. */
+char *serve_api_response(const serve_hub *h, const serve_req *r);
+char *serve_api_chunk(const serve_hub *h, const serve_req *r, const char *delta, size_t n, dcp_engine_finish f);
+char *serve_api_chunk_role(const serve_hub *h, const serve_req *r);
+char *serve_api_chunk_usage(const serve_hub *h, const serve_req *r);
+char *serve_api_chunk_error(const serve_req *r);
+/* "stop", "length", "abort" (cancelled) for the OpenAI finish_reason. */
+const char *serve_api_finish_reason(dcp_engine_finish f);
+/* GET /v1/models (malloc'd). */
+char *serve_api_models(const serve_hub *h);
+
+/* ---- MPI (serve/follow.c) ---------------------------------------------------------------------- */
+
+/* dcp_engine_config.on_plan of process 0 under MPI: broadcasts the plan. */
+dcp_status serve_plan_broadcast(void *user, const dcp_engine_plan *plan);
+/* Tells the followers to stop (process 0, once, at the end). */
+void serve_plan_quit(void);
+/* The other processes: apply every broadcast plan to s until process 0 says stop. Returns 0 or 1. */
+int serve_follow(dcp_model_state *s, const char *prog, int proc);
+
+#endif

@@ -1,0 +1,189 @@
+/* The serving engine: continuous batching of many requests over one run state
+ * (include/dcpvk/model.h). Requests (prompt token ids, max tokens, per-request sampling, stop
+ * conditions) are submitted; each dcp_engine_step schedules and runs one model step: one decode
+ * row for every running sequence, then chunks of the prompts of new (or recomputed) sequences
+ * under a per-step token budget, so a long prompt does not stall the others. Every sequence
+ * samples with its own seeded sampler, so its tokens do not depend on what else is in the batch.
+ * What a step produces comes out as events (a token with its text piece; finished, with a
+ * reason), read with dcp_engine_poll.
+ *
+ * Pages: a sequence takes KV pages as it grows (the run state's pools are shared). When a step
+ * does not fit, the newest running sequence is preempted: its pages are freed and it goes back to
+ * the queue, to be recomputed later from its prompt and the tokens it had generated (its client
+ * sees only latency: the recomputed logits are bitwise the same, and its sampler stream goes on
+ * where it was). A request that could never fit (prompt + max_tokens beyond n_ctx, or beyond the
+ * whole pool) is refused by dcp_engine_submit with a message; no other request is affected.
+ *
+ * Several processes (MPI): one process (the leader) runs the engine; the others hold the rest of
+ * the TP group and must run exactly the same steps. The engine hands each step's plan (the
+ * sequence slots freed since the last plan, then the rows) to a callback before it runs the
+ * step; the leader broadcasts it and the followers apply it with dcp_engine_plan_apply.
+ *
+ * Lifetimes: dcp_engine_create borrows the run state and the tokenizer, which must outlive the
+ * engine; the engine owns its sequences (it frees their slots in the state when they end, and
+ * all of them in dcp_engine_destroy). Request data (prompt, stop strings) is copied at submit.
+ *
+ * Threading: not thread-safe. One thread makes every call on an engine (and on its run state
+ * while the engine exists); a server drives it from one thread and hands requests, cancellations
+ * and events over to its connection threads itself. */
+#ifndef DCPVK_ENGINE_H
+#define DCPVK_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcpvk/model.h"
+#include "dcpvk/status.h"
+#include "dcpvk/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dcp_engine dcp_engine;
+
+/* What one step runs, for the other processes of an MPI group: first free the slots free[0 ..
+ * n_free) (dcp_model_state_free_seq), then run the rows (dcp_model_state_step). */
+typedef struct dcp_engine_plan {
+    uint32_t n_free;
+    const uint32_t *free;      /* [n_free] sequence slots */
+    uint32_t n_rows;           /* 1 .. max_rows */
+    const dcp_model_row *rows; /* [n_rows] */
+} dcp_engine_plan;
+
+/* Called by dcp_engine_step with the step's plan before it runs the step (the pointers are
+ * valid during the call). A status other than DCP_OK aborts the step (every sequence of the
+ * step ends with an error). */
+typedef dcp_status (*dcp_engine_plan_fn)(void *user, const dcp_engine_plan *plan);
+
+typedef struct dcp_engine_config {
+    uint32_t step_tokens;       /* rows per step at most (decode rows + prompt chunks); 0 (default):
+                                 * the state's max_rows, and never more than it */
+    dcp_engine_plan_fn on_plan; /* NULL (default): none */
+    void *plan_user;            /* passed to on_plan (default NULL) */
+} dcp_engine_config;
+
+#define DCP_ENGINE_CONFIG_DEFAULT {.step_tokens = 0, .on_plan = NULL, .plan_user = NULL}
+
+/* Creates an engine over the run state s (all its slots free; the engine uses every slot) and the
+ * model's tokenizer tok (for EOS and the text of the tokens). Both must outlive the engine. Destroy
+ * with dcp_engine_destroy. DCP_ERR_INVALID_ARGUMENT when the state holds sequences already. */
+dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const dcp_engine_config *config,
+                             dcp_engine **out);
+/* Ends every sequence (their slots freed in the state; no events) and frees the engine. */
+void dcp_engine_destroy(dcp_engine *e);
+
+/* A request. Everything it points to is copied by dcp_engine_submit. */
+typedef struct dcp_engine_request {
+    const int32_t *prompt;         /* [n_prompt] token ids (BOS included if wanted) */
+    uint32_t n_prompt;             /* >= 1 */
+    uint32_t max_tokens;           /* tokens to generate at most (default 16); 0: finishes at once */
+    dcp_sampler_config sampling;   /* temperature, top-k, top-p, seed (default greedy) */
+    bool ignore_eos;               /* true: EOS does not stop generation (default false) */
+    const int32_t *stop_tokens;    /* [n_stop_tokens] more ids that stop generation like EOS (a
+                                    * chat template's end-of-turn); their text is not shown */
+    uint32_t n_stop_tokens;
+    const char *const *stop;       /* [n_stop] stop strings (UTF-8, non-empty): the text ends before
+                                    * the first place where one of them appears; text that could
+                                    * still become one is held back until it cannot */
+    uint32_t n_stop;
+    unsigned decode_flags;         /* DCP_DECODE_* for the text pieces (default 0) */
+    void *user;                    /* handed back in the request's events (default NULL) */
+} dcp_engine_request;
+
+#define DCP_ENGINE_REQUEST_DEFAULT {.prompt = NULL, .n_prompt = 0, .max_tokens = 16, \
+                                    .sampling = DCP_SAMPLER_CONFIG_DEFAULT, .ignore_eos = false, \
+                                    .stop_tokens = NULL, .n_stop_tokens = 0, .stop = NULL, .n_stop = 0, \
+                                    .decode_flags = 0, .user = NULL}
+
+/* Queues a request; *id receives its id (> 0, unique for the engine's life). Errors, with nothing
+ * queued: DCP_ERR_INVALID_ARGUMENT (no prompt, a token outside the vocabulary, bad sampling
+ * values, an empty stop string, n_prompt + max_tokens beyond the context n_ctx),
+ * DCP_ERR_OUT_OF_PAGES (the sequence would not fit in the whole pool even alone),
+ * DCP_ERR_OUT_OF_MEMORY. Each message names the value and the limit. */
+dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_t *id);
+
+/* Ends request id now: its slot's pages go back to the pool at once and a FINISHED event with
+ * reason CANCELLED follows. DCP_ERR_INVALID_ARGUMENT for an id that is not queued or running
+ * (finished already, or never submitted). */
+dcp_status dcp_engine_cancel(dcp_engine *e, uint64_t id);
+
+/* Schedules and runs one step (nothing when no request is queued or running). Returns DCP_OK when
+ * the step ran or there was nothing to run; a failure of the model step (or of on_plan) ends every
+ * sequence of that step with an ERROR event and is returned (the others go on). */
+dcp_status dcp_engine_step(dcp_engine *e);
+/* True while requests are queued or running (more steps to run). */
+bool dcp_engine_busy(const dcp_engine *e);
+
+typedef enum dcp_engine_event_kind {
+    DCP_ENGINE_EVENT_TOKEN = 0,    /* a token was generated */
+    DCP_ENGINE_EVENT_FINISHED = 1, /* the request ended; its last event */
+} dcp_engine_event_kind;
+
+typedef enum dcp_engine_finish {
+    DCP_ENGINE_FINISH_NONE = 0,      /* (TOKEN events) */
+    DCP_ENGINE_FINISH_STOP = 1,      /* EOS, a stop token or a stop string */
+    DCP_ENGINE_FINISH_LENGTH = 2,    /* max_tokens generated */
+    DCP_ENGINE_FINISH_CANCELLED = 3, /* dcp_engine_cancel */
+    DCP_ENGINE_FINISH_ERROR = 4,     /* the model step failed (status, message) */
+} dcp_engine_finish;
+
+/* "stop", "length", "cancelled", "error" ("" for NONE). */
+const char *dcp_engine_finish_name(dcp_engine_finish f);
+
+typedef struct dcp_engine_event {
+    dcp_engine_event_kind kind;
+    uint64_t id;               /* the request */
+    void *user;                /* its dcp_engine_request.user */
+    int32_t token;             /* TOKEN: the id generated; FINISHED: -1 */
+    const char *text;          /* text released by this event, UTF-8, [len] bytes (not NUL-terminated
+                                * when len is 0 it may be NULL): TOKEN: the new text that can no longer
+                                * be part of a stop string (possibly empty: held back, or half a
+                                * character); FINISHED (STOP or LENGTH): the rest, up to the stop
+                                * string. Valid until the next call on the engine. The texts of a
+                                * request's events, concatenated, are its output. */
+    size_t len;
+    dcp_engine_finish finish;  /* FINISHED: why */
+    dcp_status status;         /* FINISHED with ERROR: the failure; else DCP_OK */
+    const char *message;       /* FINISHED with ERROR: what failed (valid like text); else "" */
+    uint32_t prompt_tokens;    /* the request's prompt tokens */
+    uint32_t completion_tokens; /* tokens generated so far (stop tokens and EOS included) */
+} dcp_engine_event;
+
+/* Takes the oldest pending event into *ev; false when there is none. Events of one request come
+ * in order; its FINISHED event is its last. */
+bool dcp_engine_poll(dcp_engine *e, dcp_engine_event *ev);
+
+/* Counters and gauges, for metrics. */
+typedef struct dcp_engine_stats {
+    uint32_t running;           /* sequences holding a slot (decoding or with a prompt chunk run) */
+    uint32_t waiting;           /* queued, including preempted ones */
+    uint32_t running_peak;      /* the most sequences running at once since creation */
+    uint64_t steps;             /* steps run */
+    uint64_t step_sequences;    /* sum over steps of the sequences in each step */
+    uint64_t rows;              /* rows run (prompt, recomputed and decode tokens) */
+    uint64_t prompt_tokens;     /* prompt tokens of the requests submitted */
+    uint64_t generated_tokens;  /* tokens generated */
+    uint64_t recomputed_tokens; /* rows run again after preemptions */
+    uint64_t preemptions;       /* sequences preempted */
+    uint64_t finished[5];       /* requests ended, by dcp_engine_finish reason */
+    uint32_t last_rows;         /* rows of the last step */
+    double last_step_seconds;   /* wall time of the last step's model call */
+} dcp_engine_stats;
+
+void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);
+
+/* The state's slot that request id holds, or -1 (queued, finished or unknown). */
+int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id);
+/* The run state the engine drives. */
+dcp_model_state *dcp_engine_state(dcp_engine *e);
+
+/* Follower side of a plan (the processes other than the leader): frees the plan's slots, then runs
+ * its rows in s without logits. Every process must apply every plan, in order. */
+dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,328 @@
+/* The engine's requests (submit, cancel), its event queue (poll) and its statistics; the step is
+ * in schedule.c, the output text in text.c. See include/dcpvk/engine.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "engine/engine_internal.h"
+
+const char *dcp_engine_finish_name(dcp_engine_finish f)
+{
+    switch (f) {
+    case DCP_ENGINE_FINISH_STOP: return "stop";
+    case DCP_ENGINE_FINISH_LENGTH: return "length";
+    case DCP_ENGINE_FINISH_CANCELLED: return "cancelled";
+    case DCP_ENGINE_FINISH_ERROR: return "error";
+    default: return "";
+    }
+}
+
+dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const dcp_engine_config *config,
+                             dcp_engine **out)
+{
+    *out = NULL;
+    const dcp_model_state_config *sc = dcp_model_state_get_config(s);
+    const dcp_model *m = dcp_model_state_get_model(s);
+    for (uint32_t q = 0; q < sc->max_seqs; q++)
+        if (dcp_model_state_seq_length(s, q))
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: the run state holds sequence %u already (%u tokens); "
+                                                      "an engine starts from an empty state", q,
+                            dcp_model_state_seq_length(s, q));
+    dcp_engine *e = calloc(1, sizeof *e);
+    if (!e) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    e->s = s;
+    e->tok = tok;
+    e->cfg = *config;
+    e->n_vocab = dcp_model_get_config(m)->n_vocab;
+    e->n_ctx = dcp_model_state_n_ctx(s);
+    e->max_seqs = sc->max_seqs;
+    e->max_rows = sc->max_rows;
+    e->dcp = dcp_model_dcp(m);
+    e->kv_pages = dcp_model_state_pages_total(s);
+    if (e->cfg.step_tokens == 0 || e->cfg.step_tokens > e->max_rows) e->cfg.step_tokens = e->max_rows;
+    e->eos = dcp_tokenizer_eos(tok);
+    e->next_id = 1;
+    const uint32_t max_out = e->max_rows < e->max_seqs ? e->max_rows : e->max_seqs;
+    e->slot_seq = calloc(e->max_seqs, sizeof *e->slot_seq);
+    e->pending_free = calloc(e->max_seqs, sizeof *e->pending_free);
+    e->rows = calloc(e->max_rows, sizeof *e->rows);
+    e->sched = calloc(e->max_seqs, sizeof *e->sched);
+    e->need = calloc(e->dcp, sizeof *e->need);
+    e->future = calloc(e->dcp, sizeof *e->future);
+    e->logits = malloc((size_t)max_out * e->n_vocab * sizeof *e->logits);
+    e->next = calloc(max_out, sizeof *e->next);
+    if (!e->slot_seq || !e->pending_free || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
+        dcp_engine_destroy(e);
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    *out = e;
+    return DCP_OK;
+}
+
+static void seq_free(eng_seq *q)
+{
+    if (!q) return;
+    free(q->toks);
+    free(q->stop_tokens);
+    for (uint32_t i = 0; q->stop && i < q->n_stop; i++) free(q->stop[i]);
+    free(q->stop);
+    free(q->stop_len);
+    dcp_sampler_destroy(q->smp);
+    dcp_detokenizer_destroy(q->detok);
+    free(q->held);
+    free(q);
+}
+
+static void unlink_seq(dcp_engine *e, eng_seq *q)
+{
+    if (q->prev) q->prev->next = q->next;
+    else e->head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    else e->tail = q->prev;
+    q->prev = q->next = NULL;
+}
+
+void dcp_engine_destroy(dcp_engine *e)
+{
+    if (!e) return;
+    for (eng_seq *q = e->head, *n; q; q = n) {
+        n = q->next;
+        if (q->slot >= 0) dcp_model_state_free_seq(e->s, (uint32_t)q->slot);
+        seq_free(q);
+    }
+    eng_drop_polled(e);
+    for (size_t i = 0; i < e->ev_count; i++) {
+        eng_event *x = &e->events[(e->ev_head + i) % e->ev_cap];
+        free(x->text);
+        free(x->message);
+    }
+    free(e->events);
+    free(e->slot_seq);
+    free(e->pending_free);
+    free(e->rows);
+    free(e->sched);
+    free(e->need);
+    free(e->future);
+    free(e->logits);
+    free(e->next);
+    free(e);
+}
+
+void eng_release_slot(dcp_engine *e, eng_seq *q)
+{
+    if (q->slot < 0) return;
+    const uint32_t slot = (uint32_t)q->slot;
+    dcp_model_state_free_seq(e->s, slot);
+    bool listed = false;
+    for (uint32_t i = 0; i < e->n_pending_free; i++) listed |= e->pending_free[i] == slot;
+    if (!listed) e->pending_free[e->n_pending_free++] = slot;
+    e->slot_seq[slot] = NULL;
+    q->slot = -1;
+    q->fed = 0;
+    e->running--;
+}
+
+dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
+                    size_t len, dcp_engine_finish finish, dcp_status status, const char *message)
+{
+    if (e->ev_count == e->ev_cap) {
+        size_t cap = e->ev_cap ? e->ev_cap * 2 : 64;
+        eng_event *ne = malloc(cap * sizeof *ne);
+        if (!ne) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        for (size_t i = 0; i < e->ev_count; i++) ne[i] = e->events[(e->ev_head + i) % e->ev_cap];
+        free(e->events);
+        e->events = ne;
+        e->ev_cap = cap;
+        e->ev_head = 0;
+    }
+    eng_event x = {0};
+    x.text = malloc(len + 1);
+    x.message = message ? strdup(message) : NULL;
+    if (!x.text || (message && !x.message)) {
+        free(x.text);
+        free(x.message);
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    if (len) memcpy(x.text, text, len);
+    x.text[len] = 0;
+    x.ev = (dcp_engine_event){.kind = kind,
+                              .id = q->id,
+                              .user = q->user,
+                              .token = token,
+                              .text = x.text,
+                              .len = len,
+                              .finish = finish,
+                              .status = status,
+                              .message = x.message ? x.message : "",
+                              .prompt_tokens = q->n_prompt,
+                              .completion_tokens = q->generated};
+    e->events[(e->ev_head + e->ev_count) % e->ev_cap] = x;
+    e->ev_count++;
+    return DCP_OK;
+}
+
+void eng_finish(dcp_engine *e, eng_seq *q, dcp_engine_finish why, int32_t token, const char *text, size_t len,
+                dcp_status status, const char *message)
+{
+    if (q->slot >= 0) eng_release_slot(e, q);
+    else e->waiting--;
+    /* Out of host memory for the event itself: the request still ends (its client then never
+     * hears of it, which only a machine out of memory can cause). */
+    (void)eng_emit(e, q, DCP_ENGINE_EVENT_FINISHED, token, text, len, why, status, message);
+    e->stats.finished[why]++;
+    unlink_seq(e, q);
+    seq_free(q);
+}
+
+/* Copies the request into a new sequence (not yet linked). */
+static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **out)
+{
+    dcp_status st = DCP_OK;
+    *out = NULL;
+    eng_seq *q = calloc(1, sizeof *q);
+    if (!q) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    q->user = r->user;
+    q->slot = -1;
+    q->n_prompt = q->n_toks = r->n_prompt;
+    q->max_tokens = r->max_tokens;
+    q->ignore_eos = r->ignore_eos;
+    q->toks = malloc(((size_t)r->n_prompt + r->max_tokens) * sizeof *q->toks);
+    if (!q->toks) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        goto fail;
+    }
+    memcpy(q->toks, r->prompt, r->n_prompt * sizeof *q->toks);
+    if (r->n_stop_tokens) {
+        q->stop_tokens = malloc(r->n_stop_tokens * sizeof *q->stop_tokens);
+        if (!q->stop_tokens) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            goto fail;
+        }
+        memcpy(q->stop_tokens, r->stop_tokens, r->n_stop_tokens * sizeof *q->stop_tokens);
+        q->n_stop_tokens = r->n_stop_tokens;
+    }
+    if (r->n_stop) {
+        q->stop = calloc(r->n_stop, sizeof *q->stop);
+        q->stop_len = calloc(r->n_stop, sizeof *q->stop_len);
+        if (!q->stop || !q->stop_len) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            goto fail;
+        }
+        q->n_stop = r->n_stop;
+        for (uint32_t i = 0; i < r->n_stop; i++) {
+            if (!(q->stop[i] = strdup(r->stop[i]))) {
+                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+                goto fail;
+            }
+            q->stop_len[i] = strlen(r->stop[i]);
+            if (q->stop_len[i] > q->stop_max) q->stop_max = q->stop_len[i];
+        }
+    }
+    DCP_TRY(dcp_sampler_create(&r->sampling, e->n_vocab, &q->smp));
+    q->greedy = dcp_sampler_is_greedy(q->smp);
+    DCP_TRY(dcp_detokenizer_create(e->tok, r->decode_flags, &q->detok));
+    *out = q;
+    return DCP_OK;
+fail:
+    seq_free(q);
+    return st;
+}
+
+dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_t *id)
+{
+    *id = 0;
+    if (!r->prompt || r->n_prompt == 0)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: a request needs at least one prompt token");
+    for (uint32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || (uint32_t)r->prompt[i] >= e->n_vocab)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt token %u is %d, outside the vocabulary of %u", i,
+                            r->prompt[i], e->n_vocab);
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !r->stop[i][0])
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: stop string %u is empty", i);
+    const uint64_t total = (uint64_t)r->n_prompt + r->max_tokens;
+    if (total > e->n_ctx)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "engine: %u prompt tokens + %u max tokens = %llu exceed the context of %u tokens", r->n_prompt,
+                        r->max_tokens, (unsigned long long)total, e->n_ctx);
+    for (uint32_t k = 0; k < e->dcp; k++) {
+        uint32_t pages = dcp_model_state_shard_pages(e->s, total, k);
+        if (pages > e->kv_pages)
+            return dcp_fail(DCP_ERR_OUT_OF_PAGES,
+                            "engine: %llu tokens (prompt %u + max tokens %u) need %u KV pages on DCP rank %u; its pool "
+                            "has %u in all, so the request can never run",
+                            (unsigned long long)total, r->n_prompt, r->max_tokens, pages, k, e->kv_pages);
+    }
+    eng_seq *q = NULL;
+    dcp_status st = seq_new(e, r, &q);
+    if (st != DCP_OK) return st;
+    q->id = e->next_id++;
+    q->prev = e->tail;
+    if (e->tail) e->tail->next = q;
+    else e->head = q;
+    e->tail = q;
+    e->waiting++;
+    e->stats.prompt_tokens += r->n_prompt;
+    *id = q->id;
+    if (r->max_tokens == 0) eng_finish(e, q, DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
+    return DCP_OK;
+}
+
+static eng_seq *find(const dcp_engine *e, uint64_t id)
+{
+    for (eng_seq *q = e->head; q; q = q->next)
+        if (q->id == id) return q;
+    return NULL;
+}
+
+dcp_status dcp_engine_cancel(dcp_engine *e, uint64_t id)
+{
+    eng_seq *q = find(e, id);
+    if (!q)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: request %llu is neither queued nor running",
+                        (unsigned long long)id);
+    eng_finish(e, q, DCP_ENGINE_FINISH_CANCELLED, -1, NULL, 0, DCP_OK, NULL);
+    return DCP_OK;
+}
+
+bool dcp_engine_busy(const dcp_engine *e) { return e->head != NULL; }
+
+void eng_drop_polled(dcp_engine *e)
+{
+    free(e->polled.text);
+    free(e->polled.message);
+    e->polled.text = e->polled.message = NULL;
+}
+
+bool dcp_engine_poll(dcp_engine *e, dcp_engine_event *ev)
+{
+    eng_drop_polled(e);
+    if (e->ev_count == 0) return false;
+    e->polled = e->events[e->ev_head];
+    e->ev_head = (e->ev_head + 1) % e->ev_cap;
+    e->ev_count--;
+    *ev = e->polled.ev;
+    return true;
+}
+
+void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out)
+{
+    *out = e->stats;
+    out->running = e->running;
+    out->waiting = e->waiting;
+}
+
+int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id)
+{
+    const eng_seq *q = find(e, id);
+    return q ? q->slot : -1;
+}
+
+dcp_model_state *dcp_engine_state(dcp_engine *e) { return e->s; }
+
+dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan)
+{
+    for (uint32_t i = 0; i < plan->n_free; i++) dcp_model_state_free_seq(s, plan->free[i]);
+    if (plan->n_rows == 0) return DCP_OK;
+    return dcp_model_state_step(s, plan->rows, plan->n_rows, NULL, NULL);
+}

@@ -1,0 +1,235 @@
+/* One engine step: choose the rows, account the pages, preempt when they do not fit, run the
+ * model step, sample every sequence that got logits.
+ *
+ * The rows of a step, in this order, under the step's token budget (config step_tokens):
+ *   1. one decode row for every running sequence whose tokens are all in KV but the last (oldest
+ *      first). When its page does not fit, the newest running sequence not yet in the step is
+ *      preempted (possibly itself), until it fits;
+ *   2. a chunk of the rest of every running sequence that is still prefilling (a prompt, or a
+ *      preempted sequence being recomputed), oldest first, as much as the budget and the pages
+ *      allow; when not one token fits, a newer running sequence is preempted for it;
+ *   3. unless this step preempted: new sequences from the queue (oldest first: preempted ones come
+ *      back before younger ones), each into a free slot with a first chunk. A sequence is admitted
+ *      only when all the tokens it has (its prompt, and what it had generated when preempted) fit
+ *      beside what the running ones will hold once their own known tokens are in, keeping one page
+ *      per running sequence free on every rank for their next decode rows: a prompt is never
+ *      admitted only to be preempted before its prefill ends, the expensive kind of thrashing.
+ *      Generation stays optimistic (max_tokens is not reserved; preemption handles the rest). The
+ *      first that does not fit stops the admissions (first come, first served).
+ * A sequence's rows are consecutive; only its last row of a step can want logits, and only when
+ * it is the sequence's last known token (prefill chunks before the last want none).
+ *
+ * Pages are counted per DCP rank with the placement formulas (dcp_model_state_shard_pages), the
+ * same sums dcp_model_state_step checks, so a planned step always fits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "engine/engine_internal.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Largest k <= want such that growing a sequence of length len by k tokens fits on every DCP
+ * rank beside the step's pages so far, keeping `reserve` pages free on each. */
+static uint32_t fit_tokens(const dcp_engine *e, uint32_t len, uint32_t want, uint32_t reserve)
+{
+    uint32_t lo = 0, hi = want; /* lo fits; find the largest */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        bool ok = true;
+        for (uint32_t r = 0; r < e->dcp && ok; r++) {
+            uint64_t grow = dcp_model_state_shard_pages(e->s, (uint64_t)len + mid, r) -
+                            dcp_model_state_shard_pages(e->s, len, r);
+            uint64_t avail = dcp_model_state_rank_pages_free(e->s, r);
+            ok = (uint64_t)e->need[r] + grow + reserve <= avail;
+        }
+        if (ok) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Whether a waiting sequence q with all its known tokens fits beside the step's pages (need) and
+ * the known tokens still to come of the running sequences (future), keeping `reserve` pages. */
+static bool admit_fits(const dcp_engine *e, const eng_seq *q, const uint32_t *future, uint32_t reserve)
+{
+    for (uint32_t r = 0; r < e->dcp; r++) {
+        uint64_t full = dcp_model_state_shard_pages(e->s, q->n_toks, r);
+        if ((uint64_t)e->need[r] + future[r] + reserve + full > dcp_model_state_rank_pages_free(e->s, r)) return false;
+    }
+    return true;
+}
+
+/* Adds k rows of q (tokens toks[fed + step_rows ...]) to the step and their pages to need. */
+static void add_rows(dcp_engine *e, eng_seq *q, uint32_t k)
+{
+    const uint32_t len = q->fed;
+    for (uint32_t r = 0; r < e->dcp; r++)
+        e->need[r] += dcp_model_state_shard_pages(e->s, (uint64_t)len + k, r) - dcp_model_state_shard_pages(e->s, len, r);
+    const bool logits = q->fed + k == q->n_toks;
+    for (uint32_t t = 0; t < k; t++)
+        e->rows[e->n_rows++] = (dcp_model_row){q->toks[q->fed + t], (uint32_t)q->slot, logits && t + 1 == k};
+    e->sched[e->n_sched++] = (eng_sched){q, k, logits};
+    q->step_rows = k;
+}
+
+/* The newest running sequence not in the step (NULL: none). */
+static eng_seq *newest_unscheduled(dcp_engine *e)
+{
+    for (eng_seq *q = e->tail; q; q = q->prev)
+        if (q->slot >= 0 && q->step_rows == 0) return q;
+    return NULL;
+}
+
+static void preempt(dcp_engine *e, eng_seq *q)
+{
+    eng_release_slot(e, q);
+    e->waiting++;
+    e->stats.preemptions++;
+}
+
+static int32_t free_slot(const dcp_engine *e)
+{
+    for (uint32_t i = 0; i < e->max_seqs; i++)
+        if (!e->slot_seq[i]) return (int32_t)i;
+    return -1;
+}
+
+/* Fills rows and sched; returns whether anything is scheduled. */
+static bool schedule(dcp_engine *e)
+{
+    uint32_t budget = e->cfg.step_tokens;
+    bool preempted = false;
+    e->n_rows = e->n_sched = 0;
+    memset(e->need, 0, e->dcp * sizeof *e->need);
+    for (eng_seq *q = e->head; q; q = q->next) q->step_rows = 0;
+    /* 1. decode rows */
+    for (eng_seq *q = e->head; q && budget; q = q->next) {
+        if (q->slot < 0 || q->n_toks - q->fed != 1) continue;
+        while (fit_tokens(e, q->fed, 1, 0) == 0) {
+            eng_seq *v = newest_unscheduled(e);
+            preempt(e, v);
+            preempted = true;
+            if (v == q) break;
+        }
+        if (q->slot < 0) continue;
+        add_rows(e, q, 1);
+        budget--;
+    }
+    /* 2. running prefills */
+    for (eng_seq *q = e->head; q && budget; q = q->next) {
+        if (q->slot < 0 || q->step_rows || q->n_toks - q->fed <= 1) continue;
+        const uint32_t want = q->n_toks - q->fed < budget ? q->n_toks - q->fed : budget;
+        uint32_t k;
+        while ((k = fit_tokens(e, q->fed, want, 0)) == 0) {
+            eng_seq *v = newest_unscheduled(e);
+            if (v == q) break; /* nothing newer to make room: wait for pages */
+            preempt(e, v);
+            preempted = true;
+        }
+        if (k == 0) continue;
+        add_rows(e, q, k);
+        budget -= k;
+    }
+    /* 3. admissions: future[r] = pages the running sequences will still take on rank r for the tokens
+     * they already have, after this step */
+    uint32_t *future = e->future;
+    memset(future, 0, e->dcp * sizeof *future);
+    for (eng_seq *q = e->head; q && budget && !preempted; q = q->next)
+        if (q->slot >= 0)
+            for (uint32_t r = 0; r < e->dcp; r++)
+                future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
+                             dcp_model_state_shard_pages(e->s, (uint64_t)q->fed + q->step_rows, r);
+    for (eng_seq *q = e->head; q && budget && !preempted; q = q->next) {
+        if (q->slot >= 0) continue;
+        int32_t slot = free_slot(e);
+        if (slot < 0 || !admit_fits(e, q, future, e->running)) break;
+        const uint32_t k = q->n_toks < budget ? q->n_toks : budget;
+        for (uint32_t r = 0; r < e->dcp; r++)
+            future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) - dcp_model_state_shard_pages(e->s, k, r);
+        q->slot = slot;
+        q->fed = 0;
+        e->slot_seq[slot] = q;
+        e->running++;
+        e->waiting--;
+        if (e->running > e->stats.running_peak) e->stats.running_peak = e->running;
+        add_rows(e, q, k);
+        budget -= k;
+    }
+    return e->n_rows > 0;
+}
+
+/* The step failed: every sequence in it ends with an error. */
+static void fail_step(dcp_engine *e, dcp_status st)
+{
+    const char *msg = dcp_last_error();
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", msg);
+    for (uint32_t i = 0; i < e->n_sched; i++)
+        eng_finish(e, e->sched[i].seq, DCP_ENGINE_FINISH_ERROR, -1, NULL, 0, st, copy);
+    e->n_sched = 0;
+}
+
+dcp_status dcp_engine_step(dcp_engine *e)
+{
+    if (!e->head) return DCP_OK;
+    if (!schedule(e)) {
+        /* Cannot happen (submit refuses what could never fit, and the oldest sequence always gets
+         * room); rather than spin, end the oldest request with an explanation. */
+        eng_finish(e, e->head, DCP_ENGINE_FINISH_ERROR, -1, NULL, 0, DCP_ERR_INTERNAL,
+                   "engine: no row could be scheduled for the oldest request");
+        return dcp_fail(DCP_ERR_INTERNAL, "engine: no row could be scheduled for the oldest request");
+    }
+    dcp_status st = DCP_OK;
+    if (e->cfg.on_plan) {
+        dcp_engine_plan plan = {e->n_pending_free, e->pending_free, e->n_rows, e->rows};
+        st = e->cfg.on_plan(e->cfg.plan_user, &plan);
+    }
+    e->n_pending_free = 0;
+    if (st != DCP_OK) {
+        fail_step(e, st);
+        return st;
+    }
+    bool want_logits = false;
+    for (uint32_t i = 0; i < e->n_sched; i++) want_logits |= e->sched[i].logits && !e->sched[i].seq->greedy;
+    const double t0 = now_s();
+    st = dcp_model_state_step(e->s, e->rows, e->n_rows, want_logits ? e->logits : NULL, e->next);
+    e->stats.last_step_seconds = now_s() - t0;
+    if (st != DCP_OK) {
+        fail_step(e, st);
+        return st;
+    }
+    e->stats.steps++;
+    e->stats.step_sequences += e->n_sched;
+    e->stats.rows += e->n_rows;
+    e->stats.last_rows = e->n_rows;
+    /* Advance every scheduled sequence, then sample in row order (k-th logits row). Sampling may
+     * end a sequence (and free it), so each entry is read before its token is added. */
+    uint32_t k = 0;
+    dcp_status first = DCP_OK;
+    for (uint32_t i = 0; i < e->n_sched; i++) {
+        eng_sched *x = &e->sched[i];
+        eng_seq *q = x->seq;
+        if (q->fed < q->seen) {
+            uint32_t redo = q->seen - q->fed < x->rows ? q->seen - q->fed : x->rows;
+            e->stats.recomputed_tokens += redo;
+        }
+        q->fed += x->rows;
+        if (q->fed > q->seen) q->seen = q->fed;
+        q->step_rows = 0;
+        if (!x->logits) continue;
+        const int32_t tok = q->greedy ? e->next[k] : dcp_sampler_sample(q->smp, e->logits + (size_t)k * e->n_vocab);
+        k++;
+        dcp_status ts = eng_text_token(e, q, tok);
+        if (ts != DCP_OK && first == DCP_OK) first = ts;
+    }
+    e->n_sched = 0;
+    return first;
+}

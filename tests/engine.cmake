@@ -1,0 +1,6 @@
+# The serving engine over stories260K: batch invariance with requests joining and leaving at TP 8 /
+# DCP 2 (a2a, ag_rs), preemption and cancellation with the real pools checked, stop strings, max
+# tokens, EOS, refused requests.
+dcp_test(test_engine SOURCES test_engine.c ref_model.c vkutil.c)
+# Chat template families: recognition and rendering (host only).
+dcp_test(test_chat SOURCES test_chat.c LABELS host)

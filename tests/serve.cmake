@@ -1,0 +1,37 @@
+# dcp-vk-serve end to end: stories260K at TP 8 / DCP 2 on a free loopback port, curl and the official
+# OpenAI JavaScript client (tests/serve/node_modules, installed by scripts/setup.sh), bad requests,
+# a client that disconnects, SIGTERM, API key.
+if(TARGET dcp-vk-serve)
+  dcp_test(test_serve SOURCES test_serve.c ARGS $<TARGET_FILE:dcp-vk-serve> ${CMAKE_CURRENT_SOURCE_DIR}/serve
+           TIMEOUT 900)
+  target_link_libraries(test_serve PRIVATE PkgConfig::CJSON)
+  add_dependencies(test_serve dcp-vk-serve)
+endif()
+# The same server under mpiexec: 2 processes of 4 TP ranks (process 0 serves, process 1 follows).
+if(TARGET dcp-vk-serve AND MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  dcp_test(test_serve_mpi EXE test_serve ARGS $<TARGET_FILE:dcp-vk-serve> ${CMAKE_CURRENT_SOURCE_DIR}/serve
+           ${MPIEXEC_EXECUTABLE} 2 ENV DCP_VK_DEVICES=0 TIMEOUT 900)
+  set_tests_properties(test_serve_mpi PROPERTIES PROCESSORS 2)
+endif()
+# Options: --help lists the server's and dcp-vk-run's options with defaults; usage errors name the
+# option and exit 2.
+if(TARGET dcp-vk-serve)
+  add_test(NAME app_serve_help COMMAND dcp-vk-serve --help)
+  set_tests_properties(app_serve_help PROPERTIES PASS_REGULAR_EXPRESSION
+    "--host ADDR.*127.0.0.1.*--port N.*--api-key.*--max-body-bytes.*--max-queued.*--shutdown-timeout.*--tensor-parallel-size.*--decode-context-parallel-size.*--dcp-comm-backend")
+  add_test(NAME app_serve_bad_port COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --port 99999 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_bad_port PROPERTIES PASS_REGULAR_EXPRESSION
+    "--port: '99999' is not an integer in \\[0, 65535\\]\nexit=2")
+  add_test(NAME app_serve_run_only_option COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf -p hello 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_run_only_option PROPERTIES PASS_REGULAR_EXPRESSION
+    "option -p is dcp-vk-run's: requests carry their prompts here.*\nexit=2")
+  add_test(NAME app_serve_unknown_option COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --bogus 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_unknown_option PROPERTIES PASS_REGULAR_EXPRESSION "unknown option '--bogus'.*\nexit=2")
+  add_test(NAME app_serve_no_model COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> --port 0 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_no_model PROPERTIES PASS_REGULAR_EXPRESSION "-m MODEL.gguf is required.*\nexit=2")
+  add_test(NAME app_serve_bad_template COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --chat-template jinja 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_bad_template PROPERTIES PASS_REGULAR_EXPRESSION
+    "--chat-template: 'jinja' is not a known family.*\nexit=2")
+  add_test(NAME app_serve_missing_model COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m /nonexistent.gguf 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_missing_model PROPERTIES PASS_REGULAR_EXPRESSION "reading the model.*nonexistent.*\nexit=1")
+endif()
