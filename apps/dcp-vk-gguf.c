@@ -265,6 +265,14 @@ static void print_text(const dcp_gguf *g, bool full)
                    mc.expert_gating == DCP_EXPERT_GATING_SIGMOID ? "sigmoid" : "softmax",
                    mc.expert_weights_norm ? "normalised" : "unnormalised", (double)mc.expert_weights_scale,
                    mc.n_expert_groups, mc.n_expert_groups_used);
+            else {
+                static const char *const scaling[] = {"none", "linear", "yarn"};
+                printf("llama family: RoPE %s pairs, scaling %s x %g%s, sliding window %u%s\n",
+                       mc.rope_neox ? "NEOX (i, i + n_rot/2)" : "NORM (2i, 2i+1)",
+                       (unsigned)mc.rope_scaling < 3 ? scaling[mc.rope_scaling] : "?", (double)mc.rope_scaling_factor,
+                       dcp_gguf_tensor_find(g, "rope_freqs.weight") ? ", rope_freqs.weight factors" : "",
+                       mc.sliding_window, mc.sliding_window ? " tokens" : " (none)");
+            }
         } else
             printf("\nhyperparameters: not read (%s)\n", dcp_last_error());
     }

@@ -40,3 +40,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_dependencies(test_run_mpi dcp-vk-run)
   set_tests_properties(test_run_mpi PROPERTIES PROCESSORS 8)
 endif()
+# The same architectures through dcp-vk-gguf --make-model and dcp-vk-run (TP 1 against TP 8 / DCP 2).
+dcp_test(test_archs_apps SOURCES test_archs_apps.c
+         ARGS $<TARGET_FILE:dcp-vk-gguf> $<TARGET_FILE:dcp-vk-run> ${CMAKE_CURRENT_BINARY_DIR})
+add_dependencies(test_archs_apps dcp-vk-gguf dcp-vk-run)
