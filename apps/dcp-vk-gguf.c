@@ -77,6 +77,7 @@ static void usage(FILE *f)
             "  --rope-scaling T    <arch>.rope.scaling.type: none, linear or yarn (with --rope-scale)\n"
             "  --rope-scale X      <arch>.rope.scaling.factor, 1 to 1024\n"
             "  --sliding-window N  <arch>.attention.sliding_window (Mistral), tokens\n"
+            "  --tie-output        no output.weight: the head reads token_embd.weight\n"
             "\n"
             "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
             "bad tokenizer data, an OUT that may not be replaced, a failed write), 2 for a usage\n"
@@ -494,6 +495,7 @@ static int run(int argc, char **argv)
         else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = U32(&mc.n_ff); model_opt = true; given |= G_FF; }
         else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = U32(&mc.n_ctx); model_opt = true; given |= G_CTX; }
         else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = dcp_cli_u64(prog, a, v, 0, UINT64_MAX, &mc.seed); model_opt = true; given |= G_SEED; }
+        else if (!strcmp(a, "--tie-output")) { mc.tie_output = 1; model_opt = true; given |= G_LLAMA_ONLY; }
         else if (!strcmp(a, "--rope-freqs")) { mc.rope_freqs = 1; model_opt = true; given |= G_LLAMA_ONLY; }
         else if (!strcmp(a, "--rope-scaling")) {
             NEEDS_VALUE;
@@ -554,8 +556,8 @@ static int run(int argc, char **argv)
         if (mc.arch && !strcmp(mc.arch, "deepseek2")) {
             dcp_test_deepseek2_config dc;
             if (given & G_LLAMA_ONLY)
-                return bad_usage("--n-head-kv, --head-dim, --rope-freqs, --rope-scaling, --rope-scale and "
-                                 "--sliding-window do not apply to deepseek2 (see --mla-config)", NULL);
+                return bad_usage("--n-head-kv, --head-dim, --rope-freqs, --rope-scaling, --rope-scale, "
+                                 "--sliding-window and --tie-output do not apply to deepseek2 (see --mla-config)", NULL);
             if (dcp_test_deepseek2_preset(mla_config ? mla_config[0] : 'A', &dc) != DCP_OK) return die("--mla-config");
             if (given & G_NAME) dc.name = mc.name;
             if (given & G_EMBD) dc.n_embd = mc.n_embd;

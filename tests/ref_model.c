@@ -51,7 +51,7 @@ void dcp_test_ref_model_load(dcp_test_ref_model *m, const dcp_gguf *g, const dcp
     if (dcp_gguf_tensor_find(g, "rope_freqs.weight")) r->rope.freq_factors = host_tensor(m, g, "rope_freqs.weight");
     r->tok_embd = host_tensor(m, g, "token_embd.weight");
     r->output_norm = host_tensor(m, g, "output_norm.weight");
-    r->output = host_tensor(m, g, "output.weight");
+    r->output = dcp_gguf_tensor_find(g, "output.weight") ? host_tensor(m, g, "output.weight") : r->tok_embd;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
     assert_non_null(m->layers);
     const uint64_t E = c->n_embd, qd = (uint64_t)c->n_head * c->head_dim, kd = (uint64_t)c->n_head_kv * c->head_dim;

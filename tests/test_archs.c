@@ -1,6 +1,7 @@
 /* The llama-family architectures on generated models (src/model/gguf_testmodel.c): llama with
- * Llama 3.x rope_freqs and linear / YaRN scaling, Mistral's sliding window, qwen2 (Q/K/V biases),
- * qwen3 (per-head Q/K RMSNorm), phi3 (fused attn_qkv and gate|up). Each model runs at TP 1 / DCP 1
+ * Llama 3.x rope_freqs and linear / YaRN scaling, Mistral's sliding window, qwen2 (Q/K/V biases;
+ * also with the output head tied to the embedding), qwen3 (per-head Q/K RMSNorm), phi3 (fused
+ * attn_qkv and gate|up). Each model runs at TP 1 / DCP 1
  * and at TP 8 / DCP 2 (a2a) on eight logical devices: a 6-token prefill then greedy decode,
  * every step's logits within 1e-4 of the double-precision reference (src/ref/model_ref.c, built
  * from the file's tensors by tests/ref_model.c: fused tensors split on the host, RoPE from the
@@ -26,16 +27,18 @@ typedef struct arch_case {
     const char *scaling;
     float scale;
     uint32_t window;
+    int tied;
 } arch_case;
 
 static const arch_case cases[] = {
-    {"llama rope_freqs", "llama", 1, NULL, 0.0f, 0},
-    {"llama rope_freqs + linear x4", "llama", 1, "linear", 4.0f, 0},
-    {"llama yarn x8", "llama", 0, "yarn", 8.0f, 0},
-    {"mistral (sliding window 32)", "llama", 0, NULL, 0.0f, N_CTX},
-    {"qwen2", "qwen2", 0, NULL, 0.0f, 0},
-    {"qwen3", "qwen3", 0, NULL, 0.0f, 0},
-    {"phi3", "phi3", 0, NULL, 0.0f, 0},
+    {"llama rope_freqs", "llama", 1, NULL, 0.0f, 0, 0},
+    {"llama rope_freqs + linear x4", "llama", 1, "linear", 4.0f, 0, 0},
+    {"llama yarn x8", "llama", 0, "yarn", 8.0f, 0, 0},
+    {"mistral (sliding window 32)", "llama", 0, NULL, 0.0f, N_CTX, 0},
+    {"qwen2", "qwen2", 0, NULL, 0.0f, 0, 0},
+    {"qwen2 tied output (Qwen2.5-0.5B)", "qwen2", 0, NULL, 0.0f, 0, 1},
+    {"qwen3", "qwen3", 0, NULL, 0.0f, 0, 0},
+    {"phi3", "phi3", 0, NULL, 0.0f, 0, 0},
 };
 
 static dcp_test_model_config model_of(const arch_case *c, uint64_t seed)
@@ -55,6 +58,7 @@ static dcp_test_model_config model_of(const arch_case *c, uint64_t seed)
     mc.rope_scaling = c->scaling;
     mc.rope_scale = c->scale;
     mc.sliding_window = c->window;
+    mc.tie_output = c->tied;
     return mc;
 }
 
@@ -140,6 +144,7 @@ static void test_architectures(void **state)
         assert_string_equal(cfg.arch_name, cases[c].arch);
         assert_int_equal(cfg.rope_neox, strcmp(cases[c].arch, "llama") != 0);
         assert_int_equal(cfg.sliding_window, cases[c].window);
+        assert_int_equal(dcp_gguf_tensor_find(g, "output.weight") == NULL, cases[c].tied);
         dcp_test_ref_model rm;
         dcp_test_ref_model_load(&rm, g, &cfg, N_CTX);
         int32_t ids1[STEPS], ids8[STEPS];
@@ -148,7 +153,7 @@ static void test_architectures(void **state)
         for (int i = 0; i < STEPS; i++)
             if (ids1[i] != ids8[i])
                 fail_msg("%s: greedy id %d differs: %d at (1,1), %d at (8,2)", cases[c].label, i, ids1[i], ids8[i]);
-        printf("%-30s %d greedy ids equal at (1,1) and (8,2) a2a; logits max abs error vs reference %.3g / %.3g\n",
+        printf("%-34s %d greedy ids equal at (1,1) and (8,2) a2a; logits max abs error vs reference %.3g / %.3g\n",
                cases[c].label, STEPS, e1, e8);
         dcp_test_ref_model_free(&rm);
         dcp_gguf_close(g);

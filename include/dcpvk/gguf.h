@@ -374,6 +374,8 @@ typedef struct dcp_test_model_config {
     float rope_scale;         /* rope.scaling.factor with rope_scaling (yarn: original context
                                  n_ctx / factor). Default 0 */
     uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window (Mistral). Default 0 */
+    int tie_output;           /* 1: no output.weight, the head reads token_embd.weight (Llama 3.2
+                                 1B, Qwen2.5 0.5B). Default 0 */
 } dcp_test_model_config;
 
 #define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \

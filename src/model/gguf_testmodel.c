@@ -253,7 +253,7 @@ dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_
     uint64_t nq = (uint64_t)c->n_head * hd, nkv = (uint64_t)c->n_head_kv * hd;
     DCP_TRY(add_weight(w, "token_embd.weight", wt, 2, c->n_embd, n_vocab, &rng, false));
     DCP_TRY(add_weight(w, "output_norm.weight", DCP_GGML_TYPE_F32, 1, c->n_embd, 1, &rng, true));
-    DCP_TRY(add_weight(w, "output.weight", wt, 2, c->n_embd, n_vocab, &rng, false));
+    if (!c->tie_output) DCP_TRY(add_weight(w, "output.weight", wt, 2, c->n_embd, n_vocab, &rng, false));
     if (c->rope_freqs) { /* Llama 3.x-like: factor 1 for the fastest pairs rising to 8 for the slowest */
         const uint32_t half = hd / 2;
         float f[512];
