@@ -91,7 +91,7 @@ static llama_variant llama_variant_of(const dcp_model_config *cfg, const dcp_ggu
     v.fused_qkv = cfg->arch == DCP_ARCH_PHI3 || has_tensor(g, "blk.0.attn_qkv.weight");
     v.fused_gate_up = cfg->arch == DCP_ARCH_PHI3;
     v.bias = cfg->arch == DCP_ARCH_QWEN2 || has_tensor(g, v.fused_qkv ? "blk.0.attn_qkv.bias" : "blk.0.attn_q.bias");
-    v.qk_norm = cfg->arch == DCP_ARCH_QWEN3;
+    v.qk_norm = cfg->arch == DCP_ARCH_QWEN3 || has_tensor(g, "blk.0.attn_q_norm.weight");
     return v;
 }
 
