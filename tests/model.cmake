@@ -3,7 +3,7 @@ dcp_test(test_ops SOURCES test_ops.c vkutil.c)
 dcp_test(test_llama SOURCES test_llama.c ref_model.c vkutil.c ARGS nodcp)
 dcp_test(test_llama_dcp EXE test_llama ARGS dcp)
 # The llama family on generated models: llama with rope_freqs / linear / YaRN, Mistral's window,
-# qwen2, qwen3, phi3 at (1,1) and (8,2) a2a against the reference; unknown architectures refused.
+# qwen2, qwen3, phi3 at (1,1) and (8,2) a2a / ag_rs against the reference; unknown architectures refused.
 dcp_test(test_archs SOURCES test_archs.c ref_model.c vkutil.c)
 dcp_test(test_sampler SOURCES test_sampler.c)
 # Many sequences in one run state: batch invariance (bitwise), page accounting, bad steps.

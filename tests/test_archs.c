@@ -1,11 +1,11 @@
 /* The llama-family architectures on generated models (src/model/gguf_testmodel.c): llama with
  * Llama 3.x rope_freqs and linear / YaRN scaling, Mistral's sliding window, qwen2 (Q/K/V biases;
  * also with the output head tied to the embedding), qwen3 (per-head Q/K RMSNorm), phi3 (fused
- * attn_qkv and gate|up). Each model runs at TP 1 / DCP 1
- * and at TP 8 / DCP 2 (a2a) on eight logical devices: a 6-token prefill then greedy decode,
- * every step's logits within 1e-4 of the double-precision reference (src/ref/model_ref.c, built
- * from the file's tensors by tests/ref_model.c: fused tensors split on the host, RoPE from the
- * keys) and the same greedy ids in both layouts. Unknown architectures are refused by name. */
+ * attn_qkv and gate|up). Each model runs at TP 1 / DCP 1 and at TP 8 / DCP 2 (a2a and ag_rs) on
+ * eight logical devices: a 6-token prefill then greedy decode, every step's logits within 1e-4 of
+ * the double-precision reference (src/ref/model_ref.c, built from the file's tensors by
+ * tests/ref_model.c: fused tensors split on the host, RoPE from the keys) and the same greedy ids
+ * in every layout. Unknown architectures are refused by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +88,7 @@ static double max_abs_diff(const float *a, const float *b, uint32_t n)
 /* Prefill of PREFILL prompt ids, then STEPS greedy steps at (tp, dcp) a2a; the ids go to ids
  * [STEPS]; returns the worst logits error against the reference. */
 static double run_case(dcp_context *ctx, const dcp_gguf *g, const dcp_model_config *cfg, dcp_test_ref_model *rm,
-                       uint32_t tp, uint32_t dcp, const char *label, int32_t *ids)
+                       uint32_t tp, uint32_t dcp, dcp_cp_backend backend, const char *label, int32_t *ids)
 {
     const uint32_t V = cfg->n_vocab;
     dcp_device *devs[8];
@@ -100,7 +100,7 @@ static double run_case(dcp_context *ctx, const dcp_gguf *g, const dcp_model_conf
     lc.n_ctx = N_CTX;
     lc.max_rows = 8;
     lc.block_size = 4;
-    lc.backend = DCP_CP_A2A;
+    lc.backend = backend;
     dcp_model_state *s;
     DCP_ASSERT_OK(dcp_model_state_create(w, &lc, &s));
     dcp_test_ref_model_reset(rm);
@@ -147,14 +147,16 @@ static void test_architectures(void **state)
         assert_int_equal(dcp_gguf_tensor_find(g, "output.weight") == NULL, cases[c].tied);
         dcp_test_ref_model rm;
         dcp_test_ref_model_load(&rm, g, &cfg, N_CTX);
-        int32_t ids1[STEPS], ids8[STEPS];
-        double e1 = run_case(ctx1, g, &cfg, &rm, 1, 1, cases[c].label, ids1);
-        double e8 = run_case(ctx8, g, &cfg, &rm, 8, 2, cases[c].label, ids8);
+        int32_t ids1[STEPS], ids8[STEPS], ids8r[STEPS];
+        double e1 = run_case(ctx1, g, &cfg, &rm, 1, 1, DCP_CP_A2A, cases[c].label, ids1);
+        double e8 = run_case(ctx8, g, &cfg, &rm, 8, 2, DCP_CP_A2A, cases[c].label, ids8);
+        double e8r = run_case(ctx8, g, &cfg, &rm, 8, 2, DCP_CP_AG_RS, cases[c].label, ids8r);
         for (int i = 0; i < STEPS; i++)
-            if (ids1[i] != ids8[i])
-                fail_msg("%s: greedy id %d differs: %d at (1,1), %d at (8,2)", cases[c].label, i, ids1[i], ids8[i]);
-        printf("%-34s %d greedy ids equal at (1,1) and (8,2) a2a; logits max abs error vs reference %.3g / %.3g\n",
-               cases[c].label, STEPS, e1, e8);
+            if (ids1[i] != ids8[i] || ids1[i] != ids8r[i])
+                fail_msg("%s: greedy id %d differs: %d at (1,1), %d at (8,2) a2a, %d at (8,2) ag_rs", cases[c].label, i,
+                         ids1[i], ids8[i], ids8r[i]);
+        printf("%-34s %d greedy ids equal at (1,1), (8,2) a2a, ag_rs; logits max abs error vs reference %.3g / %.3g / "
+               "%.3g\n", cases[c].label, STEPS, e1, e8, e8r);
         dcp_test_ref_model_free(&rm);
         dcp_gguf_close(g);
     }
