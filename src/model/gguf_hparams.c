@@ -150,7 +150,7 @@ static dcp_status read_deepseek2(const dcp_gguf *g, const char *arch, dcp_model_
         if (c->n_expert_used > c->n_expert)
             return dcp_fail(DCP_ERR_FORMAT, "%s: %s.expert_used_count = %u exceeds expert_count = %u", name, arch,
                             c->n_expert_used, c->n_expert);
-        float sc;
+        float sc = 1.0f;
         if ((st = get_f32_or_zero(g, arch, "expert_weights_scale", 1.0f, &sc))) return st;
         c->expert_weights_scale = sc > 0.0f ? sc : 1.0f;
         char key[128];
