@@ -49,7 +49,7 @@ static void usage(FILE *f)
             "                      and renamed over it when complete; a directory is always refused\n"
             "\n"
             "model options (with --make-model):\n"
-            "  --arch NAME         architecture: llama or deepseek2 (default llama)\n"
+            "  --arch NAME         llama, qwen2, qwen3, phi3 or deepseek2 (default llama)\n"
             "  --mla-config C      deepseek2: A (V2-Lite layout: attn_q, attn_k_b/attn_v_b, softmax\n"
             "                      gating), B (every feature: q_lora, YaRN, sigmoid gating with\n"
             "                      exp_probs_b, weight norm and scale, expert groups) or C (A in the\n"
@@ -72,6 +72,8 @@ static void usage(FILE *f)
             "                      sizes), or a file type mix (q3_k_s/m/l, q4_k_s, q4_k_m, q5_k_s,\n"
             "                      q5_k_m: an F32 model quantized as --quantize does) (default f32)\n"
             "  --seed N            random seed (default 1234)\n"
+            "  --rope-freqs, --rope-scaling none|linear|yarn, --rope-scale X (1..1024),\n"
+            "  --sliding-window N, --tie-output (no output.weight): llama family extras\n"
             "\n"
             "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
             "bad tokenizer data, an OUT that may not be replaced, a failed write), 2 for a usage\n"
@@ -260,6 +262,14 @@ static void print_text(const dcp_gguf *g, bool full)
                    mc.expert_gating == DCP_EXPERT_GATING_SIGMOID ? "sigmoid" : "softmax",
                    mc.expert_weights_norm ? "normalised" : "unnormalised", (double)mc.expert_weights_scale,
                    mc.n_expert_groups, mc.n_expert_groups_used);
+            else {
+                static const char *const scaling[] = {"none", "linear", "yarn"};
+                printf("llama family: RoPE %s pairs, scaling %s x %g%s, sliding window %u%s\n",
+                       mc.rope_neox ? "NEOX (i, i + n_rot/2)" : "NORM (2i, 2i+1)",
+                       (unsigned)mc.rope_scaling < 3 ? scaling[mc.rope_scaling] : "?", (double)mc.rope_scaling_factor,
+                       dcp_gguf_tensor_find(g, "rope_freqs.weight") ? ", rope_freqs.weight factors" : "",
+                       mc.sliding_window, mc.sliding_window ? " tokens" : " (none)");
+            }
         } else
             printf("\nhyperparameters: not read (%s)\n", dcp_last_error());
     }
@@ -481,6 +491,26 @@ static int run(int argc, char **argv)
         else if (!strcmp(a, "--n-ff")) { NEEDS_VALUE; ok = U32(&mc.n_ff); model_opt = true; given |= G_FF; }
         else if (!strcmp(a, "--n-ctx")) { NEEDS_VALUE; ok = U32(&mc.n_ctx); model_opt = true; given |= G_CTX; }
         else if (!strcmp(a, "--seed")) { NEEDS_VALUE; ok = dcp_cli_u64(prog, a, v, 0, UINT64_MAX, &mc.seed); model_opt = true; given |= G_SEED; }
+        else if (!strcmp(a, "--tie-output")) { mc.tie_output = 1; model_opt = true; given |= G_LLAMA_ONLY; }
+        else if (!strcmp(a, "--rope-freqs")) { mc.rope_freqs = 1; model_opt = true; given |= G_LLAMA_ONLY; }
+        else if (!strcmp(a, "--rope-scaling")) {
+            NEEDS_VALUE;
+            if (strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "yarn"))
+                return bad_usage("--rope-scaling: not one of none, linear, yarn:", v);
+            mc.rope_scaling = v;
+            model_opt = true;
+            given |= G_LLAMA_ONLY;
+        } else if (!strcmp(a, "--rope-scale")) {
+            NEEDS_VALUE;
+            ok = dcp_cli_f32(prog, a, v, 1.0f, 1024.0f, &mc.rope_scale);
+            model_opt = true;
+            given |= G_LLAMA_ONLY;
+        } else if (!strcmp(a, "--sliding-window")) {
+            NEEDS_VALUE;
+            ok = dcp_cli_u32(prog, a, v, 1, UINT32_MAX, &mc.sliding_window);
+            model_opt = true;
+            given |= G_LLAMA_ONLY;
+        }
         else if (!strcmp(a, "--rms-eps") || !strcmp(a, "--rope-base")) {
             NEEDS_VALUE;
             float x = 0;
@@ -522,7 +552,8 @@ static int run(int argc, char **argv)
         if (mc.arch && !strcmp(mc.arch, "deepseek2")) {
             dcp_test_deepseek2_config dc;
             if (given & G_LLAMA_ONLY)
-                return bad_usage("--n-head-kv and --head-dim do not apply to deepseek2 (see --mla-config)", NULL);
+                return bad_usage("--n-head-kv, --head-dim, --rope-freqs, --rope-scaling, --rope-scale, "
+                                 "--sliding-window and --tie-output do not apply to deepseek2 (see --mla-config)", NULL);
             if (dcp_test_deepseek2_preset(mla_config ? mla_config[0] : 'A', &dc) != DCP_OK) return die("--mla-config");
             if (given & G_NAME) dc.name = mc.name;
             if (given & G_EMBD) dc.n_embd = mc.n_embd;
@@ -547,6 +578,8 @@ static int run(int argc, char **argv)
             return DCP_EXIT_OK;
         }
         if (mla_config) return bad_usage("--mla-config needs --arch deepseek2", NULL);
+        if (mc.rope_scaling && strcmp(mc.rope_scaling, "none") && mc.rope_scale == 0.0f)
+            return bad_usage("--rope-scaling linear / yarn needs --rope-scale X", NULL);
         dcp_ftype mix = DCP_FTYPE_F32;
         if (type_name && dcp_ggml_type_from_name(type_name, &mc.weight_type) != DCP_OK) {
             if (dcp_ftype_from_name(type_name, &mix) != DCP_OK)

@@ -1,13 +1,14 @@
 #version 450
 // rope_store: llama "normal" RoPE on the Q and K heads of a token row and the KV-cache write.
 //   src row [q_heads + 2 kv_heads][D] f32: Q heads, then K heads, then V heads.
-//   Pair i < n_rot/2 of a Q or K head: (x0, x1) = (src[2i], src[2i+1]) becomes
-//   (x0 c - x1 s, x0 s + x1 c), (c, s) = cs[t][i] (computed on the host in double); other pairs
-//   are copied. Q goes to q_out [tokens][q_heads][D]; rotated K and plain V go to the KV page row
+//   Pair i < n_rot/2 of a Q or K head: (x0, x1) = (src[2i], src[2i+1]) (NORM mode) or
+//   (src[i], src[i + n_rot/2]) (NEOX mode, neox = 1) becomes (x0 c - x1 s, x0 s + x1 c),
+//   (c, s) = cs[t][i] (computed on the host in double); elements from n_rot on are copied. Q goes to q_out [tokens][q_heads][D]; rotated K and plain V go to the KV page row
 //   of slot[t] (page layout and addressing: shaders/common/kv_pool.glsl); a slot of
 //   DCP_KV_NO_SLOT (a token another rank owns) or past the pool is not written.
-// One invocation per (token, head, pair): each writes one pair, i.e. exactly one word of an f16
-// pool, so no two invocations share a word.
+// One invocation per (token, head, output pair of adjacent elements 2j, 2j+1): each writes one
+// pair, i.e. exactly one word of an f16 pool, so no two invocations share a word (in NEOX mode it
+// reads the partners of its two elements).
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
 #include "ops/ops_params.h"
@@ -34,10 +35,25 @@ void main()
     if (idx >= heads * half_d) return;
     const uint h = idx / half_d;
     const uint i = idx % half_d;
-    vec2 v = src[t * (p.src_stride / 2u) + idx];
-    if (h < p.q_heads + p.kv_heads && i < p.n_rot / 2u) {
-        const vec2 c = cs[t * (p.n_rot / 2u) + i];
+    const uint row = t * (p.src_stride / 2u);
+    vec2 v = src[row + idx];
+    const uint hr = p.n_rot / 2u;
+    if (h < p.q_heads + p.kv_heads && p.neox == 0u && i < hr) {
+        const vec2 c = cs[t * hr + i];
         v = vec2(v.x * c.x - v.y * c.y, v.x * c.y + v.y * c.x);
+    } else if (h < p.q_heads + p.kv_heads && 2u * i < p.n_rot) {
+        // NEOX: element e < n_rot pairs with e + n_rot/2 (e < n_rot/2) or e - n_rot/2 (angle of
+        // pair e mod n_rot/2): out[e] = x[e] c - x[e + hr] s, out[e + hr] = x[e + hr] c + x[e] s.
+        vec2 o;
+        for (uint k = 0u; k < 2u; k++) {
+            const uint e = 2u * i + k;
+            const bool lo = e < hr;
+            const uint pe = h * half_d * 2u + (lo ? e + hr : e - hr); // partner element in the row
+            const float xp = src[row + pe / 2u][pe % 2u];
+            const vec2 c = cs[t * hr + (lo ? e : e - hr)];
+            o[k] = lo ? v[k] * c.x - xp * c.y : v[k] * c.x + xp * c.y;
+        }
+        v = o;
     }
     if (h < p.q_heads) {
         q_out[(t * p.q_heads + h) * half_d + i] = v;

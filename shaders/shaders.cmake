@@ -47,6 +47,8 @@ dcp_shader(rope_store_f16 rope_store.comp KV_F16=1)
 dcp_shader(swiglu swiglu.comp)
 dcp_shader(add add.comp)
 dcp_shader(argmax argmax.comp)
+dcp_shader(rmsnorm_heads rmsnorm.comp RMSNORM_HEADS=1)
+dcp_shader(add_rows add.comp ADD_ROWS=1)
 # MLA (deepseek2): latent decode over a K-only pool.
 dcp_shader(mla_decode_f32 mla_decode.comp)
 dcp_shader(mla_decode_f16 mla_decode.comp KV_F16=1)

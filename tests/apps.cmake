@@ -18,3 +18,14 @@ set_tests_properties(app_bench_capacity PROPERTIES PASS_REGULAR_EXPRESSION "plai
 # longest context grows by 16384 / 8704 against f16, with and without DCP.
 add_test(NAME app_bench_capacity_q8_0 COMMAND dcp-vk-bench capacity --kv-budget-mib 1024 --layers 32 --kv-heads 2 --head-dim 128 --tp 8 --dcp 4)
 set_tests_properties(app_bench_capacity_q8_0 PROPERTIES PASS_REGULAR_EXPRESSION "f16 +16384 +65536 tokens +262144 tokens.*q8_0 +8704 +123360 tokens +493440 tokens")
+# MLA's latent cache (DeepSeek-V3: 61 layers, 512 + 64 values per entry, K only): one latent head is
+# held by every TP rank; DCP 8 shards it. 10 GiB / (576 x 2 B x 16 tokens x 61 layers) = 9549 pages:
+# 152784 tokens under plain TP 8, 8 x that with DCP 8.
+add_test(NAME app_bench_capacity_mla COMMAND dcp-vk-bench capacity --mla --layers 61 --tp 8 --dcp 8
+         --kv-budget-mib 10240)
+set_tests_properties(app_bench_capacity_mla PROPERTIES PASS_REGULAR_EXPRESSION
+                     "512 \\+ 64 = 576 values per entry.*pages per device: 9549 .*plain TP 8 \\(KV duplicated 8x\\): longest context 152784 tokens.*DCP 8 \\(interleave 1\\): longest context 1222272 tokens \\(8.00x\\)")
+add_test(NAME app_bench_capacity_weights COMMAND dcp-vk-bench capacity --mla --layers 61 --tp 8 --dcp 8
+         --device-gib 80 --weights-gib 640)
+set_tests_properties(app_bench_capacity_weights PROPERTIES PASS_REGULAR_EXPRESSION
+                     "leaves nothing of the device's 80 GiB")

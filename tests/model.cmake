@@ -2,6 +2,9 @@
 dcp_test(test_ops SOURCES test_ops.c vkutil.c)
 dcp_test(test_llama SOURCES test_llama.c ref_model.c vkutil.c ARGS nodcp)
 dcp_test(test_llama_dcp EXE test_llama ARGS dcp)
+# The llama family on generated models: llama with rope_freqs / linear / YaRN, Mistral's window,
+# qwen2, qwen3, phi3 at (1,1) and (8,2) a2a / ag_rs against the reference; unknown architectures refused.
+dcp_test(test_archs SOURCES test_archs.c ref_model.c vkutil.c)
 dcp_test(test_sampler SOURCES test_sampler.c)
 # Many sequences in one run state: batch invariance (bitwise), page accounting, bad steps.
 dcp_test(test_batch SOURCES test_batch.c ref_model.c vkutil.c)
@@ -37,6 +40,10 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_dependencies(test_run_mpi dcp-vk-run)
   set_tests_properties(test_run_mpi PROPERTIES PROCESSORS 8)
 endif()
+# The same architectures through dcp-vk-gguf --make-model and dcp-vk-run (TP 1 against TP 8 / DCP 2).
+dcp_test(test_archs_apps SOURCES test_archs_apps.c
+         ARGS $<TARGET_FILE:dcp-vk-gguf> $<TARGET_FILE:dcp-vk-run> ${CMAKE_CURRENT_BINARY_DIR})
+add_dependencies(test_archs_apps dcp-vk-gguf dcp-vk-run)
 # The q8_0 KV cache in the model: a generated head-dim-32 llama at TP 1 and TP 8 / DCP 2 (a2a,
 # ag_rs) with identical greedy ids, logits within the documented bound of f16 KV and the reference;
 # stories260K (head dim 8) refused by name.

@@ -1,7 +1,7 @@
 /* Model kernels against the double-precision CPU references (src/ref/model_ref.c): matmul for
  * F32, F16, BF16 and Q8_0 weights over several shapes and token counts (plain and accumulating,
- * with row offsets), get_rows, rmsnorm, rope_store (RoPE + KV page write, f32 and f16 pools),
- * swiglu, add and argmax. Prints the max error of every kernel. */
+ * with row offsets), get_rows, rmsnorm, rmsnorm_heads, add_rows, rope_store (RoPE + KV page write,
+ * f32 and f16 pools, NORM and NEOX pairs), swiglu, add and argmax. Prints the max error of every kernel. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +285,59 @@ static void test_rmsnorm_swiglu_add(void **state)
     dcp_cmd_destroy(cmd);
 }
 
+/* The llama-family additions: rmsnorm_heads (qwen3's per-head Q/K norm, in place over a row of
+ * [Q heads | K heads | V heads] with a row stride; V untouched) and add_rows (qwen2's Q|K|V bias
+ * on every token row), against dcp_ref_rmsnorm per head and a plain sum. */
+static void test_rmsnorm_heads_add_rows(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {37};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    static const uint32_t shapes[][3] = {/* Hq, Hkv, D */ {8, 4, 16}, {2, 1, 128}, {16, 2, 96}};
+    double w_rms = 0;
+    for (size_t c = 0; c < 3; c++) {
+        const uint32_t Hq = shapes[c][0], Hkv = shapes[c][1], D = shapes[c][2], T = 5;
+        const uint32_t width = (Hq + 2 * Hkv) * D, stride = width + 4;
+        float *x = rand_floats(&rng, (uint64_t)T * stride, -3, 3), *w = rand_floats(&rng, 2 * D, 0.5f, 1.5f);
+        float *b = rand_floats(&rng, width, -1, 1), *y = malloc((uint64_t)T * stride * 4);
+        float *ref = malloc((uint64_t)T * stride * 4);
+        dcp_buffer *xb = upload(dev, x, (uint64_t)T * stride * 4), *wb = upload(dev, w, 2 * D * 4);
+        dcp_buffer *bb = upload(dev, b, width * 4);
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_add_rows(cmd, xb, stride, bb, width, T));
+        dcp_cmd_barrier(cmd);
+        DCP_ASSERT_OK(dcp_op_rmsnorm_heads(cmd, xb, 0, stride, Hq + Hkv, D, Hq, wb, T, 1e-6f));
+        run(cmd);
+        DCP_ASSERT_OK(dcp_buffer_download(xb, 0, y, (uint64_t)T * stride * 4));
+        memcpy(ref, x, (uint64_t)T * stride * 4);
+        for (uint32_t t = 0; t < T; t++) {
+            float *row = ref + (uint64_t)t * stride;
+            for (uint32_t i = 0; i < width; i++) row[i] += b[i];
+            dcp_ref_rmsnorm(D, Hq, row, w, 1e-6f, row);
+            dcp_ref_rmsnorm(D, Hkv, row + (uint64_t)Hq * D, w + D, 1e-6f, row + (uint64_t)Hq * D);
+        }
+        for (uint64_t j = 0; j < (uint64_t)T * stride; j++) {
+            const uint64_t i = j % stride;
+            if (i >= (uint64_t)(Hq + Hkv) * D) { /* V (biased only) and the padding: exact */
+                if (y[j] != ref[j]) fail_msg("add_rows: [%llu] %g vs %g", (unsigned long long)j, y[j], ref[j]);
+                continue;
+            }
+            double e = fabs(y[j] - ref[j]) / (1 + fabs(ref[j]));
+            if (e > w_rms) w_rms = e;
+            if (!(e <= ELEM_REL))
+                fail_msg("rmsnorm_heads Hq %u Hkv %u D %u: [%llu] %g vs %g", Hq, Hkv, D, (unsigned long long)j, y[j],
+                         ref[j]);
+        }
+        dcp_buffer_destroy(xb);
+        dcp_buffer_destroy(wb);
+        dcp_buffer_destroy(bb);
+        free(x); free(w); free(b); free(y); free(ref);
+    }
+    printf("rmsnorm_heads: max rel error %.3g; add_rows: exact\n", w_rms);
+    dcp_cmd_destroy(cmd);
+}
+
 static void test_rope_store(void **state)
 {
     dcp_device *dev = dcp_context_device(*state, 0);
@@ -294,6 +347,7 @@ static void test_rope_store(void **state)
     static const uint32_t cfgs[][4] = {/* Hq, Hkv, D, n_rot */ {8, 4, 8, 8}, {4, 1, 64, 32}, {6, 2, 128, 128}};
     double worst = 0;
     double worst_q8 = 0;
+    for (int neox = 0; neox < 2; neox++) /* NORM (llama) and NEOX (qwen2, qwen3, phi3) pairs */
     for (size_t ci = 0; ci < 3; ci++)
         for (int dt = 0; dt < 3; dt++) {
             const uint32_t Hq = cfgs[ci][0], Hkv = cfgs[ci][1], D = cfgs[ci][2], R = cfgs[ci][3];
@@ -324,7 +378,7 @@ static void test_rope_store(void **state)
             dcp_buffer *sb = upload(dev, src, (uint64_t)T * stride * 4), *slb = upload(dev, slot, sizeof slot);
             dcp_buffer *csb = upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
             DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * Hq * D * 4, DCP_MEMORY_DEVICE, &qb));
-            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, stage, stage_slots};
+            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, (uint32_t)neox, stage, stage_slots};
             if (q8) { /* without the stage a q8_0 pool is refused */
                 dcp_rope_store_args bad = a;
                 bad.kv_stage = NULL;
@@ -344,7 +398,9 @@ static void test_rope_store(void **state)
             float *row = malloc((uint64_t)width * 4);
             for (uint32_t t = 0; t < T; t++) {
                 memcpy(row, src + (uint64_t)t * stride, (uint64_t)width * 4);
-                dcp_ref_rope(Hq + Hkv, D, R, pos[t], base, row);
+                const dcp_ref_rope_cfg rc = {.n_rot = R, .base = base, .neox = 1, .factor = 1.0, .mscale = 1.0};
+                if (neox) dcp_ref_rope_ex(&rc, Hq + Hkv, D, pos[t], row);
+                else dcp_ref_rope(Hq + Hkv, D, R, pos[t], base, row);
                 for (uint32_t i = 0; i < Hq * D; i++) {
                     double e = fabs(q[(uint64_t)t * Hq * D + i] - row[i]);
                     if (e > worst) worst = e;
@@ -417,7 +473,7 @@ static void test_rope_store(void **state)
             free(written);
             free(row);
         }
-    printf("rope_store: max abs error %.3g (q and f32 K), q8_0 K/V %.3g\n", worst, worst_q8);
+    printf("rope_store: max abs error %.3g (q and f32 K, NORM and NEOX pairs), q8_0 K/V %.3g\n", worst, worst_q8);
     dcp_cmd_destroy(cmd);
 }
 
@@ -461,6 +517,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rmsnorm_parts),
+        cmocka_unit_test(test_rmsnorm_heads_add_rows),
         cmocka_unit_test(test_rope_store),  cmocka_unit_test(test_argmax),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -385,6 +385,13 @@ static void test_bpe_pretokenizers(void **state)
     expect_ids(t, "he\nll", (int32_t[]){HE, '\n', LL}, 3); /* byte b has id b here */
     expect_ids(t, "hello world!", (int32_t[]){HELLO, GWO, R, 'l', D, '!'}, 6);
     dcp_tokenizer_destroy(t);
+    t = small_bpe("qwen2");
+    assert_string_equal(dcp_tokenizer_pre(t), "qwen2");
+    expect_ids(t, "hello world", (int32_t[]){HELLO, GWO, R, 'l', D}, 5);
+    /* qwen2: every digit is a word of its own (the "12" and "123" merges cannot apply) */
+    expect_ids(t, "1234", (int32_t[]){'1', '2', '3', FOUR}, 4);
+    expect_ids(t, "  hello", (int32_t[]){SPACE, SPACE, HELLO}, 3);
+    dcp_tokenizer_destroy(t);
     (void)HELL, (void)GW, (void)N12;
 }
 

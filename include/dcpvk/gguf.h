@@ -350,7 +350,9 @@ dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dc
  * common English word pieces, SentencePiece style (`llama` tokenizer), padded with <unused_N>
  * tokens to a multiple of 64. */
 typedef struct dcp_test_model_config {
-    const char *arch;         /* architecture; only "llama" for now. Default "llama" */
+    const char *arch;         /* architecture: "llama", "qwen2" (+ Q/K/V biases), "qwen3" (+ Q/K
+                                 per-head norms), "phi3" (fused attn_qkv, gate|up in ffn_up).
+                                 Default "llama" */
     const char *name;         /* general.name. Default "dcp-vk-test" */
     uint32_t n_embd;          /* embedding size. Default 256 */
     uint32_t n_layer;         /* blocks. Default 4 */
@@ -364,6 +366,16 @@ typedef struct dcp_test_model_config {
     dcp_ggml_type weight_type;/* matrices (norms stay F32): any type of DCP_GGML_SUPPORTED_LIST whose
                                  block divides n_embd, n_ff and n_head*head_dim. Default F32 */
     uint64_t seed;            /* Default 1234 */
+    /* RoPE scaling and Mistral's window (every llama-family arch): */
+    int rope_freqs;           /* 1: write rope_freqs.weight [head_dim/2], Llama 3.x-style factors
+                                 rising from 1 (fast pairs) to 8 (slow pairs). Default 0 */
+    const char *rope_scaling; /* NULL or "none", "linear", "yarn": <arch>.rope.scaling.type.
+                                 Default NULL (not written) */
+    float rope_scale;         /* rope.scaling.factor with rope_scaling (yarn: original context
+                                 n_ctx / factor). Default 0 */
+    uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window (Mistral). Default 0 */
+    int tie_output;           /* 1: no output.weight, the head reads token_embd.weight (Llama 3.2
+                                 1B, Qwen2.5 0.5B). Default 0 */
 } dcp_test_model_config;
 
 #define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \

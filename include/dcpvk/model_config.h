@@ -1,7 +1,8 @@
 /* Model hyperparameters read from GGUF metadata (`<arch>.*` keys).
  *
- * Filled for the `llama` and `deepseek2` architectures. The deepseek2 part (MLA attention and MoE
- * feed-forward) is zero for llama. */
+ * Filled for the `llama`, `qwen2`, `qwen3`, `phi3` (the llama family: GQA attention, SwiGLU FFN,
+ * RMSNorm) and `deepseek2` architectures. The deepseek2 part (MLA attention and MoE feed-forward)
+ * is zero for the llama family. */
 #ifndef DCPVK_MODEL_CONFIG_H
 #define DCPVK_MODEL_CONFIG_H
 
@@ -17,7 +18,13 @@ extern "C" {
 typedef enum dcp_model_arch {
     DCP_ARCH_LLAMA = 0,
     DCP_ARCH_DEEPSEEK2 = 1, /* MLA attention + MoE (DeepSeek-V2/V3, Kimi) */
+    DCP_ARCH_QWEN2 = 2,     /* llama + Q/K/V biases, NEOX RoPE (Qwen2, Qwen2.5) */
+    DCP_ARCH_QWEN3 = 3,     /* llama + per-head RMSNorm of Q and K before RoPE, NEOX RoPE */
+    DCP_ARCH_PHI3 = 4,      /* llama with fused attn_qkv and gate|up (ffn_up), NEOX RoPE */
 } dcp_model_arch;
+
+/* The architectures dcp_model_config_read accepts, for messages. */
+#define DCP_ARCH_SUPPORTED_LIST "llama, qwen2, qwen3, phi3, deepseek2"
 
 /* Expert gating function of a MoE layer (the GGUF's <arch>.expert_gating_func codes). */
 typedef enum dcp_expert_gating {
@@ -28,6 +35,7 @@ typedef enum dcp_expert_gating {
 /* RoPE frequency scaling (<arch>.rope.scaling.type). */
 typedef enum dcp_rope_scaling {
     DCP_ROPE_SCALING_NONE = 0,   /* angle = pos * base^(-2i/n_rot) */
+    DCP_ROPE_SCALING_LINEAR = 1, /* angle / factor (positions interpolated) */
     DCP_ROPE_SCALING_YARN = 2,   /* YaRN: per pair a ramp between the scaled and unscaled angle */
 } dcp_rope_scaling;
 
@@ -77,7 +85,8 @@ typedef struct dcp_model_config {
     uint32_t n_expert_groups_used; /* <arch>.expert_group_used_count: groups kept per token (by
                                     * the sum of each group's top 2 selection scores); default
                                     * n_expert_groups */
-    dcp_rope_scaling rope_scaling; /* <arch>.rope.scaling.type ("none" or "yarn"); default none */
+    /* RoPE scaling, every architecture (deepseek2: none or yarn): */
+    dcp_rope_scaling rope_scaling; /* <arch>.rope.scaling.type ("none", "linear", "yarn"); default none */
     float rope_scaling_factor;     /* <arch>.rope.scaling.factor (context extension, >= 1 usually);
                                     * default 1 */
     uint32_t rope_n_ctx_orig;      /* <arch>.rope.scaling.original_context_length, tokens; default
@@ -94,6 +103,12 @@ typedef struct dcp_model_config {
     float rope_attn_factor;  /* magnitude of the rotation (cos, sin multiplied by it): 1, except
                               * under YaRN without a yarn_log_multiplier, where llama.cpp uses
                               * 1 + 0.1 ln(factor) */
+    /* The llama family: */
+    uint32_t rope_neox;      /* 1: NEOX RoPE, pairs (i, i + n_rot/2) (qwen2, qwen3, phi3); 0: NORM
+                              * RoPE, adjacent pairs (llama, deepseek2) */
+    uint32_t sliding_window; /* <arch>.attention.sliding_window, tokens; 0 (absent): none. The
+                              * engine runs full attention, which is the same while the context
+                              * fits in the window: a run state with a longer context is refused */
 } dcp_model_config;
 
 /* RoPE of one head part, in llama.cpp's NORM mode (adjacent pairs (2i, 2i+1), i < n_rot/2),
@@ -107,13 +122,16 @@ typedef struct dcp_rope_params {
     uint32_t n_ctx_orig;     /* YaRN: original context, tokens */
     float beta_fast, beta_slow; /* YaRN: correction dims of the ramp */
     float attn_factor;       /* magnitude multiplying cos and sin (config rope_attn_factor) */
+    const float *freq_factors; /* [n_rot/2] f32 or NULL: each pair's unscaled angle is divided by
+                              * its factor (Llama 3.x rope_freqs.weight); borrowed */
 } dcp_rope_params;
 
-/* The RoPE parameters of cfg (llama: no scaling, magnitude 1). */
+/* The RoPE parameters of cfg (no frequency factors: the caller sets freq_factors). */
 void dcp_rope_params_from_config(const dcp_model_config *cfg, dcp_rope_params *out);
 
 /* The (cos, sin) table of positions pos[0..n): cs [n][n_rot/2][2] f32, computed in double and
- * rounded once. Pair i at position p has angle theta = p * base^(-2i/n_rot); under YaRN, with
+ * rounded once. Pair i at position p has angle theta = p * base^(-2i/n_rot) (divided by
+ * freq_factors[i] when given); linear scaling divides it by factor; under YaRN, with
  * the correction dims [lo, hi] = [max(0, floor(c(beta_fast))),
  * min(n_rot - 1, ceil(c(beta_slow)))], c(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base), and
  * ramp r = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1): theta (1 - r) / factor + theta r
@@ -125,8 +143,9 @@ void dcp_rope_cs(const dcp_rope_params *rope, const uint32_t *pos, uint32_t n, f
  * consistent, n_rot <= head_dim and even; deepseek2: the MLA and MoE keys above, key_length =
  * kv_lora + rope and value_length = kv_lora when key_length_mla is present, expert counts and
  * groups consistent). A missing required key or an inconsistent value gives DCP_ERR_FORMAT naming
- * the key and the file; an architecture other than llama and deepseek2, or a rope scaling type or
- * gating function other than those above, gives DCP_ERR_UNSUPPORTED. */
+ * the key and the file; an architecture other than those of DCP_ARCH_SUPPORTED_LIST (named, with
+ * the list), or a rope scaling type or gating function other than those above, gives
+ * DCP_ERR_UNSUPPORTED. */
 dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out);
 
 #ifdef __cplusplus

@@ -69,10 +69,25 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
                                 uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
                                 uint32_t parts, uint32_t part_stride, uint32_t part_offset);
 
+/* The per-head RMSNorm of qwen3's Q and K, in place: for every token row t < tokens and head
+ * h < heads, the D = head_dim values x[x_offset + t x_stride + h D ..] become rmsnorm(.) * w_h,
+ * w_h = w[0..D) for h < w_split (the query heads), w[D..2D) otherwise (the key heads); w [2][D]
+ * f32. x_offset, x_stride in floats. */
+dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                                uint32_t heads, uint32_t head_dim, uint32_t w_split, dcp_buffer *w,
+                                uint32_t tokens, float eps);
+
+/* y[t][i] += b[i] for t < tokens, i < n: y [tokens][y_stride] f32, b [n] f32 (a bias on every
+ * row, e.g. qwen2's Q|K|V bias after the fused projection). */
+dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_buffer *b, uint32_t n,
+                           uint32_t tokens);
+
 /* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
  * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
  * DCP_KV_NO_SLOT: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
- * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored.
+ * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. neox: 0 rotates
+ * adjacent pairs (2i, 2i+1) (llama's NORM mode), 1 the pairs (i, i + n_rot/2) (NEOX mode: qwen2,
+ * qwen3, phi3).
  * A q8_0 pool is written in two passes: RoPE into kv_stage [tokens][2][kv_heads][D] f32 (every
  * token, through stage_slots [tokens] u32 holding 0, 1, 2, ...), then kv_append quantizes the
  * stored tokens from there (dcp_kv_pool_record_store); both are needed only for q8_0 pools. */
@@ -80,6 +95,7 @@ typedef struct dcp_rope_store_args {
     uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
     dcp_buffer *src, *slot, *cs, *q_out;
     dcp_kv_pool *pool;
+    uint32_t neox;
     dcp_buffer *kv_stage, *stage_slots;
 } dcp_rope_store_args;
 dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);

@@ -150,7 +150,7 @@ static dcp_status read_deepseek2(const dcp_gguf *g, const char *arch, dcp_model_
         if (c->n_expert_used > c->n_expert)
             return dcp_fail(DCP_ERR_FORMAT, "%s: %s.expert_used_count = %u exceeds expert_count = %u", name, arch,
                             c->n_expert_used, c->n_expert);
-        float sc;
+        float sc = 1.0f;
         if ((st = get_f32_or_zero(g, arch, "expert_weights_scale", 1.0f, &sc))) return st;
         c->expert_weights_scale = sc > 0.0f ? sc : 1.0f;
         char key[128];
@@ -182,44 +182,52 @@ static dcp_status read_deepseek2(const dcp_gguf *g, const char *arch, dcp_model_
                             c->n_expert_groups_used, ng, c->n_expert_used, per);
     }
 
+    /* Attention scale, as llama.cpp's deepseek2 graph computes it: a yarn_log_multiplier of
+     * 0.1 * mscale_all_dim gives mscale = 1 + 0.1 mscale_all_dim ln(factor) (the rotation
+     * magnitude is then 1, read_rope_scaling); without it mscale is the magnitude
+     * 1 + 0.1 ln(factor) (factor > 1). */
+    double f = c->rope_scaling_factor, mscale = 1.0;
+    if (c->rope_scaling == DCP_ROPE_SCALING_YARN)
+        mscale = c->rope_attn_factor * (1.0 + (double)c->rope_yarn_log_mul * log(f));
+    c->attn_scale = (float)(mscale * mscale / sqrt((double)c->head_dim_qk));
+    return DCP_OK;
+}
+
+/* <arch>.rope.scaling.*: the type (none, linear, yarn; deepseek2: none, yarn), its factor and the
+ * YaRN parameters, and the rotation magnitude (1; under YaRN without a yarn_log_multiplier
+ * 1 + 0.1 ln(factor), as ggml's YaRN rotation scales cos and sin). */
+static dcp_status read_rope_scaling(const dcp_gguf *g, const char *arch, dcp_model_config *c)
+{
+    dcp_status st;
+    const char *name = dcp_gguf_name(g);
     c->rope_scaling = DCP_ROPE_SCALING_NONE;
     c->rope_scaling_factor = 1.0f;
     c->rope_n_ctx_orig = c->n_ctx_train;
     c->rope_yarn_beta_fast = 32.0f;
     c->rope_yarn_beta_slow = 1.0f;
-    {
-        char key[128];
-        snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-        if (dcp_gguf_kv_find(g, key)) {
-            const char *type;
-            if ((st = dcp_gguf_get_string(g, key, &type, NULL))) return st;
-            if (strcmp(type, "yarn") == 0) c->rope_scaling = DCP_ROPE_SCALING_YARN;
-            else if (strcmp(type, "none") != 0)
-                return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: %s = '%.32s' is not supported for deepseek2 (none, yarn)",
-                                name, key, type);
-        }
+    c->rope_attn_factor = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (dcp_gguf_kv_find(g, key)) {
+        const char *type;
+        const bool ds2 = c->arch == DCP_ARCH_DEEPSEEK2;
+        if ((st = dcp_gguf_get_string(g, key, &type, NULL))) return st;
+        if (strcmp(type, "yarn") == 0) c->rope_scaling = DCP_ROPE_SCALING_YARN;
+        else if (strcmp(type, "linear") == 0 && !ds2) c->rope_scaling = DCP_ROPE_SCALING_LINEAR;
+        else if (strcmp(type, "none") != 0)
+            return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: %s = '%.32s' is not supported for %s (%s)", name, key, type,
+                            arch, ds2 ? "none, yarn" : "none, linear, yarn");
     }
-    if (c->rope_scaling == DCP_ROPE_SCALING_YARN) {
-        if ((st = get_f32(g, arch, "rope.scaling.factor", false, 1.0f, &c->rope_scaling_factor))) return st;
-        if ((st = get_u32(g, arch, "rope.scaling.original_context_length", false, c->n_ctx_train,
-                          &c->rope_n_ctx_orig)))
-            return st;
-        if ((st = get_f32_or_zero(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &c->rope_yarn_log_mul)))
-            return st;
-        if ((st = get_f32(g, arch, "rope.scaling.yarn_beta_fast", false, 32.0f, &c->rope_yarn_beta_fast))) return st;
-        if ((st = get_f32(g, arch, "rope.scaling.yarn_beta_slow", false, 1.0f, &c->rope_yarn_beta_slow))) return st;
-    }
-    /* Attention scale and rotation magnitude, as llama.cpp's deepseek2 graph and YaRN context
-     * setup compute them: a yarn_log_multiplier of 0.1 * mscale_all_dim gives rotations of
-     * magnitude 1 and mscale = 1 + 0.1 mscale_all_dim ln(factor); without it the magnitude and
-     * mscale are 1 + 0.1 ln(factor) (factor > 1). */
-    double f = c->rope_scaling_factor, pre = 1.0, mscale = 1.0;
-    if (c->rope_scaling == DCP_ROPE_SCALING_YARN) {
-        if (c->rope_yarn_log_mul == 0.0f && f > 1.0) pre = 1.0 + 0.1 * log(f);
-        mscale = pre * (1.0 + (double)c->rope_yarn_log_mul * log(f));
-    }
-    c->rope_attn_factor = (float)pre;
-    c->attn_scale = (float)(mscale * mscale / sqrt((double)c->head_dim_qk));
+    if (c->rope_scaling == DCP_ROPE_SCALING_NONE) return DCP_OK;
+    if ((st = get_f32(g, arch, "rope.scaling.factor", false, 1.0f, &c->rope_scaling_factor))) return st;
+    if (c->rope_scaling == DCP_ROPE_SCALING_LINEAR) return DCP_OK;
+    if ((st = get_u32(g, arch, "rope.scaling.original_context_length", false, c->n_ctx_train, &c->rope_n_ctx_orig)))
+        return st;
+    if ((st = get_f32_or_zero(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f, &c->rope_yarn_log_mul))) return st;
+    if ((st = get_f32(g, arch, "rope.scaling.yarn_beta_fast", false, 32.0f, &c->rope_yarn_beta_fast))) return st;
+    if ((st = get_f32(g, arch, "rope.scaling.yarn_beta_slow", false, 1.0f, &c->rope_yarn_beta_slow))) return st;
+    double f = c->rope_scaling_factor;
+    if (c->rope_yarn_log_mul == 0.0f && f > 1.0) c->rope_attn_factor = (float)(1.0 + 0.1 * log(f));
     return DCP_OK;
 }
 
@@ -233,11 +241,15 @@ dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out)
     if (!dcp_gguf_kv_find(g, "general.architecture"))
         return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key 'general.architecture'", name);
     if ((st = dcp_gguf_get_string(g, "general.architecture", &arch, NULL))) return st;
-    if (strcmp(arch, "llama") == 0) c.arch = DCP_ARCH_LLAMA;
-    else if (strcmp(arch, "deepseek2") == 0) c.arch = DCP_ARCH_DEEPSEEK2;
-    else
+    static const struct { const char *name; dcp_model_arch arch; } archs[] = {
+        {"llama", DCP_ARCH_LLAMA}, {"qwen2", DCP_ARCH_QWEN2}, {"qwen3", DCP_ARCH_QWEN3},
+        {"phi3", DCP_ARCH_PHI3},   {"deepseek2", DCP_ARCH_DEEPSEEK2}};
+    size_t ai = 0;
+    while (ai < sizeof archs / sizeof archs[0] && strcmp(arch, archs[ai].name) != 0) ai++;
+    if (ai == sizeof archs / sizeof archs[0])
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported (supported: "
-                        "llama, deepseek2)", name, arch);
+                        DCP_ARCH_SUPPORTED_LIST ")", name, arch);
+    c.arch = archs[ai].arch;
     snprintf(c.arch_name, sizeof c.arch_name, "%s", arch);
 
     if ((st = get_u32(g, arch, "embedding_length", true, 0, &c.n_embd))) return st;
@@ -274,6 +286,12 @@ dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out)
     if (c.n_vocab == 0)
         return dcp_fail(DCP_ERR_FORMAT, "%s: missing required key '%s.vocab_size' (and no "
                         "tokenizer.ggml.tokens array)", name, arch);
+    if ((st = read_rope_scaling(g, arch, &c))) return st;
+    c.attn_scale = (float)(1.0 / sqrt((double)c.head_dim));
+    c.rope_neox = c.arch == DCP_ARCH_QWEN2 || c.arch == DCP_ARCH_QWEN3 || c.arch == DCP_ARCH_PHI3;
+    if (c.arch != DCP_ARCH_DEEPSEEK2 &&
+        (st = get_u32_or_zero(g, arch, "attention.sliding_window", 0, &c.sliding_window)))
+        return st;
     if (c.arch == DCP_ARCH_DEEPSEEK2 && (st = read_deepseek2(g, arch, &c))) return st;
     *out = c;
     return DCP_OK;

@@ -1,4 +1,4 @@
-/* The project's deterministic test models: llama-architecture GGUF v3 files with seeded random
+/* The project's deterministic test models: llama-family (llama, qwen2, qwen3, phi3) GGUF v3 files with seeded random
  * weights and a small built-in SentencePiece-style vocabulary. The default model of dcp-vk-run. */
 #include <math.h>
 #include <stdio.h>
@@ -153,9 +153,18 @@ fail:
 
 static dcp_status check_config(const dcp_test_model_config *c, uint32_t head_dim)
 {
-    if (!c->arch || strcmp(c->arch, "llama") != 0)
+    if (!c->arch || (strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2") && strcmp(c->arch, "qwen3") &&
+                     strcmp(c->arch, "phi3")))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: arch '%s' is not supported (supported: "
-                        "llama)", c->arch ? c->arch : "(null)");
+                        "llama, qwen2, qwen3, phi3; deepseek2 through dcp_gguf_build_test_model_deepseek2)",
+                        c->arch ? c->arch : "(null)");
+    if (c->rope_scaling && strcmp(c->rope_scaling, "none") && strcmp(c->rope_scaling, "linear") &&
+        strcmp(c->rope_scaling, "yarn"))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: rope scaling '%s' is not one of none, linear, yarn",
+                        c->rope_scaling);
+    if (c->rope_scaling && strcmp(c->rope_scaling, "none") && !(c->rope_scale >= 1.0f && c->rope_scale <= 1024.0f))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: rope scale %g must be in [1, 1024] with %s scaling",
+                        (double)c->rope_scale, c->rope_scaling);
     if (c->n_embd == 0 || c->n_layer == 0 || c->n_head == 0 || c->n_head_kv == 0 || c->n_ff == 0 ||
         c->n_ctx == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: n_embd, n_layer, n_head, n_head_kv, "
@@ -206,39 +215,79 @@ dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_
         if (ftype_of[i].t == c->weight_type) file_type = ftype_of[i].f;
 
     DCP_TRY(dcp_gguf_writer_create(32, &w));
-    DCP_TRY(dcp_gguf_writer_set_string(w, "general.architecture", "llama", 5));
+    const char *arch = c->arch;
+    const bool phi3 = !strcmp(arch, "phi3"), qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s." k, arch), key)
+    DCP_TRY(dcp_gguf_writer_set_string(w, "general.architecture", arch, strlen(arch)));
     const char *nm = c->name ? c->name : "dcp-vk-test";
     DCP_TRY(dcp_gguf_writer_set_string(w, "general.name", nm, strlen(nm)));
     DCP_TRY(dcp_gguf_writer_set_uint(w, "general.file_type", DCP_GGUF_TYPE_UINT32, file_type));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.context_length", DCP_GGUF_TYPE_UINT32, c->n_ctx));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.embedding_length", DCP_GGUF_TYPE_UINT32, c->n_embd));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.block_count", DCP_GGUF_TYPE_UINT32, c->n_layer));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.feed_forward_length", DCP_GGUF_TYPE_UINT32, c->n_ff));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.rope.dimension_count", DCP_GGUF_TYPE_UINT32, hd));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.attention.head_count", DCP_GGUF_TYPE_UINT32, c->n_head));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.attention.head_count_kv", DCP_GGUF_TYPE_UINT32, c->n_head_kv));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.attention.key_length", DCP_GGUF_TYPE_UINT32, hd));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "llama.attention.value_length", DCP_GGUF_TYPE_UINT32, hd));
-    DCP_TRY(dcp_gguf_writer_set_float(w, "llama.attention.layer_norm_rms_epsilon", DCP_GGUF_TYPE_FLOAT32, c->rms_eps));
-    DCP_TRY(dcp_gguf_writer_set_float(w, "llama.rope.freq_base", DCP_GGUF_TYPE_FLOAT32, c->rope_base));
-    DCP_TRY(add_tokenizer(w, "llama", &n_vocab));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("context_length"), DCP_GGUF_TYPE_UINT32, c->n_ctx));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("embedding_length"), DCP_GGUF_TYPE_UINT32, c->n_embd));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("block_count"), DCP_GGUF_TYPE_UINT32, c->n_layer));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("feed_forward_length"), DCP_GGUF_TYPE_UINT32, c->n_ff));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("rope.dimension_count"), DCP_GGUF_TYPE_UINT32, hd));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("attention.head_count"), DCP_GGUF_TYPE_UINT32, c->n_head));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("attention.head_count_kv"), DCP_GGUF_TYPE_UINT32, c->n_head_kv));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("attention.key_length"), DCP_GGUF_TYPE_UINT32, hd));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("attention.value_length"), DCP_GGUF_TYPE_UINT32, hd));
+    DCP_TRY(dcp_gguf_writer_set_float(w, KEY("attention.layer_norm_rms_epsilon"), DCP_GGUF_TYPE_FLOAT32, c->rms_eps));
+    DCP_TRY(dcp_gguf_writer_set_float(w, KEY("rope.freq_base"), DCP_GGUF_TYPE_FLOAT32, c->rope_base));
+    if (c->rope_scaling) {
+        DCP_TRY(dcp_gguf_writer_set_string(w, KEY("rope.scaling.type"), c->rope_scaling, strlen(c->rope_scaling)));
+        if (strcmp(c->rope_scaling, "none")) {
+            DCP_TRY(dcp_gguf_writer_set_float(w, KEY("rope.scaling.factor"), DCP_GGUF_TYPE_FLOAT32, c->rope_scale));
+            if (!strcmp(c->rope_scaling, "yarn"))
+                DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("rope.scaling.original_context_length"), DCP_GGUF_TYPE_UINT32,
+                                                 (uint32_t)(c->n_ctx / c->rope_scale)));
+        }
+    }
+    if (c->sliding_window)
+        DCP_TRY(dcp_gguf_writer_set_uint(w, KEY("attention.sliding_window"), DCP_GGUF_TYPE_UINT32, c->sliding_window));
+#undef KEY
+    DCP_TRY(add_tokenizer(w, arch, &n_vocab));
 
     uint64_t rng = c->seed;
     dcp_ggml_type wt = c->weight_type;
     uint64_t nq = (uint64_t)c->n_head * hd, nkv = (uint64_t)c->n_head_kv * hd;
     DCP_TRY(add_weight(w, "token_embd.weight", wt, 2, c->n_embd, n_vocab, &rng, false));
     DCP_TRY(add_weight(w, "output_norm.weight", DCP_GGML_TYPE_F32, 1, c->n_embd, 1, &rng, true));
-    DCP_TRY(add_weight(w, "output.weight", wt, 2, c->n_embd, n_vocab, &rng, false));
+    if (!c->tie_output) DCP_TRY(add_weight(w, "output.weight", wt, 2, c->n_embd, n_vocab, &rng, false));
+    if (c->rope_freqs) { /* Llama 3.x-like: factor 1 for the fastest pairs rising to 8 for the slowest */
+        const uint32_t half = hd / 2;
+        float f[512];
+        for (uint32_t i = 0; i < half; i++) f[i] = 1.0f + 7.0f * (float)i / (float)(half > 1 ? half - 1 : 1);
+        const uint64_t ne[1] = {half};
+        DCP_TRY(dcp_gguf_writer_add_tensor(w, "rope_freqs.weight", DCP_GGML_TYPE_F32, 1, ne, f, (uint64_t)half * 4));
+    }
     for (uint32_t l = 0; l < c->n_layer; ++l) {
 #define BLK(suffix) (snprintf(name, sizeof name, "blk.%u." suffix, l), name)
         DCP_TRY(add_weight(w, BLK("attn_norm.weight"), DCP_GGML_TYPE_F32, 1, c->n_embd, 1, &rng, true));
-        DCP_TRY(add_weight(w, BLK("attn_q.weight"), wt, 2, c->n_embd, nq, &rng, false));
-        DCP_TRY(add_weight(w, BLK("attn_k.weight"), wt, 2, c->n_embd, nkv, &rng, false));
-        DCP_TRY(add_weight(w, BLK("attn_v.weight"), wt, 2, c->n_embd, nkv, &rng, false));
+        if (phi3) {
+            DCP_TRY(add_weight(w, BLK("attn_qkv.weight"), wt, 2, c->n_embd, nq + 2 * nkv, &rng, false));
+        } else {
+            DCP_TRY(add_weight(w, BLK("attn_q.weight"), wt, 2, c->n_embd, nq, &rng, false));
+            DCP_TRY(add_weight(w, BLK("attn_k.weight"), wt, 2, c->n_embd, nkv, &rng, false));
+            DCP_TRY(add_weight(w, BLK("attn_v.weight"), wt, 2, c->n_embd, nkv, &rng, false));
+        }
+        if (qwen2) { /* biases: drawn with scale 1/sqrt(n) like the matrices, F32 */
+            DCP_TRY(add_weight(w, BLK("attn_q.bias"), DCP_GGML_TYPE_F32, 1, nq, 1, &rng, false));
+            DCP_TRY(add_weight(w, BLK("attn_k.bias"), DCP_GGML_TYPE_F32, 1, nkv, 1, &rng, false));
+            DCP_TRY(add_weight(w, BLK("attn_v.bias"), DCP_GGML_TYPE_F32, 1, nkv, 1, &rng, false));
+        }
+        if (qwen3) {
+            DCP_TRY(add_weight(w, BLK("attn_q_norm.weight"), DCP_GGML_TYPE_F32, 1, hd, 1, &rng, true));
+            DCP_TRY(add_weight(w, BLK("attn_k_norm.weight"), DCP_GGML_TYPE_F32, 1, hd, 1, &rng, true));
+        }
         DCP_TRY(add_weight(w, BLK("attn_output.weight"), wt, 2, nq, c->n_embd, &rng, false));
         DCP_TRY(add_weight(w, BLK("ffn_norm.weight"), DCP_GGML_TYPE_F32, 1, c->n_embd, 1, &rng, true));
-        DCP_TRY(add_weight(w, BLK("ffn_gate.weight"), wt, 2, c->n_embd, c->n_ff, &rng, false));
-        DCP_TRY(add_weight(w, BLK("ffn_up.weight"), wt, 2, c->n_embd, c->n_ff, &rng, false));
+        if (phi3) {
+            DCP_TRY(add_weight(w, BLK("ffn_up.weight"), wt, 2, c->n_embd, 2ull * c->n_ff, &rng, false));
+        } else {
+            DCP_TRY(add_weight(w, BLK("ffn_gate.weight"), wt, 2, c->n_embd, c->n_ff, &rng, false));
+            DCP_TRY(add_weight(w, BLK("ffn_up.weight"), wt, 2, c->n_embd, c->n_ff, &rng, false));
+        }
         DCP_TRY(add_weight(w, BLK("ffn_down.weight"), wt, 2, c->n_ff, c->n_embd, &rng, false));
 #undef BLK
     }

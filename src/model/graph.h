@@ -54,6 +54,8 @@ struct dcp_model {
     dcp_graph_rank_weights *ranks;   /* [nl]: ranks[i] is TP rank first + i */
     void *arch;                      /* the architecture's weights (its ops own them) */
     uint64_t bytes;                  /* device bytes of every rank's weights */
+    float *rope_freqs;               /* [n_rot/2] f32 RoPE frequency factors (rope_freqs.weight,
+                                      * Llama 3.x) or NULL */
     uint64_t *rank_bytes;            /* [nl] device bytes of each rank's weights */
     uint64_t *rank_largest;          /* [nl] the largest weight buffer of each rank */
     bool count_only;                 /* loaded with count_only: no device memory */
@@ -139,7 +141,7 @@ struct dcp_arch_ops {
     dcp_status (*ffn)(dcp_model_state *s, uint32_t l);
 };
 
-extern const dcp_arch_ops dcp_arch_llama;
+extern const dcp_arch_ops dcp_arch_llama; /* llama, and its variants qwen2, qwen3, phi3 (llama.c) */
 extern const dcp_arch_ops dcp_arch_deepseek2;
 
 /* Adds a buffer of `bytes` to the field *field of mem (and the largest buffer when it is). */

@@ -9,7 +9,10 @@
 static const dcp_arch_ops *arch_ops(dcp_model_arch arch)
 {
     switch (arch) {
-    case DCP_ARCH_LLAMA: return &dcp_arch_llama;
+    case DCP_ARCH_LLAMA:
+    case DCP_ARCH_QWEN2:
+    case DCP_ARCH_QWEN3:
+    case DCP_ARCH_PHI3: return &dcp_arch_llama;
     case DCP_ARCH_DEEPSEEK2: return &dcp_arch_deepseek2;
     default: return NULL;
     }
@@ -53,6 +56,30 @@ fail:
     return st;
 }
 
+/* rope_freqs.weight [n_rot/2] (Llama 3.x frequency factors), when the file has it: kept on the
+ * host for the RoPE tables of every step. */
+static dcp_status load_rope_freqs(dcp_model *m, const dcp_gguf *g)
+{
+    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(g, "rope_freqs.weight");
+    if (!t) return DCP_OK;
+    const uint32_t half = m->cfg.n_rot / 2;
+    if (m->cfg.arch == DCP_ARCH_DEEPSEEK2)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: rope_freqs.weight with the deepseek2 architecture is not supported",
+                        dcp_gguf_name(g));
+    if (t->n_elements != half)
+        return dcp_fail(DCP_ERR_FORMAT, "%s: tensor rope_freqs.weight has %llu elements, expected n_rot / 2 = %u",
+                        dcp_gguf_name(g), (unsigned long long)t->n_elements, half);
+    m->rope_freqs = malloc((size_t)half * sizeof *m->rope_freqs);
+    if (!m->rope_freqs) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    dcp_status st = dcp_gguf_tensor_to_f32(g, t, m->rope_freqs);
+    if (st) return st;
+    for (uint32_t i = 0; i < half; i++)
+        if (!(m->rope_freqs[i] > 0.0f) || m->rope_freqs[i] > 1e30f)
+            return dcp_fail(DCP_ERR_FORMAT, "%s: rope_freqs.weight[%u] = %g is not a positive finite factor",
+                            dcp_gguf_name(g), i, (double)m->rope_freqs[i]);
+    return DCP_OK;
+}
+
 dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, const dcp_model_config *cfg,
                           dcp_model **out)
 {
@@ -61,8 +88,8 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
     const uint32_t tp = lc->tp ? lc->tp : lc->count;
     const dcp_arch_ops *ops = arch_ops(cfg->arch);
     if (!ops)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture %s is not supported (supported: llama, deepseek2)", dcp_gguf_name(g),
-                        cfg->arch_name);
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: architecture %s is not supported (supported: " DCP_ARCH_SUPPORTED_LIST ")",
+                        dcp_gguf_name(g), cfg->arch_name);
     if ((st = check_placement(lc, tp)) != DCP_OK) return st;
     if (cfg->n_embd % 4)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: embedding %u must be a multiple of 4", dcp_gguf_name(g), cfg->n_embd);
@@ -76,6 +103,7 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
     m->first = lc->first_rank;
     m->nl = lc->count;
     DCP_TRY(ops->check(m, g));
+    DCP_TRY(load_rope_freqs(m, g));
     m->count_only = lc->count_only;
     m->ranks = calloc(m->nl, sizeof *m->ranks);
     m->rank_bytes = calloc(m->nl, sizeof *m->rank_bytes);
@@ -116,6 +144,7 @@ void dcp_model_destroy(dcp_model *m)
         dcp_buffer_destroy(rw->out_norm);
     }
     free(m->ranks);
+    free(m->rope_freqs);
     free(m->rank_bytes);
     free(m->rank_largest);
     free(m);

@@ -196,7 +196,16 @@ static dcp_status state_defaults(const dcp_model *m, const dcp_model_state_confi
     const dcp_model_config *mc = &m->cfg;
     dcp_model_state_config c = *config;
     const uint32_t N = m->dcp;
-    if (c.n_ctx == 0) c.n_ctx = mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
+    if (c.n_ctx == 0) {
+        c.n_ctx = mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
+        if (mc->sliding_window && c.n_ctx > mc->sliding_window) c.n_ctx = mc->sliding_window;
+    }
+    if (mc->sliding_window && c.n_ctx > mc->sliding_window)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "model state: a context of %u tokens exceeds the model's sliding attention window of %u "
+                        "tokens (%s.attention.sliding_window); dcp-vk runs full attention, which equals "
+                        "sliding-window attention only while the context fits in the window: use n_ctx <= %u",
+                        c.n_ctx, mc->sliding_window, mc->arch_name, mc->sliding_window);
     if (c.max_seqs == 0) c.max_seqs = 1;
     if (c.interleave == 0) c.interleave = 1;
     if (c.chunk_tokens == 0) c.chunk_tokens = 512;
@@ -289,7 +298,7 @@ static dcp_status state_bytes(const dcp_model *m, const state_shape *sh, dcp_mod
 
 dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config, dcp_model_memory *per_rank)
 {
-    state_shape sh;
+    state_shape sh = {0};
     dcp_status st = state_defaults(m, config, &sh);
     if (st != DCP_OK) return st;
     return state_bytes(m, &sh, per_rank);
@@ -366,7 +375,7 @@ static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory
 dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_config *config, uint32_t *max_ctx)
 {
     if (max_ctx) *max_ctx = 0;
-    state_shape sh;
+    state_shape sh = {0};
     dcp_status st = state_defaults(m, config, &sh);
     if (st != DCP_OK) return st;
     dcp_model_memory *mem = calloc(m->nl, sizeof *mem);
@@ -438,9 +447,13 @@ dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *co
     if (m->count_only)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: the model was loaded with count_only (no weights "
                                                   "on the devices)");
-    state_shape sh;
+    state_shape sh = {0};
     if ((st = state_defaults(m, config, &sh)) != DCP_OK) return st;
     const dcp_model_state_config c = sh.c;
+    if (m->cfg.sliding_window && (m->first == 0 || !spread))
+        fprintf(stderr, "dcp-vk: warning: %s.attention.sliding_window = %u is ignored: the context of %u tokens "
+                        "fits in the window, where full attention is the same\n",
+                m->cfg.arch_name, m->cfg.sliding_window, c.n_ctx);
     dcp_model_state *s = calloc(1, sizeof *s);
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     s->m = m;

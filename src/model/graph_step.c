@@ -81,6 +81,7 @@ static void write_inputs(dcp_model_state *s, const dcp_model_row *rows)
     for (uint32_t t = 0; t < n; t++) s->row_pos[t] = (uint32_t)(s->row_len[t] - 1);
     dcp_rope_params rp;
     dcp_rope_params_from_config(mc, &rp);
+    rp.freq_factors = s->m->rope_freqs;
     dcp_rope_cs(&rp, s->row_pos, n, cs0);
     for (uint32_t i = 0; i < s->m->nl; i++) {
         dcp_graph_rank *r = &s->r[i];

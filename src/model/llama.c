@@ -1,5 +1,12 @@
 /* The llama architecture (GQA) on the shared graph (src/model/graph.h): its layer weights and their
- * sharding, its part of the run state, and one layer of the forward pass.
+ * sharding, its part of the run state, and one layer of the forward pass. The same code runs the
+ * llama family, variants by flags of the weights:
+ *   llama  (Llama 2/3.x, Mistral): NORM RoPE; optional Q/K/V biases; rope_freqs and scaling on the
+ *          host (src/model/rope.c)
+ *   qwen2  Q/K/V biases (attn_q.bias, ...) added after the fused projection; NEOX RoPE
+ *   qwen3  per-head RMSNorm of Q and K (attn_q_norm / attn_k_norm) before RoPE; NEOX RoPE
+ *   phi3   fused attn_qkv and gate|up (ffn_up of 2 n_ff rows) tensors, sliced per rank by row
+ *          offsets; NEOX RoPE
  *
  * Sharding (TP size T, rank r): query heads [r Hq/T, (r+1) Hq/T); KV heads split when Hkv % T == 0,
  * else replicated (rank r holds KV head r / (T / Hkv)); FFN rows split unevenly (the first F % T
@@ -24,6 +31,8 @@
 
 typedef struct llama_layer {
     dcp_buffer *attn_norm, *ffn_norm; /* [n_embd] f32 */
+    dcp_buffer *bqkv;                 /* [(qh + 2 hkv) D] f32 Q|K|V bias of the rank, or NULL */
+    dcp_buffer *qk_norm;              /* [2][D] f32 Q norm then K norm (qwen3), or NULL */
     dcp_matrix wqkv;                  /* [(qh + 2 hkv) D][n_embd]: projected Q heads, local K, V heads */
     dcp_matrix wo;                    /* [n_embd][hq D]: the rank's input columns */
     dcp_matrix wgu;                   /* [2 f][n_embd]: local gate rows then up rows */
@@ -39,7 +48,16 @@ typedef struct llama_rank {
     llama_layer *layers;   /* [n_layer] */
 } llama_rank;
 
+/* The variant's tensors (from the architecture and the file). */
+typedef struct llama_variant {
+    bool fused_qkv;        /* attn_qkv [(Hq + 2 Hkv) D][n_embd] instead of attn_q / attn_k / attn_v */
+    bool fused_gate_up;    /* ffn_up [2 n_ff][n_embd] (gate rows, then up rows), no ffn_gate */
+    bool bias;             /* Q/K/V biases (attn_q.bias ... or attn_qkv.bias) */
+    bool qk_norm;          /* attn_q_norm / attn_k_norm [D] */
+} llama_variant;
+
 typedef struct llama_weights {
+    llama_variant v;
     llama_rank *ranks;     /* [nl] */
 } llama_weights;
 
@@ -65,25 +83,53 @@ static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
 
 /* ---- weights ------------------------------------------------------------------------------- */
 
+static bool has_tensor(const dcp_gguf *g, const char *name) { return dcp_gguf_tensor_find(g, name) != NULL; }
+
+/* The variant of the file: fused tensors (phi3), biases (qwen2; optional for llama), Q/K norms
+ * (qwen3). */
+static llama_variant llama_variant_of(const dcp_model_config *cfg, const dcp_gguf *g)
+{
+    llama_variant v = {0};
+    v.fused_qkv = cfg->arch == DCP_ARCH_PHI3 || has_tensor(g, "blk.0.attn_qkv.weight");
+    v.fused_gate_up = cfg->arch == DCP_ARCH_PHI3;
+    v.bias = cfg->arch == DCP_ARCH_QWEN2 || has_tensor(g, v.fused_qkv ? "blk.0.attn_qkv.bias" : "blk.0.attn_q.bias");
+    v.qk_norm = cfg->arch == DCP_ARCH_QWEN3 || has_tensor(g, "blk.0.attn_q_norm.weight");
+    return v;
+}
+
 static dcp_status llama_check(const dcp_model *m, const dcp_gguf *g)
 {
     const dcp_model_config *cfg = &m->cfg;
     const uint32_t tp = m->tp, Hq = cfg->n_head, Hkv = cfg->n_head_kv;
+    const char *name = dcp_gguf_name(g);
     if (cfg->head_dim_v != cfg->head_dim)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: value head size %u differs from key head size %u",
-                        dcp_gguf_name(g), cfg->head_dim_v, cfg->head_dim);
+                        name, cfg->head_dim_v, cfg->head_dim);
     if (cfg->head_dim % 4)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: head size %u must be a multiple of 4", dcp_gguf_name(g),
-                        cfg->head_dim);
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: head size %u must be a multiple of 4", name, cfg->head_dim);
     if (Hq % tp || (Hkv % tp && tp % Hkv))
         return dcp_fail(DCP_ERR_CONFIG,
                         "tensor-parallel size %u: the %u query heads must divide by it and the %u KV heads must "
                         "divide by it or divide it", tp, Hq, Hkv);
+    /* Tensors of features this build does not run: refused by name rather than ignored. */
+    static const char *const unsupported[][2] = {
+        {"rope_factors_long.weight", "LongRoPE frequency factors (Phi-3 128k models)"},
+        {"rope_factors_short.weight", "LongRoPE frequency factors (Phi-3 128k models)"},
+        {"blk.0.attn_output.bias", "an attention output bias"},
+        {"blk.0.ffn_up.bias", "feed-forward biases"},
+        {"blk.0.ffn_down.bias", "feed-forward biases"},
+        {"output.bias", "an output bias"},
+        {"blk.0.ffn_gate_inp.weight", "mixture-of-experts layers"},
+    };
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (has_tensor(g, unsupported[i][0]))
+            return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s (%s) is not supported for architecture %s", name,
+                            unsupported[i][0], unsupported[i][1], cfg->arch_name);
     return dcp_cp_check(tp, m->dcp, Hq, Hkv);
 }
 
 /* The layers of TP rank r (local index i). */
-static dcp_status load_rank(dcp_model *m, dcp_load_ctx *lc, uint32_t i, llama_rank *rw)
+static dcp_status load_rank(dcp_model *m, dcp_load_ctx *lc, const llama_variant *v, uint32_t i, llama_rank *rw)
 {
     dcp_status st = DCP_OK;
     const dcp_model_config *cfg = &m->cfg;
@@ -107,29 +153,68 @@ static dcp_status load_rank(dcp_model *m, dcp_load_ctx *lc, uint32_t i, llama_ra
     rw->layers = calloc(cfg->n_layer, sizeof *rw->layers);
     if (!rw->layers) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     const uint64_t vE[1] = {E};
+    const uint32_t qd = Hq * D, kd = Hkv * D;
     for (uint32_t l = 0; l < cfg->n_layer; l++) {
         llama_layer *L = &rw->layers[l];
-        char n[9][64];
-        const char *sfx[9] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-                              "attn_norm", "ffn_norm"};
-        for (int k = 0; k < 9; k++) snprintf(n[k], 64, "blk.%u.%s.weight", l, sfx[k]);
-        dcp_slice qkv[3] = {{n[0], rw->qh0 * D, rw->qh * D, 0, E},
-                            {n[1], rw->kv0 * D, rw->hkv * D, 0, E},
-                            {n[2], rw->kv0 * D, rw->hkv * D, 0, E}};
-        const uint64_t k3[3] = {E, E, E}, r3[3] = {(uint64_t)Hq * D, (uint64_t)Hkv * D, (uint64_t)Hkv * D};
-        DCP_TRY(dcp_load_slices(lc, dev, 3, qkv, k3, r3, E, &L->wqkv));
-        dcp_slice wo = {n[3], 0, E, rw->q0 * D, rw->hq * D};
-        const uint64_t kq[1] = {(uint64_t)Hq * D};
+        enum { NQ, NK, NV, NQKV, NO, NG, NU, ND, NAN_, NFN, NBQ, NBK, NBV, NBQKV, NQN, NKN, NCOUNT };
+        char n[NCOUNT][64];
+        const char *sfx[NCOUNT] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight",
+                                   "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+                                   "attn_norm.weight", "ffn_norm.weight", "attn_q.bias", "attn_k.bias",
+                                   "attn_v.bias", "attn_qkv.bias", "attn_q_norm.weight", "attn_k_norm.weight"};
+        for (int k = 0; k < NCOUNT; k++) snprintf(n[k], 64, "blk.%u.%s", l, sfx[k]);
+        /* Q | K | V rows of the rank: the projected query heads, the local KV heads. Fused: the
+         * same tensor at row offsets 0, Hq D, (Hq + Hkv) D. */
+        const uint32_t q_r0 = rw->qh0 * D, k_r0 = rw->kv0 * D;
+        if (v->fused_qkv) {
+            const uint64_t tot = (uint64_t)qd + 2ull * kd;
+            dcp_slice qkv[3] = {{n[NQKV], q_r0, rw->qh * D, 0, E},
+                                {n[NQKV], qd + k_r0, rw->hkv * D, 0, E},
+                                {n[NQKV], qd + kd + k_r0, rw->hkv * D, 0, E}};
+            const uint64_t k3[3] = {E, E, E}, r3[3] = {tot, tot, tot};
+            DCP_TRY(dcp_load_slices(lc, dev, 3, qkv, k3, r3, E, &L->wqkv));
+            if (v->bias) {
+                dcp_vslice b[3] = {{n[NBQKV], q_r0, rw->qh * D, tot}, {n[NBQKV], qd + k_r0, rw->hkv * D, tot},
+                                   {n[NBQKV], qd + kd + k_r0, rw->hkv * D, tot}};
+                DCP_TRY(dcp_load_vector_slices(lc, dev, 3, b, &L->bqkv));
+            }
+        } else {
+            dcp_slice qkv[3] = {{n[NQ], q_r0, rw->qh * D, 0, E}, {n[NK], k_r0, rw->hkv * D, 0, E},
+                                {n[NV], k_r0, rw->hkv * D, 0, E}};
+            const uint64_t k3[3] = {E, E, E}, r3[3] = {qd, kd, kd};
+            DCP_TRY(dcp_load_slices(lc, dev, 3, qkv, k3, r3, E, &L->wqkv));
+            if (v->bias) {
+                dcp_vslice b[3] = {{n[NBQ], q_r0, rw->qh * D, qd}, {n[NBK], k_r0, rw->hkv * D, kd},
+                                   {n[NBV], k_r0, rw->hkv * D, kd}};
+                DCP_TRY(dcp_load_vector_slices(lc, dev, 3, b, &L->bqkv));
+            }
+        }
+        if (v->qk_norm) {
+            dcp_vslice qk[2] = {{n[NQN], 0, D, D}, {n[NKN], 0, D, D}};
+            DCP_TRY(dcp_load_vector_slices(lc, dev, 2, qk, &L->qk_norm));
+        }
+        dcp_slice wo = {n[NO], 0, E, rw->q0 * D, rw->hq * D};
+        const uint64_t kq[1] = {qd};
         DCP_TRY(dcp_load_slices(lc, dev, 1, &wo, kq, vE, rw->hq * D, &L->wo));
-        dcp_slice gu[2] = {{n[4], rw->f0, rw->f, 0, E}, {n[5], rw->f0, rw->f, 0, E}};
-        const uint64_t k2[2] = {E, E}, rF[2] = {F, F};
-        DCP_TRY(dcp_load_slices(lc, dev, 2, gu, k2, rF, E, &L->wgu));
-        dcp_slice dn = {n[6], 0, E, rw->f0, rw->f};
+        /* gate | up rows of the rank; fused: ffn_up holds gate rows [0, F) then up rows [F, 2F). */
+        const uint64_t k2[2] = {E, E};
+        if (v->fused_gate_up) {
+            dcp_slice gu[2] = {{n[NU], rw->f0, rw->f, 0, E}, {n[NU], F + rw->f0, rw->f, 0, E}};
+            const uint64_t r2[2] = {2ull * F, 2ull * F};
+            DCP_TRY(dcp_load_slices(lc, dev, 2, gu, k2, r2, E, &L->wgu));
+        } else {
+            dcp_slice gu[2] = {{n[NG], rw->f0, rw->f, 0, E}, {n[NU], rw->f0, rw->f, 0, E}};
+            const uint64_t r2[2] = {F, F};
+            DCP_TRY(dcp_load_slices(lc, dev, 2, gu, k2, r2, E, &L->wgu));
+        }
+        const uint64_t rF[1] = {F};
+        dcp_slice dn = {n[ND], 0, E, rw->f0, rw->f};
         DCP_TRY(dcp_load_slices(lc, dev, 1, &dn, rF, vE, rw->f_pad, &L->wdown));
-        DCP_TRY(dcp_load_norm(lc, dev, n[7], E, &L->attn_norm));
-        DCP_TRY(dcp_load_norm(lc, dev, n[8], E, &L->ffn_norm));
+        DCP_TRY(dcp_load_norm(lc, dev, n[NAN_], E, &L->attn_norm));
+        DCP_TRY(dcp_load_norm(lc, dev, n[NFN], E, &L->ffn_norm));
         m->bytes += dcp_buffer_size(L->wqkv.buf) + dcp_buffer_size(L->wo.buf) + dcp_buffer_size(L->wgu.buf) +
-                    dcp_buffer_size(L->wdown.buf) + 8ull * E;
+                    dcp_buffer_size(L->wdown.buf) + 8ull * E + (L->bqkv ? dcp_buffer_size(L->bqkv) : 0) +
+                    (L->qk_norm ? dcp_buffer_size(L->qk_norm) : 0);
     }
 fail:
     return st;
@@ -145,6 +230,8 @@ static void llama_unload(dcp_model *m)
             llama_layer *L = &rw->layers[l];
             dcp_buffer_destroy(L->attn_norm);
             dcp_buffer_destroy(L->ffn_norm);
+            dcp_buffer_destroy(L->bqkv);
+            dcp_buffer_destroy(L->qk_norm);
             dcp_matrix_destroy(&L->wqkv);
             dcp_matrix_destroy(&L->wo);
             dcp_matrix_destroy(&L->wgu);
@@ -163,9 +250,10 @@ static dcp_status llama_load(dcp_model *m, dcp_load_ctx *lc)
     llama_weights *w = calloc(1, sizeof *w);
     if (!w) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     m->arch = w;
+    w->v = llama_variant_of(&m->cfg, lc->g);
     w->ranks = calloc(m->nl, sizeof *w->ranks);
     if (!w->ranks) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-    for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(load_rank(m, lc, i, &w->ranks[i]));
+    for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(load_rank(m, lc, &w->v, i, &w->ranks[i]));
 fail:
     return st;
 }
@@ -380,11 +468,20 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
         DCP_TRY(dcp_graph_norm(s, i, L->attn_norm));
         dcp_cmd_barrier(cmd); /* rmsnorm xn (and x += parts) -> qkv matmul */
         DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, xn, 0, E, rs->qkv, rs->qkv4, T, 0));
-        dcp_cmd_barrier(cmd); /* qkv -> rope_store */
+        dcp_cmd_barrier(cmd); /* qkv -> bias / Q,K norm / rope_store */
+        if (L->bqkv) {
+            DCP_TRY(dcp_op_add_rows(cmd, rs->qkv, rs->qkv4, L->bqkv, (rw->qh + 2 * rw->hkv) * D, T));
+            dcp_cmd_barrier(cmd); /* qkv + bias -> Q,K norm / rope_store */
+        }
+        if (L->qk_norm) {
+            DCP_TRY(dcp_op_rmsnorm_heads(cmd, rs->qkv, 0, rs->qkv4, rw->qh + rw->hkv, D, rw->qh, L->qk_norm, T,
+                                         m->cfg.rms_eps));
+            dcp_cmd_barrier(cmd); /* normed Q, K heads -> rope_store */
+        }
         dcp_rope_store_args ra = {T,        rw->qh,         rw->hkv,  D,     m->cfg.n_rot,
                                   rs->qkv4, rs->qkv,        s->r[i].slots[l], dcp_graph_rope(s, i),
                                   rs->q,    dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], s->r[i].gl),
-                                  rs->kv_stage, rs->stage_slots};
+                                  m->cfg.rope_neox, rs->kv_stage, rs->stage_slots};
         DCP_TRY(dcp_op_rope_store(cmd, &ra));
         dcp_cmd_barrier(cmd); /* q, KV pages -> attention */
         if (m->dcp == 1) {

@@ -154,3 +154,52 @@ fail:
     return st;
 }
 
+dcp_status dcp_load_vector_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_vslice *sl,
+                                  dcp_buffer **out)
+{
+    dcp_status st = DCP_OK;
+    float *v = NULL, *part = NULL;
+    *out = NULL;
+    if (n == 0 || n > DCP_LOAD_MAX_PARTS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "load: %u parts of one vector (1..%d)", n, DCP_LOAD_MAX_PARTS);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((uint64_t)sl[i].e0 + sl[i].n > sl[i].total)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "load: elements [%u, %u) of %s (%llu elements)", sl[i].e0,
+                            sl[i].e0 + sl[i].n, sl[i].name, (unsigned long long)sl[i].total);
+        total += sl[i].n;
+    }
+    const uint64_t bytes_on_device = (total ? total : 1) * 4;
+    if (lc->count_only) {
+        for (uint32_t i = 0; i < n; i++) {
+            const dcp_gguf_tensor *t;
+            DCP_TRY(dcp_load_find(lc->g, sl[i].name, sl[i].total, 1, &t));
+        }
+        count_bytes(lc, dev, bytes_on_device);
+        return DCP_OK;
+    }
+    v = malloc((total ? total : 1) * sizeof *v);
+    if (!v) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const dcp_gguf_tensor *t;
+        DCP_TRY(dcp_load_find(lc->g, sl[i].name, sl[i].total, 1, &t));
+        part = malloc(sl[i].total * sizeof *part);
+        if (!part) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            goto fail;
+        }
+        DCP_TRY(dcp_gguf_tensor_to_f32(lc->g, t, part));
+        memcpy(v + at, part + sl[i].e0, (size_t)sl[i].n * sizeof *v);
+        at += sl[i].n;
+        free(part);
+        part = NULL;
+    }
+    DCP_TRY(dcp_buffer_create(dev, bytes_on_device, DCP_MEMORY_DEVICE, out));
+    DCP_TRY(dcp_buffer_upload(*out, 0, v, total * 4));
+    count_bytes(lc, dev, bytes_on_device);
+fail:
+    free(part);
+    free(v);
+    return st;
+}

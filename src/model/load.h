@@ -40,6 +40,17 @@ dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint
  * otherwise everything becomes F32. */
 dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,
                            const uint64_t *rows_total, uint32_t k_pad, dcp_matrix *out);
+/* One part of a vector: elements [e0, e0 + n) of the 1-D tensor `name` of `total` elements. */
+typedef struct dcp_vslice {
+    const char *name;
+    uint32_t e0, n;
+    uint64_t total;
+} dcp_vslice;
+
+/* Uploads the concatenation of n (1 .. DCP_LOAD_MAX_PARTS) vector slices as one f32 buffer (a
+ * rank's part of Q|K|V biases, the Q and K norms side by side). */
+dcp_status dcp_load_vector_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_vslice *sl,
+                                  dcp_buffer **out);
 /* Uploads the vector tensor `name` [n] as f32. */
 dcp_status dcp_load_norm(dcp_load_ctx *lc, dcp_device *dev, const char *name, uint32_t n, dcp_buffer **out);
 

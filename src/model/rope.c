@@ -1,4 +1,5 @@
-/* RoPE (cos, sin) tables on the host, with YaRN frequency scaling (include/dcpvk/model_config.h).
+/* RoPE (cos, sin) tables on the host, with frequency factors, linear and YaRN scaling
+ * (include/dcpvk/model_config.h).
  * Computed in double and rounded once, so every rank of a group uploads the same bits. */
 #include <math.h>
 
@@ -9,23 +10,14 @@ void dcp_rope_params_from_config(const dcp_model_config *cfg, dcp_rope_params *o
     dcp_rope_params r = {
         .n_rot = cfg->n_rot,
         .freq_base = cfg->rope_freq_base,
-        .scaling = DCP_ROPE_SCALING_NONE,
-        .factor = 1.0f,
-        .n_ctx_orig = cfg->n_ctx_train,
-        .beta_fast = 32.0f,
-        .beta_slow = 1.0f,
-        .attn_factor = 1.0f,
+        .scaling = cfg->rope_scaling,
+        .factor = cfg->rope_scaling == DCP_ROPE_SCALING_NONE ? 1.0f : cfg->rope_scaling_factor,
+        .n_ctx_orig = cfg->rope_scaling == DCP_ROPE_SCALING_YARN ? cfg->rope_n_ctx_orig : cfg->n_ctx_train,
+        .beta_fast = cfg->rope_scaling == DCP_ROPE_SCALING_YARN ? cfg->rope_yarn_beta_fast : 32.0f,
+        .beta_slow = cfg->rope_scaling == DCP_ROPE_SCALING_YARN ? cfg->rope_yarn_beta_slow : 1.0f,
+        .attn_factor = cfg->rope_attn_factor > 0.0f ? cfg->rope_attn_factor : 1.0f,
+        .freq_factors = NULL,
     };
-    if (cfg->arch == DCP_ARCH_DEEPSEEK2) {
-        r.attn_factor = cfg->rope_attn_factor;
-        if (cfg->rope_scaling == DCP_ROPE_SCALING_YARN) {
-            r.scaling = DCP_ROPE_SCALING_YARN;
-            r.factor = cfg->rope_scaling_factor;
-            r.n_ctx_orig = cfg->rope_n_ctx_orig;
-            r.beta_fast = cfg->rope_yarn_beta_fast;
-            r.beta_slow = cfg->rope_yarn_beta_slow;
-        }
-    }
     *out = r;
 }
 
@@ -50,6 +42,8 @@ void dcp_rope_cs(const dcp_rope_params *r, const uint32_t *pos, uint32_t n, floa
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t i = 0; i < half; i++) {
             double theta = pos[t] * pow((double)r->freq_base, -2.0 * i / r->n_rot);
+            if (r->freq_factors) theta /= r->freq_factors[i];
+            if (r->scaling == DCP_ROPE_SCALING_LINEAR) theta /= r->factor;
             if (r->scaling == DCP_ROPE_SCALING_YARN) {
                 double y = (i - lo) / fmax(0.001, hi - lo);
                 double ramp = 1.0 - fmin(1.0, fmax(0.0, y));

@@ -209,9 +209,10 @@ static dcp_status read_model(const dcp_gguf *g, dcp_tokenizer *t)
         t->pre = TOK_PRE_LLAMA3, t->pre_name = "llama3";
     else if (strcmp(pre, "deepseek-llm") == 0) t->pre = TOK_PRE_DEEPSEEK_LLM, t->pre_name = "deepseek-llm";
     else if (strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0) t->pre = TOK_PRE_GPT2, t->pre_name = "gpt-2";
+    else if (strcmp(pre, "qwen2") == 0) t->pre = TOK_PRE_QWEN2, t->pre_name = "qwen2";
     else
         return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: pre-tokenizer '%.64s' is not supported (supported: "
-                        "default, llama3, llama-bpe, deepseek-llm, gpt-2)", name, pre);
+                        "default, llama3, llama-bpe, deepseek-llm, gpt-2, qwen2)", name, pre);
     return DCP_OK;
 }
 

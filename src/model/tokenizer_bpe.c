@@ -109,6 +109,10 @@ static const pre_regexes pre_table[] = {
                                "\\x{3000}-\\x{3002}]+",
                                "\\s+$", "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+",
                                "\\p{N}+"}},
+    /* qwen2: llama3's pattern with case-insensitive contractions written as such and single digits */
+    [TOK_PRE_QWEN2] = {true,
+                       {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+                        "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
     [TOK_PRE_GPT2] = {true,
                       {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"}},
 };

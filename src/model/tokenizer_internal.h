@@ -10,6 +10,7 @@ typedef enum tok_pre {
     TOK_PRE_LLAMA3 = 1,
     TOK_PRE_DEEPSEEK_LLM = 2,
     TOK_PRE_GPT2 = 3,
+    TOK_PRE_QWEN2 = 4,   /* Qwen2 / Qwen2.5 / Qwen3 */
 } tok_pre;
 
 enum { TOK_MAX_REGEX = 8 };

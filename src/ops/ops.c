@@ -256,6 +256,38 @@ static dcp_status rope_store_q8(dcp_cmd *cmd, const dcp_rope_store_args *a, dcp_
                                     (uint32_t)(2 * row));
 }
 
+dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
+                                uint32_t heads, uint32_t head_dim, uint32_t w_split, dcp_buffer *w,
+                                uint32_t tokens, float eps)
+{
+    if (tokens == 0 || heads == 0) return DCP_OK;
+    if (head_dim == 0 || x_stride < (uint64_t)heads * head_dim ||
+        ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + (uint64_t)heads * head_dim) * 4 > dcp_buffer_size(x) ||
+        2ull * head_dim * 4 > dcp_buffer_size(w))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "rmsnorm_heads: %u rows of %u heads of %u do not fit the buffers "
+                        "(x stride %u, offset %u; w needs [2][%u])", tokens, heads, head_dim, x_stride, x_offset,
+                        head_dim);
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
+    dcp_binding b[2] = {{x, 0, 0}, {w, 0, 0}};
+    dcp_rmsnorm_heads_params p = {head_dim, heads, w_split, tokens, x_stride, x_offset, eps};
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_HEADS, spec, b, &p, heads, tokens, 1);
+}
+
+dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_buffer *b_, uint32_t n,
+                           uint32_t tokens)
+{
+    if (tokens == 0 || n == 0) return DCP_OK;
+    if (y_stride < n || ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) ||
+        (uint64_t)n * 4 > dcp_buffer_size(b_))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "add_rows: %u rows of %u (stride %u) do not fit the buffers", tokens,
+                        n, y_stride);
+    uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t spec[1] = {wg};
+    dcp_binding b[2] = {{y, 0, 0}, {b_, 0, 0}};
+    dcp_add_rows_params p = {n, tokens, y_stride};
+    return dcp_cmd_dispatch(cmd, DCP_PIPE_ADD_ROWS, spec, b, &p, ceil_div(n, wg), tokens, 1);
+}
+
 dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
 {
     if (a->head_dim == 0 || a->head_dim % 2 || a->n_rot % 2 || a->n_rot > a->head_dim)
@@ -268,7 +300,7 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
     if (a->tokens == 0) return DCP_OK;
     dcp_device *dev = dcp_cmd_device(cmd);
     dcp_rope_store_params p = {a->tokens, a->q_heads, a->kv_heads, a->head_dim, a->n_rot, a->src_stride,
-                               1, 1, 0};
+                               1, 1, 0, a->neox ? 1u : 0u};
     dcp_binding b[4 + DCP_KV_MAX_SEGMENTS];
     b[0] = (dcp_binding){a->src, 0, 0};
     b[1] = (dcp_binding){a->slot, 0, 0};

@@ -63,11 +63,38 @@ DCP_PARAMS_STRUCT(dcp_rmsnorm_parts_params) {
 };
 DCP_PARAMS_END(dcp_rmsnorm_parts_params)
 
+/* rmsnorm_heads (rmsnorm.comp with RMSNORM_HEADS): the per-head RMSNorm of qwen3's Q and K, in
+ * place. Head h < heads of token row t is the D values at x_offset + t x_stride + h D of x; it
+ * becomes x / sqrt(mean(x^2) + eps) * w[h < w_split ? 0 : D ..][:D], w [2][D] f32 (the Q norm,
+ * then the K norm). One workgroup per (head, token): grid (heads, tokens). */
+DCP_PARAMS_STRUCT(dcp_rmsnorm_heads_params) {
+    DCP_U32 head_dim;     /* D */
+    DCP_U32 heads;        /* heads per token row */
+    DCP_U32 w_split;      /* heads [0, w_split) use w[0..D), the others w[D..2D) */
+    DCP_U32 tokens;
+    DCP_U32 x_stride;     /* floats between token rows of x */
+    DCP_U32 x_offset;     /* floats before head 0 of row 0 */
+    DCP_F32 eps;
+};
+DCP_PARAMS_END(dcp_rmsnorm_heads_params)
+
+/* add_rows: y[t y_stride + i] += b[i] for t < tokens, i < n (a bias added to every row). Grid
+ * (ceil(n / WG), tokens). */
+DCP_PARAMS_STRUCT(dcp_add_rows_params) {
+    DCP_U32 n;
+    DCP_U32 tokens;
+    DCP_U32 y_stride;     /* floats between rows of y */
+};
+DCP_PARAMS_END(dcp_add_rows_params)
+
 /* rope_store: one token row of src = [q_heads][D] | [kv_heads][D] (K) | [kv_heads][D] (V).
- * Rotates adjacent pairs (2i, 2i+1), i < n_rot/2, of every Q and K head by the angle whose
- * (cos, sin) is cs[t][i]; writes Q to q_out [tokens][q_heads][D] and, for tokens with
- * slot[t] != DCP_KV_NO_SLOT (src/kv/kv_params.h), rotated K and plain V into the KV page of
- * token slot (page = slot / page_size, row = slot % page_size). Grid (ceil(heads * D/2 / WG), tokens). */
+ * Rotates pair i < n_rot/2 of every Q and K head by the angle whose (cos, sin) is cs[t][i]: the
+ * adjacent elements (2i, 2i+1) in llama's NORM mode (neox = 0), elements (i, i + n_rot/2) in NEOX
+ * mode (neox = 1: qwen2, qwen3, phi3); elements from n_rot on are copied. Writes Q to q_out
+ * [tokens][q_heads][D] and, for tokens with slot[t] != DCP_KV_NO_SLOT (src/kv/kv_params.h),
+ * rotated K and plain V into the KV page of token slot (page = slot / page_size, row = slot %
+ * page_size). One invocation per output element pair (2j, 2j+1): grid (ceil(heads * D/2 / WG),
+ * tokens). */
 DCP_PARAMS_STRUCT(dcp_rope_store_params) {
     DCP_U32 tokens;
     DCP_U32 q_heads;
@@ -78,6 +105,7 @@ DCP_PARAMS_STRUCT(dcp_rope_store_params) {
     DCP_U32 page_size;        /* tokens per KV page */
     DCP_U32 pages_per_segment;/* pages per pool segment */
     DCP_U32 total_pages;      /* pages in the pool; larger slots are not written */
+    DCP_U32 neox;             /* 1: NEOX pairs (i, i + n_rot/2); 0: NORM pairs (2i, 2i+1) */
 };
 DCP_PARAMS_END(dcp_rope_store_params)
 

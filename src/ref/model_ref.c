@@ -42,6 +42,40 @@ void dcp_ref_rope(uint32_t heads, uint32_t head_dim, uint32_t n_rot, uint32_t po
     }
 }
 
+/* Dimension where a frequency turns beta times over the original context (YaRN). */
+static double ref_corr_dim(const dcp_ref_rope_cfg *c, double beta)
+{
+    const double pi = 3.14159265358979323846;
+    return c->n_rot * log(c->n_ctx_orig / (2.0 * pi * beta)) / (2.0 * log(c->base));
+}
+
+void dcp_ref_rope_ex(const dcp_ref_rope_cfg *c, uint32_t heads, uint32_t head_dim, uint32_t pos, float *x)
+{
+    const uint32_t half = c->n_rot / 2;
+    double lo = 0.0, hi = 0.0;
+    if (c->scaling == 2) {
+        lo = fmax(0.0, floor(ref_corr_dim(c, c->beta_fast)));
+        hi = fmin(c->n_rot - 1.0, ceil(ref_corr_dim(c, c->beta_slow)));
+    }
+    for (uint32_t i = 0; i < half; i++) {
+        double theta = pos * pow(c->base, -2.0 * i / c->n_rot);
+        if (c->freq_factors) theta /= c->freq_factors[i];
+        if (c->scaling == 1) theta /= c->factor;
+        if (c->scaling == 2) {
+            double r = 1.0 - fmin(1.0, fmax(0.0, (i - lo) / fmax(0.001, hi - lo)));
+            theta = theta * ((1.0 - r) / c->factor + r);
+        }
+        double cs = cos(theta) * c->mscale, sn = sin(theta) * c->mscale;
+        uint32_t e0 = c->neox ? i : 2 * i, e1 = c->neox ? i + half : 2 * i + 1;
+        for (uint32_t h = 0; h < heads; h++) {
+            float *p = x + (uint64_t)h * head_dim;
+            double x0 = p[e0], x1 = p[e1];
+            p[e0] = (float)(x0 * cs - x1 * sn);
+            p[e1] = (float)(x0 * sn + x1 * cs);
+        }
+    }
+}
+
 void dcp_ref_swiglu(uint32_t n, uint32_t tokens, const float *x, float *y)
 {
     for (uint32_t t = 0; t < tokens; t++)
@@ -77,8 +111,19 @@ void dcp_ref_llama_step(dcp_ref_llama *m, int32_t token, uint32_t pos, float *lo
         dcp_ref_matmul(Hq * D, E, 1, L->wq, xn, q, 0);
         dcp_ref_matmul(Hkv * D, E, 1, L->wk, xn, kc + (uint64_t)pos * Hkv * D, 0);
         dcp_ref_matmul(Hkv * D, E, 1, L->wv, xn, vc + (uint64_t)pos * Hkv * D, 0);
-        dcp_ref_rope(Hq, D, m->n_rot, pos, m->rope_base, q);
-        dcp_ref_rope(Hkv, D, m->n_rot, pos, m->rope_base, kc + (uint64_t)pos * Hkv * D);
+        float *kp = kc + (uint64_t)pos * Hkv * D, *vp = vc + (uint64_t)pos * Hkv * D;
+        for (uint32_t i = 0; L->bq && i < Hq * D; i++) q[i] += L->bq[i];
+        for (uint32_t i = 0; L->bk && i < Hkv * D; i++) kp[i] += L->bk[i];
+        for (uint32_t i = 0; L->bv && i < Hkv * D; i++) vp[i] += L->bv[i];
+        if (L->q_norm) dcp_ref_rmsnorm(D, Hq, q, L->q_norm, m->rms_eps, q);
+        if (L->k_norm) dcp_ref_rmsnorm(D, Hkv, kp, L->k_norm, m->rms_eps, kp);
+        if (m->rope.n_rot) {
+            dcp_ref_rope_ex(&m->rope, Hq, D, pos, q);
+            dcp_ref_rope_ex(&m->rope, Hkv, D, pos, kp);
+        } else {
+            dcp_ref_rope(Hq, D, m->n_rot, pos, m->rope_base, q);
+            dcp_ref_rope(Hkv, D, m->n_rot, pos, m->rope_base, kp);
+        }
         double scale = 1.0 / sqrt((double)D);
         for (uint32_t hq = 0; hq < Hq; hq++) {
             uint32_t hk = hq / G;
