@@ -237,7 +237,8 @@ static dcp_model_state_config state_config(const run_options *o)
     dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     lc.n_ctx = o->ctx;
     lc.block_size = o->block_size;
-    lc.kv_dtype = strcmp(o->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    lc.kv_dtype = DCP_DTYPE_F16;
+    if (!dcp_dtype_parse(o->kv_dtype, &lc.kv_dtype)) lc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
     lc.max_rows = o->prefill_chunk;
     lc.interleave = o->interleave;
     lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;

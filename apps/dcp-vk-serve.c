@@ -95,7 +95,8 @@ static int build_state(serve_app *a)
     sc.kv_pages = a->o.kv_pages;
     sc.max_rows = r->prefill_chunk;
     sc.block_size = r->block_size;
-    sc.kv_dtype = strcmp(r->kv_dtype, "f32") == 0 ? DCP_DTYPE_F32 : DCP_DTYPE_F16;
+    sc.kv_dtype = DCP_DTYPE_F16;
+    if (!dcp_dtype_parse(r->kv_dtype, &sc.kv_dtype)) sc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
     sc.interleave = r->interleave;
     sc.backend = strcmp(r->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);

@@ -14,7 +14,7 @@
 //   3. the online softmax of each head: every lane of head g sums the C partial scores of each row
 //      and keeps the running max and sum itself (the same values on each), then
 //   4. adds the probability-weighted row parts to its output part.
-// Three barriers per tile. The tile keeps the cache's element type in shared memory.
+// Three barriers per tile. The tile keeps the cache's element type in shared memory (f32 for q8_0).
 // In phases 2 and 4 the lanes of one subgroup read the same shared-memory row entries when they
 // share a part (UNIFORM_PART: HG a multiple of the fixed subgroup size; the part then follows from
 // gl_SubgroupID alone), so that CPU drivers broadcast instead of gathering.
@@ -53,15 +53,32 @@ layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk
 layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][heads]
 // The tile keeps the cache's element type: f16 rows as 4 halves per uvec2 (twice the tokens per
 // tile in the same shared memory), f32 rows as vec4.
-#ifdef KV_F16
+// q8_0 rows (KV_Q8, src/kv/kv_params.h: DK int8 values then the f16 scales of the blocks of 32)
+// are dequantized while loading: their tile is f32. load_quad(seg, row, d): quad d of the row whose
+// first unit (of the binding's type) is `row`; ROW_UNITS: units per stored row.
+#if defined(KV_Q8)
+layout(std430, binding = 5) readonly buffer KV { uint data[]; } kv[DCP_KV_ARRAY];
+#define TILE_T vec4
+const uint ROW_UNITS = DCP_KV_Q8_ROW_WORDS(DK);
+TILE_T load_quad(uint seg, uint row, uint d)
+{
+    const int w = int(kv[DCP_KV_SEG(seg)].data[row + d]);
+    const uint blk = d / 8u; // 8 quads per block of 32
+    const float sc = unpackHalf2x16(kv[DCP_KV_SEG(seg)].data[row + DQ + blk / 2u])[blk & 1u];
+    return sc * vec4(bitfieldExtract(w, 0, 8), bitfieldExtract(w, 8, 8), bitfieldExtract(w, 16, 8), bitfieldExtract(w, 24, 8));
+}
+vec4 unpack_quad(TILE_T w) { return w; }
+#elif defined(KV_F16)
 layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_ARRAY]; // 4 halves per unit
 #define TILE_T uvec2
-TILE_T load_quad(uint seg, uint i) { return kv[DCP_KV_SEG(seg)].data[i]; }
+const uint ROW_UNITS = DQ;
+TILE_T load_quad(uint seg, uint row, uint d) { return kv[DCP_KV_SEG(seg)].data[row + d]; }
 vec4 unpack_quad(TILE_T w) { return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y)); }
 #else
 layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
 #define TILE_T vec4
-TILE_T load_quad(uint seg, uint i) { return kv[DCP_KV_SEG(seg)].data[i]; }
+const uint ROW_UNITS = DQ;
+TILE_T load_quad(uint seg, uint row, uint d) { return kv[DCP_KV_SEG(seg)].data[row + d]; }
 vec4 unpack_quad(TILE_T w) { return w; }
 #endif
 
@@ -115,7 +132,7 @@ void main()
                 const uint page = bt[b * p.bt_stride + t / p.page_size];
                 ok = page < p.total_pages;
                 if (ok)
-                    v = load_quad(page >> p.segment_shift, ((page & seg_mask) * p.page_size + t % p.page_size) * DQ + d);
+                    v = load_quad(page >> p.segment_shift, ((page & seg_mask) * p.page_size + t % p.page_size) * ROW_UNITS, d);
             }
             tile[u] = v;
             if (d == 0u) tile_ok[tt] = ok ? 1u : 0u;

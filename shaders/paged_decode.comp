@@ -11,9 +11,12 @@
 // dot products with subgroup shuffles. Each cluster keeps its own online-softmax state; the slots
 // are merged once at the end of the chunk. No shared memory is touched in the token loop.
 //
-// Page layout (pool of equal pages, split over up to DCP_KV_MAX_SEGMENTS buffers), f16 or f32:
-//   page = K[kv_heads][page_size][D] followed by V[kv_heads][page_size][D]; addressing in
-//   shaders/common/kv_pool.glsl, in units of one load here.
+// Page layout (pool of equal pages, split over up to DCP_KV_MAX_SEGMENTS buffers), f16, f32 or q8_0:
+//   page = K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row]; addressing in
+//   shaders/common/kv_pool.glsl, in units of one load here (f32, f16), or of 32-bit words for q8_0
+//   (KV_Q8), whose rows are D int8 values then the f16 scales of the blocks of 32
+//   (src/kv/kv_params.h): a unit of 8 values is two words of values and is dequantized in
+//   registers with its block's scale (value = d * q).
 // Work per invocation is bounded by chunk_tokens (lavapipe on Mesa 22 ends loops after 65,535
 // iterations per invocation; GPUs kill long dispatches).
 #extension GL_GOOGLE_include_directive : require
@@ -25,18 +28,23 @@
 
 layout(constant_id = 0) const uint WG = 64;  // invocations, a multiple of C
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup (divides Hq / Hkv)
-layout(constant_id = 2) const uint D = 128;  // head dim, multiple of 4 (of 8 with KV_X8)
+layout(constant_id = 2) const uint D = 128;  // head dim, multiple of 4 (of 8 with KV_X8, of 32 with KV_Q8)
 layout(constant_id = 3) const uint C = 8;    // cluster size: power of two <= subgroup size
 layout(local_size_x_id = 0) in;
 
-// A unit is one 16-byte (f32, f16 x8) or 8-byte (f16 x4) load of NV4 vec4s of a K or V row.
-#if defined(KV_F16) && defined(KV_X8)
+// A unit is one 16-byte (f32, f16 x8) or 8-byte (f16 x4, q8_0 x8) load of NV4 vec4s of a K or V row.
+#if (defined(KV_F16) && defined(KV_X8)) || defined(KV_Q8)
 const uint NV4 = 2u;
 #else
 const uint NV4 = 1u;
 #endif
 const uint DQ = D / 4u;              // vec4 quads per row
 const uint DU = DQ / NV4;            // units per row
+#ifdef KV_Q8
+const uint RU = DCP_KV_Q8_ROW_WORDS(D); // addressing units (words) per stored row
+#else
+const uint RU = DU;                  // addressing units per stored row: the load units
+#endif
 const uint UPL = (DU + C - 1u) / C;  // units per lane
 const uint TS = WG / C;              // token slots per workgroup
 
@@ -46,24 +54,41 @@ layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch]
 layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
 layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][Hq][D/4]
 layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][Hq]
-#if defined(KV_F16) && defined(KV_X8)
-layout(std430, binding = 5) readonly buffer KV { uvec4 data[]; } kv[DCP_KV_ARRAY];
-void load_unit(uint seg, uint i, out vec4 v[NV4])
+// load_unit(seg, row, u, v): unit u of the row whose first addressing unit is `row`.
+#if defined(KV_Q8)
+layout(std430, binding = 5) readonly buffer KV { uint data[]; } kv[DCP_KV_ARRAY];
+vec4 unpack_q8(uint w)
 {
-    uvec4 w = kv[DCP_KV_SEG(seg)].data[i];
+    const int s = int(w);
+    return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
+}
+void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
+{
+    const uint w0 = kv[DCP_KV_SEG(seg)].data[row + 2u * u];
+    const uint w1 = kv[DCP_KV_SEG(seg)].data[row + 2u * u + 1u];
+    const uint blk = u / 4u; // 4 units of 8 values per block of 32
+    const float d = unpackHalf2x16(kv[DCP_KV_SEG(seg)].data[row + DQ + blk / 2u])[blk & 1u];
+    v[0] = d * unpack_q8(w0);
+    v[1] = d * unpack_q8(w1);
+}
+#elif defined(KV_F16) && defined(KV_X8)
+layout(std430, binding = 5) readonly buffer KV { uvec4 data[]; } kv[DCP_KV_ARRAY];
+void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
+{
+    uvec4 w = kv[DCP_KV_SEG(seg)].data[row + u];
     v[0] = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
     v[1] = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
 }
 #elif defined(KV_F16)
 layout(std430, binding = 5) readonly buffer KV { uvec2 data[]; } kv[DCP_KV_ARRAY];
-void load_unit(uint seg, uint i, out vec4 v[NV4])
+void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
 {
-    uvec2 w = kv[DCP_KV_SEG(seg)].data[i];
+    uvec2 w = kv[DCP_KV_SEG(seg)].data[row + u];
     v[0] = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
 }
 #else
 layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
-void load_unit(uint seg, uint i, out vec4 v[NV4]) { v[0] = kv[DCP_KV_SEG(seg)].data[i]; }
+void load_unit(uint seg, uint row, uint u, out vec4 v[NV4]) { v[0] = kv[DCP_KV_SEG(seg)].data[row + u]; }
 #endif
 
 shared float slot_m[TS];        // per-slot running max of one head
@@ -103,8 +128,8 @@ void main()
         m[g] = dcp_neg_inf();
         l[g] = 0.0;
     }
-    const uint page_units = dcp_kv_page_units(p.kv_heads, p.page_size, DU);
-    const uint v_off = dcp_kv_half_units(p.kv_heads, p.page_size, DU);
+    const uint page_units = dcp_kv_page_units(p.kv_heads, p.page_size, RU);
+    const uint v_off = dcp_kv_half_units(p.kv_heads, p.page_size, RU);
 
     // Every lane runs the same number of iterations, so the shuffles see the whole subgroup. The
     // slot's token t advances by TS; its page and offset advance without a division per token.
@@ -120,7 +145,7 @@ void main()
             uint page = bt[b * p.bt_stride + lp];
             valid = page < p.total_pages;
             seg = valid ? page >> p.segment_shift : 0u;
-            kq = (page & seg_mask) * page_units + dcp_kv_row_in_page(kvh, off, p.page_size, DU);
+            kq = (page & seg_mask) * page_units + dcp_kv_row_in_page(kvh, off, p.page_size, RU);
         }
         t += TS;
         off += TS;
@@ -135,7 +160,7 @@ void main()
                 uint u = k + i * C;
                 if (u < DU) {
                     vec4 kk[NV4];
-                    load_unit(seg, kq + u, kk);
+                    load_unit(seg, kq, u, kk);
                     for (uint g = 0u; g < HG; g++)
                         for (uint j = 0u; j < NV4; j++) s[g] += dot(qr[g * R + i * NV4 + j], kk[j]);
                 }
@@ -159,7 +184,7 @@ void main()
                 uint u = k + i * C;
                 if (u < DU) {
                     vec4 v[NV4];
-                    load_unit(seg, kq + v_off + u, v);
+                    load_unit(seg, kq + v_off, u, v);
                     for (uint g = 0u; g < HG; g++)
                         for (uint j = 0u; j < NV4; j++) acc[g * R + i * NV4 + j] += pr[g] * v[j];
                 }

@@ -11,9 +11,13 @@ set_tests_properties(app_bench_attn_verify PROPERTIES ENVIRONMENT "DCP_VK_DEVICE
 # Usage errors name the option and its allowed values and exit 2.
 add_test(NAME app_bench_bad_option COMMAND sh -c "$<TARGET_FILE:dcp-vk-bench> attn --kv-dtype q4 2>&1; echo exit=$?")
 set_tests_properties(app_bench_bad_option PROPERTIES
-                     PASS_REGULAR_EXPRESSION "--kv-dtype: 'q4' is not allowed \\(allowed: f32 f16\\)\nexit=2")
+                     PASS_REGULAR_EXPRESSION "--kv-dtype: 'q4' is not allowed \\(allowed: f32 f16 q8_0\\)\nexit=2")
 add_test(NAME app_bench_capacity COMMAND dcp-vk-bench capacity --kv-budget-mib 1024 --layers 32 --kv-heads 2 --head-dim 128 --tp 8 --dcp 4)
 set_tests_properties(app_bench_capacity PROPERTIES PASS_REGULAR_EXPRESSION "plain TP 8 \\(KV duplicated 4x\\): longest context 65536 tokens.*DCP 4 \\(interleave 1\\): longest context 262144 tokens")
+# The KV dtype comparison: q8_0 stores 34 bytes per 32 values (8704 bytes per token here), so the
+# longest context grows by 16384 / 8704 against f16, with and without DCP.
+add_test(NAME app_bench_capacity_q8_0 COMMAND dcp-vk-bench capacity --kv-budget-mib 1024 --layers 32 --kv-heads 2 --head-dim 128 --tp 8 --dcp 4)
+set_tests_properties(app_bench_capacity_q8_0 PROPERTIES PASS_REGULAR_EXPRESSION "f16 +16384 +65536 tokens +262144 tokens.*q8_0 +8704 +123360 tokens +493440 tokens")
 # MLA's latent cache (DeepSeek-V3: 61 layers, 512 + 64 values per entry, K only): one latent head is
 # held by every TP rank; DCP 8 shards it. 10 GiB / (576 x 2 B x 16 tokens x 61 layers) = 9549 pages:
 # 152784 tokens under plain TP 8, 8 x that with DCP 8.

@@ -1,6 +1,8 @@
 /* KV cache of a DCP group: the kv_append shader against its reference (exact, f32 and f16), page
  * accounting per rank (bytes held = ceil(L_r / page) pages), out-of-pages without side effects,
  * freeing, and configuration errors. Ranks are the logical devices of $DCP_VK_DEVICES. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,11 +28,12 @@ static float rnd(dcp_test_rng *rng)
     return dcp_f16_to_f32(dcp_f32_to_f16(dcp_test_rng_uniform(rng, -2.0f, 2.0f)));
 }
 
-/* Reads a pool back as floats [num_pages][2][Hkv][B][D]. */
+/* Reads a pool back as floats [num_pages][2][Hkv][B][D] (q8_0 rows dequantized). */
 static float *read_pool(dcp_kv_pool *pool)
 {
     const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(pool);
-    uint64_t pb = dcp_kv_pool_page_bytes(pool), floats = pb / dcp_dtype_size(pc->dtype);
+    const uint64_t pb = dcp_kv_pool_page_bytes(pool), rb = dcp_kv_row_bytes(pc->dtype, pc->head_dim);
+    const uint64_t floats = pb / rb * pc->head_dim;
     float *out = malloc(pc->num_pages * floats * sizeof(float));
     char *raw = malloc(pc->num_pages * pb);
     uint32_t pps = dcp_kv_pool_pages_per_segment(pool);
@@ -38,8 +41,13 @@ static float *read_pool(dcp_kv_pool *pool)
         dcp_buffer *b = dcp_kv_pool_segment(pool, s);
         DCP_ASSERT_OK(dcp_buffer_download(b, 0, raw + (uint64_t)s * pps * pb, dcp_buffer_size(b)));
     }
-    for (uint64_t i = 0; i < pc->num_pages * floats; i++)
-        out[i] = pc->dtype == DCP_DTYPE_F16 ? dcp_f16_to_f32(((uint16_t *)raw)[i]) : ((float *)raw)[i];
+    for (uint64_t i = 0; i < pc->num_pages * floats; i++) {
+        if (pc->dtype == DCP_DTYPE_Q8_0)
+            out[i] = (float)dcp_ref_q8_0_value((const uint32_t *)(raw + i / pc->head_dim * rb), pc->head_dim,
+                                               (uint32_t)(i % pc->head_dim));
+        else
+            out[i] = pc->dtype == DCP_DTYPE_F16 ? dcp_f16_to_f32(((uint16_t *)raw)[i]) : ((float *)raw)[i];
+    }
     free(raw);
     return out;
 }
@@ -108,6 +116,8 @@ static void append(kv_fixture *f, float **ref, uint32_t n, const uint32_t *seqs,
     free(v);
 }
 
+static double q8_worst; /* largest q8_0 error seen by check_pools */
+
 static void check_pools(kv_fixture *f, float **ref, const char *what)
 {
     const dcp_kv_cache_config *c = dcp_kv_cache_get_config(f->cache);
@@ -115,7 +125,15 @@ static void check_pools(kv_fixture *f, float **ref, const char *what)
     for (uint32_t i = 0; i < f->n; i++) {
         float *got = read_pool(dcp_kv_cache_pool(f->cache, i));
         for (uint64_t e = 0; e < floats; e++)
-            if (memcmp(&got[e], &ref[i][e], 4) != 0)
+            if (c->pool.dtype == DCP_DTYPE_Q8_0) { /* within the q8_0 bound of its block; rows never written stay 0 */
+                float amax = 0;
+                for (uint64_t j = e / 32 * 32; j < e / 32 * 32 + 32; j++) amax = fmaxf(amax, fabsf(ref[i][j]));
+                double err = fabs((double)got[e] - ref[i][e]);
+                if (err > q8_worst) q8_worst = err;
+                if (!(err <= DCP_REF_Q8_ERR(amax)))
+                    fail_msg("%s: rank %u pool value %llu = %g, reference %g (q8_0 bound %g)", what, i,
+                             (unsigned long long)e, got[e], ref[i][e], DCP_REF_Q8_ERR(amax));
+            } else if (memcmp(&got[e], &ref[i][e], 4) != 0)
                 fail_msg("%s: rank %u pool float %llu = %g, reference %g", what, i, (unsigned long long)e, got[e],
                          ref[i][e]);
         free(got);
@@ -148,11 +166,14 @@ static void test_append_and_accounting(void **state)
     uint32_t N = (uint32_t)dcp_context_device_count(ctx);
     const uint32_t B = 8, interleaves[3] = {1, 4, B};
     dcp_test_rng rng = {7};
-    for (int t = 0; t < 2; t++)
+    static const dcp_dtype types[3] = {DCP_DTYPE_F32, DCP_DTYPE_F16, DCP_DTYPE_Q8_0};
+    for (int t = 0; t < 3; t++)
         for (int k = 0; k < 3; k++) {
+            /* q8_0: head dim 96, three blocks (a pair and a lone block in the last scale word) */
+            const uint32_t D = types[t] == DCP_DTYPE_Q8_0 ? 96 : 8;
             dcp_kv_cache_config c = DCP_KV_CACHE_CONFIG_DEFAULT;
-            c.pool = (dcp_kv_pool_config){.kv_heads = 2, .head_dim = 8, .page_size = B,
-                                          .dtype = t ? DCP_DTYPE_F16 : DCP_DTYPE_F32, .num_pages = 40};
+            c.pool = (dcp_kv_pool_config){.kv_heads = 2, .head_dim = D, .page_size = B, .dtype = types[t],
+                                          .num_pages = 40};
             c.dcp_size = N;
             c.interleave = interleaves[k];
             c.max_seqs = 3;
@@ -160,7 +181,7 @@ static void test_append_and_accounting(void **state)
             kv_fixture f;
             fixture_init(&f, ctx, &c, 64);
             float *ref[16];
-            uint64_t floats = (uint64_t)c.pool.num_pages * 2 * 2 * B * 8;
+            uint64_t floats = (uint64_t)c.pool.num_pages * 2 * 2 * B * D;
             for (uint32_t i = 0; i < N; i++) ref[i] = calloc(floats, sizeof(float));
             uint32_t seqs[3] = {0, 1, 2}, prompt[3] = {5, 0, 23};
             append(&f, ref, 3, seqs, prompt, &rng);
@@ -170,7 +191,7 @@ static void test_append_and_accounting(void **state)
                 append(&f, ref, 2, which, one, &rng);
             }
             check_accounting(&f, 3);
-            check_pools(&f, ref, t ? "f16" : "f32");
+            check_pools(&f, ref, dcp_dtype_name(types[t]));
             /* Freeing returns a sequence's pages; its slot can be reused. */
             dcp_kv_cache_free_seq(f.cache, 2);
             assert_int_equal(dcp_kv_cache_seq_length(f.cache, 2), 0);
@@ -182,6 +203,8 @@ static void test_append_and_accounting(void **state)
             for (uint32_t i = 0; i < N; i++) free(ref[i]);
             fixture_done(&f);
         }
+    printf("kv_append q8_0: largest |dequantized - value| %.3g (values in [-2, 2]; bound 0.57 max|x| / 127)\n",
+           q8_worst);
 }
 
 /* A sequence that needs a page when its rank has none: DCP_ERR_OUT_OF_PAGES, nothing changes. */

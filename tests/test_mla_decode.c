@@ -14,6 +14,7 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/mla.h"
 #include "ref/mla_ref.h"
+#include "ref/kv_ref.h"
 #include "vkutil.h"
 
 typedef struct mla_case {
@@ -39,11 +40,20 @@ static double run_on_device(dcp_device *dev, const mla_case *c, const uint32_t *
     }
     const uint32_t num_pages = total_pages + 3;
     const uint64_t elems = (uint64_t)num_pages * B * DK;
-    void *bytes = malloc(elems * dcp_dtype_size(c->dtype));
-    for (uint64_t i = 0; i < elems; i++) {
-        float v = dcp_test_rng_uniform(rng, -1.0f, 1.0f);
-        if (c->dtype == DCP_DTYPE_F16) ((uint16_t *)bytes)[i] = dcp_f32_to_f16(v);
-        else ((float *)bytes)[i] = v;
+    void *bytes = malloc((uint64_t)num_pages * B * dcp_kv_row_bytes(c->dtype, DK));
+    if (c->dtype == DCP_DTYPE_Q8_0) { /* rows quantized by the reference quantizer */
+        float *x = malloc(DK * sizeof *x);
+        for (uint64_t r = 0; r < (uint64_t)num_pages * B; r++) {
+            for (uint32_t d = 0; d < DK; d++) x[d] = dcp_test_rng_uniform(rng, -1.0f, 1.0f);
+            dcp_ref_q8_0_quantize_row(x, DK, (uint32_t *)bytes + r * (dcp_kv_row_bytes(c->dtype, DK) / 4));
+        }
+        free(x);
+    } else {
+        for (uint64_t i = 0; i < elems; i++) {
+            float v = dcp_test_rng_uniform(rng, -1.0f, 1.0f);
+            if (c->dtype == DCP_DTYPE_F16) ((uint16_t *)bytes)[i] = dcp_f32_to_f16(v);
+            else ((float *)bytes)[i] = v;
+        }
     }
     uint32_t *perm = malloc(num_pages * sizeof *perm);
     for (uint32_t i = 0; i < num_pages; i++) perm[i] = i;
@@ -164,6 +174,22 @@ static void test_shapes(void **state)
         }
 }
 
+/* q8_0 latent caches (rows of whole blocks of 32, dequantized into the f32 tile): DeepSeek's row,
+ * a small one with forced chunks, and a sequence of several automatic chunks (the chunk bound keeps
+ * each invocation under Mesa 22's loop limit; the f32 tile holds fewer rows than f16's). The pages hold the reference
+ * quantizer's rows and the reference decodes the same bytes, so the f32/f16 bound applies. */
+static void test_q8_0(void **state)
+{
+    static const uint32_t lens[3] = {37, 0, 130};
+    mla_case c = {3, 16, 576, 512, 16, DCP_DTYPE_Q8_0, lens, 0, 0.0722f};
+    run_case(*state, &c, 600);
+    mla_case small = {3, 4, 64, 32, 16, DCP_DTYPE_Q8_0, lens, 8, 0.19f};
+    run_case(*state, &small, 601);
+    static const uint32_t longl[1] = {1200};
+    mla_case lng = {1, 16, 576, 512, 16, DCP_DTYPE_Q8_0, longl, 0, 0.0722f};
+    run_case(*state, &lng, 602);
+}
+
 /* Lengths around tiles and pages, page sizes, forced small chunks (several partials merged). */
 static void test_lengths_and_chunks(void **state)
 {
@@ -269,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_lengths_and_chunks),
         cmocka_unit_test(test_past_loop_limit),
+        cmocka_unit_test(test_q8_0),
         cmocka_unit_test(test_negative_control),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

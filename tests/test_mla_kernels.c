@@ -19,6 +19,7 @@
 #include "ref/deepseek2_ref.h"
 #include "ref/mla_ref.h"
 #include "ref/model_ref.h"
+#include "ref/kv_ref.h"
 #include "vkutil.h"
 
 static int setup(void **state)
@@ -236,6 +237,49 @@ static void test_rope_and_store(void **state)
         free(kv);
         free(ref);
         free(got);
+        free(raw);
+    }
+    {
+        /* mla_kv_store into a q8_0 latent pool: kv_lora 48 + rope 16 = two blocks of 32, the second
+         * straddling c and k_pe; every entry within the q8_0 bound of its block (0.57 max|x| / 127),
+         * the rows of skipped tokens left 0. */
+        const uint32_t B = 4, pages = 5, R2 = 48, DK2 = R2 + P, cst = R2 + 8;
+        float *c = rand_floats(&rng, (uint64_t)T * cst, -2, 2), *kv = rand_floats(&rng, (uint64_t)T * (R2 + P), -2, 2);
+        uint32_t slots[6] = {5, DCP_KV_NO_SLOT, 0, 19, DCP_KV_NO_SLOT, 12};
+        dcp_kv_pool_config pc = {.kv_heads = 1, .head_dim = DK2, .page_size = B, .dtype = DCP_DTYPE_Q8_0,
+                                 .num_pages = pages, .k_only = 1};
+        dcp_kv_pool *pool;
+        DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
+        dcp_buffer *cb = upload(dev, c, (uint64_t)T * cst * 4), *kvb = upload(dev, kv, (uint64_t)T * (R2 + P) * 4);
+        dcp_buffer *sb = upload(dev, slots, sizeof slots);
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        dcp_mla_kv_store_args sa = {T, R2, P, cb, cst, 4, kvb, R2 + P, R2, csb, sb, pool};
+        DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &sa));
+        DCP_ASSERT_OK(dcp_cmd_run(cmd));
+        const uint64_t rows = (uint64_t)pages * B, rb = dcp_kv_row_bytes(DCP_DTYPE_Q8_0, DK2);
+        float *ref = calloc(rows * DK2, 4);
+        uint32_t *raw = malloc(rows * rb);
+        DCP_ASSERT_OK(dcp_buffer_download(dcp_kv_pool_segment(pool, 0), 0, raw, rows * rb));
+        dcp_ref_mla_kv_store(ref, pages, B, R2, P, slots, T, c, cst, 4, kv, R2 + P, R2, cs);
+        double worst = 0;
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint32_t d = 0; d < DK2; d++) {
+                float amax = 0;
+                for (uint32_t j = d / 32 * 32; j < d / 32 * 32 + 32; j++) amax = fmaxf(amax, fabsf(ref[r * DK2 + j]));
+                double got = dcp_ref_q8_0_value(raw + r * (rb / 4), DK2, d), err = fabs(got - ref[r * DK2 + d]);
+                if (err > worst) worst = err;
+                if (!(err <= DCP_REF_Q8_ERR(amax) + 1e-6))
+                    fail_msg("mla_kv_store q8_0: row %llu entry %u: %g vs %g", (unsigned long long)r, d, got,
+                             ref[r * DK2 + d]);
+            }
+        printf("mla_kv_store q8_0: max abs error %.3g (values in [-2, 2])\n", worst);
+        dcp_buffer_destroy(cb);
+        dcp_buffer_destroy(kvb);
+        dcp_buffer_destroy(sb);
+        dcp_kv_pool_destroy(pool);
+        free(c);
+        free(kv);
+        free(ref);
         free(raw);
     }
     dcp_cmd_destroy(cmd);

@@ -13,6 +13,7 @@
 #include "kv/kv_params.h"
 #include "dcpvk/ops.h"
 #include "ref/cp_ref.h"
+#include "ref/kv_ref.h"
 #include "ref/model_ref.h"
 #include "vkutil.h"
 
@@ -345,10 +346,13 @@ static void test_rope_store(void **state)
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     static const uint32_t cfgs[][4] = {/* Hq, Hkv, D, n_rot */ {8, 4, 8, 8}, {4, 1, 64, 32}, {6, 2, 128, 128}};
     double worst = 0;
+    double worst_q8 = 0;
     for (int neox = 0; neox < 2; neox++) /* NORM (llama) and NEOX (qwen2, qwen3, phi3) pairs */
     for (size_t ci = 0; ci < 3; ci++)
-        for (int f16 = 0; f16 < 2; f16++) {
+        for (int dt = 0; dt < 3; dt++) {
             const uint32_t Hq = cfgs[ci][0], Hkv = cfgs[ci][1], D = cfgs[ci][2], R = cfgs[ci][3];
+            const int f16 = dt == 1, q8 = dt == 2; /* q8_0: two passes through a stage (dcp_op_rope_store) */
+            if (q8 && D % 32) continue;
             const uint32_t T = 7, B = 16, pages = 5, width = (Hq + 2 * Hkv) * D, stride = width + 2;
             const float base = ci == 1 ? 500000.0f : 10000.0f;
             float *src = rand_floats(&rng, (uint64_t)T * stride, -1, 1);
@@ -361,13 +365,26 @@ static void test_rope_store(void **state)
                     cs[(t * (R / 2) + i) * 2 + 1] = (float)sin(a);
                 }
             dcp_kv_pool_config pc = {.kv_heads = Hkv, .head_dim = D, .page_size = B,
-                                     .dtype = f16 ? DCP_DTYPE_F16 : DCP_DTYPE_F32, .num_pages = pages};
+                                     .dtype = q8 ? DCP_DTYPE_Q8_0 : f16 ? DCP_DTYPE_F16 : DCP_DTYPE_F32,
+                                     .num_pages = pages};
             dcp_kv_pool *pool;
             DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
+            uint32_t ids[7] = {0, 1, 2, 3, 4, 5, 6};
+            dcp_buffer *stage = NULL, *stage_slots = NULL;
+            if (q8) {
+                DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * 2 * Hkv * D * 4, DCP_MEMORY_DEVICE, &stage));
+                stage_slots = upload(dev, ids, sizeof ids);
+            }
             dcp_buffer *sb = upload(dev, src, (uint64_t)T * stride * 4), *slb = upload(dev, slot, sizeof slot);
             dcp_buffer *csb = upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
             DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * Hq * D * 4, DCP_MEMORY_DEVICE, &qb));
-            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, (uint32_t)neox};
+            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, (uint32_t)neox, stage, stage_slots};
+            if (q8) { /* without the stage a q8_0 pool is refused */
+                dcp_rope_store_args bad = a;
+                bad.kv_stage = NULL;
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                assert_int_equal(dcp_op_rope_store(cmd, &bad), DCP_ERR_INVALID_ARGUMENT);
+            }
             DCP_ASSERT_OK(dcp_cmd_reset(cmd));
             DCP_ASSERT_OK(dcp_op_rope_store(cmd, &a));
             run(cmd);
@@ -391,6 +408,29 @@ static void test_rope_store(void **state)
                 }
                 if (slot[t] == DCP_KV_NO_SLOT) continue;
                 uint32_t pg = slot[t] / B, r = slot[t] % B;
+                if (q8) { /* dequantized rows within the q8_0 bound of the reference K (rotated) and V */
+                    const uint64_t rb = dcp_kv_row_bytes(DCP_DTYPE_Q8_0, D);
+                    for (uint32_t kvh = 0; kvh < Hkv; kvh++)
+                        for (int isv = 0; isv < 2; isv++) {
+                            const uint64_t off = (uint64_t)pg * page_bytes + ((uint64_t)isv * Hkv * B + (uint64_t)kvh * B + r) * rb;
+                            const float *want = row + (Hq + isv * Hkv + kvh) * D;
+                            uint32_t *words = malloc(rb);
+                            memcpy(words, kv + off, rb);
+                            for (uint32_t d = 0; d < D; d++) {
+                                float amax = 0;
+                                for (uint32_t j = d / 32 * 32; j < d / 32 * 32 + 32; j++) amax = fmaxf(amax, fabsf(want[j]));
+                                double err = fabs(dcp_ref_q8_0_value(words, D, d) - want[d]);
+                                if (err > worst_q8) worst_q8 = err;
+                                if (!(err <= DCP_REF_Q8_ERR(amax) + ROPE_ABS))
+                                    fail_msg("rope_store q8_0: token %u kvh %u d %u %s: %g vs %g (bound %g)", t, kvh, d,
+                                             isv ? "V" : "K", dcp_ref_q8_0_value(words, D, d), want[d],
+                                             DCP_REF_Q8_ERR(amax) + ROPE_ABS);
+                            }
+                            free(words);
+                            memset(written + off, 1, rb);
+                        }
+                    continue;
+                }
                 for (uint32_t kvh = 0; kvh < Hkv; kvh++)
                     for (uint32_t d = 0; d < D; d++)
                         for (int isv = 0; isv < 2; isv++) {
@@ -420,6 +460,8 @@ static void test_rope_store(void **state)
             for (uint64_t b = 0; b < page_bytes * pages; b++)
                 if (!written[b] && kv[b]) fail_msg("rope_store wrote byte %llu that no stored token owns", (unsigned long long)b);
             dcp_kv_pool_destroy(pool);
+            dcp_buffer_destroy(stage);
+            dcp_buffer_destroy(stage_slots);
             dcp_buffer_destroy(sb);
             dcp_buffer_destroy(slb);
             dcp_buffer_destroy(csb);
@@ -431,7 +473,7 @@ static void test_rope_store(void **state)
             free(written);
             free(row);
         }
-    printf("rope_store: max abs error %.3g (q and f32 K, NORM and NEOX pairs)\n", worst);
+    printf("rope_store: max abs error %.3g (q and f32 K, NORM and NEOX pairs), q8_0 K/V %.3g\n", worst, worst_q8);
     dcp_cmd_destroy(cmd);
 }
 

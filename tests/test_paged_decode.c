@@ -9,6 +9,8 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
+#include "kv/kv_params.h"
+#include "ref/kv_ref.h"
 #include "ref/ref.h"
 #include "vkutil.h"
 
@@ -34,13 +36,23 @@ static void run_on_device(dcp_device *dev, const decode_case *c, const uint32_t 
     }
     uint32_t num_pages = total_pages + 3; /* a few pages nobody uses */
     uint64_t page_floats = 2ull * c->kv_heads * B * D;
-    void *bytes = malloc(num_pages * page_floats * dcp_dtype_size(c->dtype));
-    for (uint64_t i = 0; i < num_pages * page_floats; i++) {
-        float v = dcp_test_rng_uniform(rng, -1.0f, 1.0f);
-        if (c->dtype == DCP_DTYPE_F16)
-            ((uint16_t *)bytes)[i] = dcp_f32_to_f16(v);
-        else
-            ((float *)bytes)[i] = v;
+    void *bytes = malloc(num_pages * 2ull * c->kv_heads * B * dcp_kv_row_bytes(c->dtype, D));
+    if (c->dtype == DCP_DTYPE_Q8_0) { /* rows quantized by the reference quantizer */
+        const uint64_t rw = DCP_KV_Q8_ROW_WORDS(D);
+        float *x = malloc(D * sizeof *x);
+        for (uint64_t r = 0; r < num_pages * page_floats / D; r++) {
+            for (uint32_t d = 0; d < D; d++) x[d] = dcp_test_rng_uniform(rng, -1.0f, 1.0f);
+            dcp_ref_q8_0_quantize_row(x, D, (uint32_t *)bytes + r * rw);
+        }
+        free(x);
+    } else {
+        for (uint64_t i = 0; i < num_pages * page_floats; i++) {
+            float v = dcp_test_rng_uniform(rng, -1.0f, 1.0f);
+            if (c->dtype == DCP_DTYPE_F16)
+                ((uint16_t *)bytes)[i] = dcp_f32_to_f16(v);
+            else
+                ((float *)bytes)[i] = v;
+        }
     }
     /* Shuffled block tables: a random permutation of the pool's pages. */
     uint32_t *perm = malloc(num_pages * sizeof *perm);
@@ -140,18 +152,22 @@ static int teardown(void **state)
     return 0;
 }
 
-static const dcp_dtype dtypes[2] = {DCP_DTYPE_F32, DCP_DTYPE_F16};
+static const dcp_dtype dtypes[3] = {DCP_DTYPE_F32, DCP_DTYPE_F16, DCP_DTYPE_Q8_0};
 
-/* Every head dim x every group size x both dtypes, batch 3 of mixed lengths. */
+/* Every head dim x every group size x every dtype (q8_0: head dims of whole blocks of 32), batch
+ * 3 of mixed lengths. q8_0 pages hold the reference quantizer's rows and the reference decodes
+ * the same bytes, so the bound is the one of f32 and f16 (the dequantized values are exact in f32). */
 static void test_shapes(void **state)
 {
-    static const uint32_t dims[] = {8, 64, 128, 256};
+    static const uint32_t dims[] = {8, 64, 128, 256, 32, 96};
     static const uint32_t groups[] = {1, 2, 4, 8};
     static const uint32_t lengths[] = {17, 0, 1000};
     uint64_t seed = 1;
-    for (int t = 0; t < 2; t++)
-        for (size_t d = 0; d < 4; d++)
+    for (int t = 0; t < 3; t++)
+        for (size_t d = 0; d < 6; d++)
             for (size_t g = 0; g < 4; g++) {
+                const bool q8_dim = dims[d] == 32 || dims[d] == 96 || dims[d] == 128;
+                if (t == 2 ? !q8_dim : (dims[d] == 32 || dims[d] == 96)) continue;
                 decode_case c = {3, 2 * groups[g], 2, dims[d], 16, dtypes[t], lengths, 0};
                 run_case(*state, &c, seed++);
             }
@@ -165,7 +181,7 @@ static void test_lengths_and_pages(void **state)
     for (size_t i = 0; i < 4; i++) {
         uint32_t P = page_sizes[i];
         uint32_t lengths[8] = {0, 1, P - 1, P, P + 1, 1000, 10007, 3 * P + 5};
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < 3; t++) {
             decode_case c = {8, 8, 2, 64, P, dtypes[t], lengths, 0};
             run_case(*state, &c, seed++);
         }
@@ -204,6 +220,8 @@ static void test_past_loop_limit(void **state)
     run_case(*state, &c, 400);
     decode_case c16 = {1, 2, 1, 8, 128, DCP_DTYPE_F16, lengths, 0};
     run_case(*state, &c16, 401);
+    decode_case cq8 = {1, 2, 1, 32, 128, DCP_DTYPE_Q8_0, lengths, 0};
+    run_case(*state, &cq8, 402);
 }
 
 static void test_bad_input(void **state)
@@ -235,6 +253,30 @@ static void test_bad_input(void **state)
         assert_non_null(strstr(dcp_last_error(), k_only ? "K-only" : "head dim 260"));
         dcp_kv_pool_destroy(pool);
         pool = NULL;
+    }
+
+    /* q8_0 quantizes blocks of 32 along the head dim: other head dims are refused by name. */
+    static const uint32_t q8_bad[] = {8, 48, 100};
+    for (size_t i = 0; i < 3; i++) {
+        dcp_kv_pool_config pc = {.kv_heads = 2, .head_dim = q8_bad[i], .page_size = 16, .dtype = DCP_DTYPE_Q8_0,
+                                 .num_pages = 4};
+        assert_int_equal(dcp_kv_pool_create(dev, &pc, &pool), DCP_ERR_UNSUPPORTED);
+        assert_null(pool);
+        assert_non_null(strstr(dcp_last_error(), "q8_0"));
+        assert_non_null(strstr(dcp_last_error(), "not a multiple of 32"));
+        uint64_t bytes, largest;
+        assert_int_equal(dcp_kv_pool_bytes(dev, &pc, &bytes, &largest), DCP_ERR_UNSUPPORTED);
+    }
+    /* Page bytes of q8_0: head_dim int8 values and head_dim / 32 f16 scales (padded to a word) per row. */
+    assert_int_equal(dcp_kv_row_bytes(DCP_DTYPE_Q8_0, 128), 136);
+    assert_int_equal(dcp_kv_row_bytes(DCP_DTYPE_Q8_0, 32), 36);
+    assert_int_equal(dcp_kv_row_bytes(DCP_DTYPE_Q8_0, 576), 612);
+    {
+        dcp_kv_pool_config pc = {.kv_heads = 2, .head_dim = 128, .page_size = 16, .dtype = DCP_DTYPE_Q8_0,
+                                 .num_pages = 4};
+        uint64_t bytes, largest;
+        DCP_ASSERT_OK(dcp_kv_pool_bytes(dev, &pc, &bytes, &largest));
+        assert_int_equal(bytes, 4ull * 2 * 2 * 16 * 136);
     }
 
     dcp_kv_pool_config pc = {.kv_heads = 2, .head_dim = 8, .page_size = 16, .dtype = DCP_DTYPE_F16, .num_pages = 4};

@@ -13,6 +13,7 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
+#include "ref/kv_ref.h"
 #include "ref/ref.h"
 
 typedef struct attn_opts {
@@ -35,7 +36,8 @@ static void usage(FILE *f)
             "  --kv-heads H       KV heads (default 8; divides --q-heads)\n"
             "  --head-dim D       head dim, multiple of 4 up to 256 (default 128)\n"
             "  --page-size P      tokens per KV page (default 16)\n"
-            "  --kv-dtype T       f16 or f32 (default f16)\n"
+            "  --kv-dtype T       f16, f32 or q8_0 (default f16; q8_0: single-device GQA decode, head dim a\n"
+            "                     multiple of 32)\n"
             "  --iters N          timed iterations; the median is reported (default 5)\n"
             "  --verify           compare with the CPU reference; exit 1 on a mismatch\n"
             "  --json             one JSON object per configuration instead of text\n"
@@ -58,7 +60,7 @@ static void usage(FILE *f)
 
 static int parse(int argc, char **argv, attn_opts *o)
 {
-    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const dtypes[] = {"f32", "f16", "q8_0", NULL};
     const char *p = "dcp-vk-bench attn";
     *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, false, false, NULL, {0}, {0}, 0};
     o->dcp.interleave = 1;
@@ -197,7 +199,7 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
     s->lengths = malloc(s->n * sizeof *s->lengths);
     s->bt = malloc((size_t)s->n * s->max_blocks * sizeof *s->bt);
     uint64_t page_elems = 2ull * o->kv_heads * P * D;
-    s->pages = malloc(s->num_pages * page_elems * dcp_dtype_size(o->dtype));
+    s->pages = malloc(s->num_pages * (page_elems / D) * dcp_kv_row_bytes(o->dtype, D));
     uint64_t rows = (uint64_t)s->n * o->q_heads;
     s->q = malloc(rows * D * sizeof(float));
     if (!s->lengths || !s->bt || !s->pages || !s->q)
@@ -213,7 +215,18 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
         perm[i] = perm[j];
         perm[j] = t;
     }
-    dcp_bench_fill_random(s->pages, s->num_pages * page_elems, o->dtype, seed);
+    if (o->dtype == DCP_DTYPE_Q8_0) { /* random rows through the reference quantizer */
+        float *x = malloc(D * sizeof *x);
+        if (!x) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "bench: out of host memory");
+        const uint64_t rw = dcp_kv_row_bytes(o->dtype, D) / 4;
+        for (uint64_t r = 0; r < s->num_pages * (page_elems / D); r++) {
+            dcp_bench_fill_random(x, D, DCP_DTYPE_F32, seed + r);
+            dcp_ref_q8_0_quantize_row(x, D, (uint32_t *)s->pages + r * rw);
+        }
+        free(x);
+    } else {
+        dcp_bench_fill_random(s->pages, s->num_pages * page_elems, o->dtype, seed);
+    }
     dcp_bench_fill_random(s->q, rows * D, DCP_DTYPE_F32, seed + 1);
 
     dcp_kv_pool_config pc = {.kv_heads = o->kv_heads, .head_dim = D, .page_size = P, .dtype = o->dtype,
@@ -351,6 +364,11 @@ int dcp_bench_attn(int argc, char **argv)
     attn_opts o;
     int pr = parse(argc, argv, &o);
     if (pr) return pr > 0 ? DCP_EXIT_OK : DCP_EXIT_USAGE;
+    if (o.dtype == DCP_DTYPE_Q8_0 && (o.mla.mla || o.dcp.dcp)) {
+        fprintf(stderr, "%s: --kv-dtype q8_0 is measured on the single-device GQA decode only (not with --mla or "
+                        "--dcp; the model runs it under DCP: dcp-vk-run --kv-dtype q8_0)\n", prog);
+        return DCP_EXIT_USAGE;
+    }
     if (o.mla.mla) {
         dcp_bench_mla_opts m = o.mla;
         m.ctx = o.ctx, m.batch = o.batch, m.heads = o.q_heads, m.page_size = o.page_size, m.iters = o.iters;
@@ -418,7 +436,7 @@ int dcp_bench_attn(int argc, char **argv)
         if (step_ns[i] < step_min) step_min = step_ns[i];
     double step = dcp_bench_median(step_ns, (int)o.iters);
     free(step_ns);
-    uint64_t kv_bytes = (uint64_t)o.batch * o.ctx * o.kv_heads * o.head_dim * 2 * dcp_dtype_size(o.dtype);
+    uint64_t kv_bytes = (uint64_t)o.batch * o.ctx * o.kv_heads * 2 * dcp_kv_row_bytes(o.dtype, o.head_dim);
     double rate = (double)kv_bytes / (step * 1e-9);
     dcp_bench_yardsticks y = {0};
     if (dcp_bench_measure_yardsticks(sh[0].dev, 3, &y)) {

@@ -22,6 +22,32 @@ typedef struct cap_opts {
     uint32_t device_gib, weights_gib;
 } cap_opts;
 
+/* The counts for one KV dtype. */
+typedef struct cap_count {
+    uint32_t heads;                 /* KV heads per device */
+    uint64_t page_all;              /* bytes of one page id over all layers */
+    uint64_t pages;                 /* pages per device in the budget */
+    uint64_t per_token;             /* KV bytes per token per device (plain TP) */
+    uint64_t tp_ctx, dcp_ctx;       /* longest context, plain TP and DCP */
+} cap_count;
+
+/* Counts for dtype; false when the budget holds no page or more than the page ids allow. */
+static int cap_counts(const cap_opts *o, dcp_dtype dtype, cap_count *c)
+{
+    memset(c, 0, sizeof *c);
+    c->heads = o->kv_heads > o->tp ? o->kv_heads / o->tp : 1;
+    /* One page id serves every layer (shared block tables): a page costs layers x page bytes. */
+    const uint64_t row = dcp_kv_row_bytes(dtype, o->head_dim);
+    const uint64_t kv_parts = o->mla ? 1 : 2; /* K and V, or the latent entry alone */
+    c->page_all = kv_parts * c->heads * o->page_size * row * o->layers;
+    c->pages = ((uint64_t)o->budget_mib << 20) / c->page_all;
+    if (c->pages == 0 || c->pages > 0xfffffffull / o->page_size) return 0;
+    c->tp_ctx = dcp_kv_max_length(c->pages, o->page_size, 1, 1);
+    c->dcp_ctx = dcp_kv_max_length(c->pages, o->page_size, o->dcp, o->interleave);
+    c->per_token = (uint64_t)o->layers * kv_parts * c->heads * row;
+    return 1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -34,7 +60,7 @@ static void usage(FILE *f)
             "  --dcp N            DCP size, divides T, at most T / H (default 4)\n"
             "  --page-size P      tokens per KV page (default 16)\n"
             "  --interleave I     DCP interleave size, divides P (default 1)\n"
-            "  --kv-dtype T       f16 or f32 (default f16)\n"
+            "  --kv-dtype T       f16, f32 or q8_0 (default f16)\n"
             "  --device-gib G     instead of --kv-budget-mib: G GiB per device less the weights' share\n"
             "  --weights-gib W    with --device-gib: the model's weights, GiB in all (each device holds W / T)\n"
             "  --json             one JSON object instead of text\n"
@@ -44,14 +70,15 @@ static void usage(FILE *f)
             "  --rope N           rope part (default 64): 576 values per entry for DeepSeek-V2/V3\n"
             "Each device holds max(1, H / T) KV heads per layer (duplicated when T > H; MLA's one latent\n"
             "head T times). Under plain TP every device holds the whole sequence; with DCP N the sequence\n"
-            "is sharded over N devices.\n"
+            "is sharded over N devices. A table then compares f16 and q8_0 KV (blocks of 32 values with\n"
+            "an f16 scale: 34 bytes per 32 values), each with plain TP and with DCP.\n"
             "Example, DeepSeek-V3 (61 layers) at TP 8 on 80 GiB devices with FP8 weights (625 GiB):\n"
             "  dcp-vk-bench capacity --mla --layers 61 --tp 8 --dcp 8 --device-gib 80 --weights-gib 625\n");
 }
 
 int dcp_bench_capacity(int argc, char **argv)
 {
-    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const dtypes[] = {"f32", "f16", "q8_0", NULL};
     const char *p = "dcp-vk-bench capacity";
     cap_opts o = {.budget_mib = 1024, .layers = 32, .kv_heads = 2, .head_dim = 128, .tp = 8, .dcp = 4, .page_size = 16,
                   .interleave = 1, .dtype = DCP_DTYPE_F16, .kv_lora = 512, .rope = 64};
@@ -132,33 +159,46 @@ int dcp_bench_capacity(int argc, char **argv)
         dcp_cli_report(p, "placement", st);
         return DCP_EXIT_USAGE;
     }
-    uint32_t heads = o.kv_heads > o.tp ? o.kv_heads / o.tp : 1;
+    if (o.dtype == DCP_DTYPE_Q8_0 && o.head_dim % 32) {
+        fprintf(stderr, "%s: --kv-dtype q8_0 quantizes blocks of 32 along the head dim; --head-dim %u is not a "
+                        "multiple of 32\n", p, o.head_dim);
+        return DCP_EXIT_USAGE;
+    }
     if (o.kv_heads > o.tp && o.kv_heads % o.tp) {
         fprintf(stderr, "%s: --kv-heads %u is not a multiple of --tp %u\n", p, o.kv_heads, o.tp);
         return DCP_EXIT_USAGE;
     }
-    /* One page id serves every layer (shared block tables): a page costs layers x page bytes. */
-    const uint64_t kv_parts = o.mla ? 1 : 2; /* K and V, or the latent entry alone */
-    uint64_t layer_page = kv_parts * heads * o.page_size * o.head_dim * dcp_dtype_size(o.dtype);
-    uint64_t page_all = layer_page * o.layers;
-    uint64_t pages64 = ((uint64_t)o.budget_mib << 20) / page_all;
-    if (pages64 == 0 || pages64 > 0xfffffffull / o.page_size) {
+    cap_count c;
+    if (!cap_counts(&o, o.dtype, &c)) {
         fprintf(stderr, "%s: the budget holds %llu pages of %llu bytes (need 1 .. %u)\n", p,
-                (unsigned long long)pages64, (unsigned long long)page_all, 0xfffffffu / o.page_size);
+                (unsigned long long)c.pages, (unsigned long long)c.page_all, 0xfffffffu / o.page_size);
         return DCP_EXIT_USAGE;
     }
-    uint32_t pages = (uint32_t)pages64;
-    uint64_t tp_ctx = dcp_kv_max_length(pages, o.page_size, 1, 1);
-    uint64_t dcp_ctx = dcp_kv_max_length(pages, o.page_size, o.dcp, o.interleave);
-    uint64_t per_token = (uint64_t)o.layers * kv_parts * heads * o.head_dim * dcp_dtype_size(o.dtype);
+    /* The comparison of KV dtypes: f16 and q8_0 (q8_0 only for head dims of whole blocks of 32). */
+    static const dcp_dtype cmp_types[2] = {DCP_DTYPE_F16, DCP_DTYPE_Q8_0};
+    cap_count cmp[2];
+    int cmp_ok[2];
+    for (int k = 0; k < 2; k++)
+        cmp_ok[k] = (cmp_types[k] != DCP_DTYPE_Q8_0 || o.head_dim % 32 == 0) && cap_counts(&o, cmp_types[k], &cmp[k]);
     if (o.json) {
         printf("{\"bench\": \"capacity\", \"mla\": %s, \"kv_budget_mib\": %u, \"layers\": %u, \"kv_heads\": %u, \"head_dim\": %u, "
                "\"tp\": %u, \"dcp\": %u, \"page_size\": %u, \"interleave\": %u, \"kv_dtype\": \"%s\", "
-               "\"kv_heads_per_device\": %u, \"pages_per_device\": %u, \"kv_bytes_per_token_per_device\": %llu, "
-               "\"max_ctx_tp\": %llu, \"max_ctx_dcp\": %llu, \"gain\": %.4f}\n",
-               o.mla ? "true" : "false", o.budget_mib, o.layers, o.kv_heads, o.head_dim, o.tp, o.dcp, o.page_size, o.interleave,
-               dcp_dtype_name(o.dtype), heads, pages, (unsigned long long)per_token, (unsigned long long)tp_ctx,
-               (unsigned long long)dcp_ctx, tp_ctx ? (double)dcp_ctx / (double)tp_ctx : 0.0);
+               "\"kv_heads_per_device\": %u, \"pages_per_device\": %llu, \"kv_bytes_per_token_per_device\": %llu, "
+               "\"max_ctx_tp\": %llu, \"max_ctx_dcp\": %llu, \"gain\": %.4f, \"by_kv_dtype\": [",
+               o.mla ? "true" : "false", o.budget_mib, o.layers, o.kv_heads, o.head_dim, o.tp, o.dcp, o.page_size,
+               o.interleave, dcp_dtype_name(o.dtype), c.heads, (unsigned long long)c.pages,
+               (unsigned long long)c.per_token, (unsigned long long)c.tp_ctx, (unsigned long long)c.dcp_ctx,
+               c.tp_ctx ? (double)c.dcp_ctx / (double)c.tp_ctx : 0.0);
+        const char *sep = "";
+        for (int k = 0; k < 2; k++) {
+            if (!cmp_ok[k]) continue;
+            printf("%s{\"kv_dtype\": \"%s\", \"kv_bytes_per_token_per_device\": %llu, \"max_ctx_tp\": %llu, "
+                   "\"max_ctx_dcp\": %llu}",
+                   sep, dcp_dtype_name(cmp_types[k]), (unsigned long long)cmp[k].per_token,
+                   (unsigned long long)cmp[k].tp_ctx, (unsigned long long)cmp[k].dcp_ctx);
+            sep = ", ";
+        }
+        printf("]}\n");
     } else {
         if (o.device_gib)
             printf("capacity: %u GiB per device less %u GiB of weights / TP %u = %u MiB of KV per device\n",
@@ -169,13 +209,28 @@ int dcp_bench_capacity(int argc, char **argv)
                    dcp_dtype_name(o.dtype), o.page_size);
         else
             printf("capacity: %u MiB of KV per device, %u layers, %u KV heads (%u per device) x %u dims, %s, page %u\n",
-                   o.budget_mib, o.layers, o.kv_heads, heads, o.head_dim, dcp_dtype_name(o.dtype), o.page_size);
-        printf("  pages per device: %u (%llu bytes each over all layers; %llu KV bytes per token per device)\n", pages,
-               (unsigned long long)page_all, (unsigned long long)per_token);
+                   o.budget_mib, o.layers, o.kv_heads, c.heads, o.head_dim, dcp_dtype_name(o.dtype), o.page_size);
+        printf("  pages per device: %llu (%llu bytes each over all layers; %llu KV bytes per token per device)\n",
+               (unsigned long long)c.pages, (unsigned long long)c.page_all, (unsigned long long)c.per_token);
         printf("  plain TP %u (KV duplicated %ux): longest context %llu tokens\n", o.tp,
-               o.tp > o.kv_heads ? o.tp / o.kv_heads : 1, (unsigned long long)tp_ctx);
+               o.tp > o.kv_heads ? o.tp / o.kv_heads : 1, (unsigned long long)c.tp_ctx);
         printf("  TP %u with DCP %u (interleave %u): longest context %llu tokens (%.2fx)\n", o.tp, o.dcp, o.interleave,
-               (unsigned long long)dcp_ctx, tp_ctx ? (double)dcp_ctx / (double)tp_ctx : 0.0);
+               (unsigned long long)c.dcp_ctx, c.tp_ctx ? (double)c.dcp_ctx / (double)c.tp_ctx : 0.0);
+        printf("  KV dtype   bytes/token/device   plain TP %-10u   TP %u + DCP %u\n", o.tp, o.tp, o.dcp);
+        for (int k = 0; k < 2; k++) {
+            if (!cmp_ok[k]) {
+                if (o.head_dim % 32 && cmp_types[k] == DCP_DTYPE_Q8_0)
+                    printf("  %-8s   (head dim %u is not a multiple of 32)\n", dcp_dtype_name(cmp_types[k]), o.head_dim);
+                else
+                    printf("  %-8s   (the budget's pages are outside 1 .. %u)\n", dcp_dtype_name(cmp_types[k]),
+                           0xfffffffu / o.page_size);
+                continue;
+            }
+            printf("  %-8s   %18llu   %10llu tokens   %10llu tokens (%.2fx f16 plain TP)\n", dcp_dtype_name(cmp_types[k]),
+                   (unsigned long long)cmp[k].per_token, (unsigned long long)cmp[k].tp_ctx,
+                   (unsigned long long)cmp[k].dcp_ctx,
+                   cmp_ok[0] && cmp[0].tp_ctx ? (double)cmp[k].dcp_ctx / (double)cmp[0].tp_ctx : 0.0);
+        }
     }
     return DCP_EXIT_OK;
 }

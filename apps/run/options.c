@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dcpvk/dtype.h"
 #include "run/run.h"
 
 static FILE *diag(void) { return dcp_cli_diag(); }
@@ -65,7 +66,7 @@ void run_print_help(const char *prog)
            "      --dcp-q-replicate                each rank computes its group's queries itself\n"
            "                                       instead of gathering them (default off)\n"
            "      --block-size B                   tokens per KV page (default 16)\n"
-           "      --kv-dtype f16|f32               KV cache element type (default f16)\n"
+           "      --kv-dtype f16|f32|q8_0          KV cache element type (default f16)\n"
            "      --prefill-chunk N                prompt tokens per prefill step (default 128)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
            "                                       $DCP_VK_DEVICES, else every device once)\n"
@@ -151,8 +152,9 @@ int run_parse(int argc, char **argv, run_options *o)
             else if (IS("--block-size")) r = parse_u32(prog, a, v, 1, 1u << 16, &o->block_size);
             else if (IS("--kv-dtype")) {
                 o->kv_dtype = v;
-                if (strcmp(v, "f16") && strcmp(v, "f32")) {
-                    fprintf(diag(), "%s: option --kv-dtype: '%s' is not one of f16, f32\n", prog, v);
+                dcp_dtype kt;
+                if (!dcp_dtype_parse(v, &kt)) {
+                    fprintf(diag(), "%s: option --kv-dtype: '%s' is not one of f16, f32, q8_0\n", prog, v);
                     r = DCP_EXIT_USAGE;
                 }
             } else if (IS("--prefill-chunk")) r = parse_u32(prog, a, v, 1, 4096, &o->prefill_chunk);

@@ -28,7 +28,7 @@ typedef struct run_options {
     uint32_t interleave;      /* --cp-kv-cache-interleave-size (default 1) */
     bool q_replicate;         /* --dcp-q-replicate (default off) */
     uint32_t block_size;      /* --block-size (default 16) */
-    const char *kv_dtype;     /* --kv-dtype f16|f32 (default f16) */
+    const char *kv_dtype;     /* --kv-dtype f16|f32|q8_0 (default f16) */
     uint32_t prefill_chunk;   /* --prefill-chunk (default 128) */
     const char *devices;      /* --devices (default $DCP_VK_DEVICES, else every device) */
     bool json;                /* --json */

@@ -92,7 +92,7 @@ void serve_print_help(const char *prog)
            "      --dcp-q-replicate                each rank computes its group's queries itself\n"
            "                                       (default off)\n"
            "      --block-size B                   tokens per KV page (default 16)\n"
-           "      --kv-dtype f16|f32               KV cache element type (default f16)\n"
+           "      --kv-dtype f16|f32|q8_0          KV cache element type (default f16)\n"
            "      --prefill-chunk N                rows per step: decode rows of the running\n"
            "                                       requests plus prompt chunks (default 128)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"

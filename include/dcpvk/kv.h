@@ -1,8 +1,9 @@
 /* Paged KV cache storage: a pool of equal pages on one device, split over several storage buffers
  * (segments) so that no binding exceeds the device's maxStorageBufferRange or allocation limit.
  *
- * Page layout: K[kv_heads][page_size][head_dim] followed by V[kv_heads][page_size][head_dim], in
- * the pool's dtype; a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
+ * Page layout: K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row], a row being
+ * head_dim values of the pool's dtype (f32, f16), or for q8_0 head_dim int8 values then the f16
+ * scales of the row's blocks of 32 (dcp_kv_row_bytes; word layout in src/kv/kv_params.h); a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
  * being the first kv_lora entries of the same row) has no V part. Page p lives in segment
  * p / pages_per_segment.
  *
@@ -30,7 +31,8 @@ typedef struct dcp_kv_pool_config {
                           * decode reads K+V pools of D <= 256, the MLA decode K-only pools of
                           * kv_lora + rope (576 for DeepSeek) */
     uint32_t page_size;  /* tokens per page (default 16) */
-    dcp_dtype dtype;     /* element type (default f16) */
+    dcp_dtype dtype;     /* element type (default f16): f32, f16, or q8_0 (head_dim a multiple of
+                          * 32; written quantized by kv_append, dequantized in the decode) */
     uint32_t num_pages;  /* pages in the pool (no default; >= 1) */
     uint32_t k_only;     /* 1: pages hold K rows only, no V (MLA's latent cache); default 0: K then V */
 } dcp_kv_pool_config;
@@ -39,6 +41,12 @@ typedef struct dcp_kv_pool_config {
 
 /* Longest row a pool stores (elements). */
 #define DCP_KV_MAX_HEAD_DIM 1024
+
+/* Bytes of one stored row of head_dim values of dtype: head_dim * 4 (f32), head_dim * 2 (f16);
+ * q8_0: head_dim int8 values then head_dim / 32 f16 scales padded to a multiple of 4 bytes
+ * (136 bytes for head_dim 128: 1.0625 bytes per value). A page holds (k_only ? 1 : 2) * kv_heads
+ * * page_size rows. */
+uint64_t dcp_kv_row_bytes(dcp_dtype dtype, uint32_t head_dim);
 
 /* Creates the pool's segments on dev (device-local memory, zero-filled). Errors: unsupported head
  * dim (DCP_ERR_UNSUPPORTED), a page larger than the device's binding range, more segments than
@@ -58,6 +66,16 @@ uint64_t dcp_kv_pool_page_bytes(const dcp_kv_pool *pool);
 uint32_t dcp_kv_pool_pages_per_segment(const dcp_kv_pool *pool);
 uint32_t dcp_kv_pool_segment_count(const dcp_kv_pool *pool);
 dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
+
+/* Records the kv_append shader (f32 rows converted to the pool's dtype; q8_0 pools quantize) on
+ * cmd, cmd being on the pool's device: token t < tokens goes to slot slots[t] of the pool
+ * (page * page_size + offset) unless it is DCP_KV_NO_SLOT or past the pool. slots: device buffer
+ * [tokens] u32; k, v: row t of the token's K (and V) heads [kv_heads][head_dim] f32 starts at float
+ * t * src_stride from k_offset (v_offset). K+V pools only. dcp_kv_cache_record_append uses it; the
+ * model uses it for q8_0 pools after RoPE. */
+dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer *slots, uint32_t tokens,
+                                    dcp_buffer *k, uint64_t k_offset, dcp_buffer *v, uint64_t v_offset,
+                                    uint32_t src_stride);
 
 /* Uploads `count` whole pages starting at page `first` from data (count * page_bytes bytes, page
  * layout above, pool dtype). Synchronous. */

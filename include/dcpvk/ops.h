@@ -87,12 +87,16 @@ dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_b
  * DCP_KV_NO_SLOT: do not store); cs [tokens][n_rot/2][2] f32 (cos, sin); q_out [tokens][q_heads][D]
  * f32. pool (kv_heads and head_dim must match) may be NULL when no token is stored. neox: 0 rotates
  * adjacent pairs (2i, 2i+1) (llama's NORM mode), 1 the pairs (i, i + n_rot/2) (NEOX mode: qwen2,
- * qwen3, phi3). */
+ * qwen3, phi3).
+ * A q8_0 pool is written in two passes: RoPE into kv_stage [tokens][2][kv_heads][D] f32 (every
+ * token, through stage_slots [tokens] u32 holding 0, 1, 2, ...), then kv_append quantizes the
+ * stored tokens from there (dcp_kv_pool_record_store); both are needed only for q8_0 pools. */
 typedef struct dcp_rope_store_args {
     uint32_t tokens, q_heads, kv_heads, head_dim, n_rot, src_stride;
     dcp_buffer *src, *slot, *cs, *q_out;
     dcp_kv_pool *pool;
     uint32_t neox;
+    dcp_buffer *kv_stage, *stage_slots;
 } dcp_rope_store_args;
 dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);
 

@@ -95,8 +95,10 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
                         c->q_heads, pc->kv_heads);
     uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t dq = pc->head_dim / 4;
-    /* Loads of 16 bytes where rows allow (f16 rows of a multiple of 8 elements), else 8. */
-    uint32_t unit_quads = (pc->dtype == DCP_DTYPE_F16 && pc->head_dim % 8 == 0) ? 2 : 1;
+    /* Loads of 16 bytes where rows allow (f16 rows of a multiple of 8 elements), else 8; q8_0 units
+     * are 8 values (two words) too. */
+    uint32_t unit_quads =
+        ((pc->dtype == DCP_DTYPE_F16 && pc->head_dim % 8 == 0) || pc->dtype == DCP_DTYPE_Q8_0) ? 2 : 1;
     uint32_t units = dq / unit_quads;
     /* Cluster: lanes sharing a token, a power of two covering the units, within the subgroup. */
     uint32_t cluster = 1;
@@ -128,9 +130,10 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     p->wg = wg;
     p->hg = hg;
     p->cluster = cluster;
-    p->pipeline = pc->dtype == DCP_DTYPE_F32 ? DCP_PIPE_PAGED_DECODE_F32
-                  : unit_quads == 2          ? DCP_PIPE_PAGED_DECODE_F16X8
-                                             : DCP_PIPE_PAGED_DECODE_F16;
+    p->pipeline = pc->dtype == DCP_DTYPE_F32    ? DCP_PIPE_PAGED_DECODE_F32
+                  : pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_PAGED_DECODE_Q8_0
+                  : unit_quads == 2             ? DCP_PIPE_PAGED_DECODE_F16X8
+                                                : DCP_PIPE_PAGED_DECODE_F16;
     p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;

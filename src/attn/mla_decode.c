@@ -93,7 +93,7 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
     if (strcmp(info->type, "cpu") != 0 && wg < 256 && info->max_workgroup_invocations >= 256 &&
         info->max_workgroup_size[0] >= 256)
         wg = 256;
-    const uint32_t dk = pc->head_dim, dq = dk / 4, dvq = c->kv_lora / 4, elem = (uint32_t)dcp_dtype_size(pc->dtype);
+    const uint32_t dk = pc->head_dim, dq = dk / 4, dvq = c->kv_lora / 4, elem = pc->dtype == DCP_DTYPE_Q8_0 ? 4u /* dequantized into an f32 tile */ : (uint32_t)dcp_dtype_size(pc->dtype);
     /* Heads per workgroup: the largest divisor of heads whose query and output parts fit the
      * registers of the WG / hg lanes per head. */
     uint32_t hg = 0;
@@ -138,7 +138,9 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
     p->tile = tile;
     p->uniform_part = uniform_part;
     p->max_chunk = (uint32_t)max_chunk;
-    p->pipeline = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16 : DCP_PIPE_MLA_DECODE_F32;
+    p->pipeline = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_MLA_DECODE_Q8_0
+                  : pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16
+                                               : DCP_PIPE_MLA_DECODE_F32;
     p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = p->max_chunk;

@@ -3,8 +3,23 @@
 
 #include "dcpvk/dtype.h"
 
-uint32_t dcp_dtype_size(dcp_dtype t) { return t == DCP_DTYPE_F16 ? 2u : 4u; }
-const char *dcp_dtype_name(dcp_dtype t) { return t == DCP_DTYPE_F16 ? "f16" : "f32"; }
+uint32_t dcp_dtype_size(dcp_dtype t) { return t == DCP_DTYPE_Q8_0 ? 1u : t == DCP_DTYPE_F16 ? 2u : 4u; }
+const char *dcp_dtype_name(dcp_dtype t)
+{
+    return t == DCP_DTYPE_Q8_0 ? "q8_0" : t == DCP_DTYPE_F16 ? "f16" : "f32";
+}
+
+bool dcp_dtype_parse(const char *name, dcp_dtype *out)
+{
+    static const struct { const char *name; dcp_dtype t; } known[] = {
+        {"f32", DCP_DTYPE_F32}, {"f16", DCP_DTYPE_F16}, {"q8_0", DCP_DTYPE_Q8_0}};
+    for (size_t i = 0; name && i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(name, known[i].name) == 0) {
+            *out = known[i].t;
+            return true;
+        }
+    return false;
+}
 
 uint16_t dcp_f32_to_f16(float f)
 {

@@ -58,8 +58,8 @@ dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
         st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: kv_heads, head_dim, page_size and num_pages must be >= 1");
         goto fail;
     }
-    kc->page_bytes = (c->pool.k_only ? 1ull : 2ull) * c->pool.kv_heads * c->pool.page_size * c->pool.head_dim *
-                     dcp_dtype_size(c->pool.dtype);
+    kc->page_bytes = (c->pool.k_only ? 1ull : 2ull) * c->pool.kv_heads * c->pool.page_size *
+                     dcp_kv_row_bytes(c->pool.dtype, c->pool.head_dim);
     for (uint32_t i = 0; i < local_count; i++) {
         kv_rank *r = &kc->ranks[i];
         if (!c->host_only) DCP_TRY(dcp_kv_pool_create(devices[i], &c->pool, &r->pool));
@@ -216,21 +216,48 @@ dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *kc, uint32_t i
     }
     DCP_TRY(dcp_buffer_upload(r->slot_buf, 0, r->slots, (uint64_t)T * 4));
     const dcp_kv_pool_config *pc = &kc->cfg.pool;
-    uint64_t rows_bytes = (uint64_t)T * pc->kv_heads * pc->head_dim * 4;
-    dcp_binding b[3 + DCP_KV_MAX_SEGMENTS];
-    b[0] = (dcp_binding){r->slot_buf, 0, (uint64_t)T * 4};
-    b[1] = (dcp_binding){k, k_offset, rows_bytes};
-    b[2] = (dcp_binding){v, v_offset, rows_bytes};
-    dcp_kv_pool_bindings(r->pool, b + 3);
-    dcp_kv_append_params p = {T, pc->kv_heads, pc->head_dim, pc->page_size,
-                              dcp_kv_pool_pages_per_segment(r->pool), pc->num_pages};
-    uint32_t spec[1] = {dcp_vk_workgroup_size(dev)};
-    uint64_t n = (uint64_t)T * pc->kv_heads * (pc->head_dim / 4);
-    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_KV_APPEND_F16 : DCP_PIPE_KV_APPEND_F32;
-    DCP_TRY(dcp_cmd_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1));
+    DCP_TRY(dcp_kv_pool_record_store(cmd, r->pool, r->slot_buf, T, k, k_offset, v, v_offset,
+                                     pc->kv_heads * pc->head_dim));
     return DCP_OK;
 fail:
     return dcp_fail_context(st, "KV append on local rank %u", i);
+}
+
+dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer *slots, uint32_t tokens,
+                                    dcp_buffer *k, uint64_t k_offset, dcp_buffer *v, uint64_t v_offset,
+                                    uint32_t src_stride)
+{
+    const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(pool);
+    dcp_device *dev = dcp_kv_pool_device(pool);
+    if (pc->k_only)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV store: the pool is K-only (an MLA latent cache is "
+                        "written by its own store, dcp_op_mla_kv_store)");
+    if (dcp_cmd_device(cmd) != dev)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV store: the command is not on the pool's device");
+    const uint32_t row = pc->kv_heads * pc->head_dim;
+    if (src_stride < row || src_stride % 4)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "KV store: source row stride %u floats (need a multiple of 4, at least %u)", src_stride, row);
+    if (tokens == 0) return DCP_OK;
+    const uint64_t rows_bytes = ((uint64_t)(tokens - 1) * src_stride + row) * 4;
+    if (dcp_buffer_size(slots) < (uint64_t)tokens * 4 || k_offset + rows_bytes > dcp_buffer_size(k) ||
+        v_offset + rows_bytes > dcp_buffer_size(v))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV store: %u tokens do not fit the slot, K or V buffer", tokens);
+    dcp_binding b[3 + DCP_KV_MAX_SEGMENTS];
+    b[0] = (dcp_binding){slots, 0, (uint64_t)tokens * 4};
+    b[1] = (dcp_binding){k, k_offset, rows_bytes};
+    b[2] = (dcp_binding){v, v_offset, rows_bytes};
+    dcp_kv_pool_bindings(pool, b + 3);
+    dcp_kv_append_params p = {tokens, pc->kv_heads, pc->head_dim, pc->page_size,
+                              dcp_kv_pool_pages_per_segment(pool), pc->num_pages, src_stride};
+    uint32_t spec[1] = {dcp_vk_workgroup_size(dev)};
+    /* Invocations: one per 4 values (f32, f16) or per pair of q8_0 blocks (64 values). */
+    const uint32_t per_row = pc->dtype == DCP_DTYPE_Q8_0 ? (pc->head_dim + 63) / 64 : pc->head_dim / 4;
+    uint64_t n = (uint64_t)tokens * pc->kv_heads * per_row;
+    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_KV_APPEND_Q8_0
+                         : pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_KV_APPEND_F16
+                                                      : DCP_PIPE_KV_APPEND_F32;
+    return dcp_cmd_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }
 
 void dcp_kv_cache_free_seq(dcp_kv_cache *kc, uint32_t s)

@@ -27,9 +27,14 @@ static dcp_status pool_layout(const dcp_device_info *info, const dcp_kv_pool_con
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "KV pool: kv_heads (%u), page_size (%u) and num_pages (%u) must be >= 1",
                         c->kv_heads, c->page_size, c->num_pages);
-    if (c->dtype != DCP_DTYPE_F32 && c->dtype != DCP_DTYPE_F16)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "KV pool: dtype %d is not supported (f32, f16)", (int)c->dtype);
-    uint64_t page_bytes = (c->k_only ? 1ull : 2ull) * c->kv_heads * c->page_size * c->head_dim * dcp_dtype_size(c->dtype);
+    if (c->dtype != DCP_DTYPE_F32 && c->dtype != DCP_DTYPE_F16 && c->dtype != DCP_DTYPE_Q8_0)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "KV pool: dtype %d is not supported (f32, f16, q8_0)", (int)c->dtype);
+    if (c->dtype == DCP_DTYPE_Q8_0 && c->head_dim % DCP_KV_Q8_BLOCK)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "KV pool: a q8_0 cache quantizes blocks of %u values along the head dim, and head dim %u "
+                        "is not a multiple of %u (use --kv-dtype f16 or f32)",
+                        DCP_KV_Q8_BLOCK, c->head_dim, DCP_KV_Q8_BLOCK);
+    uint64_t page_bytes = (c->k_only ? 1ull : 2ull) * c->kv_heads * c->page_size * dcp_kv_row_bytes(c->dtype, c->head_dim);
     uint64_t seg_max = info->max_storage_buffer_range;
     if (info->max_allocation_size < seg_max) seg_max = info->max_allocation_size;
     if (seg_max > (2ull << 30)) seg_max = 2ull << 30;
@@ -61,6 +66,12 @@ static dcp_status pool_layout(const dcp_device_info *info, const dcp_kv_pool_con
     *pps_out = pps;
     *nseg_out = nseg;
     return DCP_OK;
+}
+
+uint64_t dcp_kv_row_bytes(dcp_dtype dtype, uint32_t head_dim)
+{
+    if (dtype == DCP_DTYPE_Q8_0) return 4ull * DCP_KV_Q8_ROW_WORDS((uint64_t)head_dim);
+    return (uint64_t)head_dim * dcp_dtype_size(dtype);
 }
 
 dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *c, uint64_t *bytes, uint64_t *largest)

@@ -389,6 +389,10 @@ dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_confi
     /* What went wrong, in the user's terms, before the search below overwrites mem. */
     char why[1024], a[32], b[32], c2[32], d[32], e[32], g[32], h[32], k[32];
     st = f.st;
+    if (f.st == DCP_ERR_UNSUPPORTED) { /* no context helps (e.g. a q8_0 cache for head dims not of whole blocks) */
+        free(mem);
+        return dcp_fail_context(f.st, "model state");
+    }
     if (f.st != DCP_OK) {
         snprintf(why, sizeof why, "%s", dcp_last_error());
     } else if (f.range_rank >= 0) {

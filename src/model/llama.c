@@ -68,6 +68,8 @@ typedef struct llama_rank_state {
     dcp_buffer *q;                  /* [qh][D] roped queries */
     dcp_buffer *o, *lse;            /* [hq][D], [hq] attention of the own heads */
     dcp_buffer *gu, *h;             /* [2 f], [f_pad] FFN */
+    dcp_buffer *kv_stage, *stage_slots; /* q8_0 KV only: [2][hkv][D] roped K|V, [1] u32 0, 1, ...
+                                     * (dcp_op_rope_store's two passes) */
     dcp_decode_plan **plans;        /* [n_layer] (DCP = 1) */
 } llama_rank_state;
 
@@ -272,7 +274,7 @@ static void llama_state_destroy(dcp_model_state *s)
     for (uint32_t i = 0; ls->r && i < s->m->nl; i++) {
         llama_rank_state *rs = &ls->r[i];
         for (uint32_t l = 0; rs->plans && l < L; l++) dcp_decode_plan_destroy(rs->plans[l]);
-        dcp_buffer *bufs[] = {rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h};
+        dcp_buffer *bufs[] = {rs->qkv, rs->q, rs->o, rs->lse, rs->gu, rs->h, rs->kv_stage, rs->stage_slots};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) dcp_buffer_destroy(bufs[k]);
         free(rs->plans);
     }
@@ -326,6 +328,10 @@ static dcp_status llama_state_bytes(const dcp_model *m, uint32_t i, const dcp_mo
     uint64_t f[LLAMA_ACTS];
     rank_act_floats(rw, m->cfg.head_dim, f);
     for (int k = 0; k < LLAMA_ACTS; k++) dcp_graph_count(mem, &mem->activations, f[k] * c->max_rows * 4, "a layer activation");
+    if (c->kv_dtype == DCP_DTYPE_Q8_0) {
+        dcp_graph_count(mem, &mem->activations, 2ull * rw->hkv * m->cfg.head_dim * c->max_rows * 4, "the q8_0 KV stage");
+        dcp_graph_count(mem, &mem->activations, (uint64_t)c->max_rows * 4, "the q8_0 KV stage slots");
+    }
     uint64_t bytes, largest;
     dcp_status st;
     if (m->dcp == 1) {
@@ -368,6 +374,16 @@ static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_
     for (int k = 0; k < LLAMA_ACTS; k++) DCP_TRY(dcp_buffer_create(dev, f[k] * R * 4, DCP_MEMORY_DEVICE, acts[k]));
     /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
     DCP_TRY(dcp_buffer_fill(rs->h, 0, dcp_buffer_size(rs->h), 0));
+    if (s->cfg.kv_dtype == DCP_DTYPE_Q8_0) {
+        DCP_TRY(dcp_buffer_create(dev, 2 * rw->hkv * D * R * 4, DCP_MEMORY_DEVICE, &rs->kv_stage));
+        DCP_TRY(dcp_buffer_create(dev, R * 4, DCP_MEMORY_DEVICE, &rs->stage_slots));
+        uint32_t *ids = malloc(R * 4);
+        if (!ids) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        for (uint32_t t = 0; t < R; t++) ids[t] = t;
+        st = dcp_buffer_upload(rs->stage_slots, 0, ids, R * 4);
+        free(ids);
+        if (st != DCP_OK) goto fail;
+    }
     ls->qv[i] = (dcp_comm_buf){rs->q, 0};
     ls->ov[i] = (dcp_comm_buf){rs->o, 0};
     ls->lv[i] = (dcp_comm_buf){rs->lse, 0};
@@ -465,7 +481,7 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
         dcp_rope_store_args ra = {T,        rw->qh,         rw->hkv,  D,     m->cfg.n_rot,
                                   rs->qkv4, rs->qkv,        s->r[i].slots[l], dcp_graph_rope(s, i),
                                   rs->q,    dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], s->r[i].gl),
-                                  m->cfg.rope_neox};
+                                  m->cfg.rope_neox, rs->kv_stage, rs->stage_slots};
         DCP_TRY(dcp_op_rope_store(cmd, &ra));
         dcp_cmd_barrier(cmd); /* q, KV pages -> attention */
         if (m->dcp == 1) {

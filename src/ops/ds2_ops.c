@@ -148,6 +148,9 @@ dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a)
         .pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool), .total_pages = pc->num_pages};
     uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
+    if (pc->dtype == DCP_DTYPE_Q8_0) /* one invocation per pair of blocks of 32 (shaders/mla_kv_store.comp) */
+        return dcp_cmd_dispatch(cmd, DCP_PIPE_MLA_KV_STORE_Q8_0, spec, b, &p,
+                                ceil_div(((uint64_t)a->kv_lora + a->n_rot + 63) / 64, wg), a->tokens, 1);
     dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_KV_STORE_F16 : DCP_PIPE_MLA_KV_STORE_F32;
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((a->kv_lora + a->n_rot) / 2, wg), a->tokens, 1);
 }

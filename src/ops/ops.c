@@ -230,6 +230,32 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
     return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_PARTS, spec, b, &pp, tokens, 1, 1);
 }
 
+/* A q8_0 pool: RoPE into the f32 stage seen as a pool of one-token pages (token t in page t of
+ * K[kv_heads][1][D] | V[kv_heads][1][D]), then kv_append quantizes from the stage into the pool's
+ * slots. p and b hold rope_store's parameters and first four bindings. */
+static dcp_status rope_store_q8(dcp_cmd *cmd, const dcp_rope_store_args *a, dcp_rope_store_params *p, dcp_binding *b)
+{
+    const uint64_t row = (uint64_t)a->kv_heads * a->head_dim, stage = (uint64_t)a->tokens * 2 * row * 4;
+    if (!a->kv_stage || !a->stage_slots || dcp_buffer_size(a->kv_stage) < stage ||
+        dcp_buffer_size(a->stage_slots) < (uint64_t)a->tokens * 4)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "rope_store: a q8_0 pool needs kv_stage (%llu bytes for %u tokens) and stage_slots",
+                        (unsigned long long)stage, a->tokens);
+    p->page_size = 1;
+    p->pages_per_segment = a->tokens;
+    p->total_pages = a->tokens;
+    b[1] = (dcp_binding){a->stage_slots, 0, 0};
+    for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){a->kv_stage, 0, stage};
+    const uint32_t heads = a->q_heads + 2 * a->kv_heads, wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
+    uint32_t spec[1] = {wg};
+    dcp_status st = dcp_cmd_dispatch(cmd, DCP_PIPE_ROPE_STORE_F32, spec, b, p,
+                                     ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
+    if (st != DCP_OK) return st;
+    dcp_cmd_barrier(cmd); /* stage -> kv_append */
+    return dcp_kv_pool_record_store(cmd, a->pool, a->slot, a->tokens, a->kv_stage, 0, a->kv_stage, row * 4,
+                                    (uint32_t)(2 * row));
+}
+
 dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
                                 uint32_t heads, uint32_t head_dim, uint32_t w_split, dcp_buffer *w,
                                 uint32_t tokens, float eps)
@@ -289,6 +315,7 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                             "rope_store: pool has %u KV heads of dim %u, the model step %u of dim %u",
                             pc->kv_heads, pc->head_dim, a->kv_heads, a->head_dim);
+        if (pc->dtype == DCP_DTYPE_Q8_0) return rope_store_q8(cmd, a, &p, b);
         p.page_size = pc->page_size;
         p.pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool);
         p.total_pages = pc->num_pages;

@@ -1,6 +1,8 @@
-/* CPU reference of kv_append (a copy: exact). */
+/* CPU reference of kv_append (a copy: exact) and of the q8_0 KV rows. */
+#include <math.h>
 #include <string.h>
 
+#include "dcpvk/dtype.h"
 #include "kv/kv_params.h"
 #include "ref/kv_ref.h"
 
@@ -20,4 +22,32 @@ void dcp_ref_kv_append(float *pages, uint32_t num_pages, uint32_t kv_heads, uint
             memcpy(dk + half, v + src, head_dim * sizeof(float));
         }
     }
+}
+
+void dcp_ref_q8_0_quantize_row(const float *x, uint32_t n, uint32_t *words)
+{
+    const uint32_t blocks = n / DCP_KV_Q8_BLOCK;
+    memset(words, 0, DCP_KV_Q8_ROW_WORDS(n) * 4u);
+    for (uint32_t b = 0; b < blocks; b++) {
+        const float *xb = x + b * DCP_KV_Q8_BLOCK;
+        float amax = 0.0f;
+        for (uint32_t j = 0; j < DCP_KV_Q8_BLOCK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (uint32_t j = 0; j < DCP_KV_Q8_BLOCK; j++) {
+            float v = xb[j] * id, r = floorf(fabsf(v) + 0.5f);
+            if (r > 127.0f) r = 127.0f;
+            int q = v < 0.0f ? -(int)r : (int)r;
+            const uint32_t i = b * DCP_KV_Q8_BLOCK + j;
+            words[i / 4] |= (uint32_t)(uint8_t)(int8_t)q << (8 * (i % 4));
+        }
+        words[n / 4 + b / 2] |= (uint32_t)dcp_f32_to_f16(d) << (16 * (b % 2));
+    }
+}
+
+double dcp_ref_q8_0_value(const uint32_t *words, uint32_t n, uint32_t i)
+{
+    const uint32_t b = i / DCP_KV_Q8_BLOCK;
+    const int8_t q = (int8_t)(uint8_t)(words[i / 4] >> (8 * (i % 4)));
+    const uint16_t d = (uint16_t)(words[n / 4 + b / 2] >> (16 * (b % 2)));
+    return (double)dcp_f16_to_f32(d) * q;
 }

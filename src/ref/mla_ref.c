@@ -2,10 +2,16 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "dcpvk/kv.h"
+#include "ref/kv_ref.h"
 #include "ref/mla_ref.h"
 
-static double element(const void *pages, dcp_dtype dtype, uint64_t i)
+/* Entry d of stored row r (rows of dk entries; q8_0 rows as in src/kv/kv_params.h). */
+static double element(const void *pages, dcp_dtype dtype, uint64_t r, uint32_t dk, uint32_t d)
 {
+    if (dtype == DCP_DTYPE_Q8_0)
+        return dcp_ref_q8_0_value((const uint32_t *)pages + r * (dcp_kv_row_bytes(dtype, dk) / 4), dk, d);
+    const uint64_t i = r * dk + d;
     if (dtype == DCP_DTYPE_F16) return dcp_f16_to_f32(((const uint16_t *)pages)[i]);
     return ((const float *)pages)[i];
 }
@@ -23,13 +29,13 @@ void dcp_ref_mla_decode(const dcp_ref_mla_decode_args *a)
             for (uint32_t d = 0; d < a->dv; d++) acc[d] = 0.0;
             for (uint32_t t = 0; t < len; t++) {
                 uint32_t page = a->block_tables[(uint64_t)b * a->max_blocks + t / a->page_size];
-                const uint64_t row = ((uint64_t)page * a->page_size + t % a->page_size) * a->dk;
+                const uint64_t row = (uint64_t)page * a->page_size + t % a->page_size;
                 double x = 0.0;
-                for (uint32_t d = 0; d < a->dk; d++) x += (double)q[d] * element(a->pages, a->dtype, row + d);
+                for (uint32_t d = 0; d < a->dk; d++) x += (double)q[d] * element(a->pages, a->dtype, row, a->dk, d);
                 x *= a->scale;
                 double mn = x > m ? x : m, alpha = exp(m - mn), p = exp(x - mn);
                 l = l * alpha + p;
-                for (uint32_t d = 0; d < a->dv; d++) acc[d] = acc[d] * alpha + p * element(a->pages, a->dtype, row + d);
+                for (uint32_t d = 0; d < a->dv; d++) acc[d] = acc[d] * alpha + p * element(a->pages, a->dtype, row, a->dk, d);
                 m = mn;
             }
             for (uint32_t d = 0; d < a->dv; d++) o[d] = len ? (float)(acc[d] / l) : 0.0f;

@@ -8,7 +8,8 @@
 #include "dcpvk/dtype.h"
 
 /* MLA latent decode over K-only pages, read in the pool's own dtype:
- *   pages   [num_pages][page_size][dk] of dtype (f32, or f16 bits): rows [c_kv (dv) | k_pe]
+ *   pages   [num_pages][page_size][row] of dtype (f32, f16 bits, or q8_0 rows of dcp_kv_row_bytes):
+ *           rows [c_kv (dv) | k_pe]
  *   q       [batch][heads][dk] f32; lengths [batch]; block_tables [batch][max_blocks]
  *   o (out) [batch][heads][dv] f32: softmax(scale q . row) weighted sum of the rows' first dv
  *           entries; lse (out) [batch][heads] natural log; empty: O = 0, LSE = -inf. */

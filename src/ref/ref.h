@@ -7,7 +7,8 @@
 #include "dcpvk/dtype.h"
 
 /* Paged attention over pages laid out as in include/dcpvk/kv.h, read in the pool's own dtype.
- *   pages       [num_pages][2][kv_heads][page_size][head_dim] of dtype (f32 or f16 bits)
+ *   pages       [num_pages][2][kv_heads][page_size][row] of dtype: f32 or f16 bits, or q8_0 rows
+ *               (dcp_kv_row_bytes; values dequantized exactly in double)
  *   q           [batch][q_heads][head_dim] f32
  *   lengths     [batch] tokens; block_tables [batch][max_blocks] page ids
  *   o (out)     [batch][q_heads][head_dim] f32, normalised; lse (out) [batch][q_heads] f32,
