@@ -70,6 +70,11 @@ static void test_stories_q4_0(void **state)
     expect_type(out, "blk.0.ffn_down.weight", DCP_GGML_TYPE_F16);
     expect_type(out, "output.weight", DCP_GGML_TYPE_Q8_0); /* the mix's Q6_K, but rows of 64 are not blocks of 256 */
     expect_type(out, "output_norm.weight", DCP_GGML_TYPE_F32);
+    /* Every matrix in its own type at TP 1 (Q4_0 parts of one type, whole rows): no F32 notice. */
+    const char *tp1[] = {run_app, "-m", out, "--temp", "0", "-n", "2", NULL};
+    r = dcp_test_spawn(tp1);
+    if (r.code != 0 || strstr(r.err, "held as F32")) fail_msg("TP 1: exit %d, or an F32 notice:\n%s", r.code, r.err);
+    dcp_test_result_free(&r);
     char *t = run_text(out, "1", "1", "a2a");
     assert_non_null(strstr(t, "Once upon a time"));
     assert_non_null(strstr(t, "Lily"));
@@ -92,6 +97,15 @@ static void test_generated_q4_k_m(void **state)
     expect_type(out, "blk.4.ffn_down.weight", DCP_GGML_TYPE_Q4_K);
     expect_type(out, "blk.2.ffn_gate.weight", DCP_GGML_TYPE_Q4_K);
     same_text_tp1_tp8(out);
+    /* Q4_K_M keeps attn_v of some layers in Q6_K: the fused Q|K|V of such a layer mixes types,
+     * so every rank holds it as F32 (exact, larger), and the run says so, naming the first. */
+    const char *tp8[] = {run_app, "-m", out, "--temp", "0", "-n", "2", "--tensor-parallel-size", "8",
+                         "--decode-context-parallel-size", "2", NULL};
+    r = dcp_test_spawn(tp8);
+    if (r.code != 0 || !strstr(r.err, "quantized matrices are held as F32") ||
+        !strstr(r.err, "first: blk.0.attn_q.weight (Q4_K) fused with blk.0.attn_v.weight (Q6_K)"))
+        fail_msg("TP 8: exit %d, no F32 fallback notice for the fused Q|K|V:\n%s", r.code, r.err);
+    dcp_test_result_free(&r);
 }
 
 int main(int argc, char **argv)

@@ -99,6 +99,20 @@ uint64_t dcp_model_bytes(const dcp_model *m);
 /* Bytes of device memory the weights of local rank i use (counted by a count_only load too). */
 uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
 
+/* Quantized matrices a rank holds as F32 instead of their file's type: a tensor-parallel slice
+ * that does not start and end on the type's blocks (k-quants: 256 weights; at TP 8 the
+ * row-parallel attn_output / ffn_down often cut them), or fused parts of different types. Exact
+ * (dequantized), but larger. Summed over the ranks held here. */
+typedef struct dcp_model_fallback {
+    uint32_t count;          /* matrices (rank by rank) held as F32 */
+    char first[128];         /* the first: "blk.0.attn_output.weight (Q4_K) on TP rank 3: columns
+                              * [1536, 2048) cut its 256-weight blocks" */
+    uint64_t f32_bytes;      /* device bytes they take as F32 */
+    uint64_t native_bytes;   /* what they would take in their own type */
+} dcp_model_fallback;
+/* What was held as F32 (count 0: nothing). */
+const dcp_model_fallback *dcp_model_fallbacks(const dcp_model *m);
+
 /* ---- run state ----------------------------------------------------------------------------- */
 
 typedef struct dcp_model_state_config {

@@ -59,6 +59,7 @@ struct dcp_model {
     uint64_t *rank_bytes;            /* [nl] device bytes of each rank's weights */
     uint64_t *rank_largest;          /* [nl] the largest weight buffer of each rank */
     bool count_only;                 /* loaded with count_only: no device memory */
+    dcp_model_fallback fallback;     /* matrices held as F32 (dcp_model_fallbacks) */
 };
 
 /* ---- the run state ------------------------------------------------------------------------- */

@@ -113,7 +113,7 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
         goto fail;
     }
     dcp_load_ctx ctx = {g, lc->count_only ? NULL : lc->progress, lc->progress_user, 0, 0,
-                        lc->devices, m->nl, m->rank_bytes, m->rank_largest, lc->count_only};
+                        lc->devices, m->nl, m->rank_bytes, m->rank_largest, lc->count_only, &m->fallback};
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) ctx.total += dcp_gguf_tensor_at(g, i)->size;
     ctx.total *= m->nl; /* embedding and norms are replicated; close enough for a progress bar */
     for (uint32_t i = 0; i < m->nl; i++) {
@@ -132,6 +132,8 @@ fail:
     dcp_model_destroy(m);
     return st;
 }
+
+const dcp_model_fallback *dcp_model_fallbacks(const dcp_model *m) { return &m->fallback; }
 
 void dcp_model_destroy(dcp_model *m)
 {

@@ -1,6 +1,7 @@
 /* Loading of GGUF tensors into device weights, shared by the architectures: tensors found and
  * checked by name and shape, matrices uploaded from row and column slices (tensor-parallel
  * shards), norms as f32 vectors, with a progress count. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +102,26 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     uint64_t all_rows = 0;
     for (uint32_t i = 0; i < n; i++) all_rows += sl[i].nr;
     const uint64_t bytes_on_device = dcp_matrix_bytes(type, k_pad, all_rows);
+    if (!native && lc->fallback && !lc->count_only && t[0]->type != DCP_GGML_TYPE_F32) {
+        /* Said once per matrix and rank: which tensor, why, and what it costs. */
+        dcp_model_fallback *fb = lc->fallback;
+        uint32_t be = 1, bb = 4;
+        dcp_ggml_type_block(t[0]->type, &be, &bb);
+        if (fb->count == 0) {
+            uint32_t odd = 0;
+            for (uint32_t i = 1; i < n; i++)
+                if (t[i]->type != t[0]->type) odd = i;
+            if (odd)
+                snprintf(fb->first, sizeof fb->first, "%s (%s) fused with %s (%s)", sl[0].name,
+                         dcp_ggml_type_name(t[0]->type), sl[odd].name, dcp_ggml_type_name(t[odd]->type));
+            else
+                snprintf(fb->first, sizeof fb->first, "%s (%s): columns [%u, %u) cut its %u-weight blocks", sl[0].name,
+                         dcp_ggml_type_name(t[0]->type), sl[0].c0, sl[0].c0 + sl[0].nc, be);
+        }
+        fb->count++;
+        fb->f32_bytes += bytes_on_device;
+        fb->native_bytes += (uint64_t)k_pad * all_rows / be * bb;
+    }
     if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
         memset(out, 0, sizeof *out);
         const dcp_device_info *info = dcp_device_get_info(dev);

@@ -23,6 +23,8 @@ typedef struct dcp_load_ctx {
     uint64_t *rank_bytes;     /* [nl] device bytes of each rank's weights so far */
     uint64_t *rank_largest;   /* [nl] the largest of them (one upload: the staging buffer's size) */
     bool count_only;          /* count rank_bytes, upload nothing (the matrices stay empty) */
+    dcp_model_fallback *fallback; /* matrices held as F32 because their slice cuts blocks or their
+                                   * fused parts differ in type (may be NULL) */
 } dcp_load_ctx;
 
 /* One part of a matrix: rows [r0, r0 + nr) and input columns [c0, c0 + nc) of tensor `name`. */
