@@ -37,3 +37,7 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   add_dependencies(test_run_mpi dcp-vk-run)
   set_tests_properties(test_run_mpi PROPERTIES PROCESSORS 8)
 endif()
+# A model of real 7B widths (2 layers, Q8_0, generated in memory) at TP 8 / DCP 2 against TP 1:
+# every buffer within the binding range (mailboxes and put areas too), the same greedy tokens.
+dcp_test(test_model_7b SOURCES test_model_7b.c vkutil.c ENV "DCP_VK_DEVICES=0,0,0,0,0,0,0,0" TIMEOUT 600
+         LABELS model)

@@ -333,9 +333,11 @@ static uint64_t bank_bytes(const dcp_comm *c) { return (uint64_t)c->size * c->ca
 
 /* Per local rank: a put area and an inbox of two banks of `size` blocks each, both allocated on the
  * device unless they live in the node's shared host segment (hostmem): then fewer. */
-uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes)
+uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes) { return 2 * dcp_comm_mailbox_buffer_bytes(size, bytes); }
+
+uint64_t dcp_comm_mailbox_buffer_bytes(int size, uint64_t bytes)
 {
-    return 4ull * (uint64_t)size * ((bytes + DCP_STORAGE_ALIGN_MAX - 1) / DCP_STORAGE_ALIGN_MAX * DCP_STORAGE_ALIGN_MAX);
+    return 2ull * (uint64_t)size * ((bytes + DCP_STORAGE_ALIGN_MAX - 1) / DCP_STORAGE_ALIGN_MAX * DCP_STORAGE_ALIGN_MAX);
 }
 
 /* The node's shared segment: every node rank's put region. */
