@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Tokenizers (tokenizer_fuzz_target.c): the bytes as text, encoded with every flag combination the
+/* Tokenizers (tokenizers_fuzz_target.c): the bytes as text, encoded with every flag combination the
  * first byte selects and decoded back, and as token ids (little-endian 16-bit, modulo the
  * vocabulary, a few beyond it) through dcp_tokenizer_decode and the streaming detokenizer, against
  * every vocabulary of dir (tests/data: stories260K, phi-3, deepseek-llm) and the generated test
