@@ -5,8 +5,10 @@
 #                                Vulkan device: greedy, so the same text as on one device
 #   bash scripts/setup.sh test   install, build with warnings as errors (-DDCP_WERROR=ON), run
 #                                the whole test suite (CTest), the kernel tests on Mesa 22, the
-#                                sanitizer build of the host-only tests, and build (without
-#                                running) a gcc Release and a clang Debug tree, warnings as errors
+#                                GPU tests with 256-byte binding offsets, the kernel tests with
+#                                16-lane subgroups, the whole suite again in an ASan+UBSan build,
+#                                and build (without running) a gcc Release and a clang Debug tree,
+#                                warnings as errors
 #   bash scripts/setup.sh build  install and build only
 # Environment: DCP_SKIP_APT=1 skips the package step, DCP_SKIP_NPM=1 the Node client; BUILD_DIR
 # (default build); JOBS (default nproc).
