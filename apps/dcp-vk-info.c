@@ -117,12 +117,13 @@ int main(int argc, char **argv)
             dcp_cli_json_string(stdout, d->driver_info, strlen(d->driver_info));
             printf(", \"api_version\": \"%u.%u.%u\", \"device_uuid\": \"", maj, min, pat);
             print_uuid(d->device_uuid);
-            printf("\", \"subgroup_size\": %u, \"max_storage_buffer_range\": %llu, "
+            printf("\", \"subgroup_size\": %u, \"min_storage_offset_alignment\": %llu, \"max_storage_buffer_range\": %llu, "
                    "\"max_allocation_size\": %llu, \"max_shared_memory\": %u, "
                    "\"max_workgroup_invocations\": %u, \"timestamp_period_ns\": %g, "
                    "\"external_memory_host\": %s, \"device_group_size\": %u, \"kv_multi_segment\": %s, "
                    "\"memory_heaps\": [",
-                   d->subgroup_size, (unsigned long long)d->max_storage_buffer_range,
+                   d->subgroup_size, (unsigned long long)d->min_storage_offset_alignment,
+                   (unsigned long long)d->max_storage_buffer_range,
                    (unsigned long long)d->max_allocation_size, d->max_shared_memory,
                    d->max_workgroup_invocations, d->timestamp_period_ns,
                    d->has_external_memory_host ? "true" : "false", d->physical_group_size,
@@ -147,8 +148,9 @@ int main(int argc, char **argv)
             print_uuid(d->device_uuid);
             printf("\n  subgroup %u, shared memory %u B, workgroup <= %u invocations\n", d->subgroup_size,
                    d->max_shared_memory, d->max_workgroup_invocations);
-            printf("  max storage-buffer range %llu B, max allocation %llu B\n",
-                   (unsigned long long)d->max_storage_buffer_range, (unsigned long long)d->max_allocation_size);
+            printf("  max storage-buffer range %llu B, offset alignment %llu B, max allocation %llu B\n",
+                   (unsigned long long)d->max_storage_buffer_range, (unsigned long long)d->min_storage_offset_alignment,
+                   (unsigned long long)d->max_allocation_size);
             printf("  timestamps %s, external host memory %s, device group of %u, KV pools over %s\n",
                    d->timestamp_period_ns > 0 ? "yes" : "no", d->has_external_memory_host ? "yes" : "no",
                    d->physical_group_size, d->kv_multi_segment ? "several buffers" : "one buffer");

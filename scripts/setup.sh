@@ -5,8 +5,10 @@
 #                                Vulkan device: greedy, so the same text as on one device
 #   bash scripts/setup.sh test   install, build with warnings as errors (-DDCP_WERROR=ON), run
 #                                the whole test suite (CTest), the kernel tests on Mesa 22, the
-#                                sanitizer build of the host-only tests, and build (without
-#                                running) a gcc Release and a clang Debug tree, warnings as errors
+#                                GPU tests with 256-byte binding offsets, the kernel tests with
+#                                16-lane subgroups, the whole suite again in an ASan+UBSan build,
+#                                and build (without running) a gcc Release and a clang Debug tree,
+#                                warnings as errors
 #   bash scripts/setup.sh build  install and build only
 # Environment: DCP_SKIP_APT=1 skips the package step, DCP_SKIP_NPM=1 the Node client; BUILD_DIR
 # (default build); JOBS (default nproc).
@@ -98,9 +100,19 @@ test)
     # shader loops after 65,535 iterations per invocation): its driver unpacked beside the build.
     mesa22 "$build/mesa22" && (cd "$build" && VK_ICD_FILENAMES="$build/mesa22/lvp_icd.json" \
         ctest --output-on-failure -j "$jobs" -L mesa22)
-    # AddressSanitizer + UBSan build of the host-only tests (GGUF reader, tokenizers, placement).
+    # Every storage-buffer binding offset a multiple of 256 bytes (some GPUs' minStorageBufferOffsetAlignment;
+    # lavapipe asks 16): the GPU tests of label align256 again, validation layer on.
+    (cd "$build" && DCP_VK_MIN_STORAGE_ALIGN=256 ctest --output-on-failure -j "$jobs" -L align256)
+    # Subgroups of 16 lanes (lavapipe's subgroup follows LP_NATIVE_VECTOR_WIDTH / 32; 8 by default
+    # on AVX2): the kernel tests again. Lavapipe cannot go wider: above 512 bits its subgroup
+    # reductions cover only the first 16 lanes (docs/design.md, "Subgroup widths").
+    (cd "$build" && LP_NATIVE_VECTOR_WIDTH=512 ctest --output-on-failure -j "$jobs" -L mesa22)
+    # AddressSanitizer + UBSan build, the whole suite (GPU and MPI tests included); leaks kept by
+    # the Vulkan loader, the validation layer, lavapipe/LLVM and MPICH are suppressed
+    # (tests/sanitizer/lsan.supp), nothing of ours.
     build_tree "$build-asan" -DDCP_SANITIZE=ON -DDCP_WERROR=ON
-    (cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -L host)
+    (cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$here/tests/sanitizer/lsan.supp:print_suppressions=0" \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" --timeout 2400)
     # The other build types users pick, warnings as errors: gcc Release and clang Debug (library,
     # apps and tests compiled; the tests ran above).
     build_tree "$build-release" -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=ON

@@ -4,6 +4,14 @@ set_tests_properties(app_info_json PROPERTIES ENVIRONMENT "DCP_VK_DEVICES=0,0"
                      PASS_REGULAR_EXPRESSION "\"devices\": \\[\\{\"index\": 0.*\"index\": 1")
 add_test(NAME app_info_bad_device COMMAND dcp-vk-info --devices 0,99)
 set_tests_properties(app_info_bad_device PROPERTIES WILL_FAIL TRUE)
+# A stricter storage-buffer offset alignment for CPU drivers (scripts/setup.sh runs the GPU tests
+# with 256), and one that no Vulkan device may have.
+add_test(NAME app_info_align256 COMMAND dcp-vk-info)
+set_tests_properties(app_info_align256 PROPERTIES ENVIRONMENT "DCP_VK_MIN_STORAGE_ALIGN=256"
+                     PASS_REGULAR_EXPRESSION "offset alignment 256 B")
+add_test(NAME app_info_bad_align COMMAND sh -c "$<TARGET_FILE:dcp-vk-info> 2>&1; echo exit=$?")
+set_tests_properties(app_info_bad_align PROPERTIES ENVIRONMENT "DCP_VK_MIN_STORAGE_ALIGN=512"
+                     PASS_REGULAR_EXPRESSION "DCP_VK_MIN_STORAGE_ALIGN '512' is not a power of two in 1 \.\. 256.*exit=[1-9]")
 add_test(NAME app_bench_attn_verify COMMAND dcp-vk-bench attn --ctx 1500 --batch 3 --q-heads 8
          --kv-heads 2 --head-dim 64 --page-size 32 --iters 2 --verify)
 set_tests_properties(app_bench_attn_verify PROPERTIES ENVIRONMENT "DCP_VK_DEVICES=0,0;DCP_VK_VALIDATION=1"

@@ -42,3 +42,12 @@ add_test(NAME dcp_vk_gguf_make_model
          COMMAND dcp-vk-gguf --make-model ${CMAKE_CURRENT_BINARY_DIR}/dcp-vk-test-q8.gguf --type q8_0
                  --n-layer 2 --seed 7)
 set_tests_properties(dcp_vk_gguf_make_model PROPERTIES PASS_REGULAR_EXPRESSION "^wrote " LABELS gguf)
+# The other fuzz target bodies (tokenizers, model loader, option parsers) over fixed inputs and
+# deterministic mutations (fuzz/more_fuzz_targets.h).
+dcp_test(test_fuzz_smoke SOURCES test_fuzz_smoke.c test_gguf_util.c ${CMAKE_SOURCE_DIR}/fuzz/tokenizers_fuzz_target.c
+         ${CMAKE_SOURCE_DIR}/fuzz/loader_fuzz_target.c ${CMAKE_SOURCE_DIR}/fuzz/options_fuzz_target.c
+         ${CMAKE_SOURCE_DIR}/apps/common/cli.c ${CMAKE_SOURCE_DIR}/apps/run/options.c ${CMAKE_SOURCE_DIR}/apps/run/world.c
+         ENV "DCP_VK_DEVICES=0,0" TIMEOUT 300 LABELS gguf)
+if(TARGET test_fuzz_smoke)
+  target_include_directories(test_fuzz_smoke PRIVATE ${CMAKE_SOURCE_DIR}/fuzz ${CMAKE_SOURCE_DIR}/apps)
+endif()

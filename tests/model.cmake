@@ -48,3 +48,7 @@ add_dependencies(test_archs_apps dcp-vk-gguf dcp-vk-run)
 # ag_rs) with identical greedy ids, logits within the documented bound of f16 KV and the reference;
 # stories260K (head dim 8) refused by name.
 dcp_test(test_kv_q8 SOURCES test_kv_q8.c ref_model.c vkutil.c TIMEOUT 600)
+# A model of real 7B widths (2 layers, Q8_0, generated in memory) at TP 8 / DCP 2 against TP 1:
+# every buffer within the binding range (mailboxes and put areas too), the same greedy tokens.
+dcp_test(test_model_7b SOURCES test_model_7b.c vkutil.c ENV "DCP_VK_DEVICES=0,0,0,0,0,0,0,0" TIMEOUT 600
+         LABELS model)

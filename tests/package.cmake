@@ -6,6 +6,6 @@ add_test(NAME test_lib_no_ref_symbols
 # find_package(dcpvk) (shared and static) and with pkg-config, run with and without a Vulkan driver.
 add_test(NAME test_install_package
          COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/install-check
-                 -DCC=${CMAKE_C_COMPILER} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/install
+                 -DCC=${CMAKE_C_COMPILER} -DSRC=${CMAKE_CURRENT_SOURCE_DIR}/install -DSANITIZE=${DCP_SANITIZE}
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/install/check.cmake)
 set_tests_properties(test_install_package PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)

@@ -9,9 +9,18 @@
 #include "ref/cp_ref.h"
 #include "vkutil.h"
 
+/* Offsets the tests bind at: multiples of the device's storage-buffer offset alignment (16 on
+ * lavapipe; 256 under DCP_VK_MIN_STORAGE_ALIGN=256, as on some GPUs). OFF(k): k of them, bytes;
+ * PAD(k): in floats. */
+static uint64_t align_bytes = 16;
+#define OFF(k) ((k) * align_bytes)
+#define PAD(k) ((k) * align_bytes / 4)
+
 static int setup(void **state)
 {
     *state = dcp_test_context();
+    uint64_t a = dcp_device_get_info(dcp_context_device(*state, 0))->min_storage_offset_alignment;
+    align_bytes = a > 16 ? a : 16;
     return 0;
 }
 
@@ -50,8 +59,8 @@ static void test_scale(void **state)
             float *send = malloc(rows * D * 4), *lout = malloc(batch * Hl * 4);
             float *send_ref = malloc(rows * D * 4), *lout_ref = malloc(batch * Hl * 4);
             dcp_ref_cp_scale(batch, Hl, N, rank, D, o, lse, send_ref, lout_ref);
-            dcp_buffer *ob = upload(dev, o, rows * D, 4), *lb = upload(dev, lse, N * rows, 8);
-            dcp_buffer *sb = upload(dev, NULL, rows * D, 0), *lo = upload(dev, NULL, batch * Hl, 4);
+            dcp_buffer *ob = upload(dev, o, rows * D, PAD(1)), *lb = upload(dev, lse, N * rows, PAD(2));
+            dcp_buffer *sb = upload(dev, NULL, rows * D, 0), *lo = upload(dev, NULL, batch * Hl, PAD(1));
             dcp_cmd *cmd;
             DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
             dcp_cp_scale_params p = {batch, Hl, N, rank, D, 0};
@@ -61,14 +70,14 @@ static void test_scale(void **state)
                 float *pad = calloc((uint64_t)N * ls, 4);
                 for (uint32_t n = 0; n < N; n++) memcpy(pad + (uint64_t)n * ls, lse + n * rows, rows * 4);
                 dcp_buffer_destroy(lb);
-                lb = upload(dev, pad, (uint64_t)N * ls, 8);
+                lb = upload(dev, pad, (uint64_t)N * ls, PAD(2));
                 p.lse_stride = ls;
                 free(pad);
             }
-            DCP_ASSERT_OK(dcp_cp_scale_record(cmd, &p, ob, 16, lb, 32, sb, 0, lo, 16));
+            DCP_ASSERT_OK(dcp_cp_scale_record(cmd, &p, ob, OFF(1), lb, OFF(2), sb, 0, lo, OFF(1)));
             DCP_ASSERT_OK(dcp_cmd_run(cmd));
             DCP_ASSERT_OK(dcp_buffer_download(sb, 0, send, rows * D * 4));
-            DCP_ASSERT_OK(dcp_buffer_download(lo, 16, lout, batch * Hl * 4));
+            DCP_ASSERT_OK(dcp_buffer_download(lo, OFF(1), lout, batch * Hl * 4));
             dcp_test_check_o("cp_scale O", send, send_ref, rows * D);
             dcp_test_check_lse("cp_scale LSE", lout, lout_ref, batch * Hl);
             dcp_cmd_destroy(cmd);
@@ -97,16 +106,21 @@ static void test_permute(void **state)
         float *src = malloc(src_n * 4), *dst = malloc(dst_n * 4), *ref = calloc(dst_n, 4);
         for (uint64_t i = 0; i < src_n; i++) src[i] = dcp_test_rng_uniform(&rng, -5, 5);
         dcp_ref_permute(A, B, C, sa, db, src, ref);
-        dcp_buffer *sb = upload(dev, src, src_n, 4), *outb = upload(dev, NULL, dst_n, 4);
+        dcp_buffer *sb = upload(dev, src, src_n, PAD(1)), *outb = upload(dev, NULL, dst_n, PAD(1));
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
         dcp_permute_params p = {A, B, C, sa, db};
-        DCP_ASSERT_OK(dcp_permute_record(cmd, &p, sb, 16, outb, 16));
+        DCP_ASSERT_OK(dcp_permute_record(cmd, &p, sb, OFF(1), outb, OFF(1)));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
-        DCP_ASSERT_OK(dcp_buffer_download(outb, 16, dst, dst_n * 4));
+        DCP_ASSERT_OK(dcp_buffer_download(outb, OFF(1), dst, dst_n * 4));
         if (memcmp(dst, ref, dst_n * 4) != 0) fail_msg("permute %u x %u x %u differs from the reference", A, B, C);
         dcp_permute_params bad = {A, B, C, B * C - 1, db};
         if (B * C > 1) assert_int_equal(dcp_permute_record(cmd, &bad, sb, 0, outb, 0), DCP_ERR_INVALID_ARGUMENT);
+        /* a binding offset off the device's storage-buffer offset alignment is refused, naming it */
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        assert_int_equal(dcp_permute_record(cmd, &p, sb, align_bytes / 2, outb, 0), DCP_ERR_INTERNAL);
+        assert_non_null(strstr(dcp_last_error(), "offset alignment"));
+        dcp_clear_error();
         dcp_cmd_destroy(cmd);
         dcp_buffer_destroy(sb);
         dcp_buffer_destroy(outb);
@@ -139,13 +153,13 @@ static void test_part_sum(void **state)
             if (fabs(ref[yo + i] - d) > 1e-6 * (e + fabs(y0[yo + i])) + 1e-7)
                 fail_msg("part_sum reference: element %u is %g, double sum %g", i, ref[yo + i], d);
         }
-        dcp_buffer *xb = upload(dev, x, xn, 4), *yb = upload(dev, y0, yn, 4);
+        dcp_buffer *xb = upload(dev, x, xn, PAD(1)), *yb = upload(dev, y0, yn, PAD(1));
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
         dcp_part_sum_params p = {n, P, stride, xo, yo, (uint32_t)accumulate};
-        DCP_ASSERT_OK(dcp_part_sum_record(cmd, &p, xb, 16, yb, 16));
+        DCP_ASSERT_OK(dcp_part_sum_record(cmd, &p, xb, OFF(1), yb, OFF(1)));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
-        DCP_ASSERT_OK(dcp_buffer_download(yb, 16, y, yn * 4));
+        DCP_ASSERT_OK(dcp_buffer_download(yb, OFF(1), y, yn * 4));
         if (memcmp(y, ref, yn * 4) != 0) fail_msg("part_sum n %u, %u parts differs from the reference", n, P);
         dcp_part_sum_params bad = {n, P, n - 1, 0, 0, 0};
         if (P > 1) assert_int_equal(dcp_part_sum_record(cmd, &bad, xb, 0, yb, 0), DCP_ERR_INVALID_ARGUMENT);

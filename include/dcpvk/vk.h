@@ -37,6 +37,10 @@ typedef struct dcp_context_config {
     int device_groups;
 } dcp_context_config;
 
+/* The largest minStorageBufferOffsetAlignment Vulkan allows a device (bytes): offsets that are
+ * multiples of it suit every device, and $DCP_VK_MIN_STORAGE_ALIGN may ask for up to it. */
+#define DCP_STORAGE_ALIGN_MAX 256u
+
 #define DCP_CONTEXT_CONFIG_DEFAULT {.devices = NULL, .validation = -1, .robust_access = -1, .device_groups = -1}
 
 enum { DCP_MAX_HEAPS = 16 };

@@ -101,7 +101,8 @@ void dcp_cp_attn_destroy(dcp_cp_attn *a)
 
 /* The a2a message to one destination: O [rows][Hl][OD], then (from a 256-byte aligned offset, so
  * that the receiver binds it directly) LSE [rows][Hl], f32. */
-static uint64_t a2a_lse_offset_of(uint64_t hl, uint64_t d, uint32_t rows) { return (rows * hl * d * 4 + 255) / 256 * 256; }
+#define ALIGN_UP(x) (((x) + DCP_STORAGE_ALIGN_MAX - 1) / DCP_STORAGE_ALIGN_MAX * DCP_STORAGE_ALIGN_MAX)
+static uint64_t a2a_lse_offset_of(uint64_t hl, uint64_t d, uint32_t rows) { return ALIGN_UP(rows * hl * d * 4); }
 static uint64_t a2a_lse_offset(const dcp_cp_attn *a, uint32_t rows)
 {
     return a2a_lse_offset_of(a->cfg.heads_local, a->OD, rows);
@@ -114,7 +115,7 @@ static uint64_t a2a_payload(const dcp_cp_attn *a, uint32_t rows)
 /* Bytes between consecutive destinations' messages in the put area: 256-byte aligned. */
 static uint64_t a2a_slot_of(uint64_t hl, uint64_t d, uint32_t rows)
 {
-    return (a2a_lse_offset_of(hl, d, rows) + (uint64_t)rows * hl * 4 + 255) / 256 * 256;
+    return ALIGN_UP(a2a_lse_offset_of(hl, d, rows) + (uint64_t)rows * hl * 4);
 }
 static uint64_t a2a_slot(const dcp_cp_attn *a, uint32_t rows) { return a2a_slot_of(a->cfg.heads_local, a->OD, rows); }
 
@@ -452,7 +453,7 @@ dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, 
         dcp_comm_buf in;
         uint64_t stride;
         dcp_comm_put_view(a->comm, (int)i, DCP_COLL_REDUCE_SCATTER, B * Hl * OD * 4, &in, &stride);
-        uint64_t base = in.offset / 256 * 256;
+        uint64_t base = in.offset / DCP_STORAGE_ALIGN_MAX * DCP_STORAGE_ALIGN_MAX;
         dcp_part_sum_params ps = {(uint32_t)(B * Hl * OD), (uint32_t)N, (uint32_t)(stride / 4),
                                   (uint32_t)((in.offset - base) / 4), 0, 0};
         DCP_TRY(dcp_part_sum_record(cmd, &ps, in.buffer, base, o.buffer, o.offset));

@@ -333,9 +333,11 @@ static uint64_t bank_bytes(const dcp_comm *c) { return (uint64_t)c->size * c->ca
 
 /* Per local rank: a put area and an inbox of two banks of `size` blocks each, both allocated on the
  * device unless they live in the node's shared host segment (hostmem): then fewer. */
-uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes)
+uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes) { return 2 * dcp_comm_mailbox_buffer_bytes(size, bytes); }
+
+uint64_t dcp_comm_mailbox_buffer_bytes(int size, uint64_t bytes)
 {
-    return 4ull * (uint64_t)size * ((bytes + 255) / 256 * 256);
+    return 2ull * (uint64_t)size * ((bytes + DCP_STORAGE_ALIGN_MAX - 1) / DCP_STORAGE_ALIGN_MAX * DCP_STORAGE_ALIGN_MAX);
 }
 
 /* The node's shared segment: every node rank's put region. */
@@ -512,7 +514,7 @@ static dcp_status alloc_mailboxes(dcp_comm *c, uint64_t cap)
 {
     dcp_status st = DCP_OK;
     const int L = c->local_count;
-    c->cap = (cap + 255) / 256 * 256;
+    c->cap = (cap + DCP_STORAGE_ALIGN_MAX - 1) / DCP_STORAGE_ALIGN_MAX * DCP_STORAGE_ALIGN_MAX;
     const uint64_t two = 2 * bank_bytes(c);
     DCP_TRY(make_segment(c));
     for (int i = 0; i < L && st == DCP_OK; i++) {

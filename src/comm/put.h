@@ -54,6 +54,9 @@ dcp_status dcp_comm_reserve(dcp_comm *comm, uint64_t bytes);
  * `bytes` are reserved (the initial block_bytes, 64 KiB by default, at least): the memory
  * dcp_comm_reserve allocates, for estimates before anything is allocated. */
 uint64_t dcp_comm_mailbox_bytes(int size, uint64_t bytes);
+/* The largest single buffer of those: a put area or an inbox, [2][size][block] (half of
+ * dcp_comm_mailbox_bytes). Every binding into it is one bank or less, [size][block]. */
+uint64_t dcp_comm_mailbox_buffer_bytes(int size, uint64_t bytes);
 /* Where local rank i writes the outgoing blocks of the next exchange, as seen from its device.
  * Changes with every exchange: fetch it for each recording. */
 dcp_comm_buf dcp_comm_put_area(const dcp_comm *comm, int local);

@@ -59,6 +59,7 @@ static size_t stop_partial(const eng_seq *q)
 /* Drops the first n held bytes (released). */
 static void held_consume(eng_seq *q, size_t n)
 {
+    if (n == 0) return; /* nothing held yet: q->held may still be NULL */
     memmove(q->held, q->held + n, q->held_len - n);
     q->held_len -= n;
 }

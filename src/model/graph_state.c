@@ -280,14 +280,22 @@ static dcp_status state_bytes(const dcp_model *m, const state_shape *sh, dcp_mod
         st = m->ops->state_bytes(m, i, c, &kc, mem, &dcp_block);
         if (st != DCP_OK) return st;
         const uint64_t floor = cc.block_bytes ? cc.block_bytes : 65536;
+        /* Two buffers each (put area and inbox): the largest buffer is one of them. */
         if (m->tp > 1) {
             uint64_t b = all_reduce_block(m, c->max_rows);
-            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_bytes((int)m->tp, b > floor ? b : floor),
-                            "the TP communicator's mailboxes");
+            b = b > floor ? b : floor;
+            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_buffer_bytes((int)m->tp, b),
+                            "the TP communicator's put area");
+            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_bytes((int)m->tp, b) -
+                            dcp_comm_mailbox_buffer_bytes((int)m->tp, b), "the TP communicator's inbox");
         }
-        if (N > 1)
-            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_bytes((int)N, dcp_block > floor ? dcp_block : floor),
-                            "the DCP communicator's mailboxes");
+        if (N > 1) {
+            uint64_t b = dcp_block > floor ? dcp_block : floor;
+            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_buffer_bytes((int)N, b),
+                            "the DCP communicator's put area");
+            dcp_graph_count(mem, &mem->exchange, dcp_comm_mailbox_bytes((int)N, b) - dcp_comm_mailbox_buffer_bytes((int)N, b),
+                            "the DCP communicator's inbox");
+        }
         /* The staging buffer: grown to the largest upload (a weight matrix; the state writes
          * through host-visible buffers). */
         mem->transfer = dcp_device_staging_bytes(dev, m->rank_largest[i]);

@@ -203,9 +203,10 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     if (align_env && *align_env) {
         char *end;
         unsigned long long a = strtoull(align_env, &end, 10);
-        if (*end || a == 0 || (a & (a - 1)) || a > 65536) {
+        if (*end || a == 0 || (a & (a - 1)) || a > DCP_STORAGE_ALIGN_MAX) {
             st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
-                          "$DCP_VK_MIN_STORAGE_ALIGN '%s' is not a power of two in 1 .. 65536", align_env);
+                          "$DCP_VK_MIN_STORAGE_ALIGN '%s' is not a power of two in 1 .. %u (the largest "
+                          "minStorageBufferOffsetAlignment Vulkan allows)", align_env, DCP_STORAGE_ALIGN_MAX);
             goto fail;
         }
         if (a > info->min_storage_offset_alignment) info->min_storage_offset_alignment = a;

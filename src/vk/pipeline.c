@@ -229,6 +229,14 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
                             "dispatch %s: descriptor %u range [%llu, +%llu) outside its %llu-byte buffer",
                             d->name, i, (unsigned long long)b->offset, (unsigned long long)range,
                             (unsigned long long)b->buffer->size);
+        /* Every binding offset a multiple of the device's minStorageBufferOffsetAlignment (or of
+         * the stricter $DCP_VK_MIN_STORAGE_ALIGN): GPUs ask up to 256 bytes. */
+        if (b->offset % dev->info.min_storage_offset_alignment)
+            return dcp_fail(DCP_ERR_INTERNAL,
+                            "dispatch %s: descriptor %u binds offset %llu, not a multiple of the storage-buffer "
+                            "offset alignment %llu of device %d%s", d->name, i, (unsigned long long)b->offset,
+                            (unsigned long long)dev->info.min_storage_offset_alignment, dev->info.logical_index,
+                            getenv("DCP_VK_MIN_STORAGE_ALIGN") ? " ($DCP_VK_MIN_STORAGE_ALIGN)" : "");
         infos[i] = (VkDescriptorBufferInfo){b->buffer->buffer, b->offset, range};
     }
     /* A set of this layout kept from an earlier recording, else a new one. */

@@ -40,8 +40,13 @@ foreach(unwanted "/ref/" "_internal.h" "dcpvk_ref")
 endforeach()
 
 # find_package(dcpvk): a separate CMake project, nothing from the source tree on its paths.
+# A sanitizer build (DCP_SANITIZE) installs instrumented libraries: the consumer links the runtimes.
+set(san_flags "")
+if(SANITIZE)
+  set(san_flags -fsanitize=address,undefined)
+endif()
 run("configuring the consumer" ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/cmake-build -DCMAKE_C_COMPILER=${CC}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_EXE_LINKER_FLAGS=${san_flags}")
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK}/cmake-build)
 
 # pkg-config: the flags it gives, and nothing else (an rpath so that it finds the shared library).
@@ -55,7 +60,7 @@ message(STATUS "pkg-config --cflags --libs dcpvk: ${out}")
 run("pkg-config libdir" ${PKG_CONFIG} --variable=libdir dcpvk)
 string(STRIP "${out}" libdir)
 run("building with pkg-config" ${CC} ${SRC}/consumer.c -o ${WORK}/consumer_pkgconfig ${pc_flags}
-    -Wl,-rpath,${libdir})
+    -Wl,-rpath,${libdir} ${san_flags})
 
 foreach(exe cmake-build/consumer_shared cmake-build/consumer_static consumer_pkgconfig)
   run("running ${exe}" ${WORK}/${exe})
