@@ -65,7 +65,7 @@ static dcp_status pool_layout(const dcp_device_info *info, const dcp_kv_pool_con
 
 dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *c, uint64_t *bytes, uint64_t *largest)
 {
-    uint64_t page_bytes, pps, nseg;
+    uint64_t page_bytes = 0, pps = 1, nseg = 0;
     *bytes = *largest = 0;
     dcp_status st = pool_layout(dcp_device_get_info(dev), c, &page_bytes, &pps, &nseg);
     if (st != DCP_OK) return st;
@@ -78,7 +78,7 @@ dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *c, dcp_
 {
     dcp_status st = DCP_OK;
     *out = NULL;
-    uint64_t page_bytes, pps, nseg;
+    uint64_t page_bytes = 0, pps = 1, nseg = 0;
     st = pool_layout(dcp_device_get_info(dev), c, &page_bytes, &pps, &nseg);
     if (st != DCP_OK) return st;
     dcp_kv_pool *p = calloc(1, sizeof *p);

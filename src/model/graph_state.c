@@ -289,7 +289,7 @@ static dcp_status state_bytes(const dcp_model *m, const state_shape *sh, dcp_mod
 
 dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config, dcp_model_memory *per_rank)
 {
-    state_shape sh;
+    state_shape sh = {0};
     dcp_status st = state_defaults(m, config, &sh);
     if (st != DCP_OK) return st;
     return state_bytes(m, &sh, per_rank);
@@ -366,7 +366,7 @@ static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory
 dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_config *config, uint32_t *max_ctx)
 {
     if (max_ctx) *max_ctx = 0;
-    state_shape sh;
+    state_shape sh = {0};
     dcp_status st = state_defaults(m, config, &sh);
     if (st != DCP_OK) return st;
     dcp_model_memory *mem = calloc(m->nl, sizeof *mem);
@@ -434,7 +434,7 @@ dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *co
     if (m->count_only)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: the model was loaded with count_only (no weights "
                                                   "on the devices)");
-    state_shape sh;
+    state_shape sh = {0};
     if ((st = state_defaults(m, config, &sh)) != DCP_OK) return st;
     const dcp_model_state_config c = sh.c;
     dcp_model_state *s = calloc(1, sizeof *s);
