@@ -81,27 +81,33 @@ uint w_group_x4(uint u, uint g)
     return 64u * (u / 8u) + 16u * (r / 2u) + 4u * (r % 2u) + 8u * g;
 }
 
-// 6-bit scale (x) and min (y) of sub-block j from the 12 scale bytes at word o.
-vec2 q_k4_scale_min(uint o, uint j)
+// 6-bit scale (x) and min (y) of sub-block j from the 12 scale bytes sc (3 words, byte 0 first).
+uint q_k4_byte(uvec3 sc, uint i) { return (sc[i / 4u] >> (8u * (i % 4u))) & 255u; }
+vec2 q_k4_scale_min(uvec3 sc, uint j)
 {
-    if (j < 4u) return vec2(q_byte(o, j) & 63u, q_byte(o, j + 4u) & 63u);
-    const uint b = q_byte(o, j + 4u);
-    return vec2((b & 15u) | (q_byte(o, j - 4u) >> 6) << 4, (b >> 4) | (q_byte(o, j) >> 6) << 4);
+    if (j < 4u) return vec2(q_k4_byte(sc, j) & 63u, q_k4_byte(sc, j + 4u) & 63u);
+    const uint b = q_k4_byte(sc, j + 4u);
+    return vec2((b & 15u) | (q_k4_byte(sc, j - 4u) >> 6) << 4, (b >> 4) | (q_k4_byte(sc, j) >> 6) << 4);
+}
+// The 16 bytes moved out of block bi: (d | dmin) word, then scales[12].
+uvec4 q_k4_meta(uint bi)
+{
+    const uint o = wscale_offset + 4u * bi;
+    return uvec4(w[o], w[o + 1u], w[o + 2u], w[o + 3u]);
 }
 
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 {
     const uint bi = row * (k / 256u) + u / 8u, r = u % 8u, c = r / 2u, h = r % 2u;
 #if defined(W_Q4_K)
-    const uint o = 35u * bi;                       // scales[12] | qs[128]
-    const uint oq = o + 3u + 8u * c + 4u * h;
+    const uint oq = 32u * bi + 8u * c + 4u * h;    // qs[128]
 #else
-    const uint o = 43u * bi;                       // scales[12] | qh[32] | qs[128]
-    const uint oq = o + 11u + 8u * c + 4u * h;
-    const uint oh = o + 3u + 4u * h;
+    const uint oq = 40u * bi + 8u + 8u * c + 4u * h; // qh[32] | qs[128]
+    const uint oh = 40u * bi + 4u * h;
 #endif
-    const vec2 dm = q_dm(bi);                      // (d, dmin)
-    const vec2 sm = q_k4_scale_min(o, 2u * c + g);
+    const uvec4 m = q_k4_meta(bi);
+    const vec2 dm = unpackHalf2x16(m.x);           // (d, dmin)
+    const vec2 sm = q_k4_scale_min(m.yzw, 2u * c + g);
     const float dl = dm.x * sm.x, ml = dm.y * sm.y;
     for (uint i = 0u; i < 4u; i++) {
         const uint q = w[oq + i];
