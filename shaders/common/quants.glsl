@@ -1,6 +1,7 @@
 // Decoders of the block-quantized weight types in their device layout (src/model/quants.h):
 // [blocks][body words] u32 (each GGUF block without its f16 field(s)), then at word
-// wscale_offset the f16 fields [blocks][1 or 2] packed two to a word. Blocks are numbered
+// wscale_offset the f16 fields [blocks][1 or 2] packed two to a word (Q4_K, Q5_K: [blocks][16 bytes]:
+// d | dmin, then the 12 scale bytes). Blocks are numbered
 // row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q2_K,
 // W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K.
 //
