@@ -1,14 +1,18 @@
 #version 450
 // matmul: y[t][n] (+)= sum_k W[n][k] x[t][k] for a small batch of token rows (decode: 1 token;
 // prefill: many). W [n_out][k] in one of the weight dtypes of weights.glsl; x, y f32.
-// One subgroup per R = DCP_MATMUL_SUBGROUP_ROWS output rows: its lanes split the rows in units (a
-// quad, or for the block-quantized types 32 or 64 weights dequantized in registers, group by
-// group), load each x vector once for the R rows, and reduce with subgroupAdd; each workgroup
-// holds RPW rows and DCP_MATMUL_TOKENS tokens, so a weight unit is loaded and dequantized once per
-// DCP_MATMUL_TOKENS tokens. A row's sum for a token does not depend on the other tokens or rows of
-// the dispatch (same lanes, same order for any T). Loop work per invocation: (units/subgroup) *
-// groups * DCP_MATMUL_TOKENS * (R rows) per row block it owns (bounded: lavapipe on Mesa 22 ends
-// loops after 65,535 iterations per invocation).
+// One subgroup per R output rows (spec constant, DCP_MATMUL_SUBGROUP_ROWS on GPUs, more where
+// the device is a CPU, see ops.c): its lanes split the rows in units (a quad, or for the
+// block-quantized types 32 or 64 weights), each lane loads a unit of each of the R rows once
+// (w_unit_load, 16-byte loads where the layout allows) and then, group by group, decodes the R
+// rows' groups (w_unit_group: integer quants as f32 and the group's scale), loads the x vectors
+// once for the R rows and adds each row's group dot product, the scale applied once per group and
+// token; subgroupAdd reduces the lanes. Each workgroup holds
+// RPW rows and TB tokens (spec constant: 1 for a single token, else DCP_MATMUL_TOKENS), so a
+// weight unit is loaded and decoded once per TB tokens. A row's sum for a token does not depend
+// on the other tokens or rows of the dispatch, nor on TB or R (same lanes, same order). Loop work
+// per invocation: units / subgroup x groups per row block it owns (tokens and rows unrolled;
+// bounded: lavapipe on Mesa 22 ends loops after 65,535 iterations per invocation).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -16,17 +20,18 @@
 #include "ops/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
-layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup
+layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup: subgroups x R
+layout(constant_id = 2) const uint TB = DCP_MATMUL_TOKENS; // tokens per workgroup (1 or DCP_MATMUL_TOKENS)
+layout(constant_id = 3) const uint R = DCP_MATMUL_SUBGROUP_ROWS; // rows per subgroup
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform PC { dcp_matmul_params p; };
-layout(std430, binding = 0) readonly buffer W { uint w[]; };   // weights, see weights.glsl
-layout(std430, binding = 1) readonly buffer X { vec4 x[]; };   // [tokens][x_stride/4] f32
-layout(std430, binding = 2) buffer Y { float y[]; };           // [tokens][y_stride] f32
+layout(std430, binding = 0) readonly buffer W { uint w[]; };    // weights, see weights.glsl
+layout(std430, binding = 0) readonly buffer W4 { uvec4 wq4[]; }; // the same, 16 bytes at a time
+layout(std430, binding = 1) readonly buffer X { vec4 x[]; };    // [tokens][x_stride/4] f32
+layout(std430, binding = 2) buffer Y { float y[]; };            // [tokens][y_stride] f32
 #define wscale_offset p.scale_offset
+#define W_UNIT_DOT 1
 #include "weights.glsl"
-
-const uint TB = DCP_MATMUL_TOKENS;
-const uint R = DCP_MATMUL_SUBGROUP_ROWS;
 
 void main()
 {
@@ -43,20 +48,32 @@ void main()
         for (uint r = 0u; r < R; r++)
             for (uint j = 0u; j < TB; j++) acc[r][j] = 0.0;
         for (uint u = gl_SubgroupInvocationID; u < nu; u += gl_SubgroupSize) {
+            w_raw raw[R];
+            for (uint r = 0u; r < R; r++) w_unit_load(n0 + min(r, nr - 1u), u, p.k, raw[r]);
             [[dont_unroll]] for (uint g = 0u; g < W_UNIT_GROUPS; g++) {
-                vec4 wv[R][W_GROUP_VEC4];
-                for (uint r = 0u; r < R; r++) {
-                    if (r < nr) w_group(n0 + r, u, g, p.k, wv[r]);
-                    else
-                        for (uint i = 0u; i < W_GROUP_VEC4; i++) wv[r][i] = vec4(0.0);
-                }
+                vec4 wq[R][W_GROUP_VEC4];
+                vec2 sc[R];
+                for (uint r = 0u; r < R; r++) w_unit_group(raw[r], g, wq[r], sc[r]);
                 const uint xg = xo + w_group_x4(u, g);
                 for (uint j = 0u; j < TB; j++)
-                    if (j < nt) {
+                    if (TB == 1u || j < nt) {
                         vec4 xv[W_GROUP_VEC4];
-                        for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x[xg + (t0 + j) * xs + i];
-                        for (uint r = 0u; r < R; r++)
-                            for (uint i = 0u; i < W_GROUP_VEC4; i++) acc[r][j] += dot(wv[r][i], xv[i]);
+                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x[xg + (t0 + j) * xs + i];
+#ifdef W_UNIT_MIN
+                        float sx = 0.0;
+                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) sx += dot(xv[i], vec4(1.0));
+#endif
+                        for (uint r = 0u; r < R; r++) {
+                            float s = 0.0;
+                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) s += dot(wq[r][i], xv[i]);
+#ifdef W_UNIT_MIN
+                            acc[r][j] += sc[r].x * s - sc[r].y * sx;
+#elif defined(W_GROUP_SCALED)
+                            acc[r][j] += sc[r].x * s;
+#else
+                            acc[r][j] += s;
+#endif
+                        }
                     }
             }
         }

@@ -1,6 +1,7 @@
 # Block-quantized weight types (issue 11): the shaders against the reference dequantizer x a
 # double matmul, batch invariance, get_rows, refused shapes.
-dcp_test(test_quant_ops SOURCES test_quant_ops.c vkutil.c LABELS quant)
+# lavapipe JIT-compiles two matmul variants per type (one token, several): about a minute of CPU.
+dcp_test(test_quant_ops SOURCES test_quant_ops.c vkutil.c TIMEOUT 1200 LABELS quant)
 dcp_test(test_quant SOURCES test_quant.c test_gguf_util.c vkutil.c TIMEOUT 120 LABELS quant host)
 # Whole quantized models in dcp-vk-run: stories260K --quantize'd to Q4_0 and a generated Q4_K_M
 # model give the same greedy text at TP 1 and TP 8 / DCP 2 (a2a and ag_rs).

@@ -1,6 +1,7 @@
 // Decoders of the block-quantized weight types in their device layout (src/model/quants.h):
 // [blocks][body words] u32 (each GGUF block without its f16 field(s)), then at word
-// wscale_offset the f16 fields [blocks][1 or 2] packed two to a word. Blocks are numbered
+// wscale_offset the f16 fields [blocks][1 or 2] packed two to a word (Q4_K, Q5_K: [blocks][16 bytes]:
+// d | dmin, then the 12 scale bytes). Blocks are numbered
 // row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q2_K,
 // W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K.
 //
@@ -25,6 +26,8 @@ vec4 q_2bit(uint v, uint s) { return vec4((uvec4(v, v >> 8, v >> 16, v >> 24) >>
 vec4 q_bit(uint v, uint b) { return vec4((uvec4(v, v >> 8, v >> 16, v >> 24) >> b) & 1u); }
 // Byte i (0..) of the words starting at word o.
 uint q_byte(uint o, uint i) { return (w[o + i / 4u] >> (8u * (i % 4u))) & 255u; }
+// Byte i (0..11) of 3 words held in registers.
+uint q_k4_byte(uvec3 sc, uint i) { return (sc[i / 4u] >> (8u * (i % 4u))) & 255u; }
 
 // The f16 field(s) of block bi: d, or (d, dmin / m).
 float q_d(uint bi) { return unpackHalf2x16(w[wscale_offset + bi / 2u])[bi & 1u]; }
@@ -81,27 +84,32 @@ uint w_group_x4(uint u, uint g)
     return 64u * (u / 8u) + 16u * (r / 2u) + 4u * (r % 2u) + 8u * g;
 }
 
-// 6-bit scale (x) and min (y) of sub-block j from the 12 scale bytes at word o.
-vec2 q_k4_scale_min(uint o, uint j)
+// 6-bit scale (x) and min (y) of sub-block j from the 12 scale bytes sc (3 words, byte 0 first).
+vec2 q_k4_scale_min(uvec3 sc, uint j)
 {
-    if (j < 4u) return vec2(q_byte(o, j) & 63u, q_byte(o, j + 4u) & 63u);
-    const uint b = q_byte(o, j + 4u);
-    return vec2((b & 15u) | (q_byte(o, j - 4u) >> 6) << 4, (b >> 4) | (q_byte(o, j) >> 6) << 4);
+    if (j < 4u) return vec2(q_k4_byte(sc, j) & 63u, q_k4_byte(sc, j + 4u) & 63u);
+    const uint b = q_k4_byte(sc, j + 4u);
+    return vec2((b & 15u) | (q_k4_byte(sc, j - 4u) >> 6) << 4, (b >> 4) | (q_k4_byte(sc, j) >> 6) << 4);
+}
+// The 16 bytes moved out of block bi: (d | dmin) word, then scales[12].
+uvec4 q_k4_meta(uint bi)
+{
+    const uint o = wscale_offset + 4u * bi;
+    return uvec4(w[o], w[o + 1u], w[o + 2u], w[o + 3u]);
 }
 
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 {
     const uint bi = row * (k / 256u) + u / 8u, r = u % 8u, c = r / 2u, h = r % 2u;
 #if defined(W_Q4_K)
-    const uint o = 35u * bi;                       // scales[12] | qs[128]
-    const uint oq = o + 3u + 8u * c + 4u * h;
+    const uint oq = 32u * bi + 8u * c + 4u * h;    // qs[128]
 #else
-    const uint o = 43u * bi;                       // scales[12] | qh[32] | qs[128]
-    const uint oq = o + 11u + 8u * c + 4u * h;
-    const uint oh = o + 3u + 4u * h;
+    const uint oq = 40u * bi + 8u + 8u * c + 4u * h; // qh[32] | qs[128]
+    const uint oh = 40u * bi + 4u * h;
 #endif
-    const vec2 dm = q_dm(bi);                      // (d, dmin)
-    const vec2 sm = q_k4_scale_min(o, 2u * c + g);
+    const uvec4 m = q_k4_meta(bi);
+    const vec2 dm = unpackHalf2x16(m.x);           // (d, dmin)
+    const vec2 sm = q_k4_scale_min(m.yzw, 2u * c + g);
     const float dl = dm.x * sm.x, ml = dm.y * sm.y;
     for (uint i = 0u; i < 4u; i++) {
         const uint q = w[oq + i];
@@ -152,5 +160,148 @@ void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 #endif
 }
 #endif
+
+#ifdef W_UNIT_DOT
+// ---- Unit dot products (matmul): w_unit_load(row, u, k, raw) loads unit u of a row once, with
+// 16-byte loads where the layout allows (buffer block `W4 { uvec4 wq4[]; }` aliasing W), and
+// w_unit_group(raw, g, q, sc) gives group g's 16 weights as q[0..3] (the integer quants minus
+// their offset, as f32; the elements at vec4 indices w_group_x4(u, g)..) and sc = (scale, min):
+// sum over the group of w * x = sc.x * sum(q * x) - sc.y * sum(x) (sc.y only for W_UNIT_MIN
+// types), the scale applied once per group and token.
+#if defined(W_Q4_1) || defined(W_Q5_1) || defined(W_Q2_K) || defined(W_Q4_K) || defined(W_Q5_K)
+#define W_UNIT_MIN 1
+#endif
+#define W_GROUP_SCALED 1 // the group's scale sc.x multiplies its sum
+
+#if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1)
+struct w_raw { uvec4 q; uint qh; vec2 dm; };   // dm: (d, m); Q4_0 / Q5_0 (d, 0)
+void w_unit_load(uint row, uint u, uint k, out w_raw r)
+{
+    const uint bi = row * (k / 32u) + u;
+#if defined(W_Q4_0) || defined(W_Q4_1)
+    r.q = wq4[bi];
+    r.qh = 0u;
+#else
+    const uint o = 5u * bi;
+    r.qh = w[o];
+    r.q = uvec4(w[o + 1u], w[o + 2u], w[o + 3u], w[o + 4u]);
+#endif
+#if defined(W_Q4_0) || defined(W_Q5_0)
+    r.dm = vec2(q_d(bi), 0.0);
+#else
+    r.dm = q_dm(bi);
+#endif
+}
+void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
+{
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        vec4 a = g == 0u ? q_lo4(r.q[i]) : q_hi4(r.q[i]);
+#if defined(W_Q5_0) || defined(W_Q5_1)
+        a += 16.0 * q_bits4(r.qh, 16u * g + 4u * i);
+#endif
+#if defined(W_Q4_0)
+        a -= 8.0;
+#elif defined(W_Q5_0)
+        a -= 16.0;
+#endif
+        q[i] = a;
+    }
+    sc = vec2(r.dm.x, -r.dm.y);
+}
+
+#elif defined(W_Q4_K) || defined(W_Q5_K)
+struct w_raw { uvec4 q; uvec4 qh; vec2 dl; vec2 ml; };  // dl, ml: d * scale, dmin * min of groups 0, 1
+void w_unit_load(uint row, uint u, uint k, out w_raw r)
+{
+    const uint bi = row * (k / 256u) + u / 8u, ur = u % 8u, c = ur / 2u, h = ur % 2u;
+#if defined(W_Q4_K)
+    r.q = wq4[8u * bi + 2u * c + h];
+    r.qh = uvec4(0u);
+#else
+    r.q = wq4[10u * bi + 2u + 2u * c + h];
+    r.qh = wq4[10u * bi + h];
+#endif
+    const uvec4 m = wq4[wscale_offset / 4u + bi];
+    const vec2 dm = unpackHalf2x16(m.x);
+    const vec2 s0 = q_k4_scale_min(m.yzw, 2u * c), s1 = q_k4_scale_min(m.yzw, 2u * c + 1u);
+    r.dl = dm.x * vec2(s0.x, s1.x);
+    r.ml = dm.y * vec2(s0.y, s1.y);
+#if defined(W_Q5_K)
+    r.qh = (r.qh >> (2u * c)) & 0x03030303u;   // bit 0 of each byte: group 0's high bit, bit 1: group 1's
+#endif
+}
+void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
+{
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        vec4 a = g == 0u ? q_lo4(r.q[i]) : q_hi4(r.q[i]);
+#if defined(W_Q5_K)
+        a += 16.0 * q_bit(r.qh[i], g);
+#endif
+        q[i] = a;
+    }
+    sc = vec2(r.dl[g], r.ml[g]);
+}
+
+#elif defined(W_Q2_K) || defined(W_Q3_K) || defined(W_Q6_K)
+struct w_raw { uvec4 q; uvec4 q2; uvec4 qh; vec4 dl; vec4 ml; };
+void w_unit_load(uint row, uint u, uint k, out w_raw r)
+{
+    const uint bi = row * (k / 256u) + u / 4u, ur = u % 4u, n = ur / 2u, h = ur % 2u;
+    // sub-block of group g: j = 8n + 2g + h
+#if defined(W_Q2_K)
+    r.q = wq4[5u * bi + 1u + 2u * n + h];           // qs words 4 + 8n + 4h ..
+    r.q2 = uvec4(0u);
+    r.qh = uvec4(0u);
+    const uvec4 sc = wq4[5u * bi];                  // scales[16]
+    const vec2 dm = q_dm(bi);
+    [[unroll]] for (uint g = 0u; g < 4u; g++) {
+        const uint b = (sc[2u * n + g / 2u] >> (8u * (2u * (g % 2u) + h))) & 255u;
+        r.dl[g] = dm.x * float(b & 15u);
+        r.ml[g] = dm.y * float(b >> 4);
+    }
+#elif defined(W_Q3_K)
+    const uint o = 27u * bi;                        // hmask[32] | qs[64] | scales[12]
+    r.qh = uvec4(w[o + 4u * h], w[o + 4u * h + 1u], w[o + 4u * h + 2u], w[o + 4u * h + 3u]);
+    const uint oq = o + 8u + 8u * n + 4u * h;
+    r.q = uvec4(w[oq], w[oq + 1u], w[oq + 2u], w[oq + 3u]);
+    r.q2 = uvec4(0u);
+    const uvec3 sc = uvec3(w[o + 24u], w[o + 25u], w[o + 26u]);
+    const float d = q_d(bi);
+    [[unroll]] for (uint g = 0u; g < 4u; g++) {
+        const uint j = 8u * n + 2u * g + h;
+        const uint lo = (q_k4_byte(sc, j % 8u) >> (4u * n)) & 15u;
+        const uint hi = (q_k4_byte(sc, 8u + j % 4u) >> (2u * (j / 4u))) & 3u;
+        r.dl[g] = d * float(int(lo | hi << 4) - 32);
+    }
+    r.ml = vec4(0.0);
+    r.qh = r.qh >> (4u * n);                        // bit g of each byte: group g's high bit
+#else
+    r.q = wq4[13u * bi + 4u * n + h];               // ql words 16n + 4h .. (groups 0, 2)
+    r.q2 = wq4[13u * bi + 4u * n + 2u + h];         // ql words 16n + 8 + 4h .. (groups 1, 3)
+    r.qh = wq4[13u * bi + 8u + 2u * n + h];         // qh words 32 + 8n + 4h ..
+    const uvec4 sc = wq4[13u * bi + 12u];           // scales[16], int8
+    const float d = q_d(bi);
+    [[unroll]] for (uint g = 0u; g < 4u; g++)
+        r.dl[g] = d * float(bitfieldExtract(int(sc[2u * n + g / 2u]), int(8u * (2u * (g % 2u) + h)), 8));
+    r.ml = vec4(0.0);
+#endif
+}
+void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
+{
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+#if defined(W_Q2_K)
+        const vec4 a = q_2bit(r.q[i], 2u * g);
+#elif defined(W_Q3_K)
+        const vec4 a = q_2bit(r.q[i], 2u * g) + 4.0 * q_bit(r.qh[i], g) - 4.0;
+#else
+        const uint ql = g % 2u == 0u ? r.q[i] : r.q2[i];
+        const vec4 a = (g < 2u ? q_lo4(ql) : q_hi4(ql)) + 16.0 * q_2bit(r.qh[i], 2u * g) - 32.0;
+#endif
+        q[i] = a;
+    }
+    sc = vec2(r.dl[g], r.ml[g]);
+}
+#endif
+#endif // W_UNIT_DOT
 
 #endif

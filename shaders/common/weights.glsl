@@ -6,6 +6,8 @@
 // w_units(k) units per row; w_group(row, u, g, k, wv) puts group g of unit u in
 // wv[W_GROUP_VEC4], the elements at vec4 indices w_group_x4(u, g) .. + W_GROUP_VEC4 - 1 of the
 // row. Here a unit is one group of one w4 quad; quants.glsl defines larger ones.
+// With W_UNIT_DOT defined (matmul), also w_unit_load / w_unit_group: a unit loaded once into a
+// struct w_raw, then decoded group by group (quants.glsl).
 //   W_F32  [rows][k] f32;  W_F16 [rows][k] IEEE half, 2 per word (element 2j in the low half);
 //   W_BF16 [rows][k] bfloat16, 2 per word;
 //   W_Q8_0 quants [rows][k] int8, 4 per word (element 4j in the low byte), then at word
@@ -48,6 +50,15 @@ vec4 w4(uint row, uint q, uint k)
 uint w_units(uint k) { return k / 4u; }
 uint w_group_x4(uint u, uint g) { return u; }
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4]) { wv[0] = w4(row, u, k); }
+#ifdef W_UNIT_DOT
+struct w_raw { vec4 v; };
+void w_unit_load(uint row, uint u, uint k, out w_raw r) { r.v = w4(row, u, k); }
+void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
+{
+    q[0] = r.v;
+    sc = vec2(1.0, 0.0);
+}
+#endif
 #else
 #error "define one of the W_* weight types"
 #endif

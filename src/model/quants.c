@@ -16,8 +16,8 @@ static const dcp_quant_layout layouts[] = {
     {DCP_GGML_TYPE_Q5_1, 32, 24, 0, 2, 5},
     {DCP_GGML_TYPE_Q2_K, 256, 84, 80, 2, 20},
     {DCP_GGML_TYPE_Q3_K, 256, 110, 108, 1, 27},
-    {DCP_GGML_TYPE_Q4_K, 256, 144, 0, 2, 35},
-    {DCP_GGML_TYPE_Q5_K, 256, 176, 0, 2, 43},
+    {DCP_GGML_TYPE_Q4_K, 256, 144, 0, 8, 32}, /* d, dmin, scales[12] moved out together: 16 B */
+    {DCP_GGML_TYPE_Q5_K, 256, 176, 0, 8, 40},
     {DCP_GGML_TYPE_Q6_K, 256, 210, 208, 1, 52},
 };
 

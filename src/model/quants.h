@@ -29,7 +29,10 @@
  * always sit together) are moved out, so that what remains, the body, is a whole number of
  * 32-bit words read with aligned loads: [blocks][body_words] u32 (the block's bytes in GGUF order
  * without the f16 fields), then at word scale_offset the f16 fields [blocks][scale_halves] packed
- * two to a word (low half first). Same bytes as the GGUF tensor, plus at most 2 of padding. */
+ * two to a word (low half first). Same bytes as the GGUF tensor, plus at most 2 of padding.
+ * Q4_K and Q5_K move their first 16 bytes (d, dmin and the 12 scale bytes, contiguous in the GGUF
+ * block) out together (scale_halves = 8), so that both parts are whole 16-byte vectors: the body
+ * (Q4_K qs[128]; Q5_K qh[32] | qs[128]) and the 16 bytes of scales, read with uvec4 loads. */
 #ifndef DCP_MODEL_QUANTS_H
 #define DCP_MODEL_QUANTS_H
 
@@ -43,7 +46,8 @@ typedef struct dcp_quant_layout {
     uint32_t block_elems;   /* weights per block: 32 or 256 */
     uint32_t block_bytes;   /* GGUF bytes per block */
     uint32_t scale_at;      /* byte offset of the f16 field(s) in the GGUF block */
-    uint32_t scale_halves;  /* f16 values there: 1 (d) or 2 (d, dmin or d, m) */
+    uint32_t scale_halves;  /* f16 values there: 1 (d) or 2 (d, dmin or d, m); Q4_K, Q5_K: 8
+                             * (d, dmin and the 12 scale bytes, 16 bytes moved out) */
     uint32_t body_words;    /* (block_bytes - 2 * scale_halves) / 4 */
 } dcp_quant_layout;
 

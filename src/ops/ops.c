@@ -172,13 +172,20 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
     uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
-    rpw *= DCP_MATMUL_SUBGROUP_ROWS;
-    uint32_t spec[2] = {wg, rpw};
+    /* Rows per subgroup: each x load is shared by that many rows. A CPU device (lavapipe) runs a
+     * subgroup as the SIMD lanes of one core and loads a lane at a time, so x loads cost as much
+     * as weight loads there: more rows per subgroup. GPUs keep the register budget of 4 rows. */
+    const uint32_t r = info->type && strcmp(info->type, "cpu") == 0 && tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS_CPU
+                                                                                   : DCP_MATMUL_SUBGROUP_ROWS;
+    rpw *= r;
+    /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
+     * accumulators; the sums are the same for any value (same lanes, same order). */
+    uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
     dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
     dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,
                            x_offset};
     return dcp_cmd_dispatch(cmd, matmul_pipe(w->type), spec, b, &p, ceil_div(w->rows, rpw),
-                            ceil_div(tokens, DCP_MATMUL_TOKENS), 1);
+                            ceil_div(tokens, spec[2]), 1);
 }
 
 dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,

@@ -12,11 +12,13 @@
 #ifndef DCP_MATMUL_SUBGROUP_ROWS
 #define DCP_MATMUL_SUBGROUP_ROWS 4
 #endif
+/* The same on a CPU device (lavapipe: lanes load one at a time, so sharing x over more rows pays). */
+#define DCP_MATMUL_SUBGROUP_ROWS_CPU 8
 
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
- * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS output rows,
- * DCP_MATMUL_TOKENS tokens per workgroup; grid (ceil(n_out / rows_per_wg), ceil(tokens /
- * DCP_MATMUL_TOKENS)). */
+ * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS (_CPU) output rows,
+ * TB tokens per workgroup (1 for a single token, else DCP_MATMUL_TOKENS); grid
+ * (ceil(n_out / rows_per_wg), ceil(tokens / TB)). */
 DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 n_out;        /* N: output features (rows of W) */
     DCP_U32 k;            /* K: input features, multiple of 4 (of the block: 32 or 256) */
