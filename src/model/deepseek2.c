@@ -197,6 +197,35 @@ static void ffn_widths(const dcp_model *m, uint32_t i, uint32_t *f_pad, uint32_t
     }
 }
 
+/* The latent decode plan of a rank's layer (DCP 1): heads of the rank, chunks of `chunk` tokens. */
+static dcp_mla_decode_config ds2_plan_config(const dcp_model *m, const dcp_model_state_config *c, uint32_t heads,
+                                             uint32_t max_blocks, uint32_t chunk)
+{
+    dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+    mc.batch = c->max_rows;
+    mc.heads = heads;
+    mc.kv_lora = m->cfg.kv_lora_rank;
+    mc.max_blocks = max_blocks;
+    mc.scale = m->cfg.attn_scale;
+    mc.chunk_tokens = chunk;
+    return mc;
+}
+
+/* The DCP step over the latent cache of a group whose ranks hold heads_local heads each. */
+static dcp_cp_attn_config ds2_attn_config(const dcp_model *m, const dcp_model_state_config *c, uint32_t heads_local,
+                                          uint32_t chunk)
+{
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+    ac.batch = c->max_rows;
+    ac.heads_local = heads_local;
+    ac.backend = c->backend;
+    ac.q_replicate = m->q_replicate;
+    ac.scale = m->cfg.attn_scale;
+    ac.chunk_tokens = chunk;
+    ac.latent = m->cfg.kv_lora_rank;
+    return ac;
+}
+
 /* Floats per row of rank i's activations, in the order rank_state_create allocates them (qa, qan,
  * q, kv, cn, Q, olat, lse, o, gu, h, router logits, ids, weights, expert gate/up and h, shared
  * gate/up and h); 0 is allocated as 1 (zbuf). ds2_state_bytes counts the same. */
@@ -238,13 +267,7 @@ static dcp_status rank_state_create(dcp_model_state *s, ds2_state *ds, uint32_t 
     rs->plans = calloc(c->n_layer, sizeof *rs->plans);
     if (!rs->plans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (uint32_t l = 0; l < c->n_layer; l++) {
-        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
-        mc.batch = s->cfg.max_rows;
-        mc.heads = sh->o_heads;
-        mc.kv_lora = c->kv_lora_rank;
-        mc.max_blocks = s->max_blocks;
-        mc.scale = c->attn_scale;
-        mc.chunk_tokens = chunk;
+        dcp_mla_decode_config mc = ds2_plan_config(m, &s->cfg, sh->o_heads, s->max_blocks, chunk);
         DCP_TRY(dcp_mla_decode_plan_create(dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], 0), &mc, &rs->plans[l]));
     }
 fail:
@@ -292,14 +315,7 @@ static dcp_status ds2_state_create(dcp_model_state *s)
     for (uint32_t i = 0; i < m->nl; i++) DCP_TRY(rank_state_create(s, ds, i, chunk));
     for (uint32_t l = 0; N > 1 && l < L; l++)
         for (uint32_t g = 0; g < G; g++) {
-            dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
-            ac.batch = s->cfg.max_rows;
-            ac.heads_local = w->ranks[g * s->gn].shard.o_heads;
-            ac.backend = s->cfg.backend;
-            ac.q_replicate = m->q_replicate;
-            ac.scale = m->cfg.attn_scale;
-            ac.chunk_tokens = chunk;
-            ac.latent = m->cfg.kv_lora_rank;
+            dcp_cp_attn_config ac = ds2_attn_config(m, &s->cfg, w->ranks[g * s->gn].shard.o_heads, chunk);
             DCP_TRY(dcp_cp_attn_create(s->gcomm[g], s->caches[l * G + g], &ac, &ds->attns[l * G + g]));
         }
 fail:
@@ -321,21 +337,10 @@ static dcp_status ds2_state_bytes(const dcp_model *m, uint32_t i, const dcp_mode
     uint64_t bytes, largest, block = 0;
     dcp_status st;
     if (m->dcp == 1) {
-        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
-        mc.batch = c->max_rows;
-        mc.heads = w->ranks[i].shard.o_heads;
-        mc.kv_lora = m->cfg.kv_lora_rank;
-        mc.max_blocks = kc->max_blocks;
-        mc.chunk_tokens = c->chunk_tokens;
+        dcp_mla_decode_config mc = ds2_plan_config(m, c, w->ranks[i].shard.o_heads, kc->max_blocks, c->chunk_tokens);
         if ((st = dcp_mla_decode_plan_bytes(&kc->pool, &mc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
     } else {
-        dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
-        ac.batch = c->max_rows;
-        ac.heads_local = w->ranks[i].shard.o_heads;
-        ac.backend = c->backend;
-        ac.q_replicate = m->q_replicate;
-        ac.chunk_tokens = c->chunk_tokens;
-        ac.latent = m->cfg.kv_lora_rank;
+        dcp_cp_attn_config ac = ds2_attn_config(m, c, w->ranks[i].shard.o_heads, c->chunk_tokens);
         if ((st = dcp_cp_attn_bytes(kc, &ac, c->n_ctx, &bytes, &largest, &block)) != DCP_OK) return st;
     }
     mem->attention += (uint64_t)m->cfg.n_layer * bytes;
