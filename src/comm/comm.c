@@ -67,7 +67,7 @@ static void pair_facts(dcp_comm *c, int s, int d, dcp_comm_pair_facts *f)
     f->same_node = a->node == b->node;
     f->same_proc = a->proc == b->proc;
     f->multi_proc = c->net.nproc > 1;
-    f->same_physical = !memcmp(a->device_uuid, b->device_uuid, 16) && !memcmp(a->driver_uuid, b->driver_uuid, 16);
+    f->same_physical = dcp_rank_caps_same_physical(a, b);
     f->opaque_ok = f->same_physical && (b->mem_export & DCP_HANDLE_OPAQUE_FD) && (a->mem_import & DCP_HANDLE_OPAQUE_FD);
     f->host_ok = (a->mem_import & DCP_HANDLE_HOST) && (b->mem_import & DCP_HANDLE_HOST);
     const int negotiate_dmabuf = dcp_comm_dmabuf_wanted(f, c->forced);

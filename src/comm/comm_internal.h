@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "comm/fdx.h"
 #include "comm/put.h"
@@ -70,6 +71,12 @@ typedef struct dcp_rank_caps {
     int32_t logical_index;
     char name[64];
 } dcp_rank_caps;
+
+/* Equal device and driver UUIDs: one physical device (opaque fds import). */
+static inline int dcp_rank_caps_same_physical(const dcp_rank_caps *a, const dcp_rank_caps *b)
+{
+    return !memcmp(a->device_uuid, b->device_uuid, 16) && !memcmp(a->driver_uuid, b->driver_uuid, 16);
+}
 
 /* A pair's choice as gathered: transport and reason. */
 typedef struct dcp_pair_choice {
@@ -163,7 +170,10 @@ static inline uint64_t dcp_comm_put_off(const dcp_comm *c, int g, int bank)
     uint64_t base = c->put_seg[g] ? (uint64_t)c->node_rank[g] * c->region : 0;
     return base + (uint64_t)bank * dcp_comm_bank_bytes(c);
 }
-static inline uint64_t dcp_comm_inbox_off(const dcp_comm *c, int bank) { return (uint64_t)bank * dcp_comm_bank_bytes(c); }
+static inline uint64_t dcp_comm_inbox_off(const dcp_comm *c, int bank)
+{
+    return (uint64_t)bank * dcp_comm_bank_bytes(c);
+}
 /* Host addresses of local rank g's put bank and of local rank i's inbox bank (host-visible only). */
 char *dcp_comm_put_host_ptr(const dcp_comm *c, int g, int bank);
 char *dcp_comm_inbox_host_ptr(const dcp_comm *c, int i, int bank);

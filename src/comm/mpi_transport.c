@@ -301,7 +301,8 @@ dcp_status dcp_comm_net_move(dcp_comm *c, dcp_coll kind, uint64_t slot)
                 }
                 if (gat && any_s) {
                     if (pass)
-                        memcpy(c->net_send + c->sdispl[q] + sn, dcp_comm_put_host_ptr(c, me * L + a, c->send_bank), slot);
+                        memcpy(c->net_send + c->sdispl[q] + sn, dcp_comm_put_host_ptr(c, me * L + a, c->send_bank),
+                               slot);
                     sn += slot;
                 }
             }

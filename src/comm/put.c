@@ -78,7 +78,8 @@ dcp_status dcp_comm_record_pull(dcp_comm *c, int i, dcp_cmd *cmd, dcp_coll kind,
         if (dcp_comm_pair_info(c, s, d)->copier != DCP_COPIER_RECEIVER_GPU) continue;
         /* s's block for d, out of s's put region in the segment, into d's inbox. */
         uint64_t from = dcp_comm_put_off(c, s, c->recv_bank) + dcp_coll_slot_of(kind, d, slot);
-        DCP_TRY(dcp_cmd_copy(cmd, c->segview[i], from, c->inbox[i], dcp_comm_inbox_off(c, c->recv_bank) + (uint64_t)s * slot, slot));
+        uint64_t to = dcp_comm_inbox_off(c, c->recv_bank) + (uint64_t)s * slot;
+        DCP_TRY(dcp_cmd_copy(cmd, c->segview[i], from, c->inbox[i], to, slot));
         any = 1;
     }
     if (any) dcp_cmd_barrier(cmd); /* received blocks -> their readers */

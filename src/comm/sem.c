@@ -24,9 +24,8 @@ void dcp_comm_sync_caps_get(const dcp_comm *c, dcp_comm_sync_caps *out)
             const dcp_rank_caps *a = &c->caps[s], *b = &c->caps[d];
             dcp_sem_share sh;
             if (a->proc == b->proc && a->vkdevice == b->vkdevice) sh = DCP_SEM_SHARE_NATIVE;
-            else if (!memcmp(a->device_uuid, b->device_uuid, 16) && !memcmp(a->driver_uuid, b->driver_uuid, 16) &&
-                     a->timeline && b->timeline && (a->sem_export & DCP_HANDLE_OPAQUE_FD) &&
-                     (b->sem_import & DCP_HANDLE_OPAQUE_FD))
+            else if (dcp_rank_caps_same_physical(a, b) && a->timeline && b->timeline &&
+                     (a->sem_export & DCP_HANDLE_OPAQUE_FD) && (b->sem_import & DCP_HANDLE_OPAQUE_FD))
                 sh = DCP_SEM_SHARE_OPAQUE_FD;
             else sh = DCP_SEM_SHARE_NONE;
             if (sh < out->share) {

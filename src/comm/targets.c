@@ -49,7 +49,8 @@ dcp_status dcp_comm_fdx_swap(dcp_comm *c, dcp_status st, dcp_comm_fdx_fill fill,
     }
     st = dcp_comm_agree(c, st, what);
     for (int q = 0; pids && q < P; q++) pids[q] = c->pids[q];
-    if (st == DCP_OK && connections) st = dcp_fdx_recv(c->fdx, connections, pids, P, FDX_TIMEOUT_S, in_msgs, in_fds, nin);
+    if (st == DCP_OK && connections)
+        st = dcp_fdx_recv(c->fdx, connections, pids, P, FDX_TIMEOUT_S, in_msgs, in_fds, nin);
     free(msgs);
     free(fds);
     free(pids);
