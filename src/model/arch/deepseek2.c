@@ -28,7 +28,7 @@
 
 #include "common/error.h"
 #include "dcpvk/mla.h"
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 #include "model/graph.h"
 
 typedef struct ds2_rank {
