@@ -13,8 +13,9 @@
 
 #include "dcpvk/attn.h"
 #include "dcpvk/tokenizer.h"
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 #include "dcpvk/ops.h"
+#include "testmodel/testmodel.h"
 #include "ref_deepseek2.h"
 #include "vkutil.h"
 

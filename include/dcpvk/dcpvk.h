@@ -8,10 +8,13 @@
  *               the log-sum-exp merge
  *   comm.h      communicator (all_gather, reduce_scatter, all_to_all, all_reduce), in-process/MPI
  *   cp.h        the DCP attention step (a2a, ag_rs) over a group
- *   gguf.h      GGUF reader/writer, tensor types, the project's test models
+ *   quant.h     ggml tensor types, block layouts, f32 conversions
+ *   gguf.h      GGUF reader/writer, the file quantizer
  *   ops.h       weight matrices on a device and the model kernels (matmul, norms, RoPE, ...)
  *   model_config.h  model hyperparameters from GGUF
  *   tokenizer.h SentencePiece and byte-level BPE tokenizers, streaming detokenizer
+ *   chat.h      chat templates
+ *   utf8.h      the streaming UTF-8 sanitizer for printed text
  *   model.h     model weights over TP ranks, run state of many sequences, steps, sampler */
 #ifndef DCPVK_DCPVK_H
 #define DCPVK_DCPVK_H
@@ -24,10 +27,13 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/cp.h"
+#include "dcpvk/quant.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/ops.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
+#include "dcpvk/chat.h"
+#include "dcpvk/utf8.h"
 #include "dcpvk/model.h"
 
 #endif

@@ -28,7 +28,7 @@
 
 #include "attn/cp_internal.h"
 #include "common/error.h"
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 #include "model/graph.h"
 
 typedef struct ds2_rank {
