@@ -86,6 +86,10 @@ dcp_cmd *dcp_step_recorded_cmd(const dcp_step *step, uint32_t round, uint32_t lo
  * whether it was replayed. */
 uint32_t dcp_step_last_rounds(const dcp_step *step);
 uint32_t dcp_step_last_host_waits(const dcp_step *step);
+/* Compute dispatches the last step recorded or replayed: over every local rank and round, and of
+ * local rank i alone (0 for another i). */
+uint32_t dcp_step_last_dispatches(const dcp_step *step);
+uint32_t dcp_step_last_rank_dispatches(const dcp_step *step, uint32_t local);
 bool dcp_step_last_replayed(const dcp_step *step);
 
 /* Timing of the steps (off by default): on, every round's command of every rank is bracketed by

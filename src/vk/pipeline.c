@@ -279,6 +279,7 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, dcp_pipeline_id id, const uint32_t *sp
     dev->vk.vkCmdPushConstants(cmd->cb, dev->pipe_layouts[id], VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                d->push_size, push);
     dev->vk.vkCmdDispatch(cmd->cb, gx, gy, gz);
+    cmd->dispatches++;
     return DCP_OK;
 fail:
     return st;
