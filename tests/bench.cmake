@@ -6,3 +6,17 @@ add_test(NAME app_bench_yardsticks_json COMMAND dcp-vk-bench yardsticks --sample
 set_tests_properties(app_bench_yardsticks_json PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1"
                      PASS_REGULAR_EXPRESSION "\"stream_read_gbps\": [0-9.]+(e[-+][0-9]+)?, .*\"fma_gflops\": [0-9.]+(e[-+][0-9]+)?, .*\"dispatch_us\": [0-9.]+(e[-+][0-9]+)?, \"host_wait_us\": [0-9.]+(e[-+][0-9]+)?, \"samples\": 2"
                      FAIL_REGULAR_EXPRESSION "null|validation (error|warning)|\"fma_gflops\": 0[,}]")
+# The roofline fields of every kernel bench in JSON (small shapes): present, finite, positive and
+# consistent with the yardsticks printed beside them (tests/test_bench_json.c; never a speed).
+if(TARGET PkgConfig::CJSON)
+  dcp_test(test_bench_matmul_json SOURCES test_bench_json.c EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> matmul --rows 256 --k 256 --types f16,q8_0,q4_k --batch 1,8 --iters 2 --json
+           TIMEOUT 300)
+  target_link_libraries(test_bench_json PRIVATE PkgConfig::CJSON)
+  add_dependencies(test_bench_json dcp-vk-bench dcp-vk-run)
+  dcp_test(test_bench_ops_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> ops --tokens 3 --n-embd 256 --n-ff 512 --q-heads 4 --kv-heads 2
+                --head-dim 64 --vocab 1000 --mla-heads 2 --kv-lora 64 --rope 16 --nope 32 --v-dim 32 --moe-embd 128
+                --experts 8 --experts-used 2 --expert-ff 64 --iters 1 --json
+           TIMEOUT 300)
+endif()
