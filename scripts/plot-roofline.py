@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The roofline of dcp-vk's kernels from `dcp-vk-bench ... --json` output.
+
+Reads one or more files holding the JSON of `dcp-vk-bench attn`, `attn --mla`, `matmul`, `ops` and
+`yardsticks` (several documents per file are fine: one per line, or pretty-printed one after the
+other) and
+  - draws a PNG (--png): arithmetic intensity (FLOPs per byte) on x, achieved FLOP/s on y, log-log,
+    the streaming-read ceiling (read rate x intensity) and the FMA ceiling of each device measured
+    in the same runs, one point per kernel result; kernels that count no FLOPs (argmax, get_rows,
+    the MoE routing) cannot sit on a log axis and are listed under the plot instead;
+  - prints a Markdown table (--table): per result the bytes, FLOPs, intensity, measured time,
+    roofline time max(bytes / read rate, FLOPs / FMA rate), which ceiling binds, the fraction of the
+    roofline reached, and the yardsticks it was compared with (those sampled beside it).
+Without --png or --table it prints the table.
+
+Needs matplotlib for --png (Debian: python3-matplotlib; run it with the system Python,
+/usr/bin/python3, when another python3 comes first on PATH):
+  build/dcp-vk-bench matmul --json > mm.json
+  build/dcp-vk-bench ops --json > ops.json
+  build/dcp-vk-bench attn --ctx 32768 --q-heads 32 --kv-heads 8 --head-dim 128 --json > attn.json
+  /usr/bin/python3 scripts/plot-roofline.py --png roofline.png --table mm.json ops.json attn.json
+"""
+import argparse
+import json
+import math
+import sys
+
+
+def documents(path):
+    """Every JSON object in the file, in order (lines that are not JSON are skipped)."""
+    text = open(path).read()
+    dec = json.JSONDecoder()
+    i, out = 0, []
+    while i < len(text):
+        j = text.find("{", i)
+        if j < 0:
+            break
+        try:
+            doc, end = dec.raw_decode(text, j)
+        except ValueError:
+            i = text.find("\n", j)
+            i = len(text) if i < 0 else i + 1
+            continue
+        out.append(doc)
+        i = end
+    return out
+
+
+def shape_of(doc, r):
+    """A short description of one result's shape."""
+    bench = doc.get("bench", r.get("bench", ""))
+    if "batch" in r and bench == "matmul":
+        return f"{doc.get('rows')}x{doc.get('k')} batch {r['batch']}"
+    if bench == "ops":
+        return f"{r.get('tokens', doc.get('tokens'))} token(s)"
+    keys = [("ctx", "ctx"), ("batch", "batch"), ("q_heads", "heads"), ("kv_heads", "kv"), ("head_dim", "D"),
+            ("kv_dtype", "")]
+    parts = []
+    for k, name in keys:
+        if k in r:
+            parts.append(f"{name} {r[k]}".strip())
+    return ", ".join(parts)
+
+
+def points(paths):
+    """(points, ceilings): one dict per kernel result; the distinct (device, read GB/s, GFLOP/s)."""
+    pts, ceilings = [], {}
+    for path in paths:
+        for doc in documents(path):
+            y = doc.get("yardsticks") or {}
+            dev = doc.get("device", "device")
+            if y.get("stream_read_gbps") and y.get("fma_gflops"):
+                ceilings.setdefault((dev, round(y["stream_read_gbps"], 3), round(y["fma_gflops"], 3)), path)
+            rows = doc.get("results") if isinstance(doc.get("results"), list) else [doc]
+            for r in rows:
+                if not isinstance(r, dict) or "of_roofline" not in r:
+                    continue
+                p = dict(r)
+                p["bench"] = doc.get("bench", r.get("bench", "?"))
+                p["kernel"] = r.get("kernel", p["bench"])
+                p["shape"] = shape_of(doc, r)
+                p["device"] = dev
+                pts.append(p)
+    return pts, ceilings
+
+
+def fmt(x, digits=3):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e6 or abs(x) < 1e-2:
+        return f"{x:.{digits}g}"
+    return f"{x:.{digits}g}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def table(pts):
+    lines = ["| kernel | shape | bytes | FLOPs | FLOP/B | measured us | roofline us | bound | of roofline | "
+             "read GB/s | FMA GFLOP/s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for p in pts:
+        lines.append(f"| {p['kernel']} | {p['shape']} | {fmt(p.get('bytes'))} | {fmt(p.get('flops'))} | "
+                     f"{fmt(p.get('intensity'))} | {fmt(p.get('measured_us'))} | {fmt(p.get('roofline_us'))} | "
+                     f"{p.get('bound', '-')} | {fmt(p.get('of_roofline'), 2)} | {fmt(p.get('read_gbps'))} | "
+                     f"{fmt(p.get('fma_gflops'))} |")
+    return "\n".join(lines)
+
+
+def plot(pts, ceilings, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [p for p in pts if (p.get("flops") or 0) > 0 and (p.get("measured_us") or 0) > 0]
+    hidden = [p for p in pts if p not in shown]
+    fig, ax = plt.subplots(figsize=(11, 7))
+    xs = [p["intensity"] for p in shown] or [1.0]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    for (dev, read, fma), _ in ceilings.items():
+        ridge = fma / read
+        lo, hi = min(lo, ridge / 8), max(hi, ridge * 8)
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    for n, ((dev, read, fma), _) in enumerate(ceilings.items()):
+        style = ["-", "--", ":", "-."][n % 4]
+        ax.plot(grid, [min(read * x, fma) for x in grid], "k" + style, lw=1.2,
+                label=f"{dev}: read {read:.3g} GB/s, FMA {fma:.3g} GFLOP/s")
+    markers = {"matmul": "o", "ops": "s", "attn": "^"}
+    benches = sorted({p["bench"] for p in shown})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for b_i, b in enumerate(benches):
+        mine = [p for p in shown if p["bench"] == b]
+        ax.scatter([p["intensity"] for p in mine], [p["achieved_gflops"] for p in mine],
+                   marker=markers.get(b, "D"), color=colors[b_i % len(colors)], label=f"dcp-vk-bench {b}", zorder=3)
+        for p in mine:
+            ax.annotate(f"{p['kernel']} ({p['of_roofline']:.2f})", (p["intensity"], p["achieved_gflops"]),
+                        fontsize=6, xytext=(3, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte read or written)")
+    ax.set_ylabel("achieved GFLOP/s (2 FLOPs per multiply-add)")
+    ax.set_title("dcp-vk kernels against the yardsticks of the same run (fraction of the roofline in brackets)")
+    ax.grid(True, which="both", lw=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    if hidden:
+        names = ", ".join(sorted({f"{p['kernel']} ({p['of_roofline']:.2f})" for p in hidden}))
+        fig.text(0.01, 0.01, f"no FLOPs counted, not plotted: {names}", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out, dpi=130)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", help="dcp-vk-bench --json output")
+    ap.add_argument("--png", help="write the roofline plot here")
+    ap.add_argument("--table", action="store_true", help="print the Markdown table")
+    a = ap.parse_args()
+    pts, ceilings = points(a.files)
+    if not pts:
+        sys.exit("plot-roofline: no kernel results with roofline fields in " + ", ".join(a.files))
+    if a.png:
+        plot(pts, ceilings, a.png)
+        print(f"plot-roofline: {len(pts)} results, {len(ceilings)} device ceiling(s) -> {a.png}", file=sys.stderr)
+    if a.table or not a.png:
+        print(table(pts))
+
+
+if __name__ == "__main__":
+    main()
