@@ -102,7 +102,7 @@ static int bad_usage(const char *msg, const char *arg)
 /* ---- printing ------------------------------------------------------------------------------ */
 
 /* Prints a string: JSON mode through dcp_cli_json_string (as every app's JSON); text mode quoted
- * with C escapes. Bytes that are not UTF-8 are shown as U+FFFD (src/common/utf8.h), so the output
+ * with C escapes. Bytes that are not UTF-8 are shown as U+FFFD (include/dcpvk/utf8.h), so the output
  * is always valid UTF-8. */
 static void put_str(const char *s, size_t n, bool json)
 {

@@ -59,7 +59,7 @@ const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i);
  * Every string an app prints in JSON goes through it. */
 void dcp_cli_json_string(FILE *f, const char *s, size_t n);
 /* Writes n bytes of text to f as valid UTF-8: bytes that do not form a character become U+FFFD
- * (src/common/utf8.h). Each call stands alone: pieces of a stream must end on a character
+ * (include/dcpvk/utf8.h). Each call stands alone: pieces of a stream must end on a character
  * boundary, as the detokenizer's do. */
 void dcp_cli_put_text(FILE *f, const char *s, size_t n);
 /* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
