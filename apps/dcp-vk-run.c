@@ -21,6 +21,7 @@
 #include "dcpvk/tokenizer.h"
 #include "dcpvk/vk.h"
 #include "run/run.h"
+#include "testmodel/testmodel.h"
 
 static double now_s(void)
 {

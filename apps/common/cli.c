@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/utf8.h"
+#include "dcpvk/utf8.h"
 #include "dcpvk/version.h"
 
 static FILE *diag_stream; /* NULL: stderr */

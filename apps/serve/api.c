@@ -11,7 +11,7 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "common/utf8.h"
+#include "dcpvk/utf8.h"
 #include "serve/serve.h"
 
 char *serve_utf8(const char *s, size_t n)
