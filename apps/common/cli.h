@@ -65,6 +65,15 @@ void dcp_cli_put_text(FILE *f, const char *s, size_t n);
 /* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
 void dcp_cli_report(const char *prog, const char *what, dcp_status st);
 
+/* Help and version texts: formats the whole text into one buffer and writes it to f (stdout or
+ * stderr) with write(2) after flushing what f holds, checking every write, so that a failure keeps
+ * its own errno at any length (a text longer than stdio's buffer used to fail in an implicit flush
+ * whose errno was lost: "Input/output error" instead of "No space left on device"). A failure on
+ * stdout is kept for dcp_cli_finish_stdout. Returns false when the text was not written whole. */
+bool dcp_cli_print_text(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --version of every app: "<name> <dcp_version()>" on stdout through dcp_cli_print_text. */
+bool dcp_cli_print_version(const char *name);
+
 /* Flushes stdout: false when a write to it failed, now or before (the first failure's errno is
  * kept for dcp_cli_finish_stdout). */
 bool dcp_cli_stdout_ok(void);
