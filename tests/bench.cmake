@@ -20,3 +20,13 @@ if(TARGET PkgConfig::CJSON)
                 --experts 8 --experts-used 2 --expert-ff 64 --iters 1 --json
            TIMEOUT 300)
 endif()
+# dcp-vk-run --json's decode step: dispatches (all ranks, the busiest rank) and host waits (one a
+# round, or one a step when the rounds wait on the GPU), at TP 1 and at TP 8 / DCP 2 over 8 logical
+# devices (tests/test_bench_json.c).
+if(TARGET PkgConfig::CJSON)
+  dcp_test(test_run_json_tp1 EXE test_bench_json
+           ARGS run $<TARGET_FILE:dcp-vk-run> -m ${DCP_TEST_DATA}/stories260K.gguf -n 8 --temp 0 --json)
+  dcp_test(test_run_json_tp8_dcp2 EXE test_bench_json ENV "DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
+           ARGS run $<TARGET_FILE:dcp-vk-run> -m ${DCP_TEST_DATA}/stories260K.gguf -n 8 --temp 0
+                --tensor-parallel-size 8 --decode-context-parallel-size 2 --json)
+endif()

@@ -101,7 +101,8 @@ static void test_run(void **state)
     double w = number(j, where, "decode_step_host_waits", 1, 1);
     double rounds = number(j, where, "decode_step_rounds", 1, 1);
     if (rd > d) fail_msg("%s: the busiest rank's %g dispatches exceed the step's %g", where, rd, d);
-    if (w > rounds) fail_msg("%s: %g host waits in %g rounds", where, w, rounds);
+    /* The host waits after every round, or once when the rounds wait on each other on the GPU. */
+    if (w != rounds && w != 1) fail_msg("%s: %g host waits in %g rounds", where, w, rounds);
     printf("decode step: %g dispatches (busiest rank %g), %g host waits, %g rounds\n", d, rd, w, rounds);
     cJSON_Delete(j);
 }

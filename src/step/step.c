@@ -63,6 +63,7 @@ struct dcp_step {
     uint32_t ts_cap;                /* rounds allocated in ts */
     double t0, last_total_ns, last_compute_ns;
     /* the last step */
+    uint32_t host_waits;            /* host waits of the step in progress (counted where they happen) */
     uint32_t last_rounds, last_host_waits;
     uint32_t *disp;                 /* [3][n] dispatches per rank: the step in progress, the kept
                                      * recording, the last step */
@@ -404,7 +405,10 @@ fail:
  * after its peers' previous round, signalling its own. */
 static dcp_status run_round(dcp_step *s, dcp_cmd **cmds)
 {
-    if (s->sync == DCP_STEP_SYNC_HOST) return dcp_cmd_run_all(cmds, s->n);
+    if (s->sync == DCP_STEP_SYNC_HOST) {
+        s->host_waits++; /* the host waits for every rank's fence of the round */
+        return dcp_cmd_run_all(cmds, s->n);
+    }
     dcp_status st = DCP_OK;
     uint64_t values[256];
     for (uint32_t i = 0; i < s->n; i++) {
@@ -447,6 +451,7 @@ fail:
 static dcp_status wait_rounds(dcp_step *s, dcp_cmd **rows, uint32_t rounds)
 {
     dcp_status st = DCP_OK;
+    s->host_waits++;
     for (uint32_t k = rounds; k-- > 0;)
         for (uint32_t i = 0; i < s->n; i++) {
             dcp_status w = dcp_cmd_wait(rows[(size_t)k * s->n + i]);
@@ -501,7 +506,7 @@ static dcp_status replay(dcp_step *s)
     s->last_total_ns = now_ns() - s->t0;
     if (s->timed) s->last_compute_ns = compute_time(s, s->rc, s->rc_rounds);
     s->last_rounds = s->rc_rounds;
-    s->last_host_waits = s->sync == DCP_STEP_SYNC_GPU ? 1 : s->rc_rounds;
+    s->last_host_waits = s->host_waits;
     memcpy(s->disp + 2 * s->n, s->disp + s->n, s->n * sizeof *s->disp);
     s->last_replayed = true;
     return DCP_OK;
@@ -517,6 +522,7 @@ dcp_status dcp_step_begin(dcp_step *s, uint64_t key, bool *replayed)
     *replayed = false;
     if (s->mode != STEP_IDLE) dcp_step_abort(s);
     s->t0 = now_ns();
+    s->host_waits = 0;
     memset(s->disp, 0, s->n * sizeof *s->disp);
     if (!s->sync_ready) DCP_TRY(setup_sync(s));
     for (uint32_t c = 0; c < s->comm_count; c++)
@@ -598,7 +604,7 @@ dcp_status dcp_step_end(dcp_step *s)
     }
     memcpy(s->disp + 2 * s->n, s->disp, s->n * sizeof *s->disp);
     s->last_rounds = s->round + 1;
-    s->last_host_waits = s->sync == DCP_STEP_SYNC_GPU ? 1 : s->round + 1;
+    s->last_host_waits = s->host_waits;
     s->last_replayed = false;
     s->mode = STEP_IDLE;
     s->cur = NULL;
