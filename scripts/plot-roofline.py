@@ -8,7 +8,7 @@ other) and
     the streaming-read ceiling (read rate x intensity) and the FMA ceiling of each device measured
     in the same runs, one point per kernel result; kernels that count no FLOPs (argmax, get_rows,
     the MoE routing) cannot sit on a log axis and are listed under the plot instead;
-  - prints a Markdown table (--table): per result the bytes, FLOPs, intensity, measured time,
+  - prints Markdown tables (--table), one per bench, headed by the yardsticks of its runs: per result the bytes, FLOPs, intensity, measured time,
     roofline time max(bytes / read rate, FLOPs / FMA rate), which ceiling binds, the fraction of the
     roofline reached, and the yardsticks it was compared with (those sampled beside it).
 Without --png or --table it prints the table.
@@ -66,7 +66,7 @@ def points(paths):
     """(points, ceilings): one dict per kernel result; the distinct (device, read GB/s, GFLOP/s)."""
     pts, ceilings = [], {}
     for path in paths:
-        for doc in documents(path):
+        for n, doc in enumerate(documents(path)):
             y = doc.get("yardsticks") or {}
             dev = doc.get("device", "device")
             if y.get("stream_read_gbps") and y.get("fma_gflops"):
@@ -80,6 +80,8 @@ def points(paths):
                 p["kernel"] = r.get("kernel", p["bench"])
                 p["shape"] = shape_of(doc, r)
                 p["device"] = dev
+                p["run_yardsticks"] = y
+                p["run"] = (path, n)
                 pts.append(p)
     return pts, ceilings
 
@@ -94,16 +96,45 @@ def fmt(x, digits=3):
     return f"{x:.{digits}g}" if abs(x) < 100 else f"{x:.0f}"
 
 
+TITLES = {"matmul": "matmul (every weight type, batch 1, 8, 32)", "ops": "the other model kernels",
+          "attn": "attention: GQA paged decode", "attn_mla": "attention: MLA latent decode"}
+
+
+def yardstick_line(y):
+    """The yardsticks of one run, as one line."""
+    if not y:
+        return "yardsticks: beside each result"
+    return (f"yardsticks of the run (medians): streaming read {fmt(y.get('stream_read_gbps'))} GB/s, "
+            f"FMA {fmt(y.get('fma_gflops'))} GFLOP/s, empty dispatch {fmt(y.get('dispatch_us'))} us, "
+            f"host wait {fmt(y.get('host_wait_us'))} us")
+
+
+def frac(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
 def table(pts):
-    lines = ["| kernel | shape | bytes | FLOPs | FLOP/B | measured us | roofline us | bound | of roofline | "
-             "read GB/s | FMA GFLOP/s |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
-    for p in pts:
-        lines.append(f"| {p['kernel']} | {p['shape']} | {fmt(p.get('bytes'))} | {fmt(p.get('flops'))} | "
-                     f"{fmt(p.get('intensity'))} | {fmt(p.get('measured_us'))} | {fmt(p.get('roofline_us'))} | "
-                     f"{p.get('bound', '-')} | {fmt(p.get('of_roofline'), 2)} | {fmt(p.get('read_gbps'))} | "
-                     f"{fmt(p.get('fma_gflops'))} |")
-    return "\n".join(lines)
+    """One Markdown table per bench (all its runs together), headed by the yardsticks of its runs;
+    every row also names the yardsticks sampled beside that result."""
+    out = []
+    for bench in dict.fromkeys(p["bench"] for p in pts):
+        mine = [p for p in pts if p["bench"] == bench]
+        out.append(f"#### {TITLES.get(bench, bench)} on {mine[0]['device']}\n")
+        for run in dict.fromkeys(p["run"] for p in mine):
+            first = next(p for p in mine if p["run"] == run)
+            out.append(f"- {first['shape'] if bench == 'ops' else 'run ' + str(run[1] + 1)}: "
+                       f"{yardstick_line(first['run_yardsticks'])}")
+        out.append("")
+        out.append("| kernel | shape | bytes | FLOPs | FLOP/B | measured us | roofline us | bound | of roofline | "
+                   "read GB/s | FMA GFLOP/s |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+        for p in mine:
+            out.append(f"| {p['kernel']} | {p['shape']} | {fmt(p.get('bytes'))} | {fmt(p.get('flops'))} | "
+                       f"{fmt(p.get('intensity'))} | {fmt(p.get('measured_us'))} | {fmt(p.get('roofline_us'))} | "
+                       f"{p.get('bound', '-')} | {frac(p.get('of_roofline'))} | {fmt(p.get('read_gbps'))} | "
+                       f"{fmt(p.get('fma_gflops'))} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
 
 
 def plot(pts, ceilings, out):
@@ -163,7 +194,7 @@ def main():
         plot(pts, ceilings, a.png)
         print(f"plot-roofline: {len(pts)} results, {len(ceilings)} device ceiling(s) -> {a.png}", file=sys.stderr)
     if a.table or not a.png:
-        print(table(pts))
+        sys.stdout.write(table(pts))
 
 
 if __name__ == "__main__":
