@@ -56,7 +56,7 @@ int dcp_bench_attn_mla(const dcp_bench_mla_opts *o);
 void dcp_bench_fill_random(void *dst, uint64_t n, int t, uint64_t seed);
 
 /* Yardsticks of one device measured in the same run as the kernels (apps/bench/yardsticks.c):
- * the ceilings of the roofline (docs/design.md section 15). */
+ * the ceilings of the roofline (docs/design.md section 16). */
 typedef struct dcp_bench_yardsticks {
     double stream_read_bps;     /* bytes read per second by the streaming-read shader, 16-byte loads */
     double stream_read_u32_bps; /* the same with 4-byte loads (the plainest shader), measured once */
@@ -95,7 +95,7 @@ void dcp_bench_yardsticks_text(FILE *f, const char *device, const dcp_bench_yard
 
 /* A kernel against the yardsticks: roofline time max(bytes / read rate, FLOPs / FMA rate) and the
  * fraction of it reached, roofline time / measured time (1 = at the ceiling). What each kernel
- * counts as its bytes and FLOPs: docs/design.md section 15. */
+ * counts as its bytes and FLOPs: docs/design.md section 16. */
 typedef struct dcp_bench_roofline {
     double bytes;        /* bytes the kernel has to read and write */
     double flops;        /* its FLOPs, 2 per multiply-add */

@@ -4,7 +4,7 @@
  * uploaded) over the time of one matmul: the fraction of the 16-byte streaming-read rate says how
  * close decode comes to reading weights at the speed of memory; bytes per weight differ by type, so
  * a type with fewer bytes per weight at the same fraction decodes faster. The roofline counts the
- * matrix, x and y as bytes and 2 rows k per token as FLOPs (docs/design.md section 15). */
+ * matrix, x and y as bytes and 2 rows k per token as FLOPs (docs/design.md section 16). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

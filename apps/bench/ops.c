@@ -3,7 +3,7 @@
  * store, MoE routing and experts, the LSE merge), each against the roofline of the yardsticks
  * sampled between its runs (a ruler sample, a run of the op, a ruler sample, ...). Shapes are a
  * decode step of a 7B-class llama layer and of a DeepSeek-V2-Lite-shaped MLA/MoE layer by default.
- * What each op counts as bytes and FLOPs: docs/design.md section 15 (and `counts` below). */
+ * What each op counts as bytes and FLOPs: docs/design.md section 16 (and `counts` below). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
