@@ -53,13 +53,15 @@ def shape_of(doc, r):
         return f"{doc.get('rows')}x{doc.get('k')} batch {r['batch']}"
     if bench == "ops":
         return f"{r.get('tokens', doc.get('tokens'))} token(s)"
-    keys = [("ctx", "ctx"), ("batch", "batch"), ("q_heads", "heads"), ("kv_heads", "kv"), ("head_dim", "D"),
-            ("kv_dtype", "")]
-    parts = []
-    for k, name in keys:
-        if k in r:
-            parts.append(f"{name} {r[k]}".strip())
-    return ", ".join(parts)
+    def ctx(n):
+        return f"{n // 1024}K" if n and n % 1024 == 0 else str(n)
+    if bench == "attn_mla":
+        return (f"MLA {r.get('heads')} heads, rows {r.get('kv_lora')}+{r.get('rope')}, ctx {ctx(r.get('ctx'))}, "
+                f"batch {r.get('batch')}, {r.get('kv_dtype')}")
+    if bench == "attn":
+        return (f"GQA {r.get('q_heads')}/{r.get('kv_heads')}, D {r.get('head_dim')}, ctx {ctx(r.get('ctx'))}, "
+                f"batch {r.get('batch')}, {r.get('kv_dtype')}")
+    return r.get("shape", "")
 
 
 def points(paths):
@@ -113,26 +115,76 @@ def frac(x):
     return "-" if x is None else f"{x:.2f}"
 
 
+def matmul_table(mine):
+    """Weight types down, batch sizes across: the time and the fraction of the roofline."""
+    batches = list(dict.fromkeys(p["batch"] for p in mine))
+    head = "| type | bits/weight | " + " | ".join(f"batch {b}: us | of roofline" for b in batches) + " |"
+    rule = "| --- | ---: | " + " | ".join("---: | ---:" for _ in batches) + " |"
+    out = [head, rule]
+    for t in dict.fromkeys(p.get("type", p["kernel"]) for p in mine):
+        cells = []
+        for b in batches:
+            q = next((p for p in mine if p.get("type", p["kernel"]) == t and p["batch"] == b), None)
+            cells.append(f"{fmt(q.get('measured_us'))} | {frac(q.get('of_roofline'))}" if q else "- | -")
+        bits = next(p.get("bits_per_weight") for p in mine if p.get("type", p["kernel"]) == t)
+        out.append(f"| {t} | {fmt(bits)} | " + " | ".join(cells) + " |")
+    return out
+
+
+def ops_table(mine):
+    out = ["| op | tokens | us | bytes | FLOPs | FLOP/B | bound | of roofline | x empty dispatch |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for p in mine:
+        out.append(f"| {p['kernel']} | {p.get('tokens', '-')} | {fmt(p.get('measured_us'))} | {fmt(p.get('bytes'))} | "
+                   f"{fmt(p.get('flops'))} | {fmt(p.get('intensity'))} | {p.get('bound', '-')} | "
+                   f"{frac(p.get('of_roofline'))} | {fmt(p.get('x_dispatch'))} |")
+    return out
+
+
+def attn_table(mine):
+    out = ["| shape | step ms | bytes | FLOPs | FLOP/B | roofline ms | bound | of roofline | KV read GB/s | "
+           "read GB/s | FMA GFLOP/s |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for p in mine:
+        roof = p.get("roofline_us")
+        out.append(f"| {p['shape']} | {fmt(p.get('step_ms'))} | {fmt(p.get('bytes'))} | {fmt(p.get('flops'))} | "
+                   f"{fmt(p.get('intensity'))} | {fmt(roof * 1e-3 if roof else None)} | {p.get('bound', '-')} | "
+                   f"{frac(p.get('of_roofline'))} | {fmt(p.get('kv_read_gbps'))} | {fmt(p.get('read_gbps'))} | "
+                   f"{fmt(p.get('fma_gflops'))} |")
+    return out
+
+
+def generic_table(mine):
+    out = ["| kernel | shape | bytes | FLOPs | FLOP/B | measured us | roofline us | bound | of roofline | "
+           "read GB/s | FMA GFLOP/s |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+    for p in mine:
+        out.append(f"| {p['kernel']} | {p['shape']} | {fmt(p.get('bytes'))} | {fmt(p.get('flops'))} | "
+                   f"{fmt(p.get('intensity'))} | {fmt(p.get('measured_us'))} | {fmt(p.get('roofline_us'))} | "
+                   f"{p.get('bound', '-')} | {frac(p.get('of_roofline'))} | {fmt(p.get('read_gbps'))} | "
+                   f"{fmt(p.get('fma_gflops'))} |")
+    return out
+
+
 def table(pts):
-    """One Markdown table per bench (all its runs together), headed by the yardsticks of its runs;
-    every row also names the yardsticks sampled beside that result."""
+    """One Markdown table per bench (all its runs together), headed by the yardsticks of its runs
+    (the medians of the samples of each run; every result is compared with those sampled beside it,
+    which its JSON names)."""
     out = []
     for bench in dict.fromkeys(p["bench"] for p in pts):
         mine = [p for p in pts if p["bench"] == bench]
-        out.append(f"#### {TITLES.get(bench, bench)} on {mine[0]['device']}\n")
-        for run in dict.fromkeys(p["run"] for p in mine):
-            first = next(p for p in mine if p["run"] == run)
-            out.append(f"- {first['shape'] if bench == 'ops' else 'run ' + str(run[1] + 1)}: "
-                       f"{yardstick_line(first['run_yardsticks'])}")
+        out.append(f"#### {TITLES.get(bench, bench)} on {mine[0]['device']}")
         out.append("")
-        out.append("| kernel | shape | bytes | FLOPs | FLOP/B | measured us | roofline us | bound | of roofline | "
-                   "read GB/s | FMA GFLOP/s |")
-        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
-        for p in mine:
-            out.append(f"| {p['kernel']} | {p['shape']} | {fmt(p.get('bytes'))} | {fmt(p.get('flops'))} | "
-                       f"{fmt(p.get('intensity'))} | {fmt(p.get('measured_us'))} | {fmt(p.get('roofline_us'))} | "
-                       f"{p.get('bound', '-')} | {frac(p.get('of_roofline'))} | {fmt(p.get('read_gbps'))} | "
-                       f"{fmt(p.get('fma_gflops'))} |")
+        runs = list(dict.fromkeys(p["run"] for p in mine))
+        for run in runs:
+            first = next(p for p in mine if p["run"] == run)
+            what = f"{first.get('tokens')} token(s)" if bench == "ops" else first["shape"] if bench != "matmul" else \
+                first["shape"].split(" batch")[0]
+            out.append(f"- {what}: {yardstick_line(first['run_yardsticks'])}" if len(runs) > 1 else
+                       f"{yardstick_line(first['run_yardsticks'])}.")
+        out.append("")
+        maker = {"matmul": matmul_table, "ops": ops_table, "attn": attn_table, "attn_mla": attn_table}
+        out.extend(maker.get(bench, generic_table)(mine))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
