@@ -109,6 +109,7 @@ struct dcp_sem {
     dcp_device *dev;
     VkSemaphore sem;
     uint32_t export_handles;
+    bool submitted; /* a submission waited on or signalled it: destroyed after its queue is idle */
 };
 
 typedef struct dcp_cmd_set {
