@@ -162,7 +162,9 @@ static int serve(serve_app *a)
     uint32_t port = 0;
     serve_http *http = serve_http_start(&h, a->prog, &port);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    int rc = DCP_EXIT_RUNTIME;
+    /* No listening socket (the address is in use, not this machine's, or not allowed): the
+     * --host / --port options, as serve_http_start said. */
+    int rc = DCP_EXIT_USAGE;
     if (http) {
         fprintf(stderr,
                 "%s: listening on http://%s:%u (model '%s', TP %u, DCP %u, context %u, %u sequences, %u KV pages "

@@ -5,3 +5,6 @@
 # late (before the fix, each crashed or died silently in most runs).
 dcp_test(test_lifetime SOURCES test_lifetime.c vkutil.c)
 dcp_test(test_lifetime_lp0 EXE test_lifetime ARGS tp1 ENV "LP_NUM_THREADS=0")
+# GPU-assisted validation reports a shader's out-of-bounds write (and nothing for the same dispatch
+# in bounds): what the DCP_VK_VALIDATION=gpuav job of scripts/setup.sh test relies on.
+dcp_test(test_gpuav SOURCES test_gpuav.c vkutil.c LABELS gpuav)

@@ -70,6 +70,7 @@ struct dcp_device {
     VkDescriptorSetLayout set_layouts[DCP_PIPELINE_COUNT];
     VkPipelineLayout pipe_layouts[DCP_PIPELINE_COUNT];
     VkShaderModule modules[DCP_PIPELINE_COUNT];
+    bool dispatched[DCP_PIPELINE_COUNT]; /* recorded at least once ($DCP_VK_DISPATCH_LOG) */
     /* Created pipelines, one per (id, specialization values). */
     dcp_pipeline_entry *pipelines;
     uint32_t pipeline_count, pipeline_cap;
