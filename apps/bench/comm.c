@@ -30,6 +30,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "step/step.h"
+#include "testmodel/testmodel.h"
 
 enum { NCOLL = 6, MAXT = 8 };
 static const char *const coll_names[NCOLL + 1] = {"all_gather", "reduce_scatter", "all_to_all",
@@ -46,7 +47,7 @@ typedef struct comm_opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dcp-vk-bench comm [options]   (in one process, or under mpiexec -n P)\n"
+    dcp_cli_print_text(f, "usage: dcp-vk-bench comm [options]   (in one process, or under mpiexec -n P)\n"
                "  --min-bytes N      smallest block (default 1024)\n"
                "  --max-bytes N      largest block; sizes grow by 4x (default 16777216)\n"
                "  --iters N          timed replays per size; the median is reported (default 20)\n"

@@ -1,7 +1,8 @@
 /* Private layout of an open GGUF file (include/dcpvk/gguf.h), shared by the reader, the writer
- * (dcp_gguf_writer_copy_kv) and the tokenizer loader. */
-#ifndef DCP_MODEL_GGUF_INTERNAL_H
-#define DCP_MODEL_GGUF_INTERNAL_H
+ * (dcp_gguf_writer_copy_kv) and the test-model generator (src/testmodel/: dcp_gguf_open_test_model
+ * hands the handle the bytes it frees at close). */
+#ifndef DCP_GGUF_GGUF_INTERNAL_H
+#define DCP_GGUF_GGUF_INTERNAL_H
 
 #include "dcpvk/gguf.h"
 

@@ -1,11 +1,11 @@
 /* deepseek2 weights: tensor description and checks, tensor-parallel host slices, upload
- * (see src/model/deepseek2_weights.h). */
+ * (see src/model/arch/deepseek2_weights.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 
 typedef unsigned long long ull;
 
