@@ -132,12 +132,19 @@ def matmul_table(mine):
 
 
 def ops_table(mine):
-    out = ["| op | tokens | us | bytes | FLOPs | FLOP/B | bound | of roofline | x empty dispatch |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
-    for p in mine:
-        out.append(f"| {p['kernel']} | {p.get('tokens', '-')} | {fmt(p.get('measured_us'))} | {fmt(p.get('bytes'))} | "
-                   f"{fmt(p.get('flops'))} | {fmt(p.get('intensity'))} | {p.get('bound', '-')} | "
-                   f"{frac(p.get('of_roofline'))} | {fmt(p.get('x_dispatch'))} |")
+    """Ops down, the token counts of the runs across: intensity, time, bound, fraction of the
+    roofline, and the time as a multiple of the empty dispatch."""
+    counts = list(dict.fromkeys(p.get("tokens") for p in mine))
+    head = "| op | " + " | ".join(f"{t} tok: FLOP/B | us | bound | of roofline | x dispatch" for t in counts) + " |"
+    rule = "| --- | " + " | ".join("---: | ---: | --- | ---: | ---:" for _ in counts) + " |"
+    out = [head, rule]
+    for k in dict.fromkeys(p["kernel"] for p in mine):
+        cells = []
+        for t in counts:
+            q = next((p for p in mine if p["kernel"] == k and p.get("tokens") == t), None)
+            cells.append(f"{fmt(q.get('intensity'))} | {fmt(q.get('measured_us'))} | {q.get('bound', '-')} | "
+                         f"{frac(q.get('of_roofline'))} | {fmt(q.get('x_dispatch'))}" if q else "- | - | - | - | -")
+        out.append(f"| {k} | " + " | ".join(cells) + " |")
     return out
 
 
