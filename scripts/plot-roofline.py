@@ -180,7 +180,7 @@ def table(pts):
     out = []
     for bench in dict.fromkeys(p["bench"] for p in pts):
         mine = [p for p in pts if p["bench"] == bench]
-        out.append(f"#### {TITLES.get(bench, bench)} on {mine[0]['device']}")
+        out.append(f"### {TITLES.get(bench, bench)} on {mine[0]['device']}")
         out.append("")
         runs = list(dict.fromkeys(p["run"] for p in mine))
         for run in runs:
@@ -194,6 +194,16 @@ def table(pts):
         out.extend(maker.get(bench, generic_table)(mine))
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def label(p):
+    """A short name for a point: the weight type and batch of a matmul, an op and its tokens, an
+    attention shape."""
+    if p["bench"] == "matmul":
+        return f"{p.get('type', p['kernel'])} b{p.get('batch')}"
+    if p["bench"] == "ops":
+        return f"{p['kernel']} T{p.get('tokens')}"
+    return p["shape"].replace(", batch 1", "")
 
 
 def plot(pts, ceilings, out):
@@ -223,7 +233,7 @@ def plot(pts, ceilings, out):
         ax.scatter([p["intensity"] for p in mine], [p["achieved_gflops"] for p in mine],
                    marker=markers.get(b, "D"), color=colors[b_i % len(colors)], label=f"dcp-vk-bench {b}", zorder=3)
         for p in mine:
-            ax.annotate(f"{p['kernel']} ({p['of_roofline']:.2f})", (p["intensity"], p["achieved_gflops"]),
+            ax.annotate(f"{label(p)} ({p['of_roofline']:.2f})", (p["intensity"], p["achieved_gflops"]),
                         fontsize=6, xytext=(3, 2), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -234,7 +244,7 @@ def plot(pts, ceilings, out):
     ax.grid(True, which="both", lw=0.3)
     ax.legend(fontsize=7, loc="lower right")
     if hidden:
-        names = ", ".join(sorted({f"{p['kernel']} ({p['of_roofline']:.2f})" for p in hidden}))
+        names = ", ".join(sorted({f"{label(p)} ({p['of_roofline']:.2f})" for p in hidden}))
         fig.text(0.01, 0.01, f"no FLOPs counted, not plotted: {names}", fontsize=7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(out, dpi=130)
