@@ -13,14 +13,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
 #include "dcpvk/vk.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 static double now_s(void)
 {

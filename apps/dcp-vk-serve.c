@@ -130,12 +130,12 @@ static void chat_setup(serve_app *a, serve_hub *h)
 static int serve(serve_app *a)
 {
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
-    if (a->mpi) ec.on_plan = serve_plan_broadcast;
+    if (a->mpi) ec.on_plan = run_plan_broadcast;
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
         fail(a, "creating the engine", st);
-        if (a->mpi) serve_plan_quit();
+        if (a->mpi) run_plan_quit();
         return DCP_EXIT_RUNTIME;
     }
     serve_hub h;
@@ -143,7 +143,7 @@ static int serve(serve_app *a)
     if (serve_hub_init(&h, &a->o, a->tok, dcp_model_state_n_ctx(a->s), a->o.run.tp, a->o.run.dcp, sc->kv_pages,
                        sc->max_seqs)) {
         dcp_engine_destroy(e);
-        if (a->mpi) serve_plan_quit();
+        if (a->mpi) run_plan_quit();
         return DCP_EXIT_RUNTIME;
     }
     h.model_name = a->name;
@@ -178,7 +178,7 @@ static int serve(serve_app *a)
                 (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
                 (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
     }
-    if (a->mpi) serve_plan_quit();
+    if (a->mpi) run_plan_quit();
     dcp_engine_destroy(e);
     serve_hub_free(&h);
     return rc;
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
     }
-    rc = a.lead ? serve(&a) : serve_follow(a.s, a.prog, a.world.proc);
+    rc = a.lead ? serve(&a) : run_follow(a.s, a.prog, a.world.proc);
 done:
     app_free(&a);
 finish:

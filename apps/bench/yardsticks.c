@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "vk/yardstick.h"
 
 static int cmp_double(const void *a, const void *b)

@@ -5,12 +5,12 @@
  * engine and hands each request's events (text, finish) back. libmicrohttpd runs one thread per
  * connection (serve/http.c): it reads and checks the request (serve/api.c), waits for its output
  * and writes the response (JSON, or server-sent events). The hub's one mutex guards everything
- * the two sides share. Under mpiexec the other processes run serve/follow.c: they apply every step
- * the engine plans, broadcast by process 0.
+ * the two sides share. Under mpiexec the other processes run the follower (cli/follow.c, shared
+ * with dcp-vk-run): they apply every step the engine plans, broadcast by process 0.
  *
- * Files: options.c (options, shared with dcp-vk-run through run/), api.c (OpenAI JSON in and out),
- * chat prompts through include/dcpvk/chat.h, http.c (routes, limits, streaming), hub.c (engine loop,
- * metrics), follow.c (MPI). */
+ * Files: options.c (serve's options; the model, parallel and device options are dcp-vk-run's, in
+ * cli/), api.c (OpenAI JSON in and out), chat prompts through include/dcpvk/chat.h, http.c (routes,
+ * limits, streaming), hub.c (engine loop, metrics). */
 #ifndef DCP_APPS_SERVE_H
 #define DCP_APPS_SERVE_H
 
@@ -22,7 +22,7 @@
 #include "dcpvk/chat.h"
 #include "dcpvk/engine.h"
 #include "dcpvk/tokenizer.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 /* ---- options (serve/options.c) ---------------------------------------------------------------- */
 
@@ -191,14 +191,5 @@ char *serve_api_chunk_error(const serve_req *r);
 const char *serve_api_finish_reason(dcp_engine_finish f);
 /* GET /v1/models (malloc'd). */
 char *serve_api_models(const serve_hub *h);
-
-/* ---- MPI (serve/follow.c) ---------------------------------------------------------------------- */
-
-/* dcp_engine_config.on_plan of process 0 under MPI: broadcasts the plan. */
-dcp_status serve_plan_broadcast(void *user, const dcp_engine_plan *plan);
-/* Tells the followers to stop (process 0, once, at the end). */
-void serve_plan_quit(void);
-/* The other processes: apply every broadcast plan to s until process 0 says stop. Returns 0 or 1. */
-int serve_follow(dcp_model_state *s, const char *prog, int proc);
 
 #endif

@@ -1,4 +1,7 @@
-/* dcp-vk-run: options, their defaults and their validation (vLLM's TP/DCP rules). */
+/* What the apps that run a model (dcp-vk-run, dcp-vk-serve) share: dcp-vk-run's options, their
+ * defaults and their validation (vLLM's TP/DCP rules; serve parses them too), the processes of an
+ * MPI launch (cli/world.c), the devices of this process's TP ranks (cli/devices.c) and the step
+ * follower of the processes other than 0 (cli/follow.c). */
 #ifndef DCP_APPS_RUN_H
 #define DCP_APPS_RUN_H
 
@@ -6,9 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
+#include "dcpvk/engine.h"
 
-/* Exit codes: dcp_exit_code of apps/common/cli.h. */
+/* Exit codes: dcp_exit_code of cli/cli.h. */
 
 typedef struct run_options {
     const char *model;        /* -m: GGUF path; NULL: the project's generated test model */
@@ -50,7 +54,7 @@ int run_validate(const run_options *o, uint32_t q_heads, uint32_t kv_heads, cons
 /* quiet 1: run_parse and run_validate print nothing (MPI processes other than 0); 0: to stderr. */
 void run_quiet(int quiet);
 
-/* ---- processes of an MPI launch (run/world.c) ---------------------------------------------- */
+/* ---- processes of an MPI launch (cli/world.c) ---------------------------------------------- */
 
 typedef struct run_world {
     int nproc, proc; /* MPI world size and this process's rank (1, 0 without a launcher) */
@@ -74,7 +78,7 @@ int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *fir
 int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
                       char *out, size_t cap, const char *prog);
 
-/* ---- devices of this process's TP ranks (run/devices.c) ------------------------------------- */
+/* ---- devices of this process's TP ranks (cli/devices.c) ------------------------------------- */
 
 struct dcp_context;
 /* This process's TP ranks [*first, *first + *count) (run_world_split) and the Vulkan context that
@@ -82,7 +86,7 @@ struct dcp_context;
  * else one device per rank when there are enough physical devices, else logical devices of device
  * 0 (said on stderr when lead). Every process calls it; they agree on the result. Returns 0 or an
  * exit code after printing why (DCP_EXIT_USAGE for a bad device list). Shared by the apps that
- * load a model (dcp-vk-serve; dcp-vk-run keeps its own copy until its phases use it). */
+ * load a model (dcp-vk-run, dcp-vk-serve). */
 int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
                      uint32_t *count, struct dcp_context **ctx);
 /* Values every process of one run must have alike (options, the model's shape, the prompt's
@@ -108,5 +112,14 @@ int run_world_same(const run_world *w, const run_field *fields, uint32_t n, cons
 /* Collective: process 0's bytes *buf [*len] to every process (the others' *buf is replaced by a
  * malloc'd copy, NUL-terminated, which they free). Returns 0 or DCP_EXIT_RUNTIME. */
 int run_world_bcast_bytes(const run_world *w, char **buf, size_t *len, const char *prog);
+
+/* ---- the step follower under MPI (cli/follow.c) --------------------------------------------- */
+
+/* dcp_engine_config.on_plan of process 0 under MPI: broadcasts the plan. */
+dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan);
+/* Tells the followers to stop (process 0, once, at the end). */
+void run_plan_quit(void);
+/* The other processes: apply every broadcast plan to s until process 0 says stop. Returns 0 or 1. */
+int run_follow(dcp_model_state *s, const char *prog, int proc);
 
 #endif

@@ -7,13 +7,13 @@
 #include <string.h>
 
 #include "dcpvk/dtype.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 static FILE *diag(void) { return dcp_cli_diag(); }
 
 void run_quiet(int quiet) { dcp_cli_quiet(quiet != 0); }
 
-/* Option values through the strict parsers of apps/common/cli.c: 0 or DCP_EXIT_USAGE. */
+/* Option values through the strict parsers of cli/cli.c: 0 or DCP_EXIT_USAGE. */
 static int parse_u32(const char *prog, const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out)
 {
     return dcp_cli_u32(prog, name, v, min, max, out) ? DCP_EXIT_OK : DCP_EXIT_USAGE;

@@ -1,10 +1,10 @@
-/* The devices of this process's TP ranks (run/run.h run_open_devices): the rank split over the MPI
+/* The devices of this process's TP ranks (cli/run.h run_open_devices): the rank split over the MPI
  * processes, the device list, and the Vulkan context, agreed by every process. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "dcpvk/vk.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
                      uint32_t *count, dcp_context **ctx)

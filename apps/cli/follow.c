@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "dcpvk/comm.h"
-#include "serve/serve.h"
+#include "cli/run.h"
 
 enum { PLAN_MAGIC = 0x6e616c70u /* "plan" */, PLAN_QUIT = 1, IDLE_SLEEP_US = 500 };
 
@@ -16,7 +16,7 @@ typedef struct plan_header {
     uint32_t magic, flags, n_free, n_rows;
 } plan_header;
 
-dcp_status serve_plan_broadcast(void *user, const dcp_engine_plan *plan)
+dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan)
 {
     (void)user;
     plan_header hd = {PLAN_MAGIC, 0, plan->n_free, plan->n_rows};
@@ -27,13 +27,13 @@ dcp_status serve_plan_broadcast(void *user, const dcp_engine_plan *plan)
     return st;
 }
 
-void serve_plan_quit(void)
+void run_plan_quit(void)
 {
     plan_header hd = {PLAN_MAGIC, PLAN_QUIT, 0, 0};
     (void)dcp_mpi_bcast_idle(&hd, sizeof hd, 0, IDLE_SLEEP_US);
 }
 
-int serve_follow(dcp_model_state *s, const char *prog, int proc)
+int run_follow(dcp_model_state *s, const char *prog, int proc)
 {
     const dcp_model_state_config *c = dcp_model_state_get_config(s);
     uint32_t *frees = malloc((size_t)c->max_seqs * sizeof *frees);

@@ -1,5 +1,5 @@
 /* Command-line helpers shared by the apps. */
-#include "common/cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <float.h>

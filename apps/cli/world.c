@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "dcpvk/comm.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
