@@ -12,6 +12,8 @@ dcp_status dcp_comm_init_mpi_split(dcp_device *const *devices, int local_count, 
 }
 dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root) { return DCP_OK; }
 dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us) { return DCP_OK; }
+dcp_status dcp_mpi_max_u32_idle(uint32_t *vals, uint32_t n, uint32_t sleep_us) { return DCP_OK; }
+void dcp_mpi_abort(int code) {}
 #else
 typedef int dcp_mpi_none_unused; /* ISO C wants a non-empty translation unit */
 #endif
