@@ -126,6 +126,17 @@ static void chat_setup(serve_app *a, serve_hub *h)
     free(ids);
 }
 
+/* Process 0 under MPI, once, at the end: the followers stop and end with rc. A failure to tell them
+ * ends every process. Returns rc. */
+static int quit(serve_app *a, int rc)
+{
+    if (!a->mpi) return rc;
+    dcp_status st = run_plan_quit(rc);
+    if (st == DCP_OK) return rc;
+    fail(a, "stopping the other processes", st);
+    return run_world_abort(&a->world, DCP_EXIT_RUNTIME);
+}
+
 /* Process 0: the engine, the hub and HTTP until SIGTERM. */
 static int serve(serve_app *a)
 {
@@ -135,18 +146,17 @@ static int serve(serve_app *a)
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
         fail(a, "creating the engine", st);
-        if (a->mpi) run_plan_quit();
-        return DCP_EXIT_RUNTIME;
+        return quit(a, DCP_EXIT_RUNTIME);
     }
     serve_hub h;
     const dcp_model_state_config *sc = dcp_model_state_get_config(a->s);
     if (serve_hub_init(&h, &a->o, a->tok, dcp_model_state_n_ctx(a->s), a->o.run.tp, a->o.run.dcp, sc->kv_pages,
                        sc->max_seqs)) {
         dcp_engine_destroy(e);
-        if (a->mpi) run_plan_quit();
-        return DCP_EXIT_RUNTIME;
+        return quit(a, DCP_EXIT_RUNTIME);
     }
     h.model_name = a->name;
+    h.lockstep = a->mpi;
     chat_setup(a, &h);
     /* SIGTERM and SIGINT reach this thread only (the server's threads start with them blocked). */
     sigset_t set, old;
@@ -178,10 +188,15 @@ static int serve(serve_app *a)
                 (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
                 (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
     }
-    if (a->mpi) run_plan_quit();
+    if (rc != DCP_EXIT_OK && a->mpi) {
+        /* A step failed: the followers may be inside it, so they cannot be told to stop. */
+        fprintf(stderr, "%s: process 0: a step failed with the other processes in it: ending every process\n",
+                a->prog);
+        return run_world_abort(&a->world, rc);
+    }
     dcp_engine_destroy(e);
     serve_hub_free(&h);
-    return rc;
+    return quit(a, rc);
 }
 
 static void app_free(serve_app *a)
@@ -219,7 +234,13 @@ int main(int argc, char **argv)
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
     }
-    rc = a.lead ? serve(&a) : run_follow(a.s, a.prog, a.world.proc);
+    /* Which pid is which process (a launcher that reports a dead process names its pid). */
+    char procs[4096];
+    if ((rc = run_world_agree(&a.world, run_world_describe(&a.world, procs, sizeof procs)))) goto done;
+    if (a.mpi && a.lead)
+        fprintf(stderr, "%s: %d MPI processes: %s; process 0 serves, the others follow its steps\n", a.prog,
+                a.world.nproc, procs);
+    rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.prog, false);
 done:
     app_free(&a);
 finish:

@@ -40,7 +40,11 @@ int run_open_devices(const run_world *w, const run_options *o, const char *prog,
     int crc = 0;
     dcp_status st = dcp_context_create(&cc, ctx);
     if (st != DCP_OK) {
-        fprintf(stderr, "%s: creating the Vulkan devices: %s: %s\n", prog, dcp_status_string(st), dcp_last_error());
+        if (w->nproc > 1)
+            fprintf(stderr, "%s: process %d: creating the Vulkan devices: %s: %s\n", prog, w->proc,
+                    dcp_status_string(st), dcp_last_error());
+        else
+            fprintf(stderr, "%s: creating the Vulkan devices: %s: %s\n", prog, dcp_status_string(st), dcp_last_error());
         crc = st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     } else if (dcp_context_device_count(*ctx) < (int)*count) {
         fprintf(stderr, "%s: --tensor-parallel-size %u needs %u devices; the device list gives %d (--devices or "

@@ -65,6 +65,14 @@ typedef struct run_world {
  * else one process. Returns 0 or DCP_EXIT_RUNTIME after printing why. */
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog);
 void run_world_finalize(const run_world *w);
+/* After a failure on this process that the others cannot see (they may be waiting for it in a
+ * collective, or about to): ends every process of the launch with exit status rc (MPI_Abort; the
+ * launcher reports it). Say why first, naming the process. With one process it returns rc. */
+int run_world_abort(const run_world *w, int rc);
+/* Collective: which process runs where, for messages (a launcher that reports a dead process names
+ * its pid): "process 0 pid 1234 on node1, process 1 pid 1235 on node1" into out on process 0
+ * (empty on the others). Returns 0 or DCP_EXIT_RUNTIME. */
+int run_world_describe(const run_world *w, char *out, size_t cap);
 /* The largest rc over the processes (usage 2 beats runtime 1 beats ok 0): every process calls it at
  * the same points, so that all stop together. rc itself with one process. */
 int run_world_agree(const run_world *w, int rc);
@@ -115,11 +123,22 @@ int run_world_bcast_bytes(const run_world *w, char **buf, size_t *len, const cha
 
 /* ---- the step follower under MPI (cli/follow.c) --------------------------------------------- */
 
-/* dcp_engine_config.on_plan of process 0 under MPI: broadcasts the plan. */
+/* What process 0's engine learns from the followers with each plan. */
+typedef struct run_lead {
+    int stop; /* the largest stop signal (SIGINT, SIGTERM) a follower reported; 0: none */
+} run_lead;
+
+/* dcp_engine_config.on_plan of process 0 under MPI: sends the plan to the followers; user is a
+ * run_lead (their reports are noted there) or NULL. */
 dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan);
-/* Tells the followers to stop (process 0, once, at the end). */
-void run_plan_quit(void);
-/* The other processes: apply every broadcast plan to s until process 0 says stop. Returns 0 or 1. */
-int run_follow(dcp_model_state *s, const char *prog, int proc);
+/* Process 0, once, at the end: tells the followers to stop; they return code (so that every
+ * process ends with the same exit code). */
+dcp_status run_plan_quit(int code);
+/* The processes other than 0: apply every plan of process 0 to s until it says stop; returns the
+ * exit code it gave. With report_signals, a stop signal this process caught (dcp_cli_catch_signals)
+ * goes back to process 0 with the next plan. A failure here (a plan that does not run, an MPI
+ * error) is said, naming this process and the cause, and ends every process (run_world_abort):
+ * process 0 may be waiting for this one inside a step. */
+int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool report_signals);
 
 #endif

@@ -1,12 +1,15 @@
-/* dcp-vk-run under an MPI launcher (`mpiexec -n P`): which process this is, the devices of its TP
- * ranks, and one exit code agreed by every process, so that none is left waiting in a collective. */
+/* The model apps (dcp-vk-run, dcp-vk-serve) under an MPI launcher (`mpiexec -n P`): which process
+ * this is, the devices of its TP ranks, one exit code agreed by every process at each phase, so
+ * that none is left waiting in a collective, and the end of every process after a failure that
+ * the others cannot see (run_world_abort). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "dcpvk/comm.h"
 #include "cli/run.h"
+#include "dcpvk/comm.h"
 
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
@@ -30,6 +33,41 @@ int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 void run_world_finalize(const run_world *w)
 {
     if (w->mpi) dcp_mpi_finalize();
+}
+
+int run_world_abort(const run_world *w, int rc)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (w->nproc > 1) dcp_mpi_abort(rc);
+    return rc;
+}
+
+int run_world_describe(const run_world *w, char *out, size_t cap)
+{
+    if (cap) out[0] = 0;
+    if (w->nproc < 2) return DCP_EXIT_OK;
+    /* One broadcast from each process: its pid and host name. */
+    size_t k = 0;
+    for (int p = 0; p < w->nproc; p++) {
+        struct {
+            int32_t pid;
+            char host[60];
+        } me = {0, {0}};
+        if (p == w->proc) {
+            me.pid = (int32_t)getpid();
+            if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+            me.host[sizeof me.host - 1] = 0;
+        }
+        dcp_status st = dcp_mpi_bcast(&me, sizeof me, p);
+        if (st != DCP_OK) return DCP_EXIT_RUNTIME;
+        me.host[sizeof me.host - 1] = 0;
+        if (w->proc == 0 && k < cap) {
+            int m = snprintf(out + k, cap - k, "%sprocess %d pid %d on %s", p ? ", " : "", p, (int)me.pid, me.host);
+            if (m > 0) k += (size_t)m < cap - k ? (size_t)m : cap - k - 1;
+        }
+    }
+    return DCP_EXIT_OK;
 }
 
 int run_world_agree(const run_world *w, int rc)

@@ -116,6 +116,7 @@ typedef struct serve_hub {
     const char *chat_why;       /* why, when unknown */
     int32_t chat_eot;           /* the chat template's end-of-turn token, or -1 */
     uint32_t n_ctx, max_prompt, max_tokens_limit, tp, dcp, kv_pages, max_seqs;
+    bool lockstep;              /* other processes run every step (MPI): a failed step ends the loop */
     /* shared */
     serve_req **incoming;       /* made, not yet submitted */
     size_t n_incoming, cap_incoming;
@@ -143,7 +144,7 @@ int serve_hub_submit(serve_hub *h, serve_req *r);
 /* Runs the engine loop until a stop (*stop_flag set by SIGTERM) has been served: stops taking
  * requests, lets those in flight finish for up to shutdown_timeout seconds, cancels the rest, and
  * returns once every response has been written. Returns 0, or 1 when a step failed in a way that
- * leaves the processes out of step (MPI). */
+ * leaves the processes out of step (an MPI error; any failure with lockstep). */
 int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*on_stopping)(void *), void *user);
 
 /* Prometheus text of the metrics (malloc'd; NULL when out of memory). */
