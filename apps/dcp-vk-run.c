@@ -563,6 +563,10 @@ static int run_phases(run_app *a)
                   a->n_prompt, a->prompt[0]);
     if ((rc = run_world_same(&a->world, f, 1, "prompts", a->prog))) return rc;
     if ((rc = run_world_agree(&a->world, run_world_describe(&a->world, a->procs, sizeof a->procs)))) return rc;
+    if ((rc = run_world_agree(&a->world, run_world_watch(&a->world, a->prog)))) {
+        run_world_unwatch();
+        return rc;
+    }
     if (!a->mpi) return lead(a);
     /* From here on process 0 runs the engine and the others follow its steps until it says stop
      * (with its exit code), or a failure on any process ends them all. */

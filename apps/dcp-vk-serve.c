@@ -237,6 +237,10 @@ int main(int argc, char **argv)
     /* Which pid is which process (a launcher that reports a dead process names its pid). */
     char procs[4096];
     if ((rc = run_world_agree(&a.world, run_world_describe(&a.world, procs, sizeof procs)))) goto done;
+    if ((rc = run_world_agree(&a.world, run_world_watch(&a.world, a.prog)))) {
+        run_world_unwatch();
+        goto done;
+    }
     if (a.mpi && a.lead)
         fprintf(stderr, "%s: %d MPI processes: %s; process 0 serves, the others follow its steps\n", a.prog,
                 a.world.nproc, procs);

@@ -46,10 +46,20 @@ dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan)
     return st;
 }
 
+/* After the stop: no process watches any more, then one more exchange, so that none ends while
+ * another still watches it. */
+static dcp_status last_exchange(void)
+{
+    run_world_unwatch();
+    plan_header hd = {0};
+    return exchange(&hd);
+}
+
 dcp_status run_plan_quit(int code)
 {
     plan_header hd = {PLAN_MAGIC, PLAN_QUIT, 0, 0, (uint32_t)code, 0};
-    return exchange(&hd);
+    dcp_status st = exchange(&hd);
+    return st == DCP_OK ? last_exchange() : st;
 }
 
 int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool report_signals)
@@ -70,7 +80,7 @@ int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool re
             fflush(stderr);
             return run_world_abort(w, DCP_EXIT_RUNTIME);
         }
-        if (st == DCP_OK && (hd.flags & PLAN_QUIT)) {
+        if (st == DCP_OK && (hd.flags & PLAN_QUIT) && (st = last_exchange()) == DCP_OK) {
             free(frees);
             free(rows);
             return (int)hd.code;

@@ -71,8 +71,19 @@ void run_world_finalize(const run_world *w);
 int run_world_abort(const run_world *w, int rc);
 /* Collective: which process runs where, for messages (a launcher that reports a dead process names
  * its pid): "process 0 pid 1234 on node1, process 1 pid 1235 on node1" into out on process 0
- * (empty on the others). Returns 0 or DCP_EXIT_RUNTIME. */
+ * (empty on the others). Also notes the other processes of this node for run_world_watch.
+ * Returns 0 or DCP_EXIT_RUNTIME. */
 int run_world_describe(const run_world *w, char *out, size_t cap);
+/* After run_world_describe: a thread that checks every 200 ms that the other processes of this
+ * node still run. When one has ended (killed, crashed, or gone without telling the others) while
+ * this one goes on, the others may wait for it in a collective forever (a launcher that does not
+ * end the job when one process dies: mpiexec -disable-auto-cleanup, a rank wrapped in a script):
+ * the watch says which process ended and ends this one (exit DCP_EXIT_RUNTIME). Processes on other
+ * nodes are left to the launcher and to MPI's errors. Returns 0 or DCP_EXIT_RUNTIME. */
+int run_world_watch(const run_world *w, const char *prog);
+/* Stops the watch: this process and the others are ending together (run_plan_quit and run_follow
+ * call it between their last two exchanges, so that no process ends while another still watches). */
+void run_world_unwatch(void);
 /* The largest rc over the processes (usage 2 beats runtime 1 beats ok 0): every process calls it at
  * the same points, so that all stop together. rc itself with one process. */
 int run_world_agree(const run_world *w, int rc);
@@ -132,7 +143,8 @@ typedef struct run_lead {
  * run_lead (their reports are noted there) or NULL. */
 dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan);
 /* Process 0, once, at the end: tells the followers to stop; they return code (so that every
- * process ends with the same exit code). */
+ * process ends with the same exit code). The watch (run_world_watch) ends here, between the stop
+ * and one last exchange, on every process. */
 dcp_status run_plan_quit(int code);
 /* The processes other than 0: apply every plan of process 0 to s until it says stop; returns the
  * exit code it gave. With report_signals, a stop signal this process caught (dcp_cli_catch_signals)
