@@ -9,13 +9,11 @@
  * what they were given (options, model, prompt tokens; cli/world.c), stop together at step
  * boundaries (signals, a failed write), and a failure during the steps on any process ends every
  * process (run_world_abort). */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/run.h"
@@ -190,31 +188,10 @@ static int open_devices(run_app *a)
     return rc;
 }
 
-/* The run state's configuration from the options. */
-static dcp_model_state_config state_config(const run_options *o)
-{
-    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    lc.n_ctx = o->ctx;
-    lc.block_size = o->block_size;
-    lc.kv_dtype = DCP_DTYPE_F16;
-    if (!dcp_dtype_parse(o->kv_dtype, &lc.kv_dtype)) lc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
-    lc.max_rows = o->prefill_chunk;
-    lc.interleave = o->interleave;
-    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
-    return lc;
-}
-
 /* The weights' load configuration for this process's ranks (count_only: count, upload nothing). */
 static dcp_model_load_config load_config(run_app *a, dcp_device **devs, bool count_only)
 {
-    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
-    lc.devices = devs;
-    lc.count = a->nl;
-    lc.first_rank = a->first;
-    lc.tp = a->o.tp;
-    lc.dcp = a->o.dcp;
-    lc.q_replicate = a->o.q_replicate;
+    dcp_model_load_config lc = run_load_config(&a->o, a->ctx, a->first, a->nl, devs);
     lc.count_only = count_only;
     return lc;
 }
@@ -234,7 +211,7 @@ static int check_memory(run_app *a)
         fail(a->prog, "the model on these devices", st);
         rc = st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     } else {
-        dcp_model_state_config sc = state_config(&a->o);
+        dcp_model_state_config sc = run_state_config(&a->o);
         uint32_t fits = 0;
         if ((st = dcp_model_state_check(counted, &sc, &fits)) != DCP_OK) {
             fail(a->prog, "memory", st);
@@ -284,7 +261,7 @@ static int build(run_app *a)
     const char *prog = a->prog;
     const run_options *o = &a->o;
     dcp_status st;
-    dcp_model_state_config lc = state_config(o);
+    dcp_model_state_config lc = run_state_config(o);
     if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
         return st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;

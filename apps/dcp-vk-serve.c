@@ -73,14 +73,8 @@ static int open_model(serve_app *a)
 static int load(serve_app *a)
 {
     dcp_device *devs[1024];
-    for (uint32_t r = 0; r < a->nl && r < 1024; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
-    dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    wc.devices = devs;
-    wc.count = a->nl;
-    wc.first_rank = a->first;
-    wc.tp = a->o.run.tp;
-    wc.dcp = a->o.run.dcp;
-    wc.q_replicate = a->o.run.q_replicate;
+    if (a->nl > 1024) return fail(a, "loading the weights", DCP_ERR_INVALID_ARGUMENT);
+    dcp_model_load_config wc = run_load_config(&a->o.run, a->ctx, a->first, a->nl, devs);
     dcp_status st = dcp_model_load(&wc, a->g, &a->mc, &a->m);
     return st ? fail(a, "loading the weights", st) : 0;
 }
@@ -88,17 +82,9 @@ static int load(serve_app *a)
 /* The run state (collective over MPI: it fails on every process or none). */
 static int build_state(serve_app *a)
 {
-    const run_options *r = &a->o.run;
-    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    sc.n_ctx = r->ctx;
+    dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
-    sc.max_rows = r->prefill_chunk;
-    sc.block_size = r->block_size;
-    sc.kv_dtype = DCP_DTYPE_F16;
-    if (!dcp_dtype_parse(r->kv_dtype, &sc.kv_dtype)) sc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
-    sc.interleave = r->interleave;
-    sc.backend = strcmp(r->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
 }

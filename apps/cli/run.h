@@ -11,6 +11,8 @@
 
 #include "cli/cli.h"
 #include "dcpvk/engine.h"
+#include "dcpvk/model.h"
+#include "dcpvk/vk.h"
 
 /* Exit codes: dcp_exit_code of cli/cli.h. */
 
@@ -108,6 +110,16 @@ struct dcp_context;
  * load a model (dcp-vk-run, dcp-vk-serve). */
 int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
                      uint32_t *count, struct dcp_context **ctx);
+/* ---- the library's configurations from the options (cli/configs.c) -------------------------- */
+
+/* The run state's: -c, --block-size, --kv-dtype, --prefill-chunk (rows per step),
+ * --cp-kv-cache-interleave-size, --dcp-comm-backend; one sequence slot (serve sets its own). */
+dcp_model_state_config run_state_config(const run_options *o);
+/* The weights' load onto this process's TP ranks [first, first + count) of ctx's devices; devs
+ * [count] receives the devices (the config points to it, so it must outlive the load). */
+dcp_model_load_config run_load_config(const run_options *o, struct dcp_context *ctx, uint32_t first, uint32_t count,
+                                      dcp_device **devs);
+
 /* Values every process of one run must have alike (options, the model's shape, the prompt's
  * tokens): a name for messages, a hash of the value's bytes, and the value as shown. */
 typedef struct run_field {
