@@ -12,7 +12,8 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
-#include "common/utf8.h"
+#include "dcpvk/utf8.h"
+#include "testmodel/testmodel.h"
 
 enum { ABBREV = 8 };
 

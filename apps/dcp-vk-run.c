@@ -24,6 +24,7 @@
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
 #include "dcpvk/vk.h"
+#include "testmodel/testmodel.h"
 
 static double now_s(void)
 {

@@ -5,6 +5,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/tokenizer.h"
+#include "testmodel/testmodel.h"
 #include "more_fuzz_targets.h"
 
 static volatile uint64_t sink;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "testmodel/testmodel.h"
 #include "vkutil.h"
 
 const char *dcp_test_ds2_tmp(const char *name, char *buf, size_t cap)

@@ -5,7 +5,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 #include "ref/deepseek2_ref.h"
 
 typedef struct dcp_test_ds2 {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "testmodel/testmodel.h"
 #include "vkutil.h"
 
 static const float *host_tensor(dcp_test_ref_model *m, const dcp_gguf *g, const char *name)

@@ -9,6 +9,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "ref/model_ref.h"
+#include "testmodel/testmodel.h"
 
 typedef struct dcp_test_ref_model {
     dcp_ref_llama ref;           /* points into the arrays below */

@@ -12,6 +12,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
+#include "testmodel/testmodel.h"
 #include "ref_model.h"
 #include "stories_ref.h"
 #include "vkutil.h"

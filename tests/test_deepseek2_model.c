@@ -17,6 +17,7 @@
 
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
+#include "testmodel/testmodel.h"
 #include "ref_deepseek2.h"
 #include "ref_model.h"
 #include "vkutil.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dcpvk/tokenizer.h"
+#include "testmodel/testmodel.h"
 #include "ref_deepseek2.h"
 #include "vkutil.h"
 

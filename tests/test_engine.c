@@ -21,6 +21,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
 #include "model/graph.h"
+#include "testmodel/testmodel.h"
 #include "ref_model.h"
 #include "stories_ref.h"
 #include "vkutil.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dcpvk/gguf.h"
+#include "testmodel/testmodel.h"
 #include "more_fuzz_targets.h"
 #include "test_gguf_util.h"
 #include "testutil.h"

@@ -8,6 +8,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
+#include "testmodel/testmodel.h"
 #include "test_gguf_util.h"
 #include "testutil.h"
 

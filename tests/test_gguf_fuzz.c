@@ -8,6 +8,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/tokenizer.h"
+#include "testmodel/testmodel.h"
 #include "gguf_fuzz_target.h"
 #include "test_gguf_util.h"
 #include "testutil.h"

@@ -23,6 +23,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "ref/model_ref.h"
+#include "testmodel/testmodel.h"
 #include "ref_model.h"
 #include "stories_ref.h"
 #include "vkutil.h"

@@ -11,6 +11,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
+#include "testmodel/testmodel.h"
 #include "vkutil.h"
 
 typedef struct mem_case {

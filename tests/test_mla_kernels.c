@@ -12,7 +12,6 @@
 
 #include "dcpvk/attn.h"
 #include "dcpvk/kv.h"
-#include "dcpvk/mla.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/ops.h"
 #include "kv/kv_params.h"
@@ -359,16 +358,17 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
         dcp_mla_rope_args ra = {1, LH, LP, qb, LH * QW, QW, LN, qlat, LH * DK, DK, LR, cs_last};
         DCP_ASSERT_OK(dcp_op_mla_rope(cmd, &ra));
         dcp_cmd_barrier(cmd); /* kv store, Q -> decode */
-        dcp_mla_decode_config mc = {.batch = 1, .heads = LH, .kv_lora = LR, .max_blocks = kc.max_blocks, .scale = scale};
-        dcp_mla_decode_plan *plan;
-        DCP_ASSERT_OK(dcp_mla_decode_plan_create(dcp_kv_cache_pool(cache, r), &mc, &plan));
+        dcp_decode_config mc = {.kind = DCP_DECODE_LATENT, .batch = 1, .q_heads = LH, .latent = LR,
+                                .max_blocks = kc.max_blocks, .scale = scale};
+        dcp_decode_plan *plan;
+        DCP_ASSERT_OK(dcp_decode_plan_create(dcp_kv_cache_pool(cache, r), &mc, &plan));
         uint32_t len = dcp_kv_cache_seq_local_length(cache, r, 0);
-        DCP_ASSERT_OK(dcp_mla_decode_plan_set(plan, &len, dcp_kv_cache_block_table(cache, r, 0)));
-        DCP_ASSERT_OK(dcp_mla_decode_record(cmd, plan, qlat, 0, ob, 0, lb, 0));
+        DCP_ASSERT_OK(dcp_decode_plan_set(plan, &len, dcp_kv_cache_block_table(cache, r, 0)));
+        DCP_ASSERT_OK(dcp_decode_record(cmd, plan, qlat, 0, ob, 0, lb, 0));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         DCP_ASSERT_OK(dcp_buffer_download(ob, 0, o_all + (size_t)r * LH * LR, (uint64_t)LH * LR * 4));
         DCP_ASSERT_OK(dcp_buffer_download(lb, 0, lse_all + (size_t)r * LH, LH * 4));
-        dcp_mla_decode_plan_destroy(plan);
+        dcp_decode_plan_destroy(plan);
         dcp_cmd_destroy(cmd);
         dcp_buffer *bufs[] = {kvb, nb, cb, csb, sb, qb, qlat, ob, lb, cs_last};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 #include "dcpvk/ops.h"
 #include "ref/deepseek2_ref.h"
 #include "ref/mla_ref.h"

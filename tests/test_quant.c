@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "dcpvk/gguf.h"
-#include "model/quants.h"
+#include "quant/quants.h"
 #include "test_gguf_util.h"
 #include "vkutil.h"
 

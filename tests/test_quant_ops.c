@@ -22,7 +22,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/ops.h"
-#include "model/quants.h"
+#include "quant/quants.h"
 #include "vkutil.h"
 
 #define MATMUL_REL 2e-6

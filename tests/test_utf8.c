@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/utf8.h"
+#include "dcpvk/utf8.h"
 #include "testutil.h"
 
 #define FFFD "\xef\xbf\xbd"

@@ -22,6 +22,7 @@
 #include "ref_model.h"
 #include "step/step.h"
 #include "stories_ref.h"
+#include "testmodel/testmodel.h"
 #include "vk/external.h"
 #include "vkutil.h"
 

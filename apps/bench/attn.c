@@ -2,8 +2,8 @@
  * streaming-read shader and vkCmdCopyBuffer rates measured in the same run as yardsticks.
  * Sequences are spread over the devices (sequence b on device b % devices). Two kinds of attention
  * share the setup, the timed steps, the yardsticks and the check against the CPU reference: GQA
- * (include/dcpvk/attn.h: K and V pages, query heads over KV heads) and, with --mla, MLA's latent
- * decode (include/dcpvk/mla.h: every head against one K-only latent cache, rows of kv_lora + rope,
+ * (K and V pages, query heads over KV heads) and, with --mla, MLA's latent decode (every head
+ * against one K-only latent cache, rows of kv_lora + rope; the two kinds of include/dcpvk/attn.h,
  * DeepSeek's shape by default: 512 + 64, 16 heads per rank, V3's 128 at TP 8). --dcp runs the DCP
  * step instead (attn_dcp.c). */
 #include <math.h>
@@ -18,7 +18,6 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
-#include "dcpvk/mla.h"
 #include "ref/kv_ref.h"
 #include "ref/mla_ref.h"
 #include "ref/ref.h"
@@ -196,8 +195,7 @@ typedef struct share {
     void *pages;          /* host copy of the pool (kept for --verify) */
     float *q;
     dcp_kv_pool *pool;
-    dcp_decode_plan *plan;      /* GQA */
-    dcp_mla_decode_plan *mla;   /* MLA */
+    dcp_decode_plan *plan;
     dcp_buffer *qb, *ob, *lb;
     dcp_cmd *cmd;
     uint32_t ts0, ts1;
@@ -212,6 +210,21 @@ static dcp_kv_pool_config pool_config(const attn_opts *o, uint32_t num_pages)
                                     .dtype = o->dtype, .num_pages = num_pages, .k_only = 1};
     return (dcp_kv_pool_config){.kv_heads = o->kv_heads, .head_dim = o->head_dim, .page_size = o->page_size,
                                 .dtype = o->dtype, .num_pages = num_pages};
+}
+
+/* The decode plan of a share of n sequences: the kind's shapes. */
+static dcp_decode_config decode_config(const attn_opts *o, uint32_t n, uint32_t max_blocks)
+{
+    dcp_decode_config c = DCP_DECODE_CONFIG_DEFAULT;
+    c.kind = o->kind == ATTN_MLA ? DCP_DECODE_LATENT : DCP_DECODE_GQA;
+    c.batch = n;
+    c.q_heads = o->q_heads;
+    c.max_blocks = max_blocks;
+    if (o->kind == ATTN_MLA) {
+        c.latent = o->kv_lora;
+        c.scale = o->scale;
+    }
+    return c;
 }
 
 static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uint64_t seed)
@@ -261,31 +274,16 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
 
     DCP_TRY(dcp_kv_pool_create(s->dev, &pc, &s->pool));
     DCP_TRY(dcp_kv_pool_write_pages(s->pool, 0, s->num_pages, s->pages));
-    if (o->kind == ATTN_MLA) {
-        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
-        mc.batch = s->n;
-        mc.heads = o->q_heads;
-        mc.kv_lora = o->kv_lora;
-        mc.max_blocks = s->max_blocks;
-        mc.scale = o->scale;
-        DCP_TRY(dcp_mla_decode_plan_create(s->pool, &mc, &s->mla));
-        DCP_TRY(dcp_mla_decode_plan_set(s->mla, s->lengths, s->bt));
-    } else {
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = s->n;
-        dc.q_heads = o->q_heads;
-        dc.max_blocks = s->max_blocks;
-        DCP_TRY(dcp_decode_plan_create(s->pool, &dc, &s->plan));
-        DCP_TRY(dcp_decode_plan_set(s->plan, s->lengths, s->bt));
-    }
+    const dcp_decode_config dc = decode_config(o, s->n, s->max_blocks);
+    DCP_TRY(dcp_decode_plan_create(s->pool, &dc, &s->plan));
+    DCP_TRY(dcp_decode_plan_set(s->plan, s->lengths, s->bt));
     DCP_TRY(dcp_buffer_create(s->dev, rows * D * 4, DCP_MEMORY_DEVICE, &s->qb));
     DCP_TRY(dcp_buffer_create(s->dev, rows * DV * 4, DCP_MEMORY_DEVICE, &s->ob));
     DCP_TRY(dcp_buffer_create(s->dev, rows * 4, DCP_MEMORY_DEVICE, &s->lb));
     DCP_TRY(dcp_buffer_upload(s->qb, 0, s->q, rows * D * 4));
     DCP_TRY(dcp_cmd_create(s->dev, &s->cmd));
     DCP_TRY(dcp_cmd_timestamp(s->cmd, &s->ts0));
-    if (o->kind == ATTN_MLA) DCP_TRY(dcp_mla_decode_record(s->cmd, s->mla, s->qb, 0, s->ob, 0, s->lb, 0));
-    else DCP_TRY(dcp_decode_record(s->cmd, s->plan, s->qb, 0, s->ob, 0, s->lb, 0));
+    DCP_TRY(dcp_decode_record(s->cmd, s->plan, s->qb, 0, s->ob, 0, s->lb, 0));
     DCP_TRY(dcp_cmd_timestamp(s->cmd, &s->ts1));
     s->ns = calloc(o->iters, sizeof *s->ns);
     if (!s->ns) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -305,7 +303,6 @@ static void share_free(share *s)
     dcp_buffer_destroy(s->ob);
     dcp_buffer_destroy(s->lb);
     dcp_decode_plan_destroy(s->plan);
-    dcp_mla_decode_plan_destroy(s->mla);
     dcp_kv_pool_destroy(s->pool);
     free(s->lengths);
     free(s->bt);
@@ -387,21 +384,8 @@ static void attn_need(void *user, uint32_t ctx, dcp_bench_need *need)
         const dcp_kv_pool_config pc = pool_config(o, (uint32_t)pages);
         uint64_t pool, seg, plan, plan_largest;
         dcp_status st = dcp_kv_pool_bytes(dev, &pc, &pool, &seg);
-        if (st == DCP_OK && o->kind == ATTN_MLA) {
-            dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
-            mc.batch = n;
-            mc.heads = o->q_heads;
-            mc.kv_lora = o->kv_lora;
-            mc.max_blocks = (uint32_t)max_blocks;
-            mc.scale = o->scale;
-            st = dcp_mla_decode_plan_bytes(&pc, &mc, ctx, &plan, &plan_largest);
-        } else if (st == DCP_OK) {
-            dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-            dc.batch = n;
-            dc.q_heads = o->q_heads;
-            dc.max_blocks = (uint32_t)max_blocks;
-            st = dcp_decode_plan_bytes(&pc, &dc, ctx, &plan, &plan_largest);
-        }
+        const dcp_decode_config dc = decode_config(o, n, (uint32_t)max_blocks);
+        if (st == DCP_OK) st = dcp_decode_plan_bytes(&pc, &dc, ctx, &plan, &plan_largest);
         if (st != DCP_OK) {
             need->status = st;
             snprintf(need->error, sizeof need->error, "%s", dcp_last_error());
@@ -471,7 +455,7 @@ static void report_mla(const attn_opts *o, const share *sh, const attn_result *r
     const uint32_t DK = row_values(o);
     /* Attention arithmetic: per token and head, DK multiply-adds for the score and kv_lora for O. */
     const double flops = 2.0 * o->batch * (double)o->ctx * o->q_heads * (DK + o->kv_lora);
-    const uint32_t hg = dcp_mla_decode_plan_heads_per_group(sh[0].mla);
+    const uint32_t hg = dcp_decode_plan_heads_per_group(sh[0].plan);
     if (o->json) {
         printf("{\"bench\": \"attn_mla\", \"device\": ");
         dcp_cli_json_string(stdout, r->info->name, strlen(r->info->name));
@@ -482,7 +466,7 @@ static void report_mla(const attn_opts *o, const share *sh, const attn_result *r
                "\"copy_gbps\": %.4f, \"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, "
                "\"ratio_vs_copy\": %.4f",
                r->ndev, o->ctx, o->batch, o->q_heads, o->kv_lora, o->rope, o->page_size, dcp_dtype_name(o->dtype),
-               o->iters, hg, dcp_mla_decode_plan_chunks(sh[0].mla), dcp_mla_decode_plan_chunk_tokens(sh[0].mla),
+               o->iters, hg, dcp_decode_plan_chunks(sh[0].plan), dcp_decode_plan_chunk_tokens(sh[0].plan),
                r->step * 1e-6, r->step_min * 1e-6, (unsigned long long)r->kv_bytes, r->rate * 1e-9, flops / r->step,
                y->stream_read_bps * 1e-9, y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9,
                r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
@@ -496,8 +480,8 @@ static void report_mla(const attn_opts *o, const share *sh, const attn_result *r
            r->info->name, r->ndev, o->ctx, o->batch, o->q_heads, DK, o->kv_lora, o->rope, o->page_size,
            dcp_dtype_name(o->dtype));
     printf("  plan: %u heads per workgroup (each row read %u time(s) per step), %u chunk(s) of %u tokens per "
-           "sequence\n", hg, o->q_heads / hg, dcp_mla_decode_plan_chunks(sh[0].mla),
-           dcp_mla_decode_plan_chunk_tokens(sh[0].mla));
+           "sequence\n", hg, o->q_heads / hg, dcp_decode_plan_chunks(sh[0].plan),
+           dcp_decode_plan_chunk_tokens(sh[0].plan));
     printf("  step (median of %u, GPU timestamps): %.3f ms (fastest %.3f ms), %.2f GFLOP/s\n", o->iters,
            r->step * 1e-6, r->step_min * 1e-6, flops / r->step);
     printf("  latent cache read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per physical device)\n",

@@ -30,6 +30,7 @@
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "step/step.h"
+#include "testmodel/testmodel.h"
 
 enum { NCOLL = 6, MAXT = 8 };
 static const char *const coll_names[NCOLL + 1] = {"all_gather", "reduce_scatter", "all_to_all",

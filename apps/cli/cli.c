@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/utf8.h"
+#include "dcpvk/utf8.h"
 
 static FILE *diag_stream; /* NULL: stderr */
 

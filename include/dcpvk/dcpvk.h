@@ -4,14 +4,17 @@
  *   vk.h        context, devices, buffers, command recording and submission
  *   dtype.h     element types, IEEE half conversion
  *   kv.h        paged KV pools, interleaved DCP placement, the KV cache of a DCP group
- *   attn.h      paged flash-decoding and the log-sum-exp merge on one device
- *   mla.h       MLA latent decode (every head against one latent cache) on one device
+ *   attn.h      the decode plan on one device (GQA paged flash-decoding, MLA latent decode) and
+ *               the log-sum-exp merge
  *   comm.h      communicator (all_gather, reduce_scatter, all_to_all, all_reduce), in-process/MPI
  *   cp.h        the DCP attention step (a2a, ag_rs) over a group
- *   gguf.h      GGUF reader/writer, tensor types, the project's test models
+ *   quant.h     ggml tensor types, block layouts, f32 conversions
+ *   gguf.h      GGUF reader/writer, the file quantizer
  *   ops.h       weight matrices on a device and the model kernels (matmul, norms, RoPE, ...)
  *   model_config.h  model hyperparameters from GGUF
  *   tokenizer.h SentencePiece and byte-level BPE tokenizers, streaming detokenizer
+ *   chat.h      chat templates
+ *   utf8.h      the streaming UTF-8 sanitizer for printed text
  *   model.h     model weights over TP ranks, run state of many sequences, steps, sampler */
 #ifndef DCPVK_DCPVK_H
 #define DCPVK_DCPVK_H
@@ -22,13 +25,15 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/attn.h"
-#include "dcpvk/mla.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/cp.h"
+#include "dcpvk/quant.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/ops.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
+#include "dcpvk/chat.h"
+#include "dcpvk/utf8.h"
 #include "dcpvk/model.h"
 
 #endif

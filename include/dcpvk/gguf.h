@@ -1,5 +1,6 @@
-/* GGUF model files: a checked, memory-mapped reader, a GGUF v3 writer, and the maker of the
- * project's own deterministic test models.
+/* GGUF model files: a checked, memory-mapped reader, a GGUF v3 writer, and the file quantizer
+ * (llama-quantize's file types and mixes). The tensor element types are in dcpvk/quant.h; the
+ * project's generated test models are in the dcpvk_testmodel library (src/testmodel/testmodel.h).
  *
  * The reader never trusts the file: every count, string length, array length, shape, offset and
  * tensor extent is checked against the file size and against overflow before it is used. Errors
@@ -14,13 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dcpvk/quant.h"
 #include "dcpvk/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- value and tensor types ------------------------------------------------------------------ */
+/* ---- metadata value types -------------------------------------------------------------------- */
 
 /* GGUF metadata value types (the numbers are the on-disk codes). */
 typedef enum dcp_gguf_type {
@@ -40,78 +42,8 @@ typedef enum dcp_gguf_type {
     DCP_GGUF_TYPE_COUNT = 13,
 } dcp_gguf_type;
 
-/* Tensor element types (ggml type codes). F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
- * Q3_K, Q4_K, Q5_K and Q6_K can be read as data (DCP_GGML_SUPPORTED_LIST); the others are known by
- * name and size so that a directory can be listed and checked, and reading their data fails with
- * DCP_ERR_UNSUPPORTED naming the type. */
-typedef enum dcp_ggml_type {
-    DCP_GGML_TYPE_F32 = 0,
-    DCP_GGML_TYPE_F16 = 1,
-    DCP_GGML_TYPE_Q4_0 = 2,
-    DCP_GGML_TYPE_Q4_1 = 3,
-    DCP_GGML_TYPE_Q5_0 = 6,
-    DCP_GGML_TYPE_Q5_1 = 7,
-    DCP_GGML_TYPE_Q8_0 = 8,
-    DCP_GGML_TYPE_Q8_1 = 9,
-    DCP_GGML_TYPE_Q2_K = 10,
-    DCP_GGML_TYPE_Q3_K = 11,
-    DCP_GGML_TYPE_Q4_K = 12,
-    DCP_GGML_TYPE_Q5_K = 13,
-    DCP_GGML_TYPE_Q6_K = 14,
-    DCP_GGML_TYPE_Q8_K = 15,
-    DCP_GGML_TYPE_IQ2_XXS = 16,
-    DCP_GGML_TYPE_IQ2_XS = 17,
-    DCP_GGML_TYPE_IQ3_XXS = 18,
-    DCP_GGML_TYPE_IQ1_S = 19,
-    DCP_GGML_TYPE_IQ4_NL = 20,
-    DCP_GGML_TYPE_IQ3_S = 21,
-    DCP_GGML_TYPE_IQ2_S = 22,
-    DCP_GGML_TYPE_IQ4_XS = 23,
-    DCP_GGML_TYPE_I8 = 24,
-    DCP_GGML_TYPE_I16 = 25,
-    DCP_GGML_TYPE_I32 = 26,
-    DCP_GGML_TYPE_I64 = 27,
-    DCP_GGML_TYPE_F64 = 28,
-    DCP_GGML_TYPE_IQ1_M = 29,
-    DCP_GGML_TYPE_BF16 = 30,
-    DCP_GGML_TYPE_TQ1_0 = 34,
-    DCP_GGML_TYPE_TQ2_0 = 35,
-    DCP_GGML_TYPE_MXFP4 = 39,
-} dcp_ggml_type;
-
-/* Q8_0 block: 32 weights = d * qs[i], d stored as IEEE half. 34 bytes, no padding. */
-enum { DCP_Q8_0_BLOCK = 32, DCP_Q8_0_BYTES = 34 };
-
-/* The tensor types whose data dcp-vk reads, for messages. The block layouts of the quantized ones
- * are written down in src/model/quants.h. */
-#define DCP_GGML_SUPPORTED_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
-
 /* Name of a metadata value type ("uint32", "string", ...), or "unknown". Thread-safe. */
 const char *dcp_gguf_type_name(dcp_gguf_type type);
-
-/* Name of a ggml type ("F32", "Q4_K", ...), or NULL when the code is not a known ggml type.
- * Thread-safe. */
-const char *dcp_ggml_type_name(dcp_ggml_type type);
-
-/* Looks up a ggml type by name (case-insensitive, e.g. "q8_0"). Returns DCP_ERR_INVALID_ARGUMENT
- * for an unknown name. */
-dcp_status dcp_ggml_type_from_name(const char *name, dcp_ggml_type *out);
-
-/* Block layout of a ggml type: *block_elems elements are stored in *block_bytes bytes. Returns
- * false (outputs 0) for an unknown code. Thread-safe. */
-bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *block_bytes);
-
-/* True for the types whose data dcp-vk reads (DCP_GGML_SUPPORTED_LIST). */
-bool dcp_ggml_type_supported(dcp_ggml_type type);
-
-/* Converts n elements of a supported type to f32. n must be a multiple of the block size.
- * src: n elements of `type` (any alignment); dst: [n] f32. Thread-safe. */
-dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint64_t n);
-
-/* Converts n f32 values to a supported type (round to nearest even; Q8_0 scale = max|x|/127 per
- * block; the other quantized types by the reference quantizers of src/model/quants.h). n must be
- * a multiple of the block size. dst: n / block elements * block bytes. */
-dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
 
 /* ---- reader --------------------------------------------------------------------------------- */
 
@@ -340,117 +272,6 @@ typedef void (*dcp_quantize_report_fn)(void *user, const dcp_gguf_tensor *t, dcp
  * at a time. cfg NULL = defaults; report may be NULL. */
 dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
                              dcp_quantize_report_fn report, void *user);
-
-/* ---- the project's deterministic test models ------------------------------------------------ */
-
-/* Shapes of a generated model. Weights are drawn from a SplitMix64 stream seeded by `seed`,
- * uniform in [-1/sqrt(fan_in), +1/sqrt(fan_in)); norm weights are 1 + U(-0.1, 0.1). The same
- * config gives the same bytes on every machine. The vocabulary is built in (see
- * dcp_test_model_vocab_size): <unk>, <s>, </s>, 256 byte tokens, printable ASCII characters and
- * common English word pieces, SentencePiece style (`llama` tokenizer), padded with <unused_N>
- * tokens to a multiple of 64. */
-typedef struct dcp_test_model_config {
-    const char *arch;         /* architecture: "llama", "qwen2" (+ Q/K/V biases), "qwen3" (+ Q/K
-                                 per-head norms), "phi3" (fused attn_qkv, gate|up in ffn_up).
-                                 Default "llama" */
-    const char *name;         /* general.name. Default "dcp-vk-test" */
-    uint32_t n_embd;          /* embedding size. Default 256 */
-    uint32_t n_layer;         /* blocks. Default 4 */
-    uint32_t n_head;          /* query heads. Default 16 */
-    uint32_t n_head_kv;       /* KV heads (divides n_head). Default 4: TP 8 with DCP 2 fits vLLM's rules */
-    uint32_t head_dim;        /* per head; 0 = n_embd / n_head. Default 16 */
-    uint32_t n_ff;            /* FFN hidden size. Default 768 */
-    uint32_t n_ctx;           /* context_length. Default 4096 */
-    float rms_eps;            /* RMS norm epsilon. Default 1e-5 */
-    float rope_base;          /* RoPE frequency base. Default 10000 */
-    dcp_ggml_type weight_type;/* matrices (norms stay F32): any type of DCP_GGML_SUPPORTED_LIST whose
-                                 block divides n_embd, n_ff and n_head*head_dim. Default F32 */
-    uint64_t seed;            /* Default 1234 */
-    /* RoPE scaling and Mistral's window (every llama-family arch): */
-    int rope_freqs;           /* 1: write rope_freqs.weight [head_dim/2], Llama 3.x-style factors
-                                 rising from 1 (fast pairs) to 8 (slow pairs). Default 0 */
-    const char *rope_scaling; /* NULL or "none", "linear", "yarn": <arch>.rope.scaling.type.
-                                 Default NULL (not written) */
-    float rope_scale;         /* rope.scaling.factor with rope_scaling (yarn: original context
-                                 n_ctx / factor). Default 0 */
-    uint32_t sliding_window;  /* > 0: <arch>.attention.sliding_window (Mistral). Default 0 */
-    int tie_output;           /* 1: no output.weight, the head reads token_embd.weight (Llama 3.2
-                                 1B, Qwen2.5 0.5B). Default 0 */
-} dcp_test_model_config;
-
-#define DCP_TEST_MODEL_CONFIG_DEFAULT                                                              \
-    {.arch = "llama", .name = "dcp-vk-test", .n_embd = 256, .n_layer = 4, .n_head = 16,            \
-     .n_head_kv = 4, .head_dim = 16, .n_ff = 768, .n_ctx = 4096, .rms_eps = 1e-5f,                 \
-     .rope_base = 10000.0f, .weight_type = DCP_GGML_TYPE_F32, .seed = 1234}
-
-/* Number of tokens of the built-in vocabulary. */
-uint32_t dcp_test_model_vocab_size(void);
-
-/* Generates a test model and writes it to path as GGUF v3. cfg NULL = defaults. Checks the
- * config (DCP_ERR_INVALID_ARGUMENT naming the field). Thread-safe. */
-dcp_status dcp_gguf_make_test_model(const char *path, const dcp_test_model_config *cfg);
-
-/* Same, into a writer the caller then writes or inspects (the caller destroys it). */
-dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_writer **out);
-
-/* ---- deepseek2 test models (MLA attention + MoE) --------------------------------------------- */
-
-/* Shapes and features of a generated deepseek2 model. The defaults (variant A) have pairwise
- * distinct dimensions so that a swapped axis fails: n_embd 64, 4 heads (TP up to 4 splits them),
- * kv_lora 32, rope 16, nope 24, v 20, dense FFN 72, 6 experts of width 56 (2 used, 1 shared),
- * 2 layers (one dense, one MoE), the built-in vocabulary. Weights are drawn from one SplitMix64
- * stream in the same order for every layout, scaled so that the attention and router softmaxes
- * are neither flat nor one-hot. Matrices in weight_type (F32 or F16), norms and router in F32. */
-typedef struct dcp_test_deepseek2_config {
-    const char *name;          /* general.name. Default "dcp-vk-test-deepseek2" */
-    uint32_t n_embd;           /* Default 64 */
-    uint32_t n_layer;          /* Default 2 */
-    uint32_t n_layer_dense;    /* leading dense layers (<= n_layer). Default 1 */
-    uint32_t n_head;           /* Default 4 */
-    uint32_t q_lora_rank;      /* 0: attn_q; else attn_q_a / attn_q_a_norm / attn_q_b. Default 0 */
-    uint32_t kv_lora_rank;     /* latent width, multiple of 4. Default 32 */
-    uint32_t n_rot;            /* rope part of a head, multiple of 4. Default 16 */
-    uint32_t head_dim_nope;    /* non-rope part of a query/key head, multiple of 4. Default 24 */
-    uint32_t head_dim_v;       /* value head, multiple of 4. Default 20 */
-    uint32_t n_ff;             /* dense FFN width. Default 72 */
-    uint32_t n_expert;         /* routed experts. Default 6 */
-    uint32_t n_expert_used;    /* Default 2 */
-    uint32_t n_expert_shared;  /* Default 1 */
-    uint32_t n_ff_exp;         /* expert FFN width. Default 56 */
-    uint32_t n_ctx;            /* context_length. Default 4096 */
-    int legacy_kv_b;           /* 1: the legacy layout (attn_kv_b, no key_length_mla). Default 0 */
-    uint32_t gating_func;      /* expert_gating_func: 1 softmax, 2 sigmoid. Default 1 */
-    int exp_probs_b;           /* 1: write exp_probs_b.bias (selection bias). Default 0 */
-    int weights_norm;          /* expert_weights_norm. Default 0 */
-    float weights_scale;       /* expert_weights_scale. Default 1 */
-    uint32_t n_expert_groups;  /* expert_group_count (0 or 1: not written). Default 0 */
-    uint32_t n_expert_groups_used; /* expert_group_used_count. Default 0 */
-    float yarn_factor;         /* > 0: rope.scaling.type yarn with this factor. Default 0 (none) */
-    uint32_t yarn_orig_ctx;    /* rope.scaling.original_context_length. Default 0 */
-    float yarn_log_mul;        /* rope.scaling.yarn_log_multiplier (0.1 * mscale_all_dim). Default 0 */
-    float yarn_beta_fast, yarn_beta_slow; /* Defaults 32, 1 */
-    float rms_eps;             /* Default 1e-6 */
-    float rope_base;           /* Default 10000 */
-    dcp_ggml_type weight_type; /* F32 or F16. Default F32 */
-    uint64_t seed;             /* Default 4242 */
-} dcp_test_deepseek2_config;
-
-/* The named configurations of the deepseek2 tests:
- *   'A': the DeepSeek-V2-Lite layout: attn_q, attn_k_b / attn_v_b, softmax gating, no YaRN;
- *   'B': every feature: q_lora 40, YaRN (factor 4, original context 32, log multiplier 0.0707,
- *        beta 32 / 1), sigmoid gating with exp_probs_b, expert_weights_norm, scale 2.5, 3 expert
- *        groups of 2 with 2 used;
- *   'C': A in the legacy attn_kv_b layout, from the same draw (the same logits as A).
- * DCP_ERR_INVALID_ARGUMENT for another letter. */
-dcp_status dcp_test_deepseek2_preset(char variant, dcp_test_deepseek2_config *out);
-
-/* Generates a deepseek2 test model into a writer (the caller destroys it) or a file. Checks the
- * config (DCP_ERR_INVALID_ARGUMENT naming the field). Thread-safe. */
-dcp_status dcp_gguf_build_test_model_deepseek2(const dcp_test_deepseek2_config *cfg, dcp_gguf_writer **out);
-dcp_status dcp_gguf_make_test_model_deepseek2(const char *path, const dcp_test_deepseek2_config *cfg);
-/* Generates a test model in memory and opens it, writing nothing to disk: the handle owns the
- * bytes (freed by dcp_gguf_close); its name is "<generated test model>". cfg NULL = defaults. */
-dcp_status dcp_gguf_open_test_model(const dcp_test_model_config *cfg, dcp_gguf **out);
 
 #ifdef __cplusplus
 }

@@ -117,7 +117,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t strid
  * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/ops/ds2_params.h).
  * The latent RMSNorm is dcp_op_rmsnorm over the first kv_lora values of each kv_a row (x_stride
  * kv_lora + rope); the expert SwiGLU is dcp_op_swiglu over tokens * n_used rows; the latent decode
- * itself is include/dcpvk/mla.h.
+ * itself is the latent kind of the decode plan (include/dcpvk/attn.h).
  *
  * One layer's decode step on one rank (T tokens, Hq query heads projected here, R kv_lora, P rope,
  * N nope, V v; buffers f32):
@@ -126,7 +126,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t strid
  *   kv [T][R+P] = wkv_a xn; c = rmsnorm(kv[:, :R])    dcp_op_matmul, dcp_op_rmsnorm
  *   latent pool row of each owned token = [c | rope(kv[:, R:])]           dcp_op_mla_kv_store
  *   Q [T][Hq][R+P]: [:R] = W_UK q_nope per head, [R:] = rope(q_pe)   dcp_op_head_matmul, dcp_op_mla_rope
- *   (DCP: Q gathered over the group) latent decode -> o_lat [T][Ho][R] (merged)    include/dcpvk/mla.h
+ *   (DCP: Q gathered over the group) latent decode -> o_lat [T][Ho][R] (merged)    include/dcpvk/attn.h
  *   o [T][Ho V] = W_UV o_lat per head                 dcp_op_head_matmul
  *   x += wo o (row-parallel, all-reduced)             dcp_op_matmul
  *   FFN: dense as llama, or MoE: logits = gate_inp xn; dcp_op_moe_route; gu = dcp_op_moe_gate_up;

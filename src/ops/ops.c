@@ -6,7 +6,7 @@
 #include "dcpvk/dtype.h"
 #include "kv/kv_internal.h"
 #include "dcpvk/ops.h"
-#include "model/quants.h"
+#include "quant/quants.h"
 #include "vk/pipelines.h"
 
 static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)

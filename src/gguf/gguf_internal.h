@@ -1,7 +1,7 @@
 /* Private layout of an open GGUF file (include/dcpvk/gguf.h), shared by the reader, the writer
  * (dcp_gguf_writer_copy_kv) and the tokenizer loader. */
-#ifndef DCP_MODEL_GGUF_INTERNAL_H
-#define DCP_MODEL_GGUF_INTERNAL_H
+#ifndef DCP_GGUF_GGUF_INTERNAL_H
+#define DCP_GGUF_GGUF_INTERNAL_H
 
 #include "dcpvk/gguf.h"
 

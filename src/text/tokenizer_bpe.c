@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "model/tokenizer_internal.h"
+#include "text/tokenizer_internal.h"
 
 #ifdef DCP_HAVE_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8

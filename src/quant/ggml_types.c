@@ -1,15 +1,15 @@
-/* GGUF value-type and ggml tensor-type tables, block layouts, and the conversions between f32 and
- * the tensor types dcp-vk reads (F32, F16, BF16, Q8_0, and the block-quantized types of
- * src/model/quants.c: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). */
+/* ggml tensor-type tables (include/dcpvk/quant.h), block layouts, and the conversions between f32
+ * and the tensor types dcp-vk reads (F32, F16, BF16, Q8_0, and the block-quantized types of
+ * src/quant/quants.c: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). */
 #include "dcpvk/dtype.h"
-#include "dcpvk/gguf.h"
+#include "dcpvk/quant.h"
 
 #include <math.h>
 #include <string.h>
 #include <strings.h>
 
 #include "common/error.h"
-#include "model/quants.h"
+#include "quant/quants.h"
 
 typedef struct ggml_type_info {
     dcp_ggml_type type;
@@ -91,15 +91,6 @@ bool dcp_ggml_type_supported(dcp_ggml_type type)
 {
     return type == DCP_GGML_TYPE_F32 || type == DCP_GGML_TYPE_F16 || type == DCP_GGML_TYPE_BF16 ||
            type == DCP_GGML_TYPE_Q8_0 || dcp_quant_layout_of(type) != NULL;
-}
-
-const char *dcp_gguf_type_name(dcp_gguf_type type)
-{
-    static const char *const names[DCP_GGUF_TYPE_COUNT] = {
-        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-        "bool", "string", "array", "uint64", "int64", "float64",
-    };
-    return (unsigned)type < DCP_GGUF_TYPE_COUNT ? names[type] : "unknown";
 }
 
 /* ---- scalar conversions (bfloat16 here; IEEE half in src/common/dtype.c), round to nearest even ------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /* Block-quantized ggml weight types: dequantizers and reference quantizers written from the block
  * layouts (see src/model/quants.h for the layouts), and the repack to the device layout. */
-#include "model/quants.h"
+#include "quant/quants.h"
 
 #include <math.h>
 #include <string.h>

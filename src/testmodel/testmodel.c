@@ -8,7 +8,8 @@
 #include "common/error.h"
 #include "common/splitmix.h"
 #include "dcpvk/gguf.h"
-#include "model/gguf_internal.h"
+#include "gguf/gguf_internal.h"
+#include "testmodel/testmodel.h"
 
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_UNUSED = 5, TOK_BYTE = 6 };
 enum { MAX_VOCAB = 1024, MAX_PIECE = 32 };

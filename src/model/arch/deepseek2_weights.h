@@ -20,8 +20,8 @@
  *
  * The graph loads a model layer by layer: dcp_ds2_layer_slice (host, GGUF bytes sliced and
  * repacked) then dcp_ds2_layer_upload (device), so that host memory holds one layer at a time. */
-#ifndef DCP_MODEL_DEEPSEEK2_WEIGHTS_H
-#define DCP_MODEL_DEEPSEEK2_WEIGHTS_H
+#ifndef DCP_MODEL_ARCH_DEEPSEEK2_WEIGHTS_H
+#define DCP_MODEL_ARCH_DEEPSEEK2_WEIGHTS_H
 
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* Private layout of a tokenizer (include/dcpvk/tokenizer.h), shared by the loader/decoder
  * (tokenizer.c), SentencePiece (tokenizer_spm.c) and byte-level BPE (tokenizer_bpe.c). */
-#ifndef DCP_MODEL_TOKENIZER_INTERNAL_H
-#define DCP_MODEL_TOKENIZER_INTERNAL_H
+#ifndef DCP_TEXT_TOKENIZER_INTERNAL_H
+#define DCP_TEXT_TOKENIZER_INTERNAL_H
 
 #include "dcpvk/tokenizer.h"
 

@@ -4,12 +4,17 @@
  * become U+FFFD, one per maximal ill-formed subsequence (Unicode's "maximal subpart" practice):
  * a stray continuation byte, a byte never valid in UTF-8 (C0, C1, F5..FF), an overlong or
  * surrogate form, or a character cut short by a byte that does not continue it. Valid UTF-8
- * passes through unchanged. */
-#ifndef DCP_COMMON_UTF8_H
-#define DCP_COMMON_UTF8_H
+ * passes through unchanged. Used by the detokenizer and by the apps for every printed text.
+ * Thread-safe: all state is in the caller's dcp_utf8_stream. */
+#ifndef DCPVK_UTF8_H
+#define DCPVK_UTF8_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct dcp_utf8_stream {
     unsigned char hold[3]; /* leading bytes of an incomplete character */
@@ -32,4 +37,7 @@ size_t dcp_utf8_flush(dcp_utf8_stream *s, char *out);
 /* Whole text at once: push then flush. out has room for DCP_UTF8_OUT_MAX(n) bytes. */
 size_t dcp_utf8_sanitize(const char *in, size_t n, char *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "model/gguf_internal.h"
+#include "gguf/gguf_internal.h"
 
 typedef unsigned long long ull;
 

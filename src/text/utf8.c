@@ -1,6 +1,6 @@
-/* UTF-8 sanitizer (see src/common/utf8.h): a byte-at-a-time decoder of the well-formed sequences
+/* UTF-8 sanitizer (include/dcpvk/utf8.h): a byte-at-a-time decoder of the well-formed sequences
  * of the Unicode standard (table 3-7), emitting whole characters and U+FFFD. */
-#include "common/utf8.h"
+#include "dcpvk/utf8.h"
 
 #include <string.h>
 

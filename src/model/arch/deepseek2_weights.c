@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "model/deepseek2_weights.h"
+#include "model/arch/deepseek2_weights.h"
 
 typedef unsigned long long ull;
 

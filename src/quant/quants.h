@@ -33,13 +33,13 @@
  * Q4_K and Q5_K move their first 16 bytes (d, dmin and the 12 scale bytes, contiguous in the GGUF
  * block) out together (scale_halves = 8), so that both parts are whole 16-byte vectors: the body
  * (Q4_K qs[128]; Q5_K qh[32] | qs[128]) and the 16 bytes of scales, read with uvec4 loads. */
-#ifndef DCP_MODEL_QUANTS_H
-#define DCP_MODEL_QUANTS_H
+#ifndef DCP_QUANT_QUANTS_H
+#define DCP_QUANT_QUANTS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dcpvk/gguf.h"
+#include "dcpvk/quant.h"
 
 typedef struct dcp_quant_layout {
     dcp_ggml_type type;

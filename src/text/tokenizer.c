@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "common/utf8.h"
-#include "model/tokenizer_internal.h"
+#include "dcpvk/utf8.h"
+#include "text/tokenizer_internal.h"
 
 typedef unsigned long long ull;
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "model/gguf_internal.h"
+#include "gguf/gguf_internal.h"
 
 enum { GGUF_DEFAULT_ALIGNMENT = 32, GGUF_MAX_DIMS = 4 };
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as little-endian u32 */
@@ -22,6 +22,15 @@ typedef struct cursor {
     dcp_gguf *g;
     uint64_t off;
 } cursor;
+
+const char *dcp_gguf_type_name(dcp_gguf_type type)
+{
+    static const char *const names[DCP_GGUF_TYPE_COUNT] = {
+        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
+        "bool", "string", "array", "uint64", "int64", "float64",
+    };
+    return (unsigned)type < DCP_GGUF_TYPE_COUNT ? names[type] : "unknown";
+}
 
 uint32_t dcp_gguf_type_size(dcp_gguf_type type)
 {

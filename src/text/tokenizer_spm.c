@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "model/tokenizer_internal.h"
+#include "text/tokenizer_internal.h"
 
 typedef struct sym {
     int prev, next;
