@@ -159,6 +159,7 @@ static int serve(serve_app *a)
     serve_http *http = serve_http_start(&h, a->prog, &port);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     int rc = DCP_EXIT_RUNTIME;
+    bool step_failed = false; /* under MPI: the processes are out of step */
     if (http) {
         fprintf(stderr,
                 "%s: listening on http://%s:%u (model '%s', TP %u, DCP %u, context %u, %u sequences, %u KV pages "
@@ -166,7 +167,8 @@ static int serve(serve_app *a)
                 a->prog, a->o.host, port, a->name, a->o.run.tp, a->o.run.dcp, h.n_ctx, sc->max_seqs, sc->kv_pages,
                 sc->block_size, dcp_chat_template_name(h.chat));
         fflush(stderr);
-        rc = serve_hub_run(&h, e, &stop_flag, quiesce, http) ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
+        step_failed = serve_hub_run(&h, e, &stop_flag, quiesce, http) != 0;
+        rc = step_failed ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
         serve_http_stop(http);
         dcp_engine_stats es;
         dcp_engine_get_stats(e, &es);
@@ -174,7 +176,7 @@ static int serve(serve_app *a)
                 (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
                 (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
     }
-    if (rc != DCP_EXIT_OK && a->mpi) {
+    if (step_failed && a->mpi) {
         /* A step failed: the followers may be inside it, so they cannot be told to stop. */
         fprintf(stderr, "%s: process 0: a step failed with the other processes in it: ending every process\n",
                 a->prog);

@@ -199,9 +199,12 @@ static int stdout_errno; /* the first failed write's errno */
 
 bool dcp_cli_stdout_ok(void)
 {
+    /* A write that failed inside printf (its buffer full) left its errno; when nothing was left to
+     * flush, fflush itself sets none. */
+    const int earlier = errno;
     errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout)) return true;
-    if (!stdout_errno) stdout_errno = errno ? errno : EIO;
+    if (!stdout_errno) stdout_errno = errno ? errno : earlier ? earlier : EIO;
     return false;
 }
 

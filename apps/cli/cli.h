@@ -66,7 +66,7 @@ void dcp_cli_put_text(FILE *f, const char *s, size_t n);
 void dcp_cli_report(const char *prog, const char *what, dcp_status st);
 
 /* Flushes stdout: false when a write to it failed, now or before (the first failure's errno is
- * kept for dcp_cli_finish_stdout). */
+ * kept for dcp_cli_finish_stdout; call it right after the writes, while errno is theirs). */
 bool dcp_cli_stdout_ok(void);
 /* Flushes stdout and checks that everything written to it arrived (a full disk, a closed pipe,
  * /dev/full). Returns rc unchanged when it did; else prints

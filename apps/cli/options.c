@@ -90,6 +90,7 @@ void run_print_help(const char *prog)
            "model's shape and the prompt's tokens with process 0's: a difference is named with the\n"
            "processes that differ, exit 2.\n",
            prog);
+    (void)dcp_cli_stdout_ok(); /* a failed write's errno, now (dcp_cli_finish_stdout reports it) */
 }
 
 int run_parse(int argc, char **argv, run_options *o)
