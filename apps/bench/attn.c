@@ -45,7 +45,7 @@ static uint32_t out_values(const attn_opts *o) { return o->kind == ATTN_MLA ? o-
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    dcp_cli_print_text(f,
             "usage: dcp-vk-bench attn [options]\n"
             "  --ctx L            tokens per sequence (default 4096)\n"
             "  --batch B          sequences (default 1); sequence b runs on device b %% devices\n"

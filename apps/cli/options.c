@@ -31,7 +31,7 @@ static int parse_f32(const char *prog, const char *name, const char *v, float mi
 
 void run_print_help(const char *prog)
 {
-    printf("usage: %s [-m MODEL.gguf] [-p PROMPT] [-n N] [options]\n"
+    dcp_cli_print_text(stdout, "usage: %s [-m MODEL.gguf] [-p PROMPT] [-n N] [options]\n"
            "\n"
            "Generates text from a GGUF llama-family model with dcp-vk (Vulkan). The text streams to\n"
            "stdout; diagnostics and the summary go to stderr. Exit codes: 0 ok, 1 runtime failure\n"
@@ -73,6 +73,7 @@ void run_print_help(const char *prog)
            "                                       $DCP_VK_DEVICES, else every device once)\n"
            "      --json                           print the summary as one JSON object on stdout\n"
            "                                       (the text is then not streamed; it is in \"text\")\n"
+           "      --version                        print the library version\n"
            "  -h, --help                           this help\n"
            "\n"
            "TP and DCP run in one process: rank r on the r-th device of --devices (without a list,\n"
@@ -90,7 +91,6 @@ void run_print_help(const char *prog)
            "model's shape and the prompt's tokens with process 0's: a difference is named with the\n"
            "processes that differ, exit 2.\n",
            prog);
-    (void)dcp_cli_stdout_ok(); /* a failed write's errno, now (dcp_cli_finish_stdout reports it) */
 }
 
 int run_parse(int argc, char **argv, run_options *o)
@@ -111,6 +111,8 @@ int run_parse(int argc, char **argv, run_options *o)
         int r = 0;
         if (IS("-h") || IS("--help")) {
             o->help = true;
+        } else if (IS("--version")) {
+            o->version = true;
         } else if (IS("--json")) {
             o->json = true;
         } else if (IS("--dcp-q-replicate")) {
