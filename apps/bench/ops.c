@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/ops.h"
