@@ -1,4 +1,5 @@
-/* dcp-vk-bench's roofline in JSON, and dcp-vk-run's dispatches and host waits per decode step, as a
+/* dcp-vk-bench's roofline in JSON (matmul and ops: a "results" array; attn and attn --mla: one
+ * configuration per document), and dcp-vk-run's dispatches and host waits per decode step, as a
  * user gets them: the command (after `--`) is run, its stdout parsed with cJSON and every field
  * checked for a sane value: positive and finite, and consistent with the yardsticks printed beside
  * it (roofline time = max(bytes / read rate, FLOPs / FMA rate), fraction = roofline / measured).
@@ -61,14 +62,21 @@ static void test_bench(void **state)
     (void)state;
     cJSON *j = run_json((const char *const *)g_argv + 2);
     check_yardsticks(cJSON_GetObjectItemCaseSensitive(j, "yardsticks"), "yardsticks");
+    /* matmul and ops: a "results" array; attn (one configuration): the document is the result. */
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "results");
+    cJSON *one = NULL;
+    if (!res) {
+        one = cJSON_CreateArray();
+        cJSON_AddItemReferenceToArray(one, j);
+        res = one;
+    }
     if (!cJSON_IsArray(res) || cJSON_GetArraySize(res) == 0) fail_msg("no \"results\" array, or an empty one");
     const cJSON *r;
     int n = 0;
     cJSON_ArrayForEach(r, res)
     {
-        const cJSON *k = cJSON_GetObjectItemCaseSensitive(r, "kernel");
-        if (!cJSON_IsString(k)) fail_msg("result %d: no \"kernel\" name", n);
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(r, one ? "bench" : "kernel");
+        if (!cJSON_IsString(k)) fail_msg("result %d: no \"%s\" name", n, one ? "bench" : "kernel");
         char where[160];
         snprintf(where, sizeof where, "result %d (%s)", n, k->valuestring);
         double bytes = number(r, where, "bytes", 0, 0), flops = number(r, where, "flops", 0, 1);
@@ -88,6 +96,7 @@ static void test_bench(void **state)
         n++;
     }
     printf("%d results, every roofline field sane\n", n);
+    cJSON_Delete(one);
     cJSON_Delete(j);
 }
 
