@@ -231,10 +231,11 @@ def plot(pts, ceilings, out):
     for b_i, b in enumerate(benches):
         mine = [p for p in shown if p["bench"] == b]
         ax.scatter([p["intensity"] for p in mine], [p["achieved_gflops"] for p in mine],
-                   marker=markers.get(b, "D"), color=colors[b_i % len(colors)], label=f"dcp-vk-bench {b}", zorder=3)
+                   marker=markers.get(b, "D"), color=colors[b_i % len(colors)], label=f"dcp-vk-bench {b}",
+                   s=90 if b.startswith("attn") else 30, zorder=4 if b.startswith("attn") else 3)
         for p in mine:
             ax.annotate(f"{label(p)} ({p['of_roofline']:.2f})", (p["intensity"], p["achieved_gflops"]),
-                        fontsize=6, xytext=(3, 2), textcoords="offset points")
+                        fontsize=8 if b.startswith("attn") else 6, xytext=(3, 2), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
