@@ -15,7 +15,7 @@
 #include "dcpvk/mla.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/ops.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "ref/deepseek2_ref.h"
 #include "ref/mla_ref.h"
 #include "ref/model_ref.h"

@@ -10,7 +10,7 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "dcpvk/ops.h"
 #include "ref/cp_ref.h"
 #include "ref/kv_ref.h"

@@ -12,7 +12,7 @@
 #include "bench/bench.h"
 #include "common/cli.h"
 #include "dcpvk/gguf.h"
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 #include "dcpvk/ops.h"
 
 enum { MAX_TYPES = 16, MAX_BATCHES = 8, MAX_ITERS = 30 };

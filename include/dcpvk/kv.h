@@ -3,7 +3,7 @@
  *
  * Page layout: K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row], a row being
  * head_dim values of the pool's dtype (f32, f16), or for q8_0 head_dim int8 values then the f16
- * scales of the row's blocks of 32 (dcp_kv_row_bytes; word layout in src/kv/kv_params.h); a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
+ * scales of the row's blocks of 32 (dcp_kv_row_bytes; word layout in src/kernels/kv_params.h); a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
  * being the first kv_lora entries of the same row) has no V part. Page p lives in segment
  * p / pages_per_segment.
  *

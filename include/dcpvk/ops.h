@@ -1,6 +1,6 @@
 /* The model kernels: weight matrices on a device and the recording of the ops a model graph is
  * made of (shaders/matmul, get_rows, rmsnorm, rope_store, swiglu, add, argmax) into a caller's
- * command buffer. Implemented in src/ops/ops.c; push constants in src/ops/ops_params.h.
+ * command buffer. Implemented in src/ops/ops.c; push constants in src/kernels/ops_params.h.
  *
  * Every op only records (no submit, no wait); the caller orders dependent ops with
  * dcp_cmd_barrier. Buffers are bound whole (offset 0) so no binding offset alignment applies;
@@ -114,7 +114,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t strid
 
 /* ---- deepseek2 (MLA attention + MoE) kernels --------------------------------------------------
  * Per-head matrix products (absorption, W_UV), the q_pe rope, the latent-cache write, MoE routing
- * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/ops/ds2_params.h).
+ * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/kernels/ds2_params.h).
  * The latent RMSNorm is dcp_op_rmsnorm over the first kv_lora values of each kv_a row (x_stride
  * kv_lora + rope); the expert SwiGLU is dcp_op_swiglu over tokens * n_used rows; the latent decode
  * itself is include/dcpvk/mla.h.
@@ -174,7 +174,7 @@ typedef struct dcp_mla_kv_store_args {
 } dcp_mla_kv_store_args;
 dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a);
 
-/* MoE routing (see dcp_moe_route_params in src/ops/ds2_params.h): logits [tokens][logits_stride]
+/* MoE routing (see dcp_moe_route_params in src/kernels/ds2_params.h): logits [tokens][logits_stride]
  * f32, bias [n_expert] f32 or NULL; writes ids [tokens][n_used] u32 (descending selection) and
  * weights [tokens][n_used] f32. */
 typedef struct dcp_moe_route_args {

@@ -1,5 +1,5 @@
 // A KV page pool as the shaders see it (kv_append, rope_store, paged_decode): the binding array of
-// its segments and the page addressing. Constants: src/kv/kv_params.h; layout: include/dcpvk/kv.h.
+// its segments and the page addressing. Constants: src/kernels/kv_params.h; layout: include/dcpvk/kv.h.
 //
 // A pool is num_pages equal pages. Page `page` lives in segment page / pages_per_segment (a power
 // of two) as local page page % pages_per_segment. A page holds K[kv_heads][page_size][D] followed by
@@ -14,7 +14,7 @@
 // (src/vk/pipelines.def selects it per device).
 #ifndef DCP_KV_POOL_GLSL
 #define DCP_KV_POOL_GLSL
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 
 // Declare the pool binding as `... kv[DCP_KV_ARRAY]` and index it with DCP_KV_SEG(segment).
 #ifdef KV_ONE_SEGMENT

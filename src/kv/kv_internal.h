@@ -4,7 +4,7 @@
 #define DCP_KV_INTERNAL_H
 
 #include "dcpvk/kv.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "vk/pipelines.h"
 
 /* Fills out [DCP_KV_MAX_SEGMENTS] with the descriptors of pool's segment array binding (the last

@@ -7,13 +7,13 @@
 #include <stdint.h>
 
 #include "dcpvk/vk.h"
-#include "attn/attn_params.h"
-#include "kv/kv_params.h"
-#include "attn/cp_params.h"
-#include "ops/ops_params.h"
-#include "vk/yardstick_params.h"
-#include "attn/mla_params.h"
-#include "ops/ds2_params.h"
+#include "kernels/attn_params.h"
+#include "kernels/kv_params.h"
+#include "kernels/cp_params.h"
+#include "kernels/ops_params.h"
+#include "kernels/yardstick_params.h"
+#include "kernels/mla_params.h"
+#include "kernels/ds2_params.h"
 
 #define DCP_MAX_SPEC 8
 #define DCP_MAX_BINDINGS 8
