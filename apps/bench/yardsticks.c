@@ -3,7 +3,7 @@
 
 #include "bench/bench.h"
 #include "common/cli.h"
-#include "vk/yardstick.h"
+#include "kernels/yardstick.h"
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -11,7 +11,7 @@
 // By default the segment index may differ between invocations (non-uniform indexing, Vulkan 1.2
 // feature shaderStorageBufferArrayNonUniformIndexing). Built with KV_ONE_SEGMENT, the shader only
 // touches segment 0: the variant for devices without that feature, where pools have one segment
-// (src/vk/pipelines.def selects it per device).
+// (DCP_KERNEL_KV in src/kernels/kernels.def builds it; src/vk/pipeline.c picks it per device).
 #ifndef DCP_KV_POOL_GLSL
 #define DCP_KV_POOL_GLSL
 #include "kernels/kv_params.h"

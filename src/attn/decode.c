@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "kv/kv_internal.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 /* Longest chunk one workgroup scans: bounds each invocation's loop iterations (Mesa 22 lavapipe
  * ends loops after 65,535 iterations) and each dispatch's duration (GPU watchdogs). */
@@ -19,7 +19,7 @@ struct dcp_decode_plan {
     uint32_t wg;          /* workgroup size */
     uint32_t hg;          /* query heads per workgroup */
     uint32_t cluster;     /* invocations sharing one token (power of two <= subgroup) */
-    dcp_pipeline_id pipeline;
+    dcp_kernel_id pipeline;
     uint32_t rows;        /* rows of the last set (<= batch) */
     uint32_t chunks;      /* chunks per sequence */
     uint32_t chunk_tokens;
@@ -130,10 +130,10 @@ dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *c,
     p->wg = wg;
     p->hg = hg;
     p->cluster = cluster;
-    p->pipeline = pc->dtype == DCP_DTYPE_F32    ? DCP_PIPE_PAGED_DECODE_F32
-                  : pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_PAGED_DECODE_Q8_0
-                  : unit_quads == 2             ? DCP_PIPE_PAGED_DECODE_F16X8
-                                                : DCP_PIPE_PAGED_DECODE_F16;
+    p->pipeline = pc->dtype == DCP_DTYPE_F32    ? DCP_KERNEL_PAGED_DECODE_F32
+                  : pc->dtype == DCP_DTYPE_Q8_0 ? DCP_KERNEL_PAGED_DECODE_Q8_0
+                  : unit_quads == 2             ? DCP_KERNEL_PAGED_DECODE_F16X8
+                                                : DCP_KERNEL_PAGED_DECODE_F16;
     p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = DCP_DECODE_MAX_CHUNK;
@@ -267,7 +267,7 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
         .total_pages = pc->num_pages,
         .direct = (uint32_t)direct, .scale = c->scale};
     uint32_t spec[4] = {p->wg, p->hg, pc->head_dim, p->cluster};
-    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->q_heads / p->hg, p->rows));
+    DCP_TRY(dcp_kernel_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->q_heads / p->hg, p->rows));
     if (!direct) {
         dcp_cmd_barrier(cmd); /* paged_decode partials -> lse_merge */
         dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = pc->head_dim,

@@ -8,7 +8,7 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/mla.h"
 #include "kv/kv_internal.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 enum {
     MLA_MAX_OUT_QUADS = 32,   /* registers: output quads per lane */
@@ -26,7 +26,7 @@ struct dcp_mla_decode_plan {
     uint32_t dk;          /* row width (pool head_dim) */
     uint32_t wg, hg, tile, uniform_part;
     uint32_t max_chunk;   /* longest chunk (tokens) within the loop budget */
-    dcp_pipeline_id pipeline;
+    dcp_kernel_id pipeline;
     uint32_t rows;        /* rows of the last set (<= batch) */
     uint32_t chunks, chunk_tokens;
     dcp_buffer *bt;       /* [batch][max_blocks] u32, host-visible */
@@ -138,9 +138,9 @@ dcp_status dcp_mla_decode_plan_create(dcp_kv_pool *pool, const dcp_mla_decode_co
     p->tile = tile;
     p->uniform_part = uniform_part;
     p->max_chunk = (uint32_t)max_chunk;
-    p->pipeline = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_MLA_DECODE_Q8_0
-                  : pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16
-                                               : DCP_PIPE_MLA_DECODE_F32;
+    p->pipeline = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_KERNEL_MLA_DECODE_Q8_0
+                  : pc->dtype == DCP_DTYPE_F16 ? DCP_KERNEL_MLA_DECODE_F16
+                                               : DCP_KERNEL_MLA_DECODE_F32;
     p->rows = c->batch;
     p->chunks = 1;
     p->chunk_tokens = p->max_chunk;
@@ -275,7 +275,7 @@ dcp_status dcp_mla_decode_record(dcp_cmd *cmd, const dcp_mla_decode_plan *p, dcp
         .segment_shift = (uint32_t)__builtin_ctz(dcp_kv_pool_pages_per_segment(p->pool)),
         .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale};
     uint32_t spec[6] = {p->wg, p->hg, p->dk, c->kv_lora, p->tile, p->uniform_part};
-    DCP_TRY(dcp_cmd_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->heads / p->hg, p->rows));
+    DCP_TRY(dcp_kernel_dispatch(cmd, p->pipeline, spec, b, &pp, p->chunks, c->heads / p->hg, p->rows));
     if (!direct) {
         dcp_cmd_barrier(cmd); /* mla_decode partials -> lse_merge */
         dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = c->kv_lora,

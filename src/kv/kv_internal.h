@@ -5,7 +5,7 @@
 
 #include "dcpvk/kv.h"
 #include "kernels/kv_params.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 /* Fills out [DCP_KV_MAX_SEGMENTS] with the descriptors of pool's segment array binding (the last
  * binding of kv_append, rope_store and paged_decode, shaders/common/kv_pool.glsl): segment s whole

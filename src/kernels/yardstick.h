@@ -1,8 +1,8 @@
 /* The streaming-read yardstick: a plain shader that only reads a buffer, the ceiling a kernel's
  * memory rate is compared with. A benchmark tool, not part of the public API: dcp-vk-bench
  * (apps/bench/yardsticks.c) includes this header. */
-#ifndef DCP_VK_YARDSTICK_H
-#define DCP_VK_YARDSTICK_H
+#ifndef DCP_KERNELS_YARDSTICK_H
+#define DCP_KERNELS_YARDSTICK_H
 
 #include <stdint.h>
 
