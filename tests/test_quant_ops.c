@@ -117,7 +117,9 @@ static void test_matmul(void **state)
                 dcp_buffer *xb = upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
                 dcp_buffer *yb = upload(dev, y0, (uint64_t)T * ys * 4);
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, xoff, xs, yb, ys, T, acc));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
+                                                                    .y = yb, .y_stride = ys, .tokens = T,
+                                                                    .accumulate = acc}));
                 DCP_ASSERT_OK(dcp_cmd_run(cmd));
                 float *y = download(yb, (uint64_t)T * ys);
                 for (uint32_t t = 0; t < T; t++)
@@ -175,7 +177,9 @@ static void test_batch_invariance(void **state)
             for (uint32_t first = 0; first + batches[bi] <= TMAX; first += batches[bi] == TMAX ? TMAX : 5) {
                 const uint32_t T = batches[bi];
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, first * K, K, yb, N, T, 0));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = first * K,
+                                                                    .x_stride = K, .y = yb, .y_stride = N,
+                                                                    .tokens = T}));
                 DCP_ASSERT_OK(dcp_cmd_run(cmd));
                 float *y = download(yb, (uint64_t)T * N);
                 if (!ref) {
@@ -224,7 +228,8 @@ static void test_get_rows(void **state)
         dcp_buffer *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * ys * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &m, ib, yb, ys, T));
+        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &(dcp_get_rows_args){.w = &m, .ids = ib, .y = yb, .y_stride = ys,
+                                                                .tokens = T}));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         float *y = download(yb, (uint64_t)T * ys);
         double worst = 0.0;

@@ -127,10 +127,11 @@ dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_ty
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
-dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
-                         uint32_t x_stride, dcp_buffer *y, uint32_t y_stride, uint32_t tokens,
-                         int accumulate)
+dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
 {
+    const dcp_matrix *w = a->w;
+    dcp_buffer *x = a->x, *y = a->y;
+    const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, y_stride = a->y_stride, tokens = a->tokens;
     if (x_stride % 4 || x_offset % 4 || x_stride < w->k || y_stride < w->rows)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "matmul %u x %u: x offset %u / stride %u must be multiples of 4 and >= k, y stride %u >= rows",
@@ -159,7 +160,7 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
      * accumulators; the sums are the same for any value (same lanes, same order). */
     uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
     dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
-    dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,
+    dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, a->accumulate ? 1u : 0u, w->scale_offset,
                            x_offset};
     dcp_kernel_id id;
     dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);
@@ -167,9 +168,11 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
     return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(w->rows, rpw), ceil_div(tokens, spec[2]), 1);
 }
 
-dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,
-                           uint32_t y_stride, uint32_t tokens)
+dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_get_rows_args *a)
 {
+    const dcp_matrix *w = a->w;
+    dcp_buffer *ids = a->ids, *y = a->y;
+    const uint32_t y_stride = a->y_stride, tokens = a->tokens;
     if (tokens == 0) return DCP_OK;
     if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
         (uint64_t)tokens * 4 > dcp_buffer_size(ids))
@@ -183,10 +186,12 @@ dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, d
     return dcp_kernel_dispatch(cmd, id, spec, b, &p, tokens, 1, 1);
 }
 
-dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                          dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
-                          uint32_t tokens, float eps)
+dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, const dcp_rmsnorm_args *a)
 {
+    dcp_buffer *x = a->x, *w = a->w, *y = a->y;
+    const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, n = a->n, y_stride = a->y_stride,
+                   tokens = a->tokens;
+    const float eps = a->eps;
     if (tokens == 0) return DCP_OK;
     if (x_stride < n || y_stride < n ||
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
@@ -198,11 +203,14 @@ dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32
     return dcp_kernel_dispatch(cmd, DCP_KERNEL_RMSNORM, spec, b, &p, tokens, 1, 1);
 }
 
-dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                                dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
-                                uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
-                                uint32_t parts, uint32_t part_stride, uint32_t part_offset)
+dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, const dcp_rmsnorm_parts_args *a)
 {
+    dcp_buffer *x = a->norm.x, *w = a->norm.w, *y = a->norm.y, *p = a->p;
+    const uint32_t x_offset = a->norm.x_offset, x_stride = a->norm.x_stride, n = a->norm.n,
+                   y_stride = a->norm.y_stride, tokens = a->norm.tokens;
+    const float eps = a->norm.eps;
+    const uint64_t p_offset = a->p_offset;
+    const uint32_t parts = a->parts, part_stride = a->part_stride, part_offset = a->part_offset;
     if (tokens == 0) return DCP_OK;
     uint64_t p_need = ((uint64_t)part_offset + (uint64_t)(parts ? parts - 1 : 0) * part_stride + (uint64_t)tokens * n) * 4;
     if (parts == 0 || part_stride < (uint64_t)tokens * n || p_offset > dcp_buffer_size(p) ||
@@ -245,10 +253,12 @@ static dcp_status rope_store_q8(dcp_cmd *cmd, const dcp_rope_store_args *a, dcp_
                                     (uint32_t)(2 * row));
 }
 
-dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                                uint32_t heads, uint32_t head_dim, uint32_t w_split, dcp_buffer *w,
-                                uint32_t tokens, float eps)
+dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, const dcp_rmsnorm_heads_args *a)
 {
+    dcp_buffer *x = a->x, *w = a->w;
+    const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, heads = a->heads, head_dim = a->head_dim,
+                   w_split = a->w_split, tokens = a->tokens;
+    const float eps = a->eps;
     if (tokens == 0 || heads == 0) return DCP_OK;
     if (head_dim == 0 || x_stride < (uint64_t)heads * head_dim ||
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + (uint64_t)heads * head_dim) * 4 > dcp_buffer_size(x) ||
@@ -262,9 +272,10 @@ dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
     return dcp_kernel_dispatch(cmd, DCP_KERNEL_RMSNORM_HEADS, spec, b, &p, heads, tokens, 1);
 }
 
-dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_buffer *b_, uint32_t n,
-                           uint32_t tokens)
+dcp_status dcp_op_add_rows(dcp_cmd *cmd, const dcp_add_rows_args *a)
 {
+    dcp_buffer *y = a->y, *b_ = a->b;
+    const uint32_t y_stride = a->y_stride, n = a->n, tokens = a->tokens;
     if (tokens == 0 || n == 0) return DCP_OK;
     if (y_stride < n || ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) ||
         (uint64_t)n * 4 > dcp_buffer_size(b_))
@@ -318,9 +329,10 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
     return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
 }
 
-dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buffer *y,
-                         uint32_t y_stride, uint32_t n, uint32_t tokens)
+dcp_status dcp_op_swiglu(dcp_cmd *cmd, const dcp_swiglu_args *a)
 {
+    dcp_buffer *x = a->x, *y = a->y;
+    const uint32_t x_stride = a->x_stride, y_stride = a->y_stride, n = a->n, tokens = a->tokens;
     if (tokens == 0) return DCP_OK;
     if (x_stride < 2 * n || y_stride < n || ((uint64_t)(tokens - 1) * x_stride + 2 * n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y))
@@ -346,9 +358,10 @@ dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b_, dcp_buffer *y
     return dcp_kernel_dispatch(cmd, DCP_KERNEL_ADD, spec, b, &p, gx, ceil_div(groups, gx), 1);
 }
 
-dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
-                         dcp_buffer *out)
+dcp_status dcp_op_argmax(dcp_cmd *cmd, const dcp_argmax_args *a)
 {
+    dcp_buffer *x = a->x, *out = a->out;
+    const uint32_t n = a->n, stride = a->stride, rows = a->rows;
     if (rows == 0) return DCP_OK;
     if (n == 0 || stride < n || ((uint64_t)(rows - 1) * stride + n) * 4 > dcp_buffer_size(x) ||
         (uint64_t)rows * 4 > dcp_buffer_size(out))
