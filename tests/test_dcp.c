@@ -5,14 +5,17 @@
  * peer, auto; devgroup on a group-of-one VkDevice), in one process or over MPI (--mpi): every
  * transport gives bitwise the same O and LSE, and the step's host waits are its rounds, or one when
  * its rounds wait on each other on the GPU (one rank on one VkDevice). a2a and ag_rs must agree
- * within 1e-5; exchange bytes are checked; config errors. */
+ * within 1e-5; exchange bytes are checked; config errors, and a caller's step that does not match
+ * the groups recorded into it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/cp_internal.h"
 #include "dcpvk/cp.h"
 #include "ref/ref.h"
+#include "step/step.h"
 #include "vkutil.h"
 
 static int use_mpi;
@@ -333,6 +336,56 @@ static void test_config_errors(void **state)
     dcp_comm_destroy(comm);
 }
 
+/* dcp_cp_attn_record into a caller's step refuses a step that does not match its groups: one not
+ * recording, one of another rank count, one whose ranks sit on other devices. */
+static void test_record_errors(void **state)
+{
+    dcp_device *devs[16], *rev[16];
+    int L;
+    open_devices(*state, devs, &L);
+    dcp_comm *comm;
+    DCP_ASSERT_OK(open_comm(*state, DCP_TRANSPORT_STAGING, &comm));
+    dcp_kv_cache_config kc = DCP_KV_CACHE_CONFIG_DEFAULT;
+    kc.pool = (dcp_kv_pool_config){.kv_heads = 1, .head_dim = 8, .page_size = 16, .dtype = DCP_DTYPE_F32,
+                                   .num_pages = 4};
+    kc.dcp_size = (uint32_t)dcp_comm_size(comm);
+    kc.first_rank = (uint32_t)dcp_comm_first_rank(comm);
+    kc.max_seqs = 1;
+    kc.max_blocks = 2;
+    dcp_kv_cache *cache;
+    DCP_ASSERT_OK(dcp_kv_cache_create(devs, (uint32_t)L, &kc, &cache));
+    dcp_cp_attn_config ac = DCP_CP_ATTN_CONFIG_DEFAULT;
+    ac.batch = 1;
+    ac.heads_local = 1;
+    ac.backend = DCP_CP_AG_RS;
+    dcp_cp_attn *attn;
+    DCP_ASSERT_OK(dcp_cp_attn_create(comm, cache, &ac, &attn));
+    dcp_comm_buf bufs[16] = {{0}};
+    dcp_step *step;
+    DCP_ASSERT_OK(dcp_step_create(devs, (uint32_t)L, &step));
+    assert_int_equal(dcp_cp_attn_record(step, &attn, 1, bufs, bufs, bufs), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "not recording"));
+    bool replayed;
+    DCP_ASSERT_OK(dcp_step_begin(step, 0, &replayed));
+    dcp_cp_attn *two[2] = {attn, attn};
+    assert_int_equal(dcp_cp_attn_record(step, two, 2, bufs, bufs, bufs), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "in a step of"));
+    dcp_step_abort(step);
+    dcp_step_destroy(step);
+    if (L > 1) {
+        for (int i = 0; i < L; i++) rev[i] = devs[L - 1 - i];
+        DCP_ASSERT_OK(dcp_step_create(rev, (uint32_t)L, &step));
+        DCP_ASSERT_OK(dcp_step_begin(step, 0, &replayed));
+        assert_int_equal(dcp_cp_attn_record(step, &attn, 1, bufs, bufs, bufs), DCP_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(dcp_last_error(), "not on the device"));
+        dcp_step_abort(step);
+        dcp_step_destroy(step);
+    }
+    dcp_cp_attn_destroy(attn);
+    dcp_kv_cache_destroy(cache);
+    dcp_comm_destroy(comm);
+}
+
 int main(int argc, char **argv)
 {
     int rank = 0, size = 1;
@@ -343,6 +396,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_record_errors),
         cmocka_unit_test(test_interleave_1),
         cmocka_unit_test(test_interleave_16),
         cmocka_unit_test(test_interleave_page_f16),

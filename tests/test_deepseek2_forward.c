@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dcpvk/mla.h"
+#include "dcpvk/attn.h"
 #include "dcpvk/tokenizer.h"
 #include "model/arch/deepseek2_weights.h"
 #include "dcpvk/ops.h"
@@ -43,7 +43,7 @@ typedef struct fwd {
     dcp_ds2_shard s;
     uint32_t f_pad, fe_pad, fs_pad;
     dcp_kv_pool **pools;
-    dcp_mla_decode_plan **plans;
+    dcp_decode_plan **plans;
     uint32_t bt[MAX_CTX / PAGE];
     /* activations, f32 */
     dcp_buffer *ids, *x, *xn, *qa, *qan, *q, *kv, *cn, *Q, *olat, *lse, *o, *gu, *h, *logits_r, *rids, *rw, *egu, *eh,
@@ -92,9 +92,9 @@ static void fwd_create(fwd *f, dcp_device *dev, const dcp_test_ds2 *m)
         dcp_kv_pool_config pc = {.kv_heads = 1, .head_dim = R + P, .page_size = PAGE, .dtype = DCP_DTYPE_F32,
                                  .num_pages = MAX_CTX / PAGE, .k_only = 1};
         DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &f->pools[l]));
-        dcp_mla_decode_config mc = {.batch = 1, .heads = c->n_head, .kv_lora = R, .max_blocks = MAX_CTX / PAGE,
-                                    .scale = c->attn_scale};
-        DCP_ASSERT_OK(dcp_mla_decode_plan_create(f->pools[l], &mc, &f->plans[l]));
+        dcp_decode_config mc = {.kind = DCP_DECODE_LATENT, .batch = 1, .q_heads = c->n_head, .latent = R,
+                                .max_blocks = MAX_CTX / PAGE, .scale = c->attn_scale};
+        DCP_ASSERT_OK(dcp_decode_plan_create(f->pools[l], &mc, &f->plans[l]));
     }
     const uint32_t E = c->n_embd, H = c->n_head, QW = c->head_dim_qk, V = c->head_dim_v_mla, X = c->n_expert;
     const uint32_t U = c->n_expert_used;
@@ -128,7 +128,7 @@ static void fwd_create(fwd *f, dcp_device *dev, const dcp_test_ds2 *m)
 static void fwd_destroy(fwd *f)
 {
     for (uint32_t l = 0; l < f->c->n_layer; l++) {
-        dcp_mla_decode_plan_destroy(f->plans[l]);
+        dcp_decode_plan_destroy(f->plans[l]);
         dcp_kv_pool_destroy(f->pools[l]);
         dcp_ds2_layer_dev_destroy(&f->L[l]);
     }
@@ -165,7 +165,7 @@ static void fwd_step(fwd *f, int32_t token, uint32_t pos, float *logits)
                                                             .tokens = 1}));
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const dcp_ds2_layer_dev *L = &f->L[l];
-        DCP_ASSERT_OK(dcp_mla_decode_plan_set(f->plans[l], &len, f->bt));
+        DCP_ASSERT_OK(dcp_decode_plan_set(f->plans[l], &len, f->bt));
         dcp_cmd_barrier(cmd); /* x -> attn norm */
         DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = f->x, .x_stride = E, .w = L->attn_norm, .n = E,
                                                               .y = f->xn, .y_stride = E, .tokens = 1, .eps = eps}));
@@ -203,7 +203,7 @@ static void fwd_step(fwd *f, int32_t token, uint32_t pos, float *logits)
                                     .pool = f->pools[l]};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &ks));
         dcp_cmd_barrier(cmd); /* store, Q -> decode */
-        DCP_ASSERT_OK(dcp_mla_decode_record(cmd, f->plans[l], f->Q, 0, f->olat, 0, f->lse, 0));
+        DCP_ASSERT_OK(dcp_decode_record(cmd, f->plans[l], f->Q, 0, f->olat, 0, f->lse, 0));
         dcp_cmd_barrier(cmd); /* o_lat -> W_UV */
         dcp_head_matmul_args uv = {.w = &L->wv_b, .heads = H, .rows = V, .tokens = 1, .x = f->olat, .x_stride = H * R,
                                    .x_head_stride = R, .y = f->o, .y_stride = H * V, .y_head_stride = V};

@@ -12,7 +12,6 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
-#include "dcpvk/mla.h"
 #include "ref/mla_ref.h"
 #include "ref/kv_ref.h"
 #include "vkutil.h"
@@ -76,16 +75,17 @@ static double run_on_device(dcp_device *dev, const mla_case *c, const uint32_t *
     dcp_kv_pool *pool;
     DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
     DCP_ASSERT_OK(dcp_kv_pool_write_pages(pool, 0, num_pages, bytes));
-    dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+    dcp_decode_config mc = DCP_DECODE_CONFIG_DEFAULT;
+    mc.kind = DCP_DECODE_LATENT;
     mc.batch = n;
-    mc.heads = c->heads;
-    mc.kv_lora = DV;
+    mc.q_heads = c->heads;
+    mc.latent = DV;
     mc.max_blocks = max_blocks;
     mc.scale = c->scale;
     mc.chunk_tokens = c->chunk_tokens;
-    dcp_mla_decode_plan *plan;
-    DCP_ASSERT_OK(dcp_mla_decode_plan_create(pool, &mc, &plan));
-    DCP_ASSERT_OK(dcp_mla_decode_plan_set(plan, lengths, bt));
+    dcp_decode_plan *plan;
+    DCP_ASSERT_OK(dcp_decode_plan_create(pool, &mc, &plan));
+    DCP_ASSERT_OK(dcp_decode_plan_set(plan, lengths, bt));
     dcp_buffer *qb, *ob, *lb;
     DCP_ASSERT_OK(dcp_buffer_create(dev, rows * DK * 4, DCP_MEMORY_DEVICE, &qb));
     DCP_ASSERT_OK(dcp_buffer_create(dev, rows * DV * 4, DCP_MEMORY_DEVICE, &ob));
@@ -93,7 +93,7 @@ static double run_on_device(dcp_device *dev, const mla_case *c, const uint32_t *
     DCP_ASSERT_OK(dcp_buffer_upload(qb, 0, q, rows * DK * 4));
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-    DCP_ASSERT_OK(dcp_mla_decode_record(cmd, plan, qb, 0, ob, 0, lb, 0));
+    DCP_ASSERT_OK(dcp_decode_record(cmd, plan, qb, 0, ob, 0, lb, 0));
     DCP_ASSERT_OK(dcp_cmd_run(cmd));
     DCP_ASSERT_OK(dcp_buffer_download(ob, 0, o, rows * DV * 4));
     DCP_ASSERT_OK(dcp_buffer_download(lb, 0, lse, rows * 4));
@@ -103,8 +103,8 @@ static double run_on_device(dcp_device *dev, const mla_case *c, const uint32_t *
     dcp_ref_mla_decode(&ra);
     char what[256];
     snprintf(what, sizeof what, "device %d: batch %u heads %u (%u per group) dk %u dv %u page %u %s chunks %u x %u",
-             dcp_device_get_info(dev)->logical_index, n, c->heads, dcp_mla_decode_plan_heads_per_group(plan), DK, DV, B,
-             dcp_dtype_name(c->dtype), dcp_mla_decode_plan_chunks(plan), dcp_mla_decode_plan_chunk_tokens(plan));
+             dcp_device_get_info(dev)->logical_index, n, c->heads, dcp_decode_plan_heads_per_group(plan), DK, DV, B,
+             dcp_dtype_name(c->dtype), dcp_decode_plan_chunks(plan), dcp_decode_plan_chunk_tokens(plan));
     double err = 0.0;
     for (uint64_t i = 0; i < rows * DV; i++) err = fmax(err, fabs((double)o[i] - o_ref[i]));
     for (uint64_t i = 0; i < rows; i++)
@@ -119,7 +119,7 @@ static double run_on_device(dcp_device *dev, const mla_case *c, const uint32_t *
     dcp_buffer_destroy(qb);
     dcp_buffer_destroy(ob);
     dcp_buffer_destroy(lb);
-    dcp_mla_decode_plan_destroy(plan);
+    dcp_decode_plan_destroy(plan);
     dcp_kv_pool_destroy(pool);
     free(lengths);
     free(bytes);
@@ -219,15 +219,16 @@ static void test_past_loop_limit(void **state)
                              .num_pages = 8, .k_only = 1};
     dcp_kv_pool *pool;
     DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
-    dcp_mla_decode_config mc = {.batch = 1, .heads = 16, .kv_lora = 512, .max_blocks = 1, .scale = 0.1f};
-    dcp_mla_decode_plan *plan;
-    DCP_ASSERT_OK(dcp_mla_decode_plan_create(pool, &mc, &plan));
-    uint32_t max_chunk = dcp_mla_decode_plan_max_chunk(plan);
+    dcp_decode_config mc = {.kind = DCP_DECODE_LATENT, .batch = 1, .q_heads = 16, .latent = 512, .max_blocks = 1,
+                            .scale = 0.1f};
+    dcp_decode_plan *plan;
+    DCP_ASSERT_OK(dcp_decode_plan_create(pool, &mc, &plan));
+    uint32_t max_chunk = dcp_decode_plan_max_chunk(plan);
     printf("DeepSeek shape: %u heads per workgroup, at most %u tokens per chunk\n",
-           dcp_mla_decode_plan_heads_per_group(plan), max_chunk);
-    assert_int_equal(dcp_mla_decode_plan_heads_per_group(plan), 16); /* each row read once per step */
+           dcp_decode_plan_heads_per_group(plan), max_chunk);
+    assert_int_equal(dcp_decode_plan_heads_per_group(plan), 16); /* each row read once per step */
     assert_true(max_chunk < lens[0] / 4);
-    dcp_mla_decode_plan_destroy(plan);
+    dcp_decode_plan_destroy(plan);
     dcp_kv_pool_destroy(pool);
     run_case(ctx, &c, 400);
 }
@@ -254,29 +255,30 @@ static void test_bad_input(void **state)
     DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &kv));
     pc.k_only = 1;
     DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &lat));
-    dcp_mla_decode_config mc = {.batch = 1, .heads = 4, .kv_lora = 32, .max_blocks = 2, .scale = 0.2f};
-    dcp_mla_decode_plan *plan = NULL;
-    assert_int_equal(dcp_mla_decode_plan_create(kv, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
+    dcp_decode_config mc = {.kind = DCP_DECODE_LATENT, .batch = 1, .q_heads = 4, .latent = 32, .max_blocks = 2,
+                            .scale = 0.2f};
+    dcp_decode_plan *plan = NULL;
+    assert_int_equal(dcp_decode_plan_create(kv, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "K-only"));
     mc.scale = 0.0f;
-    assert_int_equal(dcp_mla_decode_plan_create(lat, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dcp_decode_plan_create(lat, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "scale"));
     mc.scale = 0.2f;
-    mc.kv_lora = 48;
-    assert_int_equal(dcp_mla_decode_plan_create(lat, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
+    mc.latent = 48;
+    assert_int_equal(dcp_decode_plan_create(lat, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "kv_lora 48"));
-    mc.kv_lora = 32;
+    mc.latent = 32;
     mc.chunk_tokens = 1000000;
-    assert_int_equal(dcp_mla_decode_plan_create(lat, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dcp_decode_plan_create(lat, &mc, &plan), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "chunk_tokens"));
     mc.chunk_tokens = 0;
-    DCP_ASSERT_OK(dcp_mla_decode_plan_create(lat, &mc, &plan));
+    DCP_ASSERT_OK(dcp_decode_plan_create(lat, &mc, &plan));
     uint32_t len[1] = {20}, bt_bad[2] = {0, 7}, too_long[1] = {33}, bt[2] = {0, 1};
-    assert_int_equal(dcp_mla_decode_plan_set(plan, len, bt_bad), DCP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dcp_decode_plan_set(plan, len, bt_bad), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "outside the pool"));
-    assert_int_equal(dcp_mla_decode_plan_set(plan, too_long, bt), DCP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dcp_decode_plan_set(plan, too_long, bt), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "covers only 32 tokens"));
-    dcp_mla_decode_plan_destroy(plan);
+    dcp_decode_plan_destroy(plan);
     /* The GQA decode and kv_append refuse a latent pool. */
     dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
     dc.batch = 1;

@@ -289,6 +289,16 @@ static void test_bad_input(void **state)
     assert_int_equal(dcp_decode_plan_create(pool, &dc, &plan), DCP_ERR_INVALID_ARGUMENT);
     assert_null(plan);
     dc.q_heads = 4;
+    /* A latent width, or a kind that does not exist, on the GQA plan. */
+    dc.latent = 4;
+    assert_int_equal(dcp_decode_plan_create(pool, &dc, &plan), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "latent 4"));
+    dc.latent = 0;
+    dc.kind = (dcp_decode_kind)7;
+    assert_int_equal(dcp_decode_plan_create(pool, &dc, &plan), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "kind 7"));
+    assert_null(plan);
+    dc.kind = DCP_DECODE_GQA;
     DCP_ASSERT_OK(dcp_decode_plan_create(pool, &dc, &plan));
 
     /* A block-table entry outside the pool. */

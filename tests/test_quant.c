@@ -1,4 +1,4 @@
-/* The block-quantized types on the host (src/model/quants.c): hand-built blocks of each layout
+/* The block-quantized types on the host (src/quant/quants.c): hand-built blocks of each layout
  * decode to the values the format defines (field offsets, nibble and bit orders, scale packing),
  * the reference quantizers round-trip within the format's expected error, and the device repack
  * keeps every byte.

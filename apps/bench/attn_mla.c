@@ -1,4 +1,4 @@
-/* dcp-vk-bench attn --mla: MLA's latent decode (include/dcpvk/mla.h) step time and latent-cache
+/* dcp-vk-bench attn --mla: MLA's latent decode (the latent kind of include/dcpvk/attn.h) step time and latent-cache
  * read rate, with the same device's streaming-read shader and vkCmdCopyBuffer rates measured in
  * the same run as yardsticks, as the GQA path does. DeepSeek's shape by default: rows of kv_lora
  * 512 + rope 64, 16 heads per rank (V3's 128 heads at TP 8). Sequences are spread over the devices
@@ -11,9 +11,9 @@
 #include "bench/bench.h"
 #include "common/cli.h"
 #include "common/error.h"
+#include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
-#include "dcpvk/mla.h"
 #include "ref/mla_ref.h"
 
 /* One device's share: its sequences, latent pool, plan and command. */
@@ -24,7 +24,7 @@ typedef struct mla_share {
     void *pages; /* host copy of the pool (kept for --verify) */
     float *q;
     dcp_kv_pool *pool;
-    dcp_mla_decode_plan *plan;
+    dcp_decode_plan *plan;
     dcp_buffer *qb, *ob, *lb;
     dcp_cmd *cmd;
     uint32_t ts0, ts1;
@@ -69,21 +69,22 @@ static dcp_status share_setup(mla_share *s, const dcp_bench_mla_opts *o, int d, 
                              .num_pages = s->num_pages, .k_only = 1};
     DCP_TRY(dcp_kv_pool_create(s->dev, &pc, &s->pool));
     DCP_TRY(dcp_kv_pool_write_pages(s->pool, 0, s->num_pages, s->pages));
-    dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+    dcp_decode_config mc = DCP_DECODE_CONFIG_DEFAULT;
+    mc.kind = DCP_DECODE_LATENT;
     mc.batch = s->n;
-    mc.heads = o->heads;
-    mc.kv_lora = o->kv_lora;
+    mc.q_heads = o->heads;
+    mc.latent = o->kv_lora;
     mc.max_blocks = s->max_blocks;
     mc.scale = o->scale;
-    DCP_TRY(dcp_mla_decode_plan_create(s->pool, &mc, &s->plan));
-    DCP_TRY(dcp_mla_decode_plan_set(s->plan, s->lengths, s->bt));
+    DCP_TRY(dcp_decode_plan_create(s->pool, &mc, &s->plan));
+    DCP_TRY(dcp_decode_plan_set(s->plan, s->lengths, s->bt));
     DCP_TRY(dcp_buffer_create(s->dev, rows * DK * 4, DCP_MEMORY_DEVICE, &s->qb));
     DCP_TRY(dcp_buffer_create(s->dev, rows * o->kv_lora * 4, DCP_MEMORY_DEVICE, &s->ob));
     DCP_TRY(dcp_buffer_create(s->dev, rows * 4, DCP_MEMORY_DEVICE, &s->lb));
     DCP_TRY(dcp_buffer_upload(s->qb, 0, s->q, rows * DK * 4));
     DCP_TRY(dcp_cmd_create(s->dev, &s->cmd));
     DCP_TRY(dcp_cmd_timestamp(s->cmd, &s->ts0));
-    DCP_TRY(dcp_mla_decode_record(s->cmd, s->plan, s->qb, 0, s->ob, 0, s->lb, 0));
+    DCP_TRY(dcp_decode_record(s->cmd, s->plan, s->qb, 0, s->ob, 0, s->lb, 0));
     DCP_TRY(dcp_cmd_timestamp(s->cmd, &s->ts1));
     if (!o->verify) {
         free(s->pages);
@@ -100,7 +101,7 @@ static void share_free(mla_share *s)
     dcp_buffer_destroy(s->qb);
     dcp_buffer_destroy(s->ob);
     dcp_buffer_destroy(s->lb);
-    dcp_mla_decode_plan_destroy(s->plan);
+    dcp_decode_plan_destroy(s->plan);
     dcp_kv_pool_destroy(s->pool);
     free(s->lengths);
     free(s->bt);
@@ -215,7 +216,7 @@ int dcp_bench_attn_mla(const dcp_bench_mla_opts *in)
         for (int d = 0; d < ndev; d++)
             if (sh[d].n) bad += share_verify(&sh[d], &o, &max_o, &max_lse);
     const dcp_device_info *info = dcp_device_get_info(sh[0].dev);
-    const uint32_t hg = dcp_mla_decode_plan_heads_per_group(sh[0].plan);
+    const uint32_t hg = dcp_decode_plan_heads_per_group(sh[0].plan);
     if (o.json) {
         printf("{\"bench\": \"attn_mla\", \"device\": ");
         dcp_cli_json_string(stdout, info->name, strlen(info->name));
@@ -226,7 +227,7 @@ int dcp_bench_attn_mla(const dcp_bench_mla_opts *in)
                "\"copy_gbps\": %.4f, \"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, "
                "\"ratio_vs_copy\": %.4f",
                ndev, o.ctx, o.batch, o.heads, o.kv_lora, o.rope, o.page_size, dcp_dtype_name((dcp_dtype)o.dtype),
-               o.iters, hg, dcp_mla_decode_plan_chunks(sh[0].plan), dcp_mla_decode_plan_chunk_tokens(sh[0].plan),
+               o.iters, hg, dcp_decode_plan_chunks(sh[0].plan), dcp_decode_plan_chunk_tokens(sh[0].plan),
                step * 1e-6, step_min * 1e-6, (unsigned long long)kv_bytes, rate * 1e-9, flops / step,
                y.stream_read_bps * 1e-9, y.stream_read_u32_bps * 1e-9, y.copy_bps * 1e-9, per_dev / y.stream_read_bps,
                per_dev / y.stream_read_u32_bps, per_dev / y.copy_bps);
@@ -239,8 +240,8 @@ int dcp_bench_attn_mla(const dcp_bench_mla_opts *in)
                info->name, ndev, o.ctx, o.batch, o.heads, DK, o.kv_lora, o.rope, o.page_size,
                dcp_dtype_name((dcp_dtype)o.dtype));
         printf("  plan: %u heads per workgroup (each row read %u time(s) per step), %u chunk(s) of %u tokens per "
-               "sequence\n", hg, o.heads / hg, dcp_mla_decode_plan_chunks(sh[0].plan),
-               dcp_mla_decode_plan_chunk_tokens(sh[0].plan));
+               "sequence\n", hg, o.heads / hg, dcp_decode_plan_chunks(sh[0].plan),
+               dcp_decode_plan_chunk_tokens(sh[0].plan));
         printf("  step (median of %u, GPU timestamps): %.3f ms (fastest %.3f ms), %.2f GFLOP/s\n", o.iters,
                step * 1e-6, step_min * 1e-6, flops / step);
         printf("  latent cache read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per physical device)\n",

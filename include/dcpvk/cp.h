@@ -37,6 +37,10 @@ dcp_status dcp_cp_check(uint32_t tp_size, uint32_t dcp_size, uint32_t q_heads, u
 /* The DCP group of TP rank tp_rank: group index and first TP rank of its run of N ranks. */
 void dcp_cp_group_of(uint32_t tp_rank, uint32_t dcp_size, uint32_t *group, uint32_t *first);
 
+/* Created by dcp_cp_attn_create, destroyed by dcp_cp_attn_destroy; its communicator and KV cache
+ * must outlive it. It owns one decode plan per local rank and the step's buffers; the step that
+ * dcp_cp_attn_run records into is its own too, created at the first run (a model records the same
+ * phases into the step it owns instead and never makes this one). */
 typedef struct dcp_cp_attn dcp_cp_attn;
 
 typedef struct dcp_cp_attn_config {
@@ -47,19 +51,20 @@ typedef struct dcp_cp_attn_config {
     float scale;           /* softmax scale; 0 (default): 1/sqrt(head_dim) (GQA only: MLA needs the
                             * model's) */
     uint32_t chunk_tokens; /* split-KV chunk of the local decode; 0 (default): automatic */
-    uint32_t latent;       /* 0 (default): GQA, the paged decode over K and V (query and output
-                            * heads of the pool's head_dim). > 0: MLA (include/dcpvk/mla.h), the
-                            * latent decode over a K-only pool of one head: queries of the pool's
-                            * head_dim (kv_lora + rope), outputs and exchanges of `latent` (kv_lora)
-                            * values per head */
+    uint32_t latent;       /* 0 (default): GQA, the decode plan's GQA kind over K and V (query and
+                            * output heads of the pool's head_dim). > 0: MLA, its latent kind
+                            * (include/dcpvk/attn.h) over a K-only pool of one head: queries of the
+                            * pool's head_dim (kv_lora + rope), outputs and exchanges of `latent`
+                            * (kv_lora) values per head */
 } dcp_cp_attn_config;
 
 #define DCP_CP_ATTN_CONFIG_DEFAULT                                                                 \
     {.backend = DCP_CP_A2A, .q_replicate = false, .scale = 0.0f, .chunk_tokens = 0, .latent = 0}
 
 /* Creates the step for comm's local ranks over cache (same group size, same local ranks on the
- * same devices; both must outlive the step). Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0
- * (DCP_ERR_CONFIG). Destroy with dcp_cp_attn_destroy. */
+ * same devices; both must outlive the step), reserving comm's mailboxes for its largest block.
+ * Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0 (DCP_ERR_CONFIG). Records nothing and
+ * creates no commands. Destroy with dcp_cp_attn_destroy. */
 dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *config, dcp_cp_attn **out);
 void dcp_cp_attn_destroy(dcp_cp_attn *attn);
 /* Device bytes the step for config over a cache configured as kc holds on each local rank once
@@ -75,8 +80,9 @@ dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_co
 dcp_status dcp_cp_attn_set(dcp_cp_attn *attn, const uint32_t *seqs);
 /* Sets the step's rows: rows (1 .. batch) queries; row b attends over the first lengths[b] tokens
  * (global positions) of sequence seqs[b] (each rank over its share of them, by the interleaved
- * placement). A sequence may appear in several rows: the causal rows of a prefill chunk are the
- * same sequence at growing lengths. lengths NULL: every row over its sequence's whole length. */
+ * placement). A sequence may appear in several rows: the causal rows of a prefill chunk (or of the
+ * k + 1 positions a speculative verification scores) are the same sequence at growing lengths.
+ * lengths NULL: every row over its sequence's whole length. */
 dcp_status dcp_cp_attn_set_rows(dcp_cp_attn *attn, uint32_t rows, const uint32_t *seqs, const uint64_t *lengths);
 /* Rows of the last set. */
 uint32_t dcp_cp_attn_rows(const dcp_cp_attn *attn);
@@ -88,7 +94,7 @@ uint64_t dcp_cp_attn_key(const dcp_cp_attn *attn);
 
 /* Per-step figures (nanoseconds; max over local ranks for device phases; host clock for total). */
 typedef struct dcp_cp_attn_timing {
-    double local_ns;     /* paged decode of the local shard (device timestamps; 0 if unavailable) */
+    double local_ns;     /* decode of the local shard (device timestamps; 0 if unavailable) */
     double merge_ns;     /* a2a: lse_merge; ag_rs: cp_scale (device timestamps) */
     double exchange_ns;  /* total - local - merge: Q gather, packing, transfers, host exchange */
     double total_ns;     /* the whole dcp_cp_attn_run */
@@ -99,8 +105,9 @@ typedef struct dcp_cp_attn_timing {
                             ranks wait on each other on the GPU */
 } dcp_cp_attn_timing;
 
-/* Runs one step over the rows of the last set, synchronously (the writes of q must have completed;
- * on return o and lse hold the result). Per local rank i, on its device:
+/* Runs one step over the rows of the last set alone, synchronously (the writes of q must have
+ * completed; on return o and lse hold the result): the benchmark's and the tests' way; a model
+ * records the step inside its own (src/attn/cp_internal.h). Per local rank i, on its device:
  *   q[i]   q_replicate ? [rows][N * Hl][head_dim] : [rows][Hl][head_dim] f32 (own heads)
  *   o[i]   [rows][Hl][head_dim] f32 merged O of the rank's own heads (MLA: [rows][Hl][latent],
  *          the latent O, up-projected by W_UV after the step)

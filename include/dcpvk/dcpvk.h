@@ -4,8 +4,8 @@
  *   vk.h        context, devices, buffers, command recording and submission
  *   dtype.h     element types, IEEE half conversion
  *   kv.h        paged KV pools, interleaved DCP placement, the KV cache of a DCP group
- *   attn.h      paged flash-decoding and the log-sum-exp merge on one device
- *   mla.h       MLA latent decode (every head against one latent cache) on one device
+ *   attn.h      the decode plan on one device (GQA paged flash-decoding, MLA latent decode) and
+ *               the log-sum-exp merge
  *   comm.h      communicator (all_gather, reduce_scatter, all_to_all, all_reduce), in-process/MPI
  *   cp.h        the DCP attention step (a2a, ag_rs) over a group
  *   quant.h     ggml tensor types, block layouts, f32 conversions
@@ -25,7 +25,6 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/attn.h"
-#include "dcpvk/mla.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/quant.h"

@@ -12,9 +12,8 @@
 
 #include <stdint.h>
 
-#include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
-#include "dcpvk/model_config.h"
+#include "dcpvk/quant.h"
 #include "dcpvk/vk.h"
 
 #ifdef __cplusplus
@@ -26,7 +25,7 @@ extern "C" {
  * int8 quants [rows][k] followed (at word scale_offset) by f32 block scales [rows][k/32] (the
  * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K as block
  * bodies [rows][k/block][body words] followed (at word scale_offset) by their f16 scales
- * (src/model/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
+ * (src/quant/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
  * dcp_matrix_destroy (before the device). */
 typedef struct dcp_matrix {
     dcp_buffer *buf;
@@ -172,7 +171,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, const dcp_argmax_args *a);
  * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/kernels/ds2_params.h).
  * The latent RMSNorm is dcp_op_rmsnorm over the first kv_lora values of each kv_a row (x_stride
  * kv_lora + rope); the expert SwiGLU is dcp_op_swiglu over tokens * n_used rows; the latent decode
- * itself is include/dcpvk/mla.h.
+ * itself is the latent kind of the decode plan (include/dcpvk/attn.h).
  *
  * One layer's decode step on one rank (T tokens, Hq query heads projected here, R kv_lora, P rope,
  * N nope, V v; buffers f32):
@@ -181,7 +180,7 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, const dcp_argmax_args *a);
  *   kv [T][R+P] = wkv_a xn; c = rmsnorm(kv[:, :R])    dcp_op_matmul, dcp_op_rmsnorm
  *   latent pool row of each owned token = [c | rope(kv[:, R:])]           dcp_op_mla_kv_store
  *   Q [T][Hq][R+P]: [:R] = W_UK q_nope per head, [R:] = rope(q_pe)   dcp_op_head_matmul, dcp_op_mla_rope
- *   (DCP: Q gathered over the group) latent decode -> o_lat [T][Ho][R] (merged)    include/dcpvk/mla.h
+ *   (DCP: Q gathered over the group) latent decode -> o_lat [T][Ho][R] (merged)    include/dcpvk/attn.h
  *   o [T][Ho V] = W_UV o_lat per head                 dcp_op_head_matmul
  *   x += wo o (row-parallel, all-reduced)             dcp_op_matmul
  *   FFN: dense as llama, or MoE: logits = gate_inp xn; dcp_op_moe_route; gu = dcp_op_moe_gate_up;
@@ -229,6 +228,12 @@ typedef struct dcp_mla_kv_store_args {
 } dcp_mla_kv_store_args;
 dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a);
 
+/* Expert gating function of a MoE layer (the GGUF's <arch>.expert_gating_func codes). */
+typedef enum dcp_expert_gating {
+    DCP_EXPERT_GATING_SOFTMAX = 1, /* probs = softmax over all experts of the router logits */
+    DCP_EXPERT_GATING_SIGMOID = 2, /* probs = sigmoid of each router logit */
+} dcp_expert_gating;
+
 /* MoE routing (see dcp_moe_route_params in src/kernels/ds2_params.h): logits [tokens][logits_stride]
  * f32, bias [n_expert] f32 or NULL; writes ids [tokens][n_used] u32 (descending selection) and
  * weights [tokens][n_used] f32. */
@@ -243,8 +248,6 @@ typedef struct dcp_moe_route_args {
     dcp_buffer *ids, *weights;
 } dcp_moe_route_args;
 dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a);
-/* The routing of a model config's MoE layer (tokens, logits and outputs still to be set). */
-void dcp_moe_route_args_from_config(const dcp_model_config *cfg, dcp_moe_route_args *out);
 
 /* The selected experts' products. w: every expert's rows, expert e's `rows` rows at e * rows
  * (w->rows == n_expert * rows). ids / weights from dcp_op_moe_route. Input (t, j) is x[t x_stride +

@@ -1,10 +1,11 @@
-/* The DCP attention step (see include/dcpvk/cp.h): Q gather, local paged decode, a2a or ag_rs
- * exchange and merge, over the local ranks of a communicator. The step is split at its exchanges
- * into phases (src/attn/cp_internal.h) that a step of the step layer (src/step/step.h) records,
- * with one round per exchange: the Q all-gather (without q_replicate), then a2a 1 or ag_rs 2.
- * Puts go straight into the communicator's put areas (src/comm/put.h) and receivers read them in
- * place (permute, lse_merge, cp_scale, part_sum): no copies. dcp_cp_attn_run runs the phases alone
- * on a step of its own. */
+/* The DCP attention step (see include/dcpvk/cp.h): Q gather, local decode, a2a or ag_rs exchange
+ * and merge, over the local ranks of a communicator. The step is cut at its exchanges into phases
+ * which dcp_cp_attn_record (src/attn/cp_internal.h) records into a step of the step layer
+ * (src/step/step.h) that its caller owns, with one round per exchange: the Q all-gather (without
+ * q_replicate), then a2a 1 or ag_rs 2. Puts go straight into the communicator's put areas
+ * (src/comm/put.h) and receivers read them in place (permute, lse_merge, cp_scale, part_sum): no
+ * copies. dcp_cp_attn_run records the phases alone into a step of its own, created at its first
+ * run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +16,12 @@
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/cp.h"
-#include "dcpvk/mla.h"
 #include "step/step.h"
 #include "kernels/kernels.h"
 
 typedef struct attn_rank {
     dcp_device *dev;
-    dcp_decode_plan *plan;      /* GQA */
-    dcp_mla_decode_plan *mplan; /* MLA */
+    dcp_decode_plan *plan; /* the local decode over the rank's shard (GQA or latent kind) */
     dcp_buffer *qfull;   /* [batch][N*Hl][QD] f32 (gathered Q; NULL with q_replicate) */
     dcp_buffer *o_part;  /* [batch][N*Hl][OD] f32 local partial O */
     dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
@@ -41,7 +40,8 @@ struct dcp_cp_attn {
     attn_rank *r;
     uint32_t *bt;        /* [batch][max_blocks] scratch */
     uint32_t *lens;      /* [batch] scratch */
-    dcp_step *step;      /* dcp_cp_attn_run's own step over the local ranks */
+    dcp_step *step;      /* dcp_cp_attn_run's own step over the local ranks (created at its first
+                          * run; a model records into its own step and never makes this one) */
     bool timed;          /* recording for dcp_cp_attn_run: timestamps */
 };
 
@@ -88,7 +88,6 @@ void dcp_cp_attn_destroy(dcp_cp_attn *a)
     for (uint32_t i = 0; a->r && i < a->L; i++) {
         attn_rank *r = &a->r[i];
         dcp_decode_plan_destroy(r->plan);
-        dcp_mla_decode_plan_destroy(r->mplan);
         dcp_buffer_destroy(r->qfull);
         dcp_buffer_destroy(r->o_part);
         dcp_buffer_destroy(r->lse_part);
@@ -133,6 +132,20 @@ static uint64_t mailbox_block(const dcp_cp_attn_config *c, uint64_t QD, uint64_t
     return blk;
 }
 
+/* The local decode plan of every rank: all N * Hl heads of the group over the rank's shard. */
+static dcp_decode_config plan_config(const dcp_cp_attn_config *c, uint32_t max_blocks, uint32_t NH)
+{
+    dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
+    dc.kind = c->latent ? DCP_DECODE_LATENT : DCP_DECODE_GQA;
+    dc.batch = c->batch;
+    dc.q_heads = NH;
+    dc.max_blocks = max_blocks;
+    dc.latent = c->latent;
+    dc.scale = c->scale;
+    dc.chunk_tokens = c->chunk_tokens;
+    return dc;
+}
+
 dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_config *c, uint64_t max_length,
                              uint64_t *bytes, uint64_t *largest, uint64_t *mailbox)
 {
@@ -142,23 +155,8 @@ dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_co
     const uint64_t B = c->batch, QD = kc->pool.head_dim, OD = c->latent ? c->latent : QD,
                    NH = (uint64_t)N * c->heads_local;
     const uint64_t local = dcp_kv_local_length(max_length, 0, N, kc->interleave);
-    dcp_status st;
-    if (c->latent) {
-        dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
-        mc.batch = c->batch;
-        mc.heads = (uint32_t)NH;
-        mc.kv_lora = c->latent;
-        mc.max_blocks = kc->max_blocks;
-        mc.chunk_tokens = c->chunk_tokens;
-        st = dcp_mla_decode_plan_bytes(&kc->pool, &mc, local, bytes, largest);
-    } else {
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = c->batch;
-        dc.q_heads = (uint32_t)NH;
-        dc.max_blocks = kc->max_blocks;
-        dc.chunk_tokens = c->chunk_tokens;
-        st = dcp_decode_plan_bytes(&kc->pool, &dc, local, bytes, largest);
-    }
+    const dcp_decode_config dc = plan_config(c, kc->max_blocks, (uint32_t)NH);
+    dcp_status st = dcp_decode_plan_bytes(&kc->pool, &dc, local, bytes, largest);
     if (st != DCP_OK) return st;
     const uint64_t q = B * NH * QD * 4, o = B * NH * OD * 4;
     *bytes += (c->q_replicate ? 0 : q) + o + B * NH * 4;
@@ -215,40 +213,17 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
         goto fail;
     }
     const uint64_t B = c->batch, QD = a->QD, OD = a->OD;
-    dcp_device *devs[1024];
-    if (L > 1024) {
-        st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: %u local ranks (at most 1024)", L);
-        goto fail;
-    }
+    const dcp_decode_config dc = plan_config(c, kc->max_blocks, NH);
     for (uint32_t i = 0; i < L; i++) {
         attn_rank *r = &a->r[i];
-        r->dev = devs[i] = dcp_comm_device(comm, (int)i);
-        if (c->latent) {
-            dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
-            mc.batch = c->batch;
-            mc.heads = NH;
-            mc.kv_lora = c->latent;
-            mc.max_blocks = kc->max_blocks;
-            mc.scale = c->scale;
-            mc.chunk_tokens = c->chunk_tokens;
-            DCP_TRY(dcp_mla_decode_plan_create(dcp_kv_cache_pool(cache, i), &mc, &r->mplan));
-        } else {
-            dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-            dc.batch = c->batch;
-            dc.q_heads = NH;
-            dc.max_blocks = kc->max_blocks;
-            dc.scale = c->scale;
-            dc.chunk_tokens = c->chunk_tokens;
-            DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(cache, i), &dc, &r->plan));
-        }
+        r->dev = dcp_comm_device(comm, (int)i);
+        DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(cache, i), &dc, &r->plan));
         if (gathers_q(a)) DCP_TRY(dcp_buffer_create(r->dev, B * NH * QD * 4, DCP_MEMORY_DEVICE, &r->qfull));
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * OD * 4, DCP_MEMORY_DEVICE, &r->o_part));
         DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
     }
     /* Mailboxes for the largest block of the step. */
     DCP_TRY(dcp_comm_reserve(comm, mailbox_block(c, QD, OD, N)));
-    DCP_TRY(dcp_step_create(devs, L, &a->step));
-    DCP_TRY(dcp_step_add_comm(a->step, comm));
     *out = a;
     return DCP_OK;
 fail:
@@ -280,8 +255,7 @@ dcp_status dcp_cp_attn_set_rows(dcp_cp_attn *a, uint32_t rows, const uint32_t *s
             memcpy(a->bt + (uint64_t)b * kc->max_blocks, dcp_kv_cache_block_table(a->cache, i, seqs[b]),
                    (size_t)kc->max_blocks * sizeof *a->bt);
         }
-        dcp_status st = a->r[i].mplan ? dcp_mla_decode_plan_set_rows(a->r[i].mplan, rows, a->lens, a->bt)
-                                      : dcp_decode_plan_set_rows(a->r[i].plan, rows, a->lens, a->bt);
+        dcp_status st = dcp_decode_plan_set_rows(a->r[i].plan, rows, a->lens, a->bt);
         if (st != DCP_OK) return dcp_fail_context(st, "DCP step: local rank %u", i);
     }
     a->rows = rows;
@@ -328,24 +302,25 @@ static double elapsed(dcp_cmd *cmd, uint32_t s0, uint32_t s1)
 uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *a, uint32_t i)
 {
     if (i >= a->L) return 0;
-    return a->r[i].mplan ? dcp_mla_decode_plan_chunks(a->r[i].mplan) : dcp_decode_plan_chunks(a->r[i].plan);
+    return dcp_decode_plan_chunks(a->r[i].plan);
 }
 
 uint64_t dcp_cp_attn_key(const dcp_cp_attn *a)
 {
     uint64_t key = dcp_step_key_mix(DCP_STEP_KEY_SEED, a->rows);
     for (uint32_t i = 0; i < a->L; i++)
-        key = dcp_step_key_mix(key, a->r[i].mplan ? dcp_mla_decode_plan_key(a->r[i].mplan)
-                                                  : dcp_decode_plan_key(a->r[i].plan));
+        key = dcp_step_key_mix(key, dcp_decode_plan_key(a->r[i].plan));
     return key;
 }
 
-uint32_t dcp_cp_attn_phases(const dcp_cp_attn *a)
+/* The phases of the step, cut at its exchanges: [Q put (without q_replicate)], local decode and
+ * put, [ag_rs: scale and put], merge. Phase p > 0 follows the exchange xchg(a, p - 1). */
+static uint32_t phases(const dcp_cp_attn *a)
 {
     return (gathers_q(a) ? 1u : 0u) + (a->cfg.backend == DCP_CP_A2A ? 2u : 3u);
 }
 
-dcp_comm_xchg dcp_cp_attn_xchg(const dcp_cp_attn *a, uint32_t phase)
+static dcp_comm_xchg xchg(const dcp_cp_attn *a, uint32_t phase)
 {
     const uint64_t B = a->rows, QD = a->QD, OD = a->OD, Hl = a->cfg.heads_local, NH = a->NH;
     if (gathers_q(a)) {
@@ -382,8 +357,7 @@ static dcp_status record_local(dcp_cp_attn *a, uint32_t i, uint32_t round, dcp_c
     /* a2a: LSEs to lse_part for packing; ag_rs: straight into the put area of the all-gather */
     dcp_buffer *lse_buf = a->cfg.backend == DCP_CP_A2A ? r->lse_part : out.buffer;
     uint64_t lse_off = a->cfg.backend == DCP_CP_A2A ? 0 : out.offset;
-    if (r->mplan) DCP_TRY(dcp_mla_decode_record(cmd, r->mplan, q.buffer, q.offset, r->o_part, 0, lse_buf, lse_off));
-    else DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, lse_buf, lse_off));
+    DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, lse_buf, lse_off));
     if (a->timed) r->ts[1] = stamp(cmd), r->ts_round[1] = round;
     if (a->cfg.backend == DCP_CP_A2A) {
         const uint32_t slot = (uint32_t)(a2a_slot(a, a->rows) / 4);
@@ -400,16 +374,18 @@ fail:
     return st;
 }
 
-dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, dcp_cmd *cmd, dcp_comm_buf q,
-                                    dcp_comm_buf o, dcp_comm_buf lse)
+/* Records phase `phase` of local rank i into cmd: phase 0 reads q, the last writes o and lse
+ * (shapes in include/dcpvk/cp.h); the others read the communicator's put areas in place. */
+static dcp_status record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t i, dcp_cmd *cmd, dcp_comm_buf q,
+                               dcp_comm_buf o, dcp_comm_buf lse)
 {
     dcp_status st = DCP_OK;
     const uint64_t B = a->rows, QD = a->QD, OD = a->OD, Hl = a->cfg.heads_local, N = a->N, NH = a->NH;
     const int a2a = a->cfg.backend == DCP_CP_A2A;
     const uint32_t round = phase;
-    if (i >= a->L || phase >= dcp_cp_attn_phases(a))
+    if (i >= a->L || phase >= phases(a))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: phase %u of local rank %u (%u phases, %u ranks)", phase, i,
-                        dcp_cp_attn_phases(a), a->L);
+                        phases(a), a->L);
     attn_rank *r = &a->r[i];
     if (gathers_q(a)) {
         if (phase == 0) {
@@ -463,14 +439,78 @@ fail:
     return dcp_fail_context(st, "DCP step phase %u (%s, local rank %u)", round, dcp_cp_backend_name(a->cfg.backend), i);
 }
 
+dcp_status dcp_cp_attn_record(dcp_step *step, dcp_cp_attn *const *attns, uint32_t G, const dcp_comm_buf *q,
+                              const dcp_comm_buf *o, const dcp_comm_buf *lse)
+{
+    dcp_status st = DCP_OK;
+    if (G == 0) return DCP_OK;
+    if (G > DCP_CP_MAX_GROUPS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: %u DCP groups in one step (at most %d)", G,
+                        DCP_CP_MAX_GROUPS);
+    const uint32_t per = attns[0]->L, P = phases(attns[0]);
+    if (dcp_step_count(step) != G * per)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "DCP step: %u groups of %u local ranks in a step of %u ranks", G,
+                        per, dcp_step_count(step));
+    for (uint32_t g = 0; g < G; g++) {
+        if (attns[g]->L != per || phases(attns[g]) != P)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "DCP step: group %u has %u local ranks and %u phases, group 0 %u and %u (groups recorded "
+                            "together exchange in the same rounds)", g, attns[g]->L, phases(attns[g]), per, P);
+        for (uint32_t i = 0; i < per; i++) {
+            const dcp_cmd *cmd = dcp_step_cmd(step, g * per + i);
+            if (!cmd)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "DCP step: the step is not recording (record between dcp_step_begin and its end)");
+            if (dcp_cmd_device(cmd) != attns[g]->r[i].dev)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "DCP step: step rank %u is not on the device of group %u's local rank %u", g * per + i,
+                                g, i);
+        }
+    }
+    dcp_comm_xchg x[DCP_CP_MAX_GROUPS];
+    for (uint32_t p = 0; p < P; p++) {
+        if (p > 0) {
+            for (uint32_t g = 0; g < G; g++) x[g] = xchg(attns[g], p - 1);
+            DCP_TRY(dcp_step_round(step, G, x));
+        }
+        for (uint32_t g = 0; g < G; g++)
+            for (uint32_t i = 0; i < per; i++) {
+                const uint32_t r = g * per + i;
+                DCP_TRY(record_phase(attns[g], p, i, dcp_step_cmd(step, r), q[r], o[r], lse[r]));
+            }
+    }
+    return DCP_OK;
+fail:
+    return st;
+}
+
+/* dcp_cp_attn_run's own step over the local ranks, created at the first run. */
+static dcp_status own_step(dcp_cp_attn *a)
+{
+    dcp_status st = DCP_OK;
+    if (a->step) return DCP_OK;
+    dcp_device **devs = calloc(a->L, sizeof *devs);
+    if (!devs) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    for (uint32_t i = 0; i < a->L; i++) devs[i] = a->r[i].dev;
+    DCP_TRY(dcp_step_create(devs, a->L, &a->step));
+    DCP_TRY(dcp_step_add_comm(a->step, a->comm));
+fail:
+    free(devs);
+    if (st != DCP_OK) {
+        dcp_step_destroy(a->step);
+        a->step = NULL;
+    }
+    return st;
+}
+
 dcp_status dcp_cp_attn_run(dcp_cp_attn *a, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
                            dcp_cp_attn_timing *timing)
 {
     dcp_status st = DCP_OK;
-    const uint32_t P = dcp_cp_attn_phases(a);
     double t0 = now_ns(), local_ns = 0.0, merge_ns = 0.0;
     uint64_t sent0 = dcp_comm_bytes_sent(a->comm, 0);
-    /* A step of its own, recorded once and replayed while the rows and the chunking stay. */
+    DCP_TRY(own_step(a));
+    /* Recorded once and replayed while the rows, the chunking and the buffers stay. */
     uint64_t key = dcp_cp_attn_key(a);
     for (uint32_t i = 0; i < a->L; i++) {
         key = dcp_step_key_mix(key, (uint64_t)(uintptr_t)q[i].buffer ^ q[i].offset);
@@ -483,14 +523,7 @@ dcp_status dcp_cp_attn_run(dcp_cp_attn *a, const dcp_comm_buf *q, const dcp_comm
     if (!replayed) {
         for (uint32_t i = 0; i < a->L; i++)
             for (int k = 0; k < 4; k++) a->r[i].ts[k] = UINT32_MAX;
-        for (uint32_t p = 0; p < P; p++) {
-            if (p > 0) {
-                dcp_comm_xchg x = dcp_cp_attn_xchg(a, p - 1);
-                DCP_TRY(dcp_step_round(a->step, 1, &x));
-            }
-            for (uint32_t i = 0; i < a->L; i++)
-                DCP_TRY(dcp_cp_attn_record_phase(a, p, i, dcp_step_cmd(a->step, i), q[i], o[i], lse[i]));
-        }
+        DCP_TRY(dcp_cp_attn_record(a->step, &a, 1, q, o, lse));
         DCP_TRY(dcp_step_end(a->step));
     }
     a->timed = false;
@@ -508,13 +541,13 @@ dcp_status dcp_cp_attn_run(dcp_cp_attn *a, const dcp_comm_buf *q, const dcp_comm
         timing->exchange_ns = timing->total_ns - local_ns - merge_ns;
         if (timing->exchange_ns < 0) timing->exchange_ns = 0;
         timing->bytes_sent = dcp_comm_bytes_sent(a->comm, 0) - sent0;
-        timing->q_bytes_sent = gathers_q(a) ? dcp_cp_attn_xchg(a, 0).payload * (a->N - 1) : 0;
+        timing->q_bytes_sent = gathers_q(a) ? xchg(a, 0).payload * (a->N - 1) : 0;
         timing->rounds = dcp_step_last_rounds(a->step);
         timing->host_waits = dcp_step_last_host_waits(a->step);
     }
     return DCP_OK;
 fail:
     a->timed = false;
-    dcp_step_abort(a->step);
+    if (a->step) dcp_step_abort(a->step);
     return dcp_fail_context(st, "DCP step (%s, N %u)", dcp_cp_backend_name(a->cfg.backend), a->N);
 }

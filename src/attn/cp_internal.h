@@ -1,5 +1,6 @@
-/* Recording of the DCP step's own shaders (cp_scale, permute, part_sum), shared with their tests,
- * and the phases of a DCP step recorded into a caller's commands (one exchange round each). */
+/* Recording of the DCP step's own shaders (cp_scale, permute, part_sum), shared with their tests
+ * and dcp-vk-bench comm, and the DCP attention step recorded into a caller's step (one
+ * exchange round between each two of its phases). */
 #ifndef DCP_ATTN_CP_INTERNAL_H
 #define DCP_ATTN_CP_INTERNAL_H
 
@@ -7,6 +8,7 @@
 #include "comm/put.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/vk.h"
+#include "step/step.h"
 
 /* cp_scale (see src/kernels/cp_params.h): o_in [batch][N*Hl][D] f32, lse_all [N][batch][N*Hl] f32
  * (rank n's at n * lse_stride floats)
@@ -23,19 +25,28 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
 dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_buffer *x, uint64_t x_offset,
                                dcp_buffer *y, uint64_t y_offset);
 
-/* The DCP step of dcp_cp_attn_run split at its exchanges into phases, recorded into the commands
- * of a step of the step layer (src/step/step.h; the model records a whole layer around them):
- *   for p = 0 .. dcp_cp_attn_phases(a) - 1:
- *       if p > 0: end the round with the exchange dcp_cp_attn_xchg(a, p - 1);
- *       record phase p on every local rank.
- * Phases: [Q put (without q_replicate)], local decode and put, [ag_rs: scale and put], merge.
- * Phase 0 reads q: own heads [rows][Hl][D] f32, or with q_replicate the group's [rows][N*Hl][D];
- * the last phase writes o [rows][Hl][D] and lse [rows][Hl] f32 (merged, own heads), which the
- * caller orders before its readers with a barrier. Rows and plans are those of the last set.
- * Later phases read the communicator's put areas in place (no copies). Not thread-safe. */
-uint32_t dcp_cp_attn_phases(const dcp_cp_attn *a);
-dcp_comm_xchg dcp_cp_attn_xchg(const dcp_cp_attn *a, uint32_t phase);
-dcp_status dcp_cp_attn_record_phase(dcp_cp_attn *a, uint32_t phase, uint32_t local, dcp_cmd *cmd, dcp_comm_buf q,
-                                    dcp_comm_buf o, dcp_comm_buf lse);
+/* ---- the DCP attention of one layer recorded into a caller's step ------------------------ */
+
+/* Most DCP groups one dcp_cp_attn_record takes. */
+#define DCP_CP_MAX_GROUPS 64
+
+/* Records the DCP attention step of `groups` DCP groups held by this process into `step`, a step
+ * of the step layer (src/step/step.h) that the caller created, began and ends (the model records
+ * a whole layer around it; dcp_cp_attn_run a step of its own). The step is cut at its exchanges
+ * into phases: [Q put (without q_replicate)], local decode and put, [ag_rs: scale and put],
+ * merge; between two phases it ends the round with every group's exchange (all groups exchange in
+ * the same rounds: a2a 1 round, ag_rs 2, the Q all-gather 1 more), so recording it once and
+ * replaying it, and the synchronisation between rounds, are the step's. Group g's local rank i
+ * is the step's rank g * L + i (L: the groups' local rank count, the same for every group; the
+ * step's rank must be on that rank's device); q, o, lse are indexed by step rank:
+ *   q[r]   own heads [rows][Hl][QD] f32, or with q_replicate the group's [rows][N*Hl][QD]
+ *   o[r]   [rows][Hl][OD] f32, lse[r] [rows][Hl] f32: merged, own heads
+ * (QD, OD and rows as in include/dcpvk/cp.h, rows of each group's last set). Returns with every
+ * rank's command of the final round recording, after the merge: the caller orders o and lse
+ * before their readers with dcp_cmd_barrier. Later phases read the communicator's put areas in
+ * place (no copies). Errors: DCP_ERR_INVALID_ARGUMENT when the groups do not match the step. Not
+ * thread-safe. */
+dcp_status dcp_cp_attn_record(dcp_step *step, dcp_cp_attn *const *attns, uint32_t groups, const dcp_comm_buf *q,
+                              const dcp_comm_buf *o, const dcp_comm_buf *lse);
 
 #endif

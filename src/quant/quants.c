@@ -1,5 +1,5 @@
 /* Block-quantized ggml weight types: dequantizers and reference quantizers written from the block
- * layouts (see src/model/quants.h for the layouts), and the repack to the device layout. */
+ * layouts (see src/quant/quants.h for the layouts), and the repack to the device layout. */
 #include "quant/quants.h"
 
 #include <math.h>

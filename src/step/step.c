@@ -5,7 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "attn/cp_internal.h"
 #include "common/error.h"
 #include "step/step.h"
 #include "vk/external.h"
@@ -602,28 +601,4 @@ dcp_status dcp_step_put_copy(dcp_cmd *cmd, dcp_comm *comm, int local, dcp_buffer
     if (st != DCP_OK) return dcp_fail_context(st, "put of %llu bytes", (unsigned long long)bytes);
     dcp_comm_record_put(cmd); /* copy -> peers' reads after the round */
     return DCP_OK;
-}
-
-dcp_status dcp_step_cp_attn(dcp_step *s, dcp_cp_attn *const *attns, uint32_t G, const dcp_comm_buf *q,
-                            const dcp_comm_buf *o, const dcp_comm_buf *lse)
-{
-    dcp_status st = DCP_OK;
-    if (G == 0) return DCP_OK;
-    const uint32_t per = s->n / G, P = dcp_cp_attn_phases(attns[0]);
-    dcp_comm_xchg x[64];
-    if (G > 64) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "step: %u DCP groups in one process (at most 64)", G);
-    for (uint32_t p = 0; p < P; p++) {
-        if (p > 0) {
-            for (uint32_t g = 0; g < G; g++) x[g] = dcp_cp_attn_xchg(attns[g], p - 1);
-            DCP_TRY(dcp_step_round(s, G, x));
-        }
-        for (uint32_t g = 0; g < G; g++)
-            for (uint32_t i = 0; i < per; i++) {
-                uint32_t r = g * per + i;
-                DCP_TRY(dcp_cp_attn_record_phase(attns[g], p, i, s->cur[r], q[r], o[r], lse[r]));
-            }
-    }
-    return DCP_OK;
-fail:
-    return st;
 }

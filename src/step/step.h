@@ -1,6 +1,7 @@
 /* The step layer: how a step of work over the local ranks of a multi-device group is recorded,
- * submitted and exchanged. Model graphs (src/model/) and the DCP attention step (src/attn/) are its
- * clients; it is the single place that submits their commands and waits for them.
+ * submitted and exchanged. It knows no client (the layers above record into its commands: the
+ * model graph, the DCP attention step); it is the single place that submits their commands and
+ * waits for them.
  *
  * A step is a sequence of rounds. In a round every local rank records its work into its own
  * command (dcp_step_cmd); dcp_step_round then submits every rank's command, waits for all of them
@@ -121,18 +122,5 @@ static inline uint64_t dcp_step_key_mix(uint64_t key, uint64_t value)
  * The matching exchange is {comm, kind, bytes, bytes}. */
 dcp_status dcp_step_put_copy(dcp_cmd *cmd, dcp_comm *comm, int local, dcp_buffer *src, uint64_t src_offset,
                              uint64_t bytes);
-
-/* ---- the DCP attention of one layer inside a step ---------------------------------------- */
-
-typedef struct dcp_cp_attn dcp_cp_attn;
-
-/* Records the DCP attention step (include/dcpvk/cp.h) of `groups` DCP groups held by this process,
- * with the rounds between its phases (all groups exchange in the same rounds). Group g's local rank
- * i is the step's rank g * per_group + i (per_group = the groups' local rank count); q, o, lse are
- * indexed by step rank (shapes in include/dcpvk/cp.h, rows of each group's last set). Returns
- * with every rank's command of the final round recording, after the merge: the caller orders o
- * and lse before their readers with dcp_cmd_barrier. */
-dcp_status dcp_step_cp_attn(dcp_step *step, dcp_cp_attn *const *attns, uint32_t groups, const dcp_comm_buf *q,
-                            const dcp_comm_buf *o, const dcp_comm_buf *lse);
 
 #endif

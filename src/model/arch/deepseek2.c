@@ -1,5 +1,5 @@
 /* The deepseek2 architecture (MLA attention + MoE) on the shared graph (src/model/graph.h): its
- * layer weights (src/model/deepseek2_weights.h slices them per TP rank), its part of the run
+ * layer weights (src/model/arch/deepseek2_weights.h slices them per TP rank), its part of the run
  * state, and one layer of the forward pass in the absorbed form.
  *
  * The KV cache is one latent "head" per token: a K-only pool whose rows are [c_kv | k_pe]
@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/cp_internal.h"
 #include "common/error.h"
-#include "dcpvk/mla.h"
 #include "model/arch/deepseek2_weights.h"
 #include "model/graph.h"
 
@@ -54,13 +54,13 @@ typedef struct ds2_rank_state {
     dcp_buffer *rids, *rw;     /* [n_used] u32 expert ids, f32 weights */
     dcp_buffer *egu, *eh;      /* [n_used][2 fe], [n_used][fe pad] routed experts */
     dcp_buffer *sgu, *sh;      /* [2 fs], [fs pad] shared experts */
-    dcp_mla_decode_plan **plans; /* [n_layer] (DCP = 1) */
+    dcp_decode_plan **plans; /* [n_layer] (DCP = 1) */
 } ds2_rank_state;
 
 typedef struct ds2_state {
     ds2_rank_state *r;         /* [nl] */
     dcp_cp_attn **attns;       /* [n_layer][ng] (DCP > 1) */
-    dcp_comm_buf *qv, *ov, *lv;/* [nl] each rank's Q, o_lat, lse (for dcp_step_cp_attn) */
+    dcp_comm_buf *qv, *ov, *lv;/* [nl] each rank's Q, o_lat, lse (for dcp_cp_attn_record) */
 } ds2_state;
 
 /* ---- weights ------------------------------------------------------------------------------- */
@@ -156,7 +156,7 @@ static void ds2_state_destroy(dcp_model_state *s)
     const uint32_t L = s->m->cfg.n_layer;
     for (uint32_t i = 0; ds->r && i < s->m->nl; i++) {
         ds2_rank_state *rs = &ds->r[i];
-        for (uint32_t l = 0; rs->plans && l < L; l++) dcp_mla_decode_plan_destroy(rs->plans[l]);
+        for (uint32_t l = 0; rs->plans && l < L; l++) dcp_decode_plan_destroy(rs->plans[l]);
         dcp_buffer *bufs[] = {rs->qa,  rs->qan, rs->q,  rs->kv,       rs->cn,   rs->Q,   rs->olat, rs->lse, rs->o,
                               rs->gu,  rs->h,   rs->logits_r, rs->rids, rs->rw, rs->egu,  rs->eh,  rs->sgu, rs->sh};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) dcp_buffer_destroy(bufs[k]);
@@ -198,13 +198,14 @@ static void ffn_widths(const dcp_model *m, uint32_t i, uint32_t *f_pad, uint32_t
 }
 
 /* The latent decode plan of a rank's layer (DCP 1): heads of the rank, chunks of `chunk` tokens. */
-static dcp_mla_decode_config ds2_plan_config(const dcp_model *m, const dcp_model_state_config *c, uint32_t heads,
-                                             uint32_t max_blocks, uint32_t chunk)
+static dcp_decode_config ds2_plan_config(const dcp_model *m, const dcp_model_state_config *c, uint32_t heads,
+                                         uint32_t max_blocks, uint32_t chunk)
 {
-    dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+    dcp_decode_config mc = DCP_DECODE_CONFIG_DEFAULT;
+    mc.kind = DCP_DECODE_LATENT;
     mc.batch = c->max_rows;
-    mc.heads = heads;
-    mc.kv_lora = m->cfg.kv_lora_rank;
+    mc.q_heads = heads;
+    mc.latent = m->cfg.kv_lora_rank;
     mc.max_blocks = max_blocks;
     mc.scale = m->cfg.attn_scale;
     mc.chunk_tokens = chunk;
@@ -267,8 +268,8 @@ static dcp_status rank_state_create(dcp_model_state *s, ds2_state *ds, uint32_t 
     rs->plans = calloc(c->n_layer, sizeof *rs->plans);
     if (!rs->plans) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (uint32_t l = 0; l < c->n_layer; l++) {
-        dcp_mla_decode_config mc = ds2_plan_config(m, &s->cfg, sh->o_heads, s->max_blocks, chunk);
-        DCP_TRY(dcp_mla_decode_plan_create(dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], 0), &mc, &rs->plans[l]));
+        dcp_decode_config mc = ds2_plan_config(m, &s->cfg, sh->o_heads, s->max_blocks, chunk);
+        DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], 0), &mc, &rs->plans[l]));
     }
 fail:
     return st;
@@ -278,17 +279,13 @@ fail:
  * invocation may scan for `heads` heads (a probe plan over pool tells). */
 static dcp_status fixed_chunk(dcp_model_state *s, dcp_kv_pool *pool, uint32_t heads, uint32_t *out)
 {
-    dcp_mla_decode_config mc = DCP_MLA_DECODE_CONFIG_DEFAULT;
+    dcp_decode_config mc = ds2_plan_config(s->m, &s->cfg, heads, s->max_blocks, 0);
     mc.batch = 1;
-    mc.heads = heads;
-    mc.kv_lora = s->m->cfg.kv_lora_rank;
-    mc.max_blocks = s->max_blocks;
-    mc.scale = s->m->cfg.attn_scale;
-    dcp_mla_decode_plan *probe;
-    dcp_status st = dcp_mla_decode_plan_create(pool, &mc, &probe);
+    dcp_decode_plan *probe;
+    dcp_status st = dcp_decode_plan_create(pool, &mc, &probe);
     if (st != DCP_OK) return st;
-    uint32_t max = dcp_mla_decode_plan_max_chunk(probe);
-    dcp_mla_decode_plan_destroy(probe);
+    uint32_t max = dcp_decode_plan_max_chunk(probe);
+    dcp_decode_plan_destroy(probe);
     *out = s->cfg.chunk_tokens < max ? s->cfg.chunk_tokens : max;
     return DCP_OK;
 }
@@ -337,8 +334,8 @@ static dcp_status ds2_state_bytes(const dcp_model *m, uint32_t i, const dcp_mode
     uint64_t bytes, largest, block = 0;
     dcp_status st;
     if (m->dcp == 1) {
-        dcp_mla_decode_config mc = ds2_plan_config(m, c, w->ranks[i].shard.o_heads, kc->max_blocks, c->chunk_tokens);
-        if ((st = dcp_mla_decode_plan_bytes(&kc->pool, &mc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
+        dcp_decode_config mc = ds2_plan_config(m, c, w->ranks[i].shard.o_heads, kc->max_blocks, c->chunk_tokens);
+        if ((st = dcp_decode_plan_bytes(&kc->pool, &mc, c->n_ctx, &bytes, &largest)) != DCP_OK) return st;
     } else {
         dcp_cp_attn_config ac = ds2_attn_config(m, c, w->ranks[i].shard.o_heads, c->chunk_tokens);
         if ((st = dcp_cp_attn_bytes(kc, &ac, c->n_ctx, &bytes, &largest, &block)) != DCP_OK) return st;
@@ -361,7 +358,7 @@ static dcp_status ds2_set_rows(dcp_model_state *s)
     for (uint32_t i = 0; i < s->m->nl; i++)
         for (uint32_t l = 0; l < L; l++) {
             dcp_graph_rows_tables(s, l, i);
-            DCP_TRY(dcp_mla_decode_plan_set_rows(ds->r[i].plans[l], s->rows, s->lens, s->bt));
+            DCP_TRY(dcp_decode_plan_set_rows(ds->r[i].plans[l], s->rows, s->lens, s->bt));
         }
 fail:
     return st;
@@ -373,7 +370,7 @@ static uint64_t ds2_key(const dcp_model_state *s)
     uint64_t key = DCP_STEP_KEY_SEED;
     if (s->m->dcp > 1) return dcp_graph_cp_key(s, ds->attns, key);
     for (uint32_t l = 0; l < s->m->cfg.n_layer; l++)
-        for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_mla_decode_plan_key(ds->r[i].plans[l]));
+        for (uint32_t i = 0; i < s->m->nl; i++) key = dcp_step_key_mix(key, dcp_decode_plan_key(ds->r[i].plans[l]));
     return key;
 }
 
@@ -442,13 +439,13 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
         DCP_TRY(attention_in(s, l, i));
         if (m->dcp == 1) {
             ds2_rank_state *rs = &ds->r[i];
-            DCP_TRY(dcp_mla_decode_record(dcp_graph_cmd(s, i), rs->plans[l], rs->Q, 0, rs->olat, 0, rs->lse, 0));
+            DCP_TRY(dcp_decode_record(dcp_graph_cmd(s, i), rs->plans[l], rs->Q, 0, rs->olat, 0, rs->lse, 0));
             dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* o_lat -> W_UV */
         }
     }
     dcp_graph_norm_done(s);
     if (m->dcp > 1) {
-        DCP_TRY(dcp_step_cp_attn(s->step, ds->attns + (size_t)l * s->ng, s->ng, ds->qv, ds->ov, ds->lv));
+        DCP_TRY(dcp_cp_attn_record(s->step, ds->attns + (size_t)l * s->ng, s->ng, ds->qv, ds->ov, ds->lv));
         for (uint32_t i = 0; i < m->nl; i++) dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* merged o_lat -> W_UV */
     }
     for (uint32_t i = 0; i < m->nl; i++) {

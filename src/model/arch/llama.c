@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "attn/cp_internal.h"
 #include "common/error.h"
 #include "model/graph.h"
 
@@ -76,7 +77,7 @@ typedef struct llama_rank_state {
 typedef struct llama_state {
     llama_rank_state *r;            /* [nl] */
     dcp_cp_attn **attns;            /* [n_layer][ng] (DCP > 1) */
-    dcp_comm_buf *qv, *ov, *lv;     /* [nl] each rank's q, o, lse (for dcp_step_cp_attn) */
+    dcp_comm_buf *qv, *ov, *lv;     /* [nl] each rank's q, o, lse (for dcp_cp_attn_record) */
 } llama_state;
 
 static uint32_t round4(uint32_t n) { return (n + 3) / 4 * 4; }
@@ -505,7 +506,7 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
     }
     dcp_graph_norm_done(s);
     if (m->dcp > 1) {
-        DCP_TRY(dcp_step_cp_attn(s->step, ls->attns + (size_t)l * s->ng, s->ng, ls->qv, ls->ov, ls->lv));
+        DCP_TRY(dcp_cp_attn_record(s->step, ls->attns + (size_t)l * s->ng, s->ng, ls->qv, ls->ov, ls->lv));
         for (uint32_t i = 0; i < m->nl; i++) dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* merged o -> o_proj */
     }
     for (uint32_t i = 0; i < m->nl; i++) {
