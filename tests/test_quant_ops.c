@@ -22,6 +22,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/ops.h"
+#include "kernels/weight_types.h"
 #include "quant/quants.h"
 #include "vkutil.h"
 
@@ -262,6 +263,25 @@ static void test_odd_shapes(void **state)
     }
 }
 
+/* The weight kernels' type list (src/kernels/weight_types.h, which the shaders, the kernel ids and
+ * the ops' type choice are generated from) is the supported list the library names in its errors,
+ * in the same order; each of its types has a name and a matrix layout. */
+static void test_weight_list(void **state)
+{
+    (void)state;
+#define NAME_(t, ...) #t ", "
+    static const char listed[] = DCP_WEIGHT_TYPES(NAME_, );
+#undef NAME_
+    char want[sizeof listed + 2];
+    snprintf(want, sizeof want, "%s, ", DCP_GGML_SUPPORTED_LIST);
+    assert_string_equal(listed, want);
+#define CHECK_(t, ...)                                                                             \
+    assert_string_equal(dcp_ggml_type_name(DCP_GGML_TYPE_##t), #t);                                \
+    assert_true(dcp_matrix_bytes(DCP_GGML_TYPE_##t, 256, 2) > 0);
+    DCP_WEIGHT_TYPES(CHECK_, )
+#undef CHECK_
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_odd_shapes),
+        cmocka_unit_test(test_weight_list),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
