@@ -55,7 +55,7 @@ set(DCP_BELOW_ATTN common vk kernels quant gguf kv comm step)
 
 # include/dcpvk/<name>.h -> the folder that implements it.
 set(DCP_PUBLIC_OWNER
-    dcpvk=PUBLIC status=common dtype=common version=common vk=vk kv=kv comm=comm attn=attn cp=attn
+    dcpvk=PUBLIC export=common status=common dtype=common version=common vk=vk kv=kv comm=comm attn=attn cp=attn
     quant=quant gguf=gguf ops=ops model_config=model model=model tokenizer=text chat=text utf8=text
     engine=engine)
 
