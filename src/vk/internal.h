@@ -48,6 +48,7 @@ typedef struct dcp_pipeline_program {
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
     VkShaderModule module;
+    bool dispatched; /* recorded at least once ($DCP_VK_DISPATCH_LOG) */
 } dcp_pipeline_program;
 
 /* A created pipeline: a description's program specialised with spec[0..desc->spec_count). */
@@ -118,6 +119,7 @@ struct dcp_sem {
     dcp_device *dev;
     VkSemaphore sem;
     uint32_t export_handles;
+    bool submitted; /* a submission waited on or signalled it: destroyed after its queue is idle */
 };
 
 typedef struct dcp_cmd_set {
