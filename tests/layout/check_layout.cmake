@@ -310,7 +310,7 @@ function(add_file rel text)
   file(WRITE ${SELFTEST}/${rel} "${text}")
 endfunction()
 add_file(src/kv/bad_attn.c "#include \"attn/cp_internal.h\"\n#include \"dcpvk/cp.h\"\n")
-add_file(src/vk/bad_params.c "#include \"ops/ops_params.h\"\n")
+add_file(src/vk/bad_params.c "#include \"kernels/ops_params.h\"\n")
 add_file(src/ops/bad_mpi.c "#include <mpi.h>\n")
 add_file(src/engine/bad_private.c "#include \"model/graph.h\"\n#include \"dcpvk/engine.h\"\n")
 add_file(apps/serve/bad_private.c "#include \"step/step.h\"\n#include \"dcpvk/model.h\"\n")
@@ -318,7 +318,7 @@ add_file(apps/dcp-vk-gguf.c "#include \"text/tokenizer_internal.h\"\n#include \"
 add_file(apps/dcp-vk-info.c "#include \"testmodel/testmodel.h\"\n")
 add_file(src/quant/bad_up.c "#include \"gguf/gguf_internal.h\"\n")
 add_file(src/text/bad_up.c "#include \"dcpvk/model.h\"\n#include \"dcpvk/tokenizer.h\"\n#include \"quant/quants.h\"\n")
-add_file(src/ref/bad_model.c "#include \"model/graph.h\"\n#include \"ops/ops_params.h\"\n")
+add_file(src/ref/bad_model.c "#include \"model/graph.h\"\n#include \"kernels/ops_params.h\"\n")
 add_file(include/dcpvk/newthing.h "#include \"dcpvk/status.h\"\n")
 add_file(src/newfolder/x.c "#include \"common/error.h\"\n")
 file(READ ${LIB} lib)
@@ -330,8 +330,8 @@ list(APPEND expected
     "below-attn|src/kv/bad_attn.c|dcpvk/cp.h"
     "folder-table|src/kv/bad_attn.c|attn/cp_internal.h"
     "folder-table|src/kv/bad_attn.c|dcpvk/cp.h"
-    "vk-no-params|src/vk/bad_params.c|ops/ops_params.h"
-    "folder-table|src/vk/bad_params.c|ops/ops_params.h"
+    "vk-no-params|src/vk/bad_params.c|kernels/ops_params.h"
+    "folder-table|src/vk/bad_params.c|kernels/ops_params.h"
     "mpi-one-file|src/ops/bad_mpi.c|mpi.h"
     "public-only|src/engine/bad_private.c|model/graph.h"
     "public-only|apps/serve/bad_private.c|step/step.h"
