@@ -13,7 +13,7 @@
 #include "bench/bench.h"
 #include "cli/cli.h"
 #include "dcpvk/gguf.h"
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 #include "dcpvk/ops.h"
 
 enum { MAX_TYPES = 16, MAX_BATCHES = 8, MAX_ITERS = 30 };
@@ -91,9 +91,10 @@ typedef struct mm_point {
 static dcp_status run_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, dcp_buffer *y, uint32_t B, double *ns)
 {
     uint32_t t0, t1;
+    const dcp_matmul_args args = {.w = m, .x = x, .x_stride = m->k, .y = y, .y_stride = m->rows, .tokens = B};
     dcp_status st = dcp_cmd_reset(cmd);
     if (st == DCP_OK) st = dcp_cmd_timestamp(cmd, &t0);
-    if (st == DCP_OK) st = dcp_op_matmul(cmd, m, x, 0, m->k, y, m->rows, B, 0);
+    if (st == DCP_OK) st = dcp_op_matmul(cmd, &args);
     if (st == DCP_OK) st = dcp_cmd_timestamp(cmd, &t1);
     if (st == DCP_OK) st = dcp_cmd_run(cmd);
     if (st == DCP_OK) st = dcp_cmd_elapsed_ns(cmd, t0, t1, ns);

@@ -15,7 +15,7 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/ops.h"
 #include "dcpvk/quant.h"
-#include "ops/ds2_params.h"
+#include "kernels/ds2_params.h"
 
 enum { MAX_ITERS = 30 };
 
@@ -170,21 +170,42 @@ static dcp_status record(dcp_cmd *cmd, op_id k, const ops_opts *o, ops_bufs *B)
     uint32_t T = o->tokens, E = o->n_embd, D = o->head_dim, Hq = o->q_heads, Hkv = o->kv_heads;
     uint32_t H = o->mla_heads, R = o->kv_lora, P = o->rope;
     switch (k) {
-    case OP_RMSNORM: return dcp_op_rmsnorm(cmd, B->a, 0, E, B->w, E, B->b, E, T, 1e-5f);
-    case OP_RMSNORM_PARTS:
-        return dcp_op_rmsnorm_parts(cmd, B->r, 0, E, B->w, E, B->b, E, T, 1e-5f, B->c, 0, o->parts, T * E, 0);
-    case OP_RMSNORM_HEADS:
-        return dcp_op_rmsnorm_heads(cmd, B->r, 0, (Hq + Hkv) * D, Hq + Hkv, D, Hq, B->w, T, 1e-6f);
+    case OP_RMSNORM: {
+        dcp_rmsnorm_args a = {.x = B->a, .x_stride = E, .w = B->w, .n = E, .y = B->b, .y_stride = E, .tokens = T,
+                              .eps = 1e-5f};
+        return dcp_op_rmsnorm(cmd, &a);
+    }
+    case OP_RMSNORM_PARTS: {
+        dcp_rmsnorm_parts_args a = {.norm = {.x = B->r, .x_stride = E, .w = B->w, .n = E, .y = B->b, .y_stride = E,
+                                             .tokens = T, .eps = 1e-5f},
+                                    .p = B->c, .parts = o->parts, .part_stride = T * E};
+        return dcp_op_rmsnorm_parts(cmd, &a);
+    }
+    case OP_RMSNORM_HEADS: {
+        dcp_rmsnorm_heads_args a = {.x = B->r, .x_stride = (Hq + Hkv) * D, .heads = Hq + Hkv, .head_dim = D,
+                                    .w_split = Hq, .w = B->w, .tokens = T, .eps = 1e-6f};
+        return dcp_op_rmsnorm_heads(cmd, &a);
+    }
     case OP_ROPE_STORE: {
         dcp_rope_store_args a = {.tokens = T, .q_heads = Hq, .kv_heads = Hkv, .head_dim = D, .n_rot = D,
                                  .src_stride = (Hq + 2 * Hkv) * D, .src = B->a, .slot = B->slots, .cs = B->cs,
                                  .q_out = B->b, .pool = B->pool};
         return dcp_op_rope_store(cmd, &a);
     }
-    case OP_SWIGLU: return dcp_op_swiglu(cmd, B->a, 2 * o->n_ff, B->b, o->n_ff, o->n_ff, T);
+    case OP_SWIGLU: {
+        dcp_swiglu_args a = {.x = B->a, .x_stride = 2 * o->n_ff, .y = B->b, .y_stride = o->n_ff, .n = o->n_ff,
+                             .tokens = T};
+        return dcp_op_swiglu(cmd, &a);
+    }
     case OP_ADD: return dcp_op_add(cmd, B->a, B->c, B->b, T * E);
-    case OP_GET_ROWS: return dcp_op_get_rows(cmd, &B->emb, B->ids, B->b, E, T);
-    case OP_ARGMAX: return dcp_op_argmax(cmd, B->a, o->vocab, o->vocab, T, B->out_ids);
+    case OP_GET_ROWS: {
+        dcp_get_rows_args a = {.w = &B->emb, .ids = B->ids, .y = B->b, .y_stride = E, .tokens = T};
+        return dcp_op_get_rows(cmd, &a);
+    }
+    case OP_ARGMAX: {
+        dcp_argmax_args a = {.x = B->a, .n = o->vocab, .stride = o->vocab, .rows = T, .out = B->out_ids};
+        return dcp_op_argmax(cmd, &a);
+    }
     case OP_LSE_MERGE: {
         dcp_merge_args a = {.parts = o->parts, .rows = T * Hq, .head_dim = D, .o_part_stride = T * Hq * D,
                             .lse_part_stride = T * Hq, .o_in = B->c, .lse_in = B->a, .o_out = B->b, .lse_out = B->r};
