@@ -1,6 +1,7 @@
 /* dcp-vk-bench: measures dcp-vk. Subcommands: attn (paged decode attention, single-device or DCP),
  * capacity (longest context that fits a KV budget, plain TP against DCP), matmul (weight read rate
- * of each weight type), comm (exchange latency per collective and transport). */
+ * of each weight type), ops (the other model kernels), yardsticks (the device's ceilings), comm
+ * (exchange latency per collective and transport). */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +19,8 @@ static void usage(FILE *f)
                "            under plain TP against sharded with DCP, counted by the placement rule\n"
                "  matmul    weight read rate of the matmul shader for each weight type (F32 .. Q6_K)\n"
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
+               "  ops       the model kernels other than matmul and attention (norms, RoPE and the KV store,\n"
+               "            SwiGLU, MLA and MoE kernels, ...) against the roofline of the same device\n"
                "  yardsticks  the device's ceilings: streaming-read rate, FMA rate, the cost of an empty\n"
                "            dispatch and of a host wait\n"
                "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
@@ -43,9 +46,10 @@ int main(int argc, char **argv)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_capacity(argc - 1, argv + 1));
     if (strcmp(argv[1], "matmul") == 0)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_matmul(argc - 1, argv + 1));
+    if (strcmp(argv[1], "ops") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_ops(argc - 1, argv + 1));
     if (strcmp(argv[1], "yardsticks") == 0)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_yardsticks_cmd(argc - 1, argv + 1));
     if (strcmp(argv[1], "comm") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_comm(argc - 1, argv + 1));
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, yardsticks, comm)\n", argv[1]);
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, ops, yardsticks, comm)\n", argv[1]);
     return DCP_EXIT_USAGE;
 }

@@ -446,6 +446,8 @@ static void report(run_app *a)
     dcp_model_state_describe_exchange(a->s, xdesc, sizeof xdesc);
     uint32_t x_rounds = steps ? dcp_model_state_last_rounds(a->s) : 0;
     uint32_t x_waits = steps ? dcp_model_state_last_host_waits(a->s) : 0;
+    uint32_t x_disp = steps ? dcp_model_state_last_dispatches(a->s) : 0;
+    uint32_t x_rank_disp = steps ? dcp_model_state_last_rank_dispatches(a->s) : 0;
     double prompt_tps = a->t_prompt > 0 ? a->n_prompt / a->t_prompt : 0;
     double gen_tps = a->t_gen > 0 && steps ? steps / a->t_gen : 0;
     uint64_t kv_bytes = dcp_model_state_kv_bytes(a->s);
@@ -461,10 +463,11 @@ static void report(run_app *a)
                "\"generated_tokens\": %u, \"decode_steps\": %u, \"prompt_seconds\": %.6f, \"generate_seconds\": %.6f, "
                "\"prompt_tokens_per_s\": %.3f, \"generated_tokens_per_s\": %.3f, \"load_seconds\": %.3f, "
                "\"kv_bytes_per_rank\": %llu, \"exchange_bytes_per_token\": %.1f, \"processes\": %d, "
-               "\"decode_step_rounds\": %u, \"decode_step_host_waits\": %u, \"exchange\": ",
+               "\"decode_step_rounds\": %u, \"decode_step_host_waits\": %u, \"decode_step_dispatches\": %u, "
+               "\"decode_step_rank_dispatches\": %u, \"exchange\": ",
                o->tp, o->dcp, o->backend, o->interleave, o->block_size, o->kv_dtype, a->n_prompt, a->n_gen, steps,
                a->t_prompt, a->t_gen, prompt_tps, gen_tps, a->t_load, (unsigned long long)kv_bytes, xbytes,
-               a->world.nproc, x_rounds, x_waits);
+               a->world.nproc, x_rounds, x_waits, x_disp, x_rank_disp);
         dcp_cli_json_string(stdout, xdesc, strlen(xdesc));
         printf(", \"text\": ");
         dcp_cli_json_string(stdout, a->text ? a->text : "", a->text_len);
@@ -488,7 +491,10 @@ static void report(run_app *a)
                 prog, a->n_prompt, a->t_prompt, prompt_tps, a->n_gen, steps, a->t_gen, gen_tps, prog,
                 kv_bytes / 1048576.0, o->tp, xbytes, dcp_model_bytes(a->w) / 1048576.0,
                 a->mpi ? "process 0's ranks" : "all ranks", a->t_load);
-        fprintf(stderr, "%s: decode step: %u rounds, %u host waits; exchange:\n%s\n", prog, x_rounds, x_waits, xdesc);
+        fprintf(stderr,
+                "%s: decode step: %u rounds, %u host waits, %u compute dispatches (%u on the busiest rank); "
+                "exchange:\n%s\n",
+                prog, x_rounds, x_waits, x_disp, x_rank_disp, xdesc);
     }
 }
 

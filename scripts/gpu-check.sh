@@ -6,6 +6,10 @@
 #     576/512 when the bench has --mla; contexts 8K to 128K as far as device memory allows; f16 KV;
 #     batch 1 and 8; the KV read rate as a fraction of the same device's vkCmdCopyBuffer rate and of
 #     its streaming-read shader;
+#   - the roofline of every kernel (dcp-vk-bench yardsticks, matmul, ops, and the attention runs
+#     above): the fraction of max(bytes / streaming-read rate, FLOPs / FMA rate) each reaches, with
+#     the yardsticks of the same run, as the table of the README's performance section
+#     (OUT-roofline.md beside the summary OUT.json; OUT-roofline.png when matplotlib is installed);
 #   - dcp-vk-run tokens/s for a generated model of 7B shape (llama-2 widths: embedding 4096, 32 heads
 #     of 128, FFN 11008, f16 weights) with few layers, at TP 1;
 #   - the multi-device path on the one GPU: four logical devices (DCP_VK_DEVICES=0,0,0,0): the same
@@ -36,7 +40,7 @@ while [ $# -gt 0 ]; do
     --skip-build) skip_build=1 ;;
     --skip-tests) skip_tests=1 ;;
     --jobs) jobs=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -157,6 +161,35 @@ for ctx in $contexts; do
     done
 done
 
+# ---- the roofline of the other kernels ----------------------------------------------------------
+# The attention runs above carry their roofline fields; matmul of every weight type and the model
+# ops at decode shapes (batch 1, 8, 32; one token and 32) add theirs. The same table as the README.
+if [ $quick = 1 ]; then mmargs=(--rows 1024 --k 1024 --iters 2); opargs=(--iters 2); else mmargs=(--iters 5); opargs=(--iters 5); fi
+log "dcp-vk-bench yardsticks, matmul, ops (roofline)"
+"$bin/dcp-vk-bench" yardsticks --json > "$work/yardsticks.json" 2> "$work/roof.err" ||
+    { failures=$((failures + 1)); cat "$work/roof.err" >&2; echo '{}' > "$work/yardsticks.json"; }
+"$bin/dcp-vk-bench" matmul "${mmargs[@]}" --json > "$work/matmul.json" 2> "$work/roof.err" ||
+    { failures=$((failures + 1)); cat "$work/roof.err" >&2; echo '{}' > "$work/matmul.json"; }
+: > "$work/ops.json"
+for tokens in 1 32; do
+    "$bin/dcp-vk-bench" ops --tokens "$tokens" "${opargs[@]}" --json >> "$work/ops.json" 2> "$work/roof.err" ||
+        { failures=$((failures + 1)); cat "$work/roof.err" >&2; }
+done
+roof_md="${out%.json}-roofline.md"
+python3 "$here/scripts/plot-roofline.py" --table "$work/attn.jsonl" "$work/matmul.json" "$work/ops.json" \
+    > "$roof_md" 2> "$work/roof.err" || { failures=$((failures + 1)); cat "$work/roof.err" >&2; }
+plot_py=""
+for py in python3 /usr/bin/python3; do # a Python with matplotlib (Debian's, when another comes first)
+    if [ -z "$plot_py" ] && "$py" -c 'import matplotlib' 2> /dev/null; then plot_py=$py; fi
+done
+if [ -n "$plot_py" ]; then
+    "$plot_py" "$here/scripts/plot-roofline.py" --png "${out%.json}-roofline.png" "$work/attn.jsonl" "$work/matmul.json" \
+        "$work/ops.json" 2> "$work/roof.err" || { failures=$((failures + 1)); cat "$work/roof.err" >&2; }
+else
+    log "no matplotlib (Debian: python3-matplotlib): the roofline plot is left out (the table is in $roof_md)"
+fi
+log "roofline table written to $roof_md"
+
 # ---- a 7B-shaped model at TP 1, then on four logical devices -----------------------------------
 if [ $quick = 1 ]; then
     margs=(--n-embd 512 --n-head 8 --n-head-kv 8 --head-dim 64 --n-ff 1376 --n-layer 2 --type f16); ngen=16
@@ -190,9 +223,12 @@ DCP_VK_DEVICES=0,0,0,0 "$bin/dcp-vk-bench" comm --json --max-bytes "$cmax" --ite
 DCP_VK_DEVICES=0,0,0,0 "$bin/dcp-vk-info" --json > "$work/info4.json" || echo '{}' > "$work/info4.json"
 
 # ---- the summary -------------------------------------------------------------------------------
-python3 - "$work" "$out" "$quick" "$tests_passed" "$tests_failed" "$tests_total" "$mla_note" "$failures" <<'EOF'
+python3 - "$work" "$out" "$quick" "$tests_passed" "$tests_failed" "$tests_total" "$mla_note" "$failures" \
+    "$here/scripts" <<'EOF'
 import json, sys
-work, out, quick, tp, tf, tt, mla_note, failures = sys.argv[1:9]
+work, out, quick, tp, tf, tt, mla_note, failures, scripts = sys.argv[1:10]
+sys.path.insert(0, scripts)
+roofline = __import__("plot-roofline")
 def lines(name):
     r = []
     for l in open(f"{work}/{name}"):
@@ -215,17 +251,24 @@ def pairs(info):
 info = json.load(open(f"{work}/info.json"))
 dev = info["devices"][0]
 r1, r4 = one("run1.json"), one("run4.json")
-keep = ("generated_tokens_per_s", "prompt_tokens_per_s", "decode_step_rounds", "decode_step_host_waits", "exchange")
+keep = ("generated_tokens_per_s", "prompt_tokens_per_s", "decode_step_rounds", "decode_step_host_waits",
+        "decode_step_dispatches", "decode_step_rank_dispatches", "exchange")
 attn = []
 for a in lines("attn.jsonl"):
     attn.append({k: a.get(k) for k in ("shape", "ctx", "batch", "q_heads", "kv_heads", "head_dim", "step_ms",
                                         "kv_read_gbps", "copy_gbps", "stream_read_gbps", "ratio_vs_copy",
-                                        "ratio_vs_stream_read", "skipped", "error") if k in a})
+                                        "ratio_vs_stream_read", "flops", "roofline_us", "bound", "of_roofline",
+                                        "skipped", "error") if k in a})
+pts, _ = roofline.points([f"{work}/attn.jsonl", f"{work}/matmul.json", f"{work}/ops.json"])
+roof = [{k: p.get(k) for k in ("bench", "kernel", "shape", "bytes", "flops", "intensity", "measured_us", "roofline_us",
+                               "bound", "of_roofline", "read_gbps", "fma_gflops")} for p in pts]
 summary = {
     "device": dev["name"], "type": dev["type"], "driver": dev.get("driver"), "driver_info": dev.get("driver_info"),
     "quick": quick == "1",
     "note": "CPU driver: these are CPU figures, not GPU figures" if dev["type"] == "cpu" else None,
     "tests": {"passed": int(tp), "failed": int(tf), "total": int(tt)},
+    "yardsticks": one("yardsticks.json").get("yardsticks"),
+    "roofline": roof,
     "attn": attn,
     "mla": mla_note or "run",
     "model_tp1": {k: r1.get(k) for k in keep if k in r1},

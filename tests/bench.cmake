@@ -6,3 +6,39 @@ add_test(NAME app_bench_yardsticks_json COMMAND dcp-vk-bench yardsticks --sample
 set_tests_properties(app_bench_yardsticks_json PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1"
                      PASS_REGULAR_EXPRESSION "\"stream_read_gbps\": [0-9.]+(e[-+][0-9]+)?, .*\"fma_gflops\": [0-9.]+(e[-+][0-9]+)?, .*\"dispatch_us\": [0-9.]+(e[-+][0-9]+)?, \"host_wait_us\": [0-9.]+(e[-+][0-9]+)?, \"samples\": 2"
                      FAIL_REGULAR_EXPRESSION "null|validation (error|warning)|\"fma_gflops\": 0[,}]")
+# The roofline fields of every kernel bench in JSON (small shapes): present, finite, positive and
+# consistent with the yardsticks printed beside them (tests/test_bench_json.c; never a speed).
+if(TARGET PkgConfig::CJSON)
+  dcp_test(test_bench_matmul_json SOURCES test_bench_json.c EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> matmul --rows 256 --k 256 --types f16,q8_0,q4_k --batch 1,8 --iters 2 --json
+           TIMEOUT 300)
+  target_link_libraries(test_bench_json PRIVATE PkgConfig::CJSON)
+  add_dependencies(test_bench_json dcp-vk-bench dcp-vk-run)
+  dcp_test(test_bench_ops_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> ops --tokens 3 --n-embd 256 --n-ff 512 --q-heads 4 --kv-heads 2
+                --head-dim 64 --vocab 1000 --mla-heads 2 --kv-lora 64 --rope 16 --nope 32 --v-dim 32 --moe-embd 128
+                --experts 8 --experts-used 2 --expert-ff 64 --iters 1 --json
+           TIMEOUT 300)
+endif()
+# dcp-vk-run --json's decode step: dispatches (all ranks, the busiest rank) and host waits (one a
+# round, or one a step when the rounds wait on the GPU), at TP 1 and at TP 8 / DCP 2 over 8 logical
+# devices (tests/test_bench_json.c).
+if(TARGET PkgConfig::CJSON)
+  dcp_test(test_run_json_tp1 EXE test_bench_json
+           ARGS run $<TARGET_FILE:dcp-vk-run> -m ${DCP_TEST_DATA}/stories260K.gguf -n 8 --temp 0 --json)
+  dcp_test(test_run_json_tp8_dcp2 EXE test_bench_json ENV "DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
+           ARGS run $<TARGET_FILE:dcp-vk-run> -m ${DCP_TEST_DATA}/stories260K.gguf -n 8 --temp 0
+                --tensor-parallel-size 8 --decode-context-parallel-size 2 --json)
+endif()
+# dcp-vk-bench attn and attn --mla: the roofline fields of one configuration (small shapes, checked
+# against the CPU reference as well).
+if(TARGET PkgConfig::CJSON)
+  dcp_test(test_bench_attn_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --ctx 300 --batch 2 --q-heads 8 --kv-heads 2 --head-dim 64
+                --iters 2 --verify --json
+           TIMEOUT 300)
+  dcp_test(test_bench_attn_mla_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --mla --ctx 300 --batch 2 --q-heads 4 --kv-lora 64 --rope 16
+                --iters 2 --verify --json
+           TIMEOUT 300)
+endif()

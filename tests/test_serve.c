@@ -400,6 +400,21 @@ static void test_one_at_a_time(void **state)
     }
     /* The greedy story of the reference (stories260K README). */
     assert_non_null(strstr(seq_texts[0], ", there was a little girl named Lily"));
+    /* What the decode steps took: dispatches over process 0's ranks and on its busiest one, host
+     * waits (at least one a step: the host reads the sampled tokens). */
+    char *m = metrics(&srv);
+    const double steps = metric(m, "dcpvk_decode_steps_total"), waits = metric(m, "dcpvk_decode_step_host_waits_total");
+    const double disp = metric(m, "dcpvk_decode_step_dispatches_total");
+    const double rank_disp = metric(m, "dcpvk_decode_step_rank_dispatches_total");
+    const double last = metric(m, "dcpvk_decode_step_dispatches"), last_rank = metric(m, "dcpvk_decode_step_rank_dispatches");
+    const double last_waits = metric(m, "dcpvk_decode_step_host_waits");
+    printf("%.0f decode steps: %.1f dispatches (busiest rank %.1f), %.1f host waits per step; the last %.0f (%.0f), %.0f\n",
+           steps, disp / steps, rank_disp / steps, waits / steps, last, last_rank, last_waits);
+    assert_true(steps >= NREQ);
+    assert_true(waits >= steps && last_waits >= 1);
+    assert_true(rank_disp > 0 && rank_disp <= disp && last_rank > 0 && last_rank <= last);
+    assert_true(last_rank * 8 >= last); /* process 0 holds 8 ranks at most */
+    free(m);
 }
 
 static void test_concurrent_curl(void **state)

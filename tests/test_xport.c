@@ -287,6 +287,7 @@ static void test_semaphores(void **state)
 typedef struct model_run {
     float *logits;       /* [steps][V] of process 0 */
     uint32_t rounds, host_waits;
+    uint32_t dispatches, rank_dispatches; /* of a decode step: all ranks held, the busiest rank */
     char exchange[8192];
 } model_run;
 
@@ -308,6 +309,7 @@ static void run_model(dcp_context *ctx, const dcp_gguf *g, const dcp_model_confi
     dcp_model_state *s;
     DCP_ASSERT_OK(dcp_model_state_create(w, &lc, &s));
     dcp_model_state_describe_exchange(s, out->exchange, sizeof out->exchange);
+    out->dispatches = out->rank_dispatches = 0;
     DCP_ASSERT_OK(dcp_model_state_forward(s, stories_ref, prefill - 1, NULL, NULL));
     int32_t tok = stories_ref[prefill - 1], next = -1;
     for (uint32_t k = 0; k < steps; k++) {
@@ -316,6 +318,14 @@ static void run_model(dcp_context *ctx, const dcp_gguf *g, const dcp_model_confi
             fail_msg("process %d: TP %u DCP %u %s, step %u: generated id %d, reference %d (exchanges: %s)", proc, tp, dcp,
                      dcp_cp_backend_name(backend), prefill - 1 + k, next, stories_ref[prefill + k], out->exchange);
         tok = next;
+        /* Every decode step (the first recorded, the others replayed) counts the same dispatches. */
+        uint32_t d = dcp_model_state_last_dispatches(s), rd = dcp_model_state_last_rank_dispatches(s);
+        assert_true(rd > 0 && rd <= d && d <= rd * nl);
+        if (k > 0 && (d != out->dispatches || rd != out->rank_dispatches))
+            fail_msg("process %d: decode step %u: %u dispatches (busiest rank %u), step 0 had %u (%u)", proc, k, d, rd,
+                     out->dispatches, out->rank_dispatches);
+        out->dispatches = d;
+        out->rank_dispatches = rd;
     }
     out->rounds = dcp_model_state_last_rounds(s);
     out->host_waits = dcp_model_state_last_host_waits(s);
@@ -347,11 +357,16 @@ static void test_model_transports(void **state)
                          dcp_cp_backend_name(backend), ts[t]);
             /* Host-synchronised rounds here (lavapipe: no external semaphores): one wait per round. */
             assert_int_equal(run[t].host_waits, run[t].rounds);
+            /* Transports move data with copies, never with dispatches: the same kernels on each. */
+            if (t > 0 && (run[t].dispatches != run[0].dispatches || run[t].rank_dispatches != run[0].rank_dispatches))
+                fail_msg("process %d: %s over %s: %u dispatches per decode step (busiest rank %u), staging %u (%u)", proc,
+                         dcp_cp_backend_name(backend), ts[t], run[t].dispatches, run[t].rank_dispatches,
+                         run[0].dispatches, run[0].rank_dispatches);
             if (proc == 0)
                 printf("TP %u DCP %u %s, DCP_VK_TRANSPORT=%s: %u greedy ids match, logits bitwise equal to staging's; "
-                       "decode step: %u rounds, %u host waits\n%s\n",
+                       "decode step: %u rounds, %u host waits, %u dispatches (busiest rank %u)\n%s\n",
                        tp, dcp, dcp_cp_backend_name(backend), ts[t], steps, run[t].rounds, run[t].host_waits,
-                       run[t].exchange);
+                       run[t].dispatches, run[t].rank_dispatches, run[t].exchange);
         }
         for (int t = 0; t < 4; t++) free(run[t].logits);
     }

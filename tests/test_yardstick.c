@@ -28,6 +28,7 @@ static void check(void **state, uint32_t groups, uint32_t iters, float mul, floa
         DCP_ASSERT_OK(dcp_buffer_fill(dst, 0, n * 4, 0x7fc00000u)); /* NaN: an unwritten value fails */
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
         DCP_ASSERT_OK(dcp_cmd_fma_peak(cmd, dst, groups, iters, mul, add));
+        assert_int_equal(dcp_cmd_dispatches(cmd), 1);
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         DCP_ASSERT_OK(dcp_buffer_download(dst, 0, got, n * 4));
         double top = dcp_ref_fma_peak(n, iters, mul, add, want);
@@ -71,6 +72,14 @@ static void test_bad_args(void **state)
     uint32_t too_many = (uint32_t)(4096 / 4 / dcp_fma_peak_invocations(dev, 1)) + 1;
     assert_int_equal(dcp_cmd_fma_peak(cmd, dst, too_many, 1, 1.0f, 0.0f), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "the buffer holds 4096"));
+    /* A refused dispatch records nothing; the empty dispatches of the benchmark's yardstick count. */
+    assert_int_equal(dcp_cmd_dispatches(cmd), 0);
+    for (int i = 0; i < 3; i++) DCP_ASSERT_OK(dcp_cmd_fma_peak(cmd, dst, 1, 0, 1.0f, 0.0f));
+    assert_int_equal(dcp_cmd_dispatches(cmd), 3);
+    DCP_ASSERT_OK(dcp_cmd_run(cmd));
+    assert_int_equal(dcp_cmd_dispatches(cmd), 3); /* kept with the recording */
+    DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+    assert_int_equal(dcp_cmd_dispatches(cmd), 0);
     dcp_cmd_destroy(cmd);
     dcp_buffer_destroy(dst);
 }

@@ -1,5 +1,8 @@
 /* dcp-vk-bench attn: paged flash-decoding step time and KV read rate, with the same device's
  * streaming-read shader and vkCmdCopyBuffer rates measured in the same run as yardsticks.
+ * Every kind reports its roofline: bytes (the cache rows, Q, O, LSE and the block tables), FLOPs
+ * (2 per multiply-add of the scores and of O) and max(bytes / read rate, FLOPs / FMA rate) against
+ * the yardsticks sampled before every timed step (docs/design.md section 16).
  * Sequences are spread over the devices (sequence b on device b % devices). Two kinds of attention
  * share the setup, the timed steps, the yardsticks and the check against the CPU reference: GQA
  * (K and V pages, query heads over KV heads) and, with --mla, MLA's latent decode (every head
@@ -407,10 +410,24 @@ typedef struct attn_result {
     double step, step_min;       /* ns: median and fastest step */
     uint64_t kv_bytes;           /* cache bytes one step reads */
     double rate, per_dev;        /* bytes/s: all devices, per physical device */
-    dcp_bench_yardsticks y;
+    dcp_bench_yardsticks y;      /* device 0's, sampled before every timed step (medians) */
+    double bytes, flops;         /* a step's, over every sequence */
+    int physical;                /* physical devices in use */
+    dcp_bench_roofline roof;     /* of one physical device's share */
     uint64_t bad;                /* --verify mismatches */
     double max_o, max_lse;
 } attn_result;
+
+/* The roofline line of the text report. */
+static void report_roofline(const attn_result *r)
+{
+    const dcp_bench_roofline *f = &r->roof;
+    printf("  roofline%s: %.0f bytes, %.0f FLOPs (%.2f per byte); max(read %.3f ms, FMA %.3f ms) = %.3f ms "
+           "(%s-bound; FMA %.2f GFLOP/s, empty dispatch %.1f us, host wait %.1f us): %.3f of it reached\n",
+           r->physical > 1 ? " per physical device" : "", f->bytes, f->flops, f->bytes > 0 ? f->flops / f->bytes : 0.0,
+           f->read_ns * 1e-6, f->fma_ns * 1e-6, f->roofline_ns * 1e-6, dcp_bench_roofline_bound(f),
+           r->y.fma_flops * 1e-9, r->y.dispatch_ns * 1e-3, r->y.host_wait_ns * 1e-3, f->fraction);
+}
 
 static void report_gqa(const attn_opts *o, const share *sh, const attn_result *r)
 {
@@ -428,6 +445,10 @@ static void report_gqa(const attn_opts *o, const share *sh, const attn_result *r
                r->step_min * 1e-6, (unsigned long long)r->kv_bytes, r->rate * 1e-9, y->stream_read_bps * 1e-9,
                y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9, r->per_dev / y->stream_read_bps,
                r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
+        printf(", ");
+        dcp_bench_roofline_json(stdout, &r->roof, y);
+        printf(", \"yardsticks\": ");
+        dcp_bench_yardsticks_json(stdout, y);
         if (o->verify)
             printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g",
                    r->bad ? "FAIL" : "ok", r->max_o, r->max_lse);
@@ -446,6 +467,7 @@ static void report_gqa(const attn_opts *o, const share *sh, const attn_result *r
     printf("  ratio: %.2f of the streaming-read shader (16-byte loads), %.2f (4-byte loads), %.2f of "
            "vkCmdCopyBuffer\n",
            r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
+    report_roofline(r);
     if (o->verify) printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", r->bad ? "FAIL" : "ok", r->max_o, r->max_lse);
 }
 
@@ -470,6 +492,10 @@ static void report_mla(const attn_opts *o, const share *sh, const attn_result *r
                r->step * 1e-6, r->step_min * 1e-6, (unsigned long long)r->kv_bytes, r->rate * 1e-9, flops / r->step,
                y->stream_read_bps * 1e-9, y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9,
                r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
+        printf(", ");
+        dcp_bench_roofline_json(stdout, &r->roof, y);
+        printf(", \"yardsticks\": ");
+        dcp_bench_yardsticks_json(stdout, y);
         if (o->verify)
             printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g", r->bad ? "FAIL" : "ok",
                    r->max_o, r->max_lse);
@@ -491,6 +517,7 @@ static void report_mla(const attn_opts *o, const share *sh, const attn_result *r
     printf("  ratio: %.3f of the streaming-read shader (16-byte loads), %.3f (4-byte loads), %.3f of "
            "vkCmdCopyBuffer\n", r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps,
            r->per_dev / y->copy_bps);
+    report_roofline(r);
     if (o->verify) printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", r->bad ? "FAIL" : "ok", r->max_o, r->max_lse);
 }
 
@@ -540,9 +567,21 @@ int dcp_bench_attn(int argc, char **argv)
         rc = (st == DCP_ERR_UNSUPPORTED || st == DCP_ERR_INVALID_ARGUMENT) ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
         goto done;
     }
-    /* Timed steps: every device's share submitted together; the step ends with the slowest. */
+    /* Timed steps: every device's share submitted together; the step ends with the slowest. A
+     * sample of device 0's yardsticks before each (ruler, step, ruler, step, ...). */
+    dcp_bench_ruler *ruler = NULL;
+    if (dcp_bench_ruler_create(sh[0].dev, &ruler)) {
+        rc = DCP_EXIT_RUNTIME;
+        goto done;
+    }
     double *step_ns = calloc(o.iters, sizeof *step_ns);
     for (uint32_t it = 0; it <= o.iters && st == DCP_OK; it++) { /* iteration 0 warms up */
+        if (it > 0 && dcp_bench_ruler_sample(ruler)) {
+            dcp_bench_ruler_destroy(ruler);
+            free(step_ns);
+            rc = DCP_EXIT_RUNTIME;
+            goto done;
+        }
         for (int d = 0; d < ndev && st == DCP_OK; d++)
             if (sh[d].n) st = dcp_cmd_submit(sh[d].cmd);
         for (int d = 0; d < ndev && st == DCP_OK; d++)
@@ -560,6 +599,7 @@ int dcp_bench_attn(int argc, char **argv)
         dcp_cli_report(prog, "running", st);
         rc = DCP_EXIT_RUNTIME;
         free(step_ns);
+        dcp_bench_ruler_destroy(ruler);
         goto done;
     }
     attn_result r = {.info = dcp_device_get_info(sh[0].dev), .ndev = ndev, .step_min = step_ns[0]};
@@ -570,9 +610,14 @@ int dcp_bench_attn(int argc, char **argv)
     r.kv_bytes = (uint64_t)o.batch * o.ctx * (o.kind == ATTN_MLA ? 1 : o.kv_heads * 2) *
                  dcp_kv_row_bytes(o.dtype, row_values(&o));
     r.rate = (double)r.kv_bytes / (r.step * 1e-9);
-    if (dcp_bench_measure_yardsticks(sh[0].dev, 3, &r.y)) {
-        rc = DCP_EXIT_RUNTIME;
-        goto done;
+    dcp_bench_ruler_get(ruler, 0, &r.y);
+    dcp_bench_ruler_destroy(ruler);
+    /* Bytes: the cache rows, Q and the block tables and lengths read, O and LSE written. FLOPs: per
+     * token and query head, the score (row values) and O (output values) multiply-adds. */
+    {
+        const double rows = (double)o.batch * o.q_heads, blocks = (double)o.batch * ((o.ctx + o.page_size - 1) / o.page_size);
+        r.bytes = (double)r.kv_bytes + rows * (row_values(&o) + out_values(&o) + 1) * 4 + (blocks + o.batch) * 4;
+        r.flops = 2.0 * o.batch * (double)o.ctx * o.q_heads * (row_values(&o) + out_values(&o));
     }
     /* The yardsticks measure one physical device with all of it: logical devices that share one
      * (DCP_VK_DEVICES=0,0) split it, so compare the rate per physical device in use. */
@@ -586,6 +631,10 @@ int dcp_bench_attn(int argc, char **argv)
         if (sh[d].n && !seen) physical++;
     }
     r.per_dev = r.rate / (physical ? physical : 1);
+    /* Each physical device in use runs its share (an even split of the sequences) against its own
+     * ceilings: the roofline of one share (device 0's yardsticks). */
+    r.physical = physical ? physical : 1;
+    r.roof = dcp_bench_roofline_of(&r.y, r.bytes / r.physical, r.flops / r.physical, r.step);
     if (o.verify)
         for (int d = 0; d < ndev; d++)
             if (sh[d].n) r.bad += share_verify(&sh[d], &o, &r.max_o, &r.max_lse);

@@ -19,6 +19,9 @@ int dcp_bench_capacity(int argc, char **argv);
 /* dcp-vk-bench matmul (apps/bench/matmul.c): weight read rate of each weight type at several batch
  * sizes against the same device's yardsticks. */
 int dcp_bench_matmul(int argc, char **argv);
+/* dcp-vk-bench ops (apps/bench/ops.c): the model kernels other than matmul and attention against
+ * the roofline. */
+int dcp_bench_ops(int argc, char **argv);
 /* dcp-vk-bench yardsticks (apps/bench/yardsticks.c): the yardsticks of one device alone. */
 int dcp_bench_yardsticks_cmd(int argc, char **argv);
 
@@ -42,7 +45,7 @@ int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o);
 void dcp_bench_fill_random(void *dst, uint64_t n, int t, uint64_t seed);
 
 /* Yardsticks of one device measured in the same run as the kernels (apps/bench/yardsticks.c):
- * the ceilings of the roofline (docs/design.md section 15). */
+ * the ceilings of the roofline (docs/design.md section 16). */
 typedef struct dcp_bench_yardsticks {
     double stream_read_bps;     /* bytes read per second by the streaming-read shader, 16-byte loads */
     double stream_read_u32_bps; /* the same with 4-byte loads (the plainest shader), measured once */
@@ -81,7 +84,7 @@ void dcp_bench_yardsticks_text(FILE *f, const char *device, const dcp_bench_yard
 
 /* A kernel against the yardsticks: roofline time max(bytes / read rate, FLOPs / FMA rate) and the
  * fraction of it reached, roofline time / measured time (1 = at the ceiling). What each kernel
- * counts as its bytes and FLOPs: docs/design.md section 15. */
+ * counts as its bytes and FLOPs: docs/design.md section 16. */
 typedef struct dcp_bench_roofline {
     double bytes;        /* bytes the kernel has to read and write */
     double flops;        /* its FLOPs, 2 per multiply-add */

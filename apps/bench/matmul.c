@@ -1,9 +1,10 @@
 /* dcp-vk-bench matmul: weight read rate of the matmul shader for each weight type at several
- * batch sizes, against the same device's streaming-read yardsticks measured in the same run.
- * The rate is the matrix's device bytes (its weights as uploaded) over the time of one matmul:
- * the fraction of the 16-byte streaming-read rate says how close decode comes to reading weights
- * at the speed of memory; bytes per weight differ by type, so a type with fewer bytes per weight
- * at the same fraction decodes faster. */
+ * batch sizes, against the same device's yardsticks sampled between its runs (a ruler sample, a
+ * matmul, a ruler sample, ...). The read rate is the matrix's device bytes (its weights as
+ * uploaded) over the time of one matmul: the fraction of the 16-byte streaming-read rate says how
+ * close decode comes to reading weights at the speed of memory; bytes per weight differ by type, so
+ * a type with fewer bytes per weight at the same fraction decodes faster. The roofline counts the
+ * matrix, x and y as bytes and 2 rows k per token as FLOPs (docs/design.md section 16). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,10 @@ static void usage(FILE *f)
             "Weights are seeded uniform values in [-1, 1) quantized by the reference quantizers.\n"
             "read GB/s = the matrix's device bytes / the time of one matmul of B tokens (a workgroup\n"
             "reads its weights once per %d tokens); 'of yardstick' = that rate / the 16-byte\n"
-            "streaming-read shader's rate on the same device; 'vs F16' = that fraction / F16's.\n",
+            "streaming-read shader's rate on the same device; 'vs F16' = that fraction / F16's.\n"
+            "roofline = max(bytes / read rate, FLOPs / FMA rate) with bytes = matrix + x + y (f32) and\n"
+            "FLOPs = 2 rows k per token (dequantization not counted); 'of roofline' = roofline / time.\n"
+            "The yardsticks are sampled before every timed matmul; each point uses its own samples.\n",
             default_types, MAX_ITERS, DCP_MATMUL_TOKENS);
 }
 
@@ -77,27 +81,42 @@ static int parse_batches(const char *p, const char *v, mm_opts *o)
 typedef struct mm_point {
     dcp_ggml_type type;
     uint32_t batch;
-    uint64_t bytes;
-    double ns, bps, fraction;
+    uint64_t bytes;             /* the matrix's device bytes */
+    double ns, bps, fraction;   /* median time, read rate, bps / the streaming-read rate */
+    dcp_bench_yardsticks ys;    /* the ruler samples taken beside this point's runs */
+    dcp_bench_roofline roof;
 } mm_point;
 
-/* Times `iters` matmuls of B tokens (after one warm-up), median into *ns. */
-static dcp_status time_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, dcp_buffer *y, uint32_t B,
-                              uint32_t iters, double *ns)
+/* One matmul of B tokens in a command of its own; its time into *ns. */
+static dcp_status run_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, dcp_buffer *y, uint32_t B, double *ns)
 {
-    double t[MAX_ITERS];
-    uint32_t slot[MAX_ITERS + 2];
+    uint32_t t0, t1;
     const dcp_matmul_args args = {.w = m, .x = x, .x_stride = m->k, .y = y, .y_stride = m->rows, .tokens = B};
     dcp_status st = dcp_cmd_reset(cmd);
-    for (uint32_t i = 0; st == DCP_OK && i <= iters + 1; i++) {
-        if (i > 0) st = dcp_cmd_timestamp(cmd, &slot[i - 1]); /* before run i - 1 (run 0 warms up) */
-        if (st == DCP_OK && i <= iters) st = dcp_op_matmul(cmd, &args);
-        if (st == DCP_OK) dcp_cmd_barrier(cmd); /* matmul -> the next matmul (same y) */
-    }
+    if (st == DCP_OK) st = dcp_cmd_timestamp(cmd, &t0);
+    if (st == DCP_OK) st = dcp_op_matmul(cmd, &args);
+    if (st == DCP_OK) st = dcp_cmd_timestamp(cmd, &t1);
     if (st == DCP_OK) st = dcp_cmd_run(cmd);
-    for (uint32_t i = 0; st == DCP_OK && i < iters; i++) st = dcp_cmd_elapsed_ns(cmd, slot[i], slot[i + 1], &t[i]);
-    if (st == DCP_OK) *ns = dcp_bench_median(t, (int)iters);
+    if (st == DCP_OK) st = dcp_cmd_elapsed_ns(cmd, t0, t1, ns);
     return st;
+}
+
+/* One warm-up, then `iters` times a ruler sample and a timed matmul: the median time into pt->ns,
+ * the medians of those samples into pt->ys. Returns DCP_OK, or the failure (the ruler's printed). */
+static dcp_status time_matmul(dcp_bench_ruler *ruler, dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x,
+                              dcp_buffer *y, uint32_t B, uint32_t iters, mm_point *pt)
+{
+    double t[MAX_ITERS], warm;
+    int first = dcp_bench_ruler_count(ruler);
+    dcp_status st = run_matmul(cmd, m, x, y, B, &warm);
+    for (uint32_t i = 0; st == DCP_OK && i < iters; i++) {
+        if (dcp_bench_ruler_sample(ruler)) return DCP_ERR_VULKAN;
+        st = run_matmul(cmd, m, x, y, B, &t[i]);
+    }
+    if (st != DCP_OK) return st;
+    pt->ns = dcp_bench_median(t, (int)iters);
+    dcp_bench_ruler_get(ruler, first, &pt->ys);
+    return DCP_OK;
 }
 
 static double bits_per_weight(dcp_ggml_type t)
@@ -145,6 +164,7 @@ int dcp_bench_matmul(int argc, char **argv)
 
     int rc = DCP_EXIT_RUNTIME;
     dcp_context *ctx = NULL;
+    dcp_bench_ruler *ruler = NULL;
     dcp_cmd *cmd = NULL;
     dcp_buffer *x = NULL, *y = NULL;
     float *w = NULL, *xs = NULL;
@@ -163,8 +183,7 @@ int dcp_bench_matmul(int argc, char **argv)
     }
     dcp_device *dev = dcp_context_device(ctx, (int)o.device);
     const dcp_device_info *info = dcp_device_get_info(dev);
-    dcp_bench_yardsticks ys;
-    if (dcp_bench_measure_yardsticks(dev, 5, &ys) != 0) goto out;
+    if (dcp_bench_ruler_create(dev, &ruler) != 0) goto out;
 
     uint64_t n = (uint64_t)o.rows * o.k;
     w = malloc(n * sizeof *w);
@@ -196,9 +215,13 @@ int dcp_bench_matmul(int argc, char **argv)
             pt->type = o.types[ti];
             pt->batch = o.batches[b];
             pt->bytes = dcp_buffer_size(m.buf);
-            st = time_matmul(cmd, &m, x, y, o.batches[b], o.iters, &pt->ns);
+            st = time_matmul(ruler, cmd, &m, x, y, o.batches[b], o.iters, pt);
+            if (st != DCP_OK) break;
             pt->bps = pt->ns > 0 ? (double)pt->bytes / (pt->ns * 1e-9) : 0.0;
-            pt->fraction = pt->bps / ys.stream_read_bps;
+            pt->fraction = pt->bps / pt->ys.stream_read_bps;
+            double io = 4.0 * o.batches[b] * ((double)o.k + o.rows); /* x in, y out (f32) */
+            pt->roof = dcp_bench_roofline_of(&pt->ys, (double)pt->bytes + io,
+                                             2.0 * o.batches[b] * (double)o.rows * o.k, pt->ns);
         }
         dcp_matrix_destroy(&m);
     }
@@ -210,42 +233,49 @@ int dcp_bench_matmul(int argc, char **argv)
     for (uint32_t ti = 0; ti < o.ntypes; ti++)
         for (uint32_t b = 0; b < o.nbatches; b++)
             if (o.types[ti] == DCP_GGML_TYPE_F16) f16_fraction[b] = pts[ti * o.nbatches + b].fraction;
+    dcp_bench_yardsticks ys;
+    dcp_bench_ruler_get(ruler, 0, &ys); /* the whole run */
     if (o.json) {
         printf("{\"bench\": \"matmul\", \"device\": ");
         dcp_cli_json_string(stdout, info->name, strlen(info->name));
-        printf(", \"rows\": %u, \"k\": %u, \"iters\": %u, \"tokens_per_workgroup\": %d,\n"
-               " \"yardsticks\": {\"bytes\": %llu, \"stream_read_gbps\": %.3f, \"stream_read_u32_gbps\": %.3f, "
-               "\"copy_gbps\": %.3f},\n \"results\": [",
-               o.rows, o.k, o.iters, DCP_MATMUL_TOKENS, (unsigned long long)ys.bytes, ys.stream_read_bps * 1e-9,
-               ys.stream_read_u32_bps * 1e-9, ys.copy_bps * 1e-9);
+        printf(", \"rows\": %u, \"k\": %u, \"iters\": %u, \"tokens_per_workgroup\": %d,\n \"yardsticks\": ",
+               o.rows, o.k, o.iters, DCP_MATMUL_TOKENS);
+        dcp_bench_yardsticks_json(stdout, &ys);
+        printf(",\n \"results\": [");
         for (uint32_t i = 0; i < o.ntypes * o.nbatches; i++) {
             const mm_point *pt = &pts[i];
             double f16 = f16_fraction[i % o.nbatches];
-            printf("%s\n  {\"type\": \"%s\", \"bits_per_weight\": %.4g, \"device_bytes\": %llu, \"batch\": %u, "
-                   "\"us\": %.3f, \"read_gbps\": %.3f, \"weights_per_s\": %.4g, \"of_yardstick\": %.4f, \"vs_f16\": ",
-                   i ? "," : "", dcp_ggml_type_name(pt->type), bits_per_weight(pt->type), (unsigned long long)pt->bytes,
-                   pt->batch, pt->ns * 1e-3, pt->bps * 1e-9, (double)n / (pt->ns * 1e-9), pt->fraction);
-            if (f16 > 0) printf("%.4f}", pt->fraction / f16);
-            else printf("null}");
+            printf("%s\n  {\"kernel\": \"matmul_%s\", \"type\": \"%s\", \"bits_per_weight\": %.4g, "
+                   "\"device_bytes\": %llu, \"batch\": %u, \"us\": %.3f, \"weight_read_gbps\": %.3f, "
+                   "\"weights_per_s\": %.4g, \"of_yardstick\": %.4f, \"vs_f16\": ",
+                   i ? "," : "", dcp_ggml_type_name(pt->type), dcp_ggml_type_name(pt->type), bits_per_weight(pt->type),
+                   (unsigned long long)pt->bytes, pt->batch, pt->ns * 1e-3, pt->bps * 1e-9,
+                   (double)n / (pt->ns * 1e-9), pt->fraction);
+            if (f16 > 0) printf("%.4f, ", pt->fraction / f16);
+            else printf("null, ");
+            dcp_bench_roofline_json(stdout, &pt->roof, &pt->ys);
+            printf("}");
         }
         printf("\n ]}\n");
     } else {
-        printf("matmul %u x %u on %s; yardsticks: stream read %.2f GB/s (16-byte loads), %.2f GB/s (4-byte), "
-               "copy %.2f GB/s\n",
-               o.rows, o.k, info->name, ys.stream_read_bps * 1e-9, ys.stream_read_u32_bps * 1e-9, ys.copy_bps * 1e-9);
-        printf("%-6s %6s %10s %6s %11s %10s %13s %7s\n", "type", "bits/w", "MiB", "batch", "us", "read GB/s",
-               "of yardstick", "vs F16");
+        printf("matmul %u x %u on %s\n", o.rows, o.k, info->name);
+        dcp_bench_yardsticks_text(stdout, info->name, &ys);
+        printf("%-6s %6s %10s %6s %11s %10s %13s %7s %9s %12s %5s %12s\n", "type", "bits/w", "MiB", "batch", "us",
+               "read GB/s", "of yardstick", "vs F16", "GFLOP/s", "roofline us", "bound", "of roofline");
         for (uint32_t i = 0; i < o.ntypes * o.nbatches; i++) {
             const mm_point *pt = &pts[i];
             double f16 = f16_fraction[i % o.nbatches];
             printf("%-6s %6.3g %10.2f %6u %11.1f %10.2f %12.1f%% ", dcp_ggml_type_name(pt->type), bits_per_weight(pt->type),
                    (double)pt->bytes / 1048576.0, pt->batch, pt->ns * 1e-3, pt->bps * 1e-9, 100.0 * pt->fraction);
-            if (f16 > 0) printf("%7.2f\n", pt->fraction / f16);
-            else printf("%7s\n", "-");
+            if (f16 > 0) printf("%7.2f", pt->fraction / f16);
+            else printf("%7s", "-");
+            printf(" %9.2f %12.1f %5s %11.1f%%\n", pt->roof.flops / pt->ns, pt->roof.roofline_ns * 1e-3,
+                   dcp_bench_roofline_bound(&pt->roof), 100.0 * pt->roof.fraction);
         }
     }
     rc = DCP_EXIT_OK;
 out:
+    dcp_bench_ruler_destroy(ruler);
     dcp_cmd_destroy(cmd);
     dcp_buffer_destroy(x);
     dcp_buffer_destroy(y);

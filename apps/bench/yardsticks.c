@@ -124,8 +124,8 @@ static dcp_status create(dcp_device *dev, dcp_bench_ruler *r)
     if (st == DCP_OK) st = calibrate_fma(r);
     /* 4-byte loads and vkCmdCopyBuffer: once, for context (the roofline uses the 16-byte rate). */
     if (st == DCP_OK) st = dcp_buffer_create(dev, r->bytes, DCP_MEMORY_DEVICE, &copy_dst);
-    double u32_ns[3], copy_ns[3];
-    for (int it = 0; st == DCP_OK && it < 4; it++) { /* iteration 0 warms up */
+    double u32_ns = 0, copy_ns = 0;
+    for (int it = 0; st == DCP_OK && it < 2; it++) { /* iteration 0 warms up (pipelines, first touch) */
         uint32_t t0, t1, t2;
         st = dcp_cmd_reset(r->cmd);
         if (st == DCP_OK) st = dcp_cmd_timestamp(r->cmd, &t0);
@@ -135,12 +135,12 @@ static dcp_status create(dcp_device *dev, dcp_bench_ruler *r)
         if (st == DCP_OK) st = dcp_cmd_copy(r->cmd, r->src, 0, copy_dst, 0, r->bytes);
         if (st == DCP_OK) st = dcp_cmd_timestamp(r->cmd, &t2);
         if (st == DCP_OK) st = dcp_cmd_run(r->cmd);
-        if (st == DCP_OK && it > 0) st = dcp_cmd_elapsed_ns(r->cmd, t0, t1, &u32_ns[it - 1]);
-        if (st == DCP_OK && it > 0) st = dcp_cmd_elapsed_ns(r->cmd, t1, t2, &copy_ns[it - 1]);
+        if (st == DCP_OK) st = dcp_cmd_elapsed_ns(r->cmd, t0, t1, &u32_ns);
+        if (st == DCP_OK) st = dcp_cmd_elapsed_ns(r->cmd, t1, t2, &copy_ns);
     }
     if (st == DCP_OK) {
-        r->read_u32_bps = (double)r->bytes / (dcp_bench_median(u32_ns, 3) * 1e-9);
-        r->copy_bps = (double)r->bytes / (dcp_bench_median(copy_ns, 3) * 1e-9);
+        r->read_u32_bps = (double)r->bytes / (u32_ns * 1e-9);
+        r->copy_bps = (double)r->bytes / (copy_ns * 1e-9);
     }
     dcp_buffer_destroy(copy_dst);
     return st;

@@ -314,6 +314,18 @@ char *serve_metrics_text(serve_hub *h)
     COUNTER("dcpvk_steps_total", "Model steps run.", s->steps);
     COUNTER("dcpvk_step_sequences_total", "Sum over steps of the requests in each step.", s->step_sequences);
     COUNTER("dcpvk_step_rows_total", "Rows (tokens) run in steps.", s->rows);
+    COUNTER("dcpvk_decode_steps_total", "Decode steps run (one row per request in the step).", s->decode_steps);
+    COUNTER("dcpvk_decode_step_dispatches_total",
+            "Compute dispatches of the decode steps, over every rank of process 0.", s->decode_dispatches);
+    COUNTER("dcpvk_decode_step_rank_dispatches_total",
+            "Compute dispatches of the decode steps on process 0's busiest rank.", s->decode_rank_dispatches);
+    COUNTER("dcpvk_decode_step_host_waits_total", "Host waits on the GPU in the decode steps.", s->decode_host_waits);
+    GAUGE("dcpvk_decode_step_dispatches", "Compute dispatches of the last decode step, every rank of process 0.",
+          "%u", s->last_decode_dispatches);
+    GAUGE("dcpvk_decode_step_rank_dispatches", "Compute dispatches of the last decode step on the busiest rank.",
+          "%u", s->last_decode_rank_dispatches);
+    GAUGE("dcpvk_decode_step_host_waits", "Host waits on the GPU in the last decode step.", "%u",
+          s->last_decode_host_waits);
     tprintf(&b, "# HELP dcpvk_requests_finished_total Requests ended, by reason.\n"
                 "# TYPE dcpvk_requests_finished_total counter\n");
     for (int k = 1; k <= DCP_ENGINE_FINISH_ERROR; k++)

@@ -174,6 +174,13 @@ typedef struct dcp_engine_stats {
     uint64_t finished[5];       /* requests ended, by dcp_engine_finish reason */
     uint32_t last_rows;         /* rows of the last step */
     double last_step_seconds;   /* wall time of the last step's model call */
+    /* Decode steps (one row per sequence in the step: decode tokens, or prompts of one token) and
+     * what they took, summed over them and of the last one: compute dispatches over every rank of
+     * this process and of its busiest rank (dcp_model_state_last_dispatches, _rank_dispatches),
+     * host waits (dcp_model_state_last_host_waits). */
+    uint64_t decode_steps;
+    uint64_t decode_dispatches, decode_rank_dispatches, decode_host_waits;
+    uint32_t last_decode_dispatches, last_decode_rank_dispatches, last_decode_host_waits;
 } dcp_engine_stats;
 
 DCP_API void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);

@@ -252,6 +252,10 @@ DCP_API uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
 DCP_API uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
 DCP_API uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s);
 DCP_API bool dcp_model_state_last_replayed(const dcp_model_state *s);
+/* Compute dispatches of the last step (recorded or replayed, every round): over all the ranks
+ * this process holds, and of its busiest rank alone. */
+DCP_API uint32_t dcp_model_state_last_dispatches(const dcp_model_state *s);
+DCP_API uint32_t dcp_model_state_last_rank_dispatches(const dcp_model_state *s);
 /* Step timing (off by default; turning it on makes the next step record again): after a step,
  * compute_ns = the GPU time of its rounds (device timestamps, the slowest rank of each round) and
  * exchange_ns = its wall-clock time minus that (host round trips, waits, host moves). */

@@ -192,6 +192,8 @@ DCP_API void dcp_cmd_destroy(dcp_cmd *cmd);
 DCP_API dcp_device *dcp_cmd_device(const dcp_cmd *cmd);
 /* Drops everything recorded and starts recording again. */
 DCP_API dcp_status dcp_cmd_reset(dcp_cmd *cmd);
+/* Compute dispatches recorded since the last reset (kept while the recording is resubmitted). */
+DCP_API uint32_t dcp_cmd_dispatches(const dcp_cmd *cmd);
 /* Ends recording (once) and submits; dcp_cmd_wait waits for completion. A submitted command may
  * be submitted again after it completed (the recording is kept). */
 DCP_API dcp_status dcp_cmd_submit(dcp_cmd *cmd);

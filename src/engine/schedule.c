@@ -210,6 +210,16 @@ dcp_status dcp_engine_step(dcp_engine *e)
     e->stats.step_sequences += e->n_sched;
     e->stats.rows += e->n_rows;
     e->stats.last_rows = e->n_rows;
+    if (e->n_rows == e->n_sched) { /* one row per sequence: a decode step */
+        dcp_engine_stats *t = &e->stats;
+        t->last_decode_dispatches = dcp_model_state_last_dispatches(e->s);
+        t->last_decode_rank_dispatches = dcp_model_state_last_rank_dispatches(e->s);
+        t->last_decode_host_waits = dcp_model_state_last_host_waits(e->s);
+        t->decode_steps++;
+        t->decode_dispatches += t->last_decode_dispatches;
+        t->decode_rank_dispatches += t->last_decode_rank_dispatches;
+        t->decode_host_waits += t->last_decode_host_waits;
+    }
     /* Advance every scheduled sequence, then sample in row order (k-th logits row). Sampling may
      * end a sequence (and free it), so each entry is read before its token is added. */
     uint32_t k = 0;

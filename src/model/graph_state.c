@@ -560,6 +560,17 @@ uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s)
 uint64_t dcp_model_state_tokens_run(const dcp_model_state *s) { return s->tokens_run; }
 uint32_t dcp_model_state_last_rounds(const dcp_model_state *s) { return dcp_step_last_rounds(s->step); }
 uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s) { return dcp_step_last_host_waits(s->step); }
+uint32_t dcp_model_state_last_dispatches(const dcp_model_state *s) { return dcp_step_last_dispatches(s->step); }
+
+uint32_t dcp_model_state_last_rank_dispatches(const dcp_model_state *s)
+{
+    uint32_t top = 0;
+    for (uint32_t i = 0; i < dcp_step_count(s->step); i++) {
+        uint32_t d = dcp_step_last_rank_dispatches(s->step, i);
+        if (d > top) top = d;
+    }
+    return top;
+}
 
 void dcp_model_state_set_timing(dcp_model_state *s, bool on) { dcp_step_set_timing(s->step, on); }
 

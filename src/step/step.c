@@ -63,7 +63,10 @@ struct dcp_step {
     uint32_t ts_cap;                /* rounds allocated in ts */
     double t0, last_total_ns, last_compute_ns;
     /* the last step */
+    uint32_t host_waits;            /* host waits of the step in progress (counted where they happen) */
     uint32_t last_rounds, last_host_waits;
+    uint32_t *disp;                 /* [3][n] dispatches per rank: the step in progress, the kept
+                                     * recording, the last step */
     bool last_replayed;
 };
 
@@ -169,7 +172,8 @@ dcp_status dcp_step_create(dcp_device *const *devs, uint32_t count, dcp_step **o
     s->n = count;
     s->devs = calloc(count, sizeof *s->devs);
     s->own = calloc(count, sizeof *s->own);
-    if (!s->devs || !s->own) {
+    s->disp = calloc(3 * (size_t)count, sizeof *s->disp);
+    if (!s->devs || !s->own || !s->disp) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
@@ -197,6 +201,7 @@ void dcp_step_destroy(dcp_step *s)
     free(s->rc);
     free(s->act);
     free(s->devs);
+    free(s->disp);
     free(s);
 }
 
@@ -219,6 +224,18 @@ dcp_cmd *dcp_step_recorded_cmd(const dcp_step *s, uint32_t round, uint32_t i)
 dcp_cmd *dcp_step_cmd(const dcp_step *s, uint32_t i) { return i < s->n && s->cur ? s->cur[i] : NULL; }
 uint32_t dcp_step_last_rounds(const dcp_step *s) { return s->last_rounds; }
 uint32_t dcp_step_last_host_waits(const dcp_step *s) { return s->last_host_waits; }
+
+uint32_t dcp_step_last_dispatches(const dcp_step *s)
+{
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < s->n; i++) total += s->disp[2 * s->n + i];
+    return total;
+}
+
+uint32_t dcp_step_last_rank_dispatches(const dcp_step *s, uint32_t local)
+{
+    return local < s->n ? s->disp[2 * s->n + local] : 0;
+}
 dcp_step_sync dcp_step_sync_mode(const dcp_step *s, const char **why)
 {
     if (why) *why = s->sync_ready ? s->sync_why : "not decided yet (no step has run)";
@@ -388,7 +405,10 @@ fail:
  * after its peers' previous round, signalling its own. */
 static dcp_status run_round(dcp_step *s, dcp_cmd **cmds)
 {
-    if (s->sync == DCP_STEP_SYNC_HOST) return dcp_cmd_run_all(cmds, s->n);
+    if (s->sync == DCP_STEP_SYNC_HOST) {
+        s->host_waits++; /* the host waits for every rank's fence of the round */
+        return dcp_cmd_run_all(cmds, s->n);
+    }
     dcp_status st = DCP_OK;
     uint64_t values[256];
     for (uint32_t i = 0; i < s->n; i++) {
@@ -431,6 +451,7 @@ fail:
 static dcp_status wait_rounds(dcp_step *s, dcp_cmd **rows, uint32_t rounds)
 {
     dcp_status st = DCP_OK;
+    s->host_waits++;
     for (uint32_t k = rounds; k-- > 0;)
         for (uint32_t i = 0; i < s->n; i++) {
             dcp_status w = dcp_cmd_wait(rows[(size_t)k * s->n + i]);
@@ -450,10 +471,13 @@ fail:
     return st;
 }
 
-/* Ends the current round's recordings (the timestamps closing them). */
+/* Ends the current round's recordings (the timestamps closing them) and counts their dispatches. */
 static void close_cur(dcp_step *s)
 {
-    for (uint32_t i = 0; i < s->n; i++) stamp(s, i, 1);
+    for (uint32_t i = 0; i < s->n; i++) {
+        stamp(s, i, 1);
+        s->disp[i] += dcp_cmd_dispatches(s->cur[i]);
+    }
 }
 
 static dcp_status log_exchange(dcp_step *s, const dcp_comm_xchg *x)
@@ -482,7 +506,8 @@ static dcp_status replay(dcp_step *s)
     s->last_total_ns = now_ns() - s->t0;
     if (s->timed) s->last_compute_ns = compute_time(s, s->rc, s->rc_rounds);
     s->last_rounds = s->rc_rounds;
-    s->last_host_waits = s->sync == DCP_STEP_SYNC_GPU ? 1 : s->rc_rounds;
+    s->last_host_waits = s->host_waits;
+    memcpy(s->disp + 2 * s->n, s->disp + s->n, s->n * sizeof *s->disp);
     s->last_replayed = true;
     return DCP_OK;
 fail:
@@ -497,6 +522,8 @@ dcp_status dcp_step_begin(dcp_step *s, uint64_t key, bool *replayed)
     *replayed = false;
     if (s->mode != STEP_IDLE) dcp_step_abort(s);
     s->t0 = now_ns();
+    s->host_waits = 0;
+    memset(s->disp, 0, s->n * sizeof *s->disp);
     if (!s->sync_ready) DCP_TRY(setup_sync(s));
     for (uint32_t c = 0; c < s->comm_count; c++)
         DCP_TRY(dcp_comm_reset_banks(s->comms[c], s->sync == DCP_STEP_SYNC_HOST));
@@ -573,9 +600,11 @@ dcp_status dcp_step_end(dcp_step *s)
     if (s->mode == STEP_RECORDING) {
         s->rc_rounds = s->round + 1;
         s->rc_key = s->key;
+        memcpy(s->disp + s->n, s->disp, s->n * sizeof *s->disp);
     }
+    memcpy(s->disp + 2 * s->n, s->disp, s->n * sizeof *s->disp);
     s->last_rounds = s->round + 1;
-    s->last_host_waits = s->sync == DCP_STEP_SYNC_GPU ? 1 : s->round + 1;
+    s->last_host_waits = s->host_waits;
     s->last_replayed = false;
     s->mode = STEP_IDLE;
     s->cur = NULL;

@@ -82,10 +82,15 @@ void dcp_step_abort(dcp_step *step);
  * timestamps), or NULL. */
 dcp_cmd *dcp_step_recorded_cmd(const dcp_step *step, uint32_t round, uint32_t local);
 
-/* Rounds of the last step, the host waits it took (rounds in host mode, 1 in gpu mode), and
- * whether it was replayed. */
+/* Rounds of the last step, the host waits it took, and whether it was replayed. A host wait is
+ * counted where the host blocks on the GPU: after every round in host mode (every rank's fence of
+ * the round), once at the end in gpu mode (the last round's fences). */
 uint32_t dcp_step_last_rounds(const dcp_step *step);
 uint32_t dcp_step_last_host_waits(const dcp_step *step);
+/* Compute dispatches the last step recorded or replayed: over every local rank and round, and of
+ * local rank i alone (0 for another i). */
+uint32_t dcp_step_last_dispatches(const dcp_step *step);
+uint32_t dcp_step_last_rank_dispatches(const dcp_step *step, uint32_t local);
 bool dcp_step_last_replayed(const dcp_step *step);
 
 /* Timing of the steps (off by default): on, every round's command of every rank is bracketed by

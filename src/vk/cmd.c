@@ -55,6 +55,8 @@ void dcp_cmd_destroy(dcp_cmd *c)
 
 dcp_device *dcp_cmd_device(const dcp_cmd *c) { return c->dev; }
 
+uint32_t dcp_cmd_dispatches(const dcp_cmd *c) { return c->dispatches; }
+
 dcp_status dcp_cmd_reset(dcp_cmd *c)
 {
     dcp_status st = DCP_OK;
@@ -70,6 +72,7 @@ dcp_status dcp_cmd_reset(dcp_cmd *c)
     DCP_VK_TRY(dev, dev->vk.vkBeginCommandBuffer(c->cb, &bi));
     c->recording = 1;
     c->query_count = 0;
+    c->dispatches = 0;
     if (c->queries) dev->vk.vkCmdResetQueryPool(c->cb, c->queries, 0, DCP_MAX_TIMESTAMPS);
     return DCP_OK;
 fail:

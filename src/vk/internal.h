@@ -141,6 +141,7 @@ struct dcp_cmd {
     uint32_t set_count, set_total, set_cap;
     VkQueryPool queries;
     uint32_t query_count;
+    uint32_t dispatches; /* compute dispatches recorded since the last reset */
 };
 
 /* Chains VkMemoryAllocateFlagsInfo (the device's mask) into *mai when the device runs on a

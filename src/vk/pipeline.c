@@ -298,6 +298,7 @@ dcp_status dcp_cmd_dispatch(dcp_cmd *cmd, const dcp_pipeline_desc *d, const uint
     dev->vk.vkCmdPushConstants(cmd->cb, prog->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                d->push_size, push);
     dev->vk.vkCmdDispatch(cmd->cb, gx, gy, gz);
+    cmd->dispatches++;
     log_dispatch(prog);
     return DCP_OK;
 fail:
