@@ -2,7 +2,22 @@
 # steps and its roll-back leaving the caches as one-token decoding leaves them, over llama
 # (stories260K, generated), q8_0 KV and deepseek2 at TP 1 and the DCP layouts; one CTest entry per
 # group of configurations.
+# Per-rank visibility of a verification step's queries (every N, interleave, k, length, page
+# boundary) and the roll-back's pages, against a brute-force deal of the positions. CPU only.
+dcp_test(test_spec_visibility SOURCES test_spec_visibility.c)
 dcp_test(test_spec_model_stories SOURCES test_spec_model.c ref_model.c vkutil.c EXE test_spec_model ARGS test_stories)
 dcp_test(test_spec_model_dcp EXE test_spec_model ARGS test_dcp_wide)
 dcp_test(test_spec_model_q8 EXE test_spec_model ARGS test_q8)
 dcp_test(test_spec_model_deepseek2 EXE test_spec_model ARGS test_deepseek2)
+# The engine with speculation (n-gram drafts and a draft model) against the engine without: exact
+# greedy and n-gram-sampled outputs, draft-model sampling reproducible and distributed as the
+# target, stop strings, preemption, cancellation, refused configurations.
+dcp_test(test_spec_refused SOURCES test_spec.c ref_model.c vkutil.c EXE test_spec ARGS test_refused)
+dcp_test(test_spec_tp1 EXE test_spec ARGS "test_*_tp1")
+dcp_test(test_spec_stops EXE test_spec ARGS test_stops)
+dcp_test(test_spec_distribution EXE test_spec ARGS test_distribution)
+dcp_test(test_spec_cancel EXE test_spec ARGS test_cancel)
+dcp_test(test_spec_preemption EXE test_spec ARGS test_preemption)
+dcp_test(test_spec_dcp EXE test_spec ARGS test_dcp)
+dcp_test(test_spec_models_deepseek2 EXE test_spec ARGS test_models_deepseek2)
+dcp_test(test_spec_models_q8 EXE test_spec ARGS test_models_q8)

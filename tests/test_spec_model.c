@@ -14,6 +14,8 @@
  *    ag_rs with q_replicate), with q8_0 latent rows too. Accepted counts vary from 0 to k, so
  *    verifications start and end on and across page and interleave boundaries, and ranks that own
  *    none of the draft tokens occur;
+ *  - per-rank visibility in each real verification step: the local lengths every layer's attention
+ *    reads for query j on every rank are the rank's tokens before L + j + 1 (brute force);
  *  - truncation refuses a longer length and a slot outside the state. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +159,28 @@ static void same_caches(const dcp_model_state *a, const dcp_model_state *b, cons
         }
 }
 
+/* The lengths the step's attention read for its k + 1 rows (dcp_graph_rows_tables, as each
+ * architecture's layers call it) on every layer and rank held: query j at global position L + j
+ * sees, on group rank r, as many local tokens as r owns before L + j + 1 (counted position by
+ * position with the owner function). */
+static void check_visibility(dcp_model_state *s, uint32_t L, uint32_t k, const char *what)
+{
+    assert_int_equal(s->rows, k + 1);
+    const uint32_t N = s->m->dcp, I = s->cfg.interleave;
+    for (uint32_t l = 0; l < s->m->cfg.n_layer; l++)
+        for (uint32_t i = 0; i < s->m->nl; i++) {
+            dcp_graph_rows_tables(s, l, i);
+            const uint32_t r = s->r[i].gr;
+            for (uint32_t j = 0; j <= k; j++) {
+                uint32_t own = 0;
+                for (uint32_t p = 0; p <= L + j; p++) own += N == 1 || dcp_kv_owner(p, N, I) == r;
+                if (s->lens[j] != own)
+                    fail_msg("%s: verification at L = %u: query %u on rank %u layer %u sees %u local tokens; the "
+                             "rank owns %u before position %u", what, L, j, r, l, s->lens[j], own, L + j + 1);
+            }
+        }
+}
+
 static void check_case(const scase *c)
 {
     model_src ms;
@@ -208,6 +232,7 @@ static void check_case(const scase *c)
         }
         int32_t nx[K + 1];
         DCP_ASSERT_OK(dcp_model_state_step(spec, rows, 1 + d, logits, nx));
+        check_visibility(spec, L, d, what);
         for (uint32_t j = 0; j <= a; j++) {
             if (memcmp(logits + (size_t)j * V, ref_logits + (size_t)(L + j) * V, (size_t)V * sizeof *logits) != 0)
                 fail_msg("%s: verification at L = %u, row %u: logits differ from the one-token step at position %u",
