@@ -42,6 +42,9 @@ typedef struct serve_app {
     uint32_t first, nl;
     dcp_model *m;
     dcp_model_state *s;
+    dcp_model_load_config wc;     /* the target's load (the draft model's too) */
+    dcp_device *devs[1024];
+    serve_spec spec;              /* --speculative-config (serve/spec.c) */
     char name[256];
 } serve_app;
 
@@ -73,15 +76,15 @@ static int open_model(serve_app *a)
 
 static int load(serve_app *a)
 {
-    dcp_device *devs[1024];
-    for (uint32_t r = 0; r < a->nl && r < 1024; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
+    for (uint32_t r = 0; r < a->nl && r < 1024; r++) a->devs[r] = dcp_context_device(a->ctx, (int)r);
     dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    wc.devices = devs;
+    wc.devices = a->devs;
     wc.count = a->nl;
     wc.first_rank = a->first;
     wc.tp = a->o.run.tp;
     wc.dcp = a->o.run.dcp;
     wc.q_replicate = a->o.run.q_replicate;
+    a->wc = wc;
     dcp_status st = dcp_model_load(&wc, a->g, &a->mc, &a->m);
     return st ? fail(a, "loading the weights", st) : 0;
 }
@@ -100,6 +103,7 @@ static int build_state(serve_app *a)
     if (!dcp_dtype_parse(r->kv_dtype, &sc.kv_dtype)) sc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
     sc.interleave = r->interleave;
     sc.backend = strcmp(r->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
+    if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
 }
@@ -132,6 +136,7 @@ static int serve(serve_app *a)
 {
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     if (a->mpi) ec.on_plan = serve_plan_broadcast;
+    serve_spec_config(&a->spec, &ec.spec);
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
@@ -170,6 +175,10 @@ static int serve(serve_app *a)
                 "of %u tokens per rank, chat template %s)\n",
                 a->prog, a->o.host, port, a->name, a->o.run.tp, a->o.run.dcp, h.n_ctx, sc->max_seqs, sc->kv_pages,
                 sc->block_size, dcp_chat_template_name(h.chat));
+        if (a->spec.method != DCP_SPEC_NONE)
+            fprintf(stderr, "%s: speculative decoding: %s, %u tokens per step%s%s\n", a->prog,
+                    dcp_spec_method_name(a->spec.method), a->spec.k, a->spec.model ? ", draft " : "",
+                    a->spec.model ? a->spec.model : "");
         fflush(stderr);
         rc = serve_hub_run(&h, e, &stop_flag, quiesce, http) ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
         serve_http_stop(http);
@@ -178,6 +187,11 @@ static int serve(serve_app *a)
         fprintf(stderr, "%s: stopped: %llu requests finished, %llu tokens generated, %llu preemptions\n", a->prog,
                 (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
                 (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
+        if (a->spec.method != DCP_SPEC_NONE)
+            fprintf(stderr, "%s: speculative decoding: %llu drafts, %llu draft tokens, %llu accepted (mean accepted "
+                    "length %.2f)\n", a->prog, (unsigned long long)es.spec_drafts,
+                    (unsigned long long)es.spec_draft_tokens, (unsigned long long)es.spec_accepted_tokens,
+                    es.spec_drafts ? 1.0 + (double)es.spec_accepted_tokens / (double)es.spec_drafts : 0.0);
     }
     if (a->mpi) serve_plan_quit();
     dcp_engine_destroy(e);
@@ -187,6 +201,7 @@ static int serve(serve_app *a)
 
 static void app_free(serve_app *a)
 {
+    serve_spec_free(&a->spec);
     dcp_model_state_destroy(a->s);
     dcp_model_destroy(a->m);
     dcp_context_destroy(a->ctx);
@@ -219,7 +234,9 @@ int main(int argc, char **argv)
     if ((rc = run_world_agree(&a.world, open_model(&a)))) goto done;
     if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx))) goto done;
     if ((rc = run_world_agree(&a.world, load(&a)))) goto done;
+    if (a.o.speculative_config && (rc = serve_spec_parse(a.o.speculative_config, &a.spec, a.prog))) goto done;
     if ((rc = build_state(&a))) goto done;
+    if ((rc = run_world_agree(&a.world, serve_spec_load(&a.spec, &a.wc, a.s, a.tok, a.prog)))) goto done;
     if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
