@@ -21,3 +21,15 @@ dcp_test(test_spec_preemption EXE test_spec ARGS test_preemption)
 dcp_test(test_spec_dcp EXE test_spec ARGS test_dcp)
 dcp_test(test_spec_models_deepseek2 EXE test_spec ARGS test_models_deepseek2)
 dcp_test(test_spec_models_q8 EXE test_spec ARGS test_models_q8)
+# dcp-vk-bench spec on a short request at TP 1 and TP 8 / DCP 2: it runs every case and exits 0
+# only when the tokens with speculation equal those without (speed is reported, never asserted).
+add_test(NAME app_bench_spec COMMAND dcp-vk-bench spec -m ${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K.gguf
+         -n 24 --quote 40 --reps 1 --json)
+set_tests_properties(app_bench_spec PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0"
+                     PASS_REGULAR_EXPRESSION "\"case\": \"ngram, self-quoting prompt\".*\"num_accepted_tokens\": [1-9].*\"case\": \"draft, BOS alone\""
+                     FAIL_REGULAR_EXPRESSION "differ|validation (error|warning)")
+add_test(NAME app_bench_spec_dcp COMMAND dcp-vk-bench spec -m ${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K.gguf
+         --tp 8 --dcp 2 -n 16 --quote 24 --reps 1 --json)
+set_tests_properties(app_bench_spec_dcp PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
+                     PASS_REGULAR_EXPRESSION "\"case\": \"ngram, self-quoting prompt\", \"tp\": 8, \"dcp\": 2.*\"case\": \"draft, BOS alone\""
+                     FAIL_REGULAR_EXPRESSION "differ|validation (error|warning)")

@@ -1,6 +1,6 @@
 /* --speculative-config (vLLM's option and field names): the JSON object parsed with cJSON, and the
  * draft model it may name loaded beside the target: the same devices, TP and DCP layout (its KV
- * cache sharded over the same DCP group by the same placement rule: docs/design.md section 16),
+ * cache sharded over the same DCP group by the same placement rule: docs/design.md section 17),
  * its own run state of the target's slots, context and block size. */
 #include <stdio.h>
 #include <stdlib.h>

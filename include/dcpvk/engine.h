@@ -57,7 +57,7 @@ typedef struct dcp_engine_plan {
  * step ends with an error). */
 typedef dcp_status (*dcp_engine_plan_fn)(void *user, const dcp_engine_plan *plan);
 
-/* ---- speculative decoding (docs/design.md section 15) -----------------------------------------
+/* ---- speculative decoding (docs/design.md section 17) -----------------------------------------
  * Each step, every decoding sequence may run k + 1 rows instead of one: its last token and k draft
  * tokens, all with logits, causal among themselves (rows of one sequence, as in a prefill chunk;
  * under DCP each rank's share of the draft positions follows the placement rule). Verification

@@ -1,4 +1,4 @@
-/* Speculative decoding in the engine (include/dcpvk/engine.h, docs/design.md section 15): the
+/* Speculative decoding in the engine (include/dcpvk/engine.h, docs/design.md section 17): the
  * drafts (n-gram prompt lookup, or a draft model's run state driven step by step beside the
  * target's), the verification of a sequence's k + 1 scored rows (greedy, sampling with a point-mass
  * draft, sampling with a draft distribution), and the roll-back of rejected drafts in both states.
