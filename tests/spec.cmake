@@ -9,6 +9,7 @@ dcp_test(test_spec_model_stories SOURCES test_spec_model.c ref_model.c vkutil.c 
 dcp_test(test_spec_model_dcp EXE test_spec_model ARGS test_dcp_wide)
 dcp_test(test_spec_model_q8 EXE test_spec_model ARGS test_q8)
 dcp_test(test_spec_model_deepseek2 EXE test_spec_model ARGS test_deepseek2)
+dcp_test(test_spec_model_replay EXE test_spec_model ARGS test_replay_shapes)
 # The engine with speculation (n-gram drafts and a draft model) against the engine without: exact
 # greedy and n-gram-sampled outputs, draft-model sampling reproducible and distributed as the
 # target, stop strings, preemption, cancellation, refused configurations.

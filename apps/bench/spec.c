@@ -154,10 +154,11 @@ static int report(const spec_opts *o, const char *what, const bench_run *base, c
         printf("{\"case\": \"%s\", \"tp\": %u, \"dcp\": %u, \"k\": %u, \"tokens\": %u, \"tokens_per_s\": %.3f, "
                "\"spec_tokens_per_s\": %.3f, \"speedup\": %.3f, \"num_drafts\": %llu, \"num_draft_tokens\": %llu, "
                "\"num_accepted_tokens\": %llu, \"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
-               "\"draft_steps\": %llu, \"draft_seconds\": %.3f}\n",
+               "\"steps\": %llu, \"spec_steps\": %llu, \"draft_steps\": %llu, \"draft_seconds\": %.3f}\n",
                what, o->tp, o->dcp, o->k, base->n, base->tps, spec->tps, speedup, (unsigned long long)s->spec_drafts,
                (unsigned long long)s->spec_draft_tokens, (unsigned long long)s->spec_accepted_tokens, acc, mean,
-               (unsigned long long)s->spec_draft_steps, s->spec_draft_seconds);
+               (unsigned long long)base->st.steps, (unsigned long long)s->steps, (unsigned long long)s->spec_draft_steps,
+               s->spec_draft_seconds);
     else
         printf("%-28s %10.2f %10.2f %7.2fx %7llu %8llu %8llu %7.1f%% %6.2f\n", what, base->tps, spec->tps, speedup,
                (unsigned long long)s->spec_drafts, (unsigned long long)s->spec_draft_tokens,
