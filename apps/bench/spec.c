@@ -6,9 +6,10 @@
  *   (b) a draft model (--draft FILE, or the target cut to its first --draft-layers layers) on the
  *       same prompt and on BOS alone; the n-gram drafts on BOS alone too (the model's own
  *       repetitions only).
- * Each line: decode tokens/s without and with speculation, runs alternating in one process, the
- * best of --reps each (from the first generated token to the last, so the prompt's prefill is not
- * counted), the speedup, the
+ * Each line: decode tokens per wall second and per CPU second of the process (steadier on a
+ * shared machine) without and with speculation, runs alternating in one process, the best of
+ * --reps each (from the first generated token to the last, so the prompt's prefill is not
+ * counted), the speedups, the
  * drafts, draft tokens, accepted tokens, acceptance rate and mean accepted length (vLLM's
  * spec_decode counters). The tokens with speculation must equal those without (greedy is exact):
  * a difference is an error (exit 1). */
@@ -32,10 +33,10 @@ typedef struct spec_opts {
     bool json;
 } spec_opts;
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -93,7 +94,9 @@ static int parse(int argc, char **argv, spec_opts *o)
 typedef struct bench_run {
     int32_t *toks;
     uint32_t n;
-    double tps;
+    double tps;                  /* tokens per wall second */
+    double tps_cpu;              /* tokens per CPU second of this process (all its threads: lavapipe's
+                                  * too), steadier than wall time on a shared machine */
     dcp_engine_stats st;
 } bench_run;
 
@@ -113,11 +116,11 @@ static dcp_status run_one(dcp_model_state *s, const dcp_tokenizer *tok, const dc
     r.ignore_eos = true;
     uint64_t id;
     out->n = 0;
-    double t_first = 0.0, t_last = 0.0;
+    double t_first = 0.0, t_last = 0.0, c_first = 0.0, c_last = 0.0;
     if ((st = dcp_engine_submit(e, &r, &id)) != DCP_OK) goto done;
     while (dcp_engine_busy(e)) {
         if ((st = dcp_engine_step(e)) != DCP_OK) goto done;
-        const double t = now_s();
+        const double t = clock_s(CLOCK_MONOTONIC), cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         dcp_engine_event ev;
         while (dcp_engine_poll(e, &ev)) {
             if (ev.kind == DCP_ENGINE_EVENT_FINISHED && ev.finish == DCP_ENGINE_FINISH_ERROR) {
@@ -125,12 +128,17 @@ static dcp_status run_one(dcp_model_state *s, const dcp_tokenizer *tok, const dc
                 goto done;
             }
             if (ev.token < 0) continue;
-            if (out->n == 0) t_first = t;
+            if (out->n == 0) {
+                t_first = t;
+                c_first = cpu;
+            }
             t_last = t;
+            c_last = cpu;
             if (out->n < n) out->toks[out->n++] = ev.token;
         }
     }
     out->tps = out->n > 1 && t_last > t_first ? (out->n - 1) / (t_last - t_first) : 0.0;
+    out->tps_cpu = out->n > 1 && c_last > c_first ? (out->n - 1) / (c_last - c_first) : 0.0;
     dcp_engine_get_stats(e, &out->st);
 done:
     dcp_engine_destroy(e);
@@ -150,17 +158,21 @@ static int report(const spec_opts *o, const char *what, const bench_run *base, c
     const double acc = s->spec_draft_tokens ? (double)s->spec_accepted_tokens / (double)s->spec_draft_tokens : 0.0;
     const double mean = s->spec_drafts ? 1.0 + (double)s->spec_accepted_tokens / (double)s->spec_drafts : 0.0;
     const double speedup = base->tps > 0.0 ? spec->tps / base->tps : 0.0;
+    const double speedup_cpu = base->tps_cpu > 0.0 ? spec->tps_cpu / base->tps_cpu : 0.0;
     if (o->json)
         printf("{\"case\": \"%s\", \"tp\": %u, \"dcp\": %u, \"k\": %u, \"tokens\": %u, \"tokens_per_s\": %.3f, "
-               "\"spec_tokens_per_s\": %.3f, \"speedup\": %.3f, \"num_drafts\": %llu, \"num_draft_tokens\": %llu, "
+               "\"spec_tokens_per_s\": %.3f, \"speedup\": %.3f, \"tokens_per_cpu_s\": %.3f, "
+               "\"spec_tokens_per_cpu_s\": %.3f, \"speedup_cpu\": %.3f, \"num_drafts\": %llu, \"num_draft_tokens\": %llu, "
                "\"num_accepted_tokens\": %llu, \"acceptance_rate\": %.4f, \"mean_accepted_length\": %.3f, "
                "\"steps\": %llu, \"spec_steps\": %llu, \"draft_steps\": %llu, \"draft_seconds\": %.3f}\n",
-               what, o->tp, o->dcp, o->k, base->n, base->tps, spec->tps, speedup, (unsigned long long)s->spec_drafts,
+               what, o->tp, o->dcp, o->k, base->n, base->tps, spec->tps, speedup, base->tps_cpu, spec->tps_cpu,
+               speedup_cpu, (unsigned long long)s->spec_drafts,
                (unsigned long long)s->spec_draft_tokens, (unsigned long long)s->spec_accepted_tokens, acc, mean,
                (unsigned long long)base->st.steps, (unsigned long long)s->steps, (unsigned long long)s->spec_draft_steps,
                s->spec_draft_seconds);
     else
-        printf("%-28s %10.2f %10.2f %7.2fx %7llu %8llu %8llu %7.1f%% %6.2f\n", what, base->tps, spec->tps, speedup,
+        printf("%-28s %9.2f %9.2f %6.2fx %9.2f %9.2f %6.2fx %6llu %7llu %8llu %6.1f%% %5.2f\n", what, base->tps,
+               spec->tps, speedup, base->tps_cpu, spec->tps_cpu, speedup_cpu,
                (unsigned long long)s->spec_drafts, (unsigned long long)s->spec_draft_tokens,
                (unsigned long long)s->spec_accepted_tokens, 100.0 * acc, mean);
     return DCP_EXIT_OK;
@@ -240,7 +252,7 @@ int dcp_bench_spec(int argc, char **argv)
     what = "the prompt's greedy text";
     bos[0] = dcp_tokenizer_bos(tok) >= 0 ? dcp_tokenizer_bos(tok) : 1;
     {
-        bench_run q = {quote, 0, 0.0, {0}};
+        bench_run q = {.toks = quote};
         if ((st = run_one(s, tok, NULL, bos, 1, o.quote, &q))) goto fail;
     }
     uint32_t np = 0;
@@ -252,11 +264,11 @@ int dcp_bench_spec(int argc, char **argv)
     np += 4;
     if (!o.json)
         printf("dcp-vk-bench spec: %s (%u layers) at TP %u, DCP %u on %s; draft %s (%u layers); k %u, %u tokens per "
-               "request, decode tokens/s (best of %u each)\n"
-               "%-28s %10s %10s %8s %7s %8s %8s %8s %6s\n",
+               "request, decode tokens per wall second and per CPU second (best of %u each)\n"
+               "%-28s %9s %9s %7s %9s %9s %7s %6s %7s %8s %7s %5s\n",
                o.model, cfg.n_layer, o.tp, o.dcp, dcp_device_get_info(devs[0])->name,
-               o.draft ? o.draft : "the target cut", dcfg.n_layer, o.k, o.n, o.reps, "case", "tok/s", "spec tok/s",
-               "speedup", "drafts", "drafted", "accepted", "rate", "mean");
+               o.draft ? o.draft : "the target cut", dcfg.n_layer, o.k, o.n, o.reps, "case", "tok/s", "spec", "speedup",
+               "tok/cpu-s", "spec", "speedup", "drafts", "drafted", "accepted", "rate", "mean");
     dcp_spec_config ng = DCP_SPEC_CONFIG_DEFAULT, dr = DCP_SPEC_CONFIG_DEFAULT;
     ng.method = DCP_SPEC_NGRAM;
     ng.num_speculative_tokens = o.k;
@@ -281,15 +293,19 @@ int dcp_bench_spec(int argc, char **argv)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0] && rc == DCP_EXIT_OK; c++) {
         /* Without and with, alternately, the best of each (a shared machine slows both alike). */
-        double best_base = 0.0, best_spec = 0.0;
+        double best_base = 0.0, best_spec = 0.0, cpu_base = 0.0, cpu_spec = 0.0;
         for (uint32_t rep = 0; rep < o.reps; rep++) {
             if ((st = run_one(s, tok, NULL, cases[c].prompt, cases[c].np, o.n, &base))) goto fail;
             if ((st = run_one(s, tok, cases[c].sp, cases[c].prompt, cases[c].np, o.n, &spec))) goto fail;
             if (base.tps > best_base) best_base = base.tps;
             if (spec.tps > best_spec) best_spec = spec.tps;
+            if (base.tps_cpu > cpu_base) cpu_base = base.tps_cpu;
+            if (spec.tps_cpu > cpu_spec) cpu_spec = spec.tps_cpu;
         }
         base.tps = best_base;
         spec.tps = best_spec;
+        base.tps_cpu = cpu_base;
+        spec.tps_cpu = cpu_spec;
         rc = report(&o, cases[c].name, &base, &spec);
     }
     goto out;
