@@ -15,7 +15,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/vk.h"
 #include "serve/serve.h"
 
@@ -76,14 +76,8 @@ static int open_model(serve_app *a)
 
 static int load(serve_app *a)
 {
-    for (uint32_t r = 0; r < a->nl && r < 1024; r++) a->devs[r] = dcp_context_device(a->ctx, (int)r);
-    dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    wc.devices = a->devs;
-    wc.count = a->nl;
-    wc.first_rank = a->first;
-    wc.tp = a->o.run.tp;
-    wc.dcp = a->o.run.dcp;
-    wc.q_replicate = a->o.run.q_replicate;
+    if (a->nl > 1024) return fail(a, "loading the weights", DCP_ERR_INVALID_ARGUMENT);
+    dcp_model_load_config wc = run_load_config(&a->o.run, a->ctx, a->first, a->nl, a->devs);
     a->wc = wc;
     dcp_status st = dcp_model_load(&wc, a->g, &a->mc, &a->m);
     return st ? fail(a, "loading the weights", st) : 0;
@@ -92,17 +86,9 @@ static int load(serve_app *a)
 /* The run state (collective over MPI: it fails on every process or none). */
 static int build_state(serve_app *a)
 {
-    const run_options *r = &a->o.run;
-    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    sc.n_ctx = r->ctx;
+    dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
-    sc.max_rows = r->prefill_chunk;
-    sc.block_size = r->block_size;
-    sc.kv_dtype = DCP_DTYPE_F16;
-    if (!dcp_dtype_parse(r->kv_dtype, &sc.kv_dtype)) sc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
-    sc.interleave = r->interleave;
-    sc.backend = strcmp(r->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
     if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
@@ -131,28 +117,38 @@ static void chat_setup(serve_app *a, serve_hub *h)
     free(ids);
 }
 
+/* Process 0 under MPI, once, at the end: the followers stop and end with rc. A failure to tell them
+ * ends every process. Returns rc. */
+static int quit(serve_app *a, int rc)
+{
+    if (!a->mpi) return rc;
+    dcp_status st = run_plan_quit(rc);
+    if (st == DCP_OK) return rc;
+    fail(a, "stopping the other processes", st);
+    return run_world_abort(&a->world, DCP_EXIT_RUNTIME);
+}
+
 /* Process 0: the engine, the hub and HTTP until SIGTERM. */
 static int serve(serve_app *a)
 {
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
-    if (a->mpi) ec.on_plan = serve_plan_broadcast;
+    if (a->mpi) ec.on_plan = run_plan_broadcast;
     serve_spec_config(&a->spec, &ec.spec);
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
         fail(a, "creating the engine", st);
-        if (a->mpi) serve_plan_quit();
-        return DCP_EXIT_RUNTIME;
+        return quit(a, DCP_EXIT_RUNTIME);
     }
     serve_hub h;
     const dcp_model_state_config *sc = dcp_model_state_get_config(a->s);
     if (serve_hub_init(&h, &a->o, a->tok, dcp_model_state_n_ctx(a->s), a->o.run.tp, a->o.run.dcp, sc->kv_pages,
                        sc->max_seqs)) {
         dcp_engine_destroy(e);
-        if (a->mpi) serve_plan_quit();
-        return DCP_EXIT_RUNTIME;
+        return quit(a, DCP_EXIT_RUNTIME);
     }
     h.model_name = a->name;
+    h.lockstep = a->mpi;
     chat_setup(a, &h);
     /* SIGTERM and SIGINT reach this thread only (the server's threads start with them blocked). */
     sigset_t set, old;
@@ -168,7 +164,10 @@ static int serve(serve_app *a)
     uint32_t port = 0;
     serve_http *http = serve_http_start(&h, a->prog, &port);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    int rc = DCP_EXIT_RUNTIME;
+    /* No listening socket (the address is in use, not this machine's, or not allowed): the
+     * --host / --port options, as serve_http_start said. */
+    int rc = DCP_EXIT_USAGE;
+    bool step_failed = false; /* under MPI: the processes are out of step */
     if (http) {
         fprintf(stderr,
                 "%s: listening on http://%s:%u (model '%s', TP %u, DCP %u, context %u, %u sequences, %u KV pages "
@@ -180,7 +179,8 @@ static int serve(serve_app *a)
                     dcp_spec_method_name(a->spec.method), a->spec.k, a->spec.model ? ", draft " : "",
                     a->spec.model ? a->spec.model : "");
         fflush(stderr);
-        rc = serve_hub_run(&h, e, &stop_flag, quiesce, http) ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
+        step_failed = serve_hub_run(&h, e, &stop_flag, quiesce, http) != 0;
+        rc = step_failed ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
         serve_http_stop(http);
         dcp_engine_stats es;
         dcp_engine_get_stats(e, &es);
@@ -193,10 +193,23 @@ static int serve(serve_app *a)
                     (unsigned long long)es.spec_draft_tokens, (unsigned long long)es.spec_accepted_tokens,
                     es.spec_drafts ? 1.0 + (double)es.spec_accepted_tokens / (double)es.spec_drafts : 0.0);
     }
-    if (a->mpi) serve_plan_quit();
+    if (step_failed && a->mpi) {
+        /* A step failed: the followers may be inside it, so they cannot be told to stop. */
+        fprintf(stderr, "%s: process 0: a step failed with the other processes in it: ending every process\n",
+                a->prog);
+        return run_world_abort(&a->world, rc);
+    }
     dcp_engine_destroy(e);
     serve_hub_free(&h);
-    return rc;
+    return quit(a, rc);
+}
+
+/* One process only: a SIGTERM or SIGINT before serving ends the start-up between its phases. */
+static bool stopped_early(const serve_app *a)
+{
+    if (a->mpi || !stop_flag) return false;
+    fprintf(stderr, "%s: stopped by a signal before serving\n", a->prog);
+    return true;
 }
 
 static void app_free(serve_app *a)
@@ -219,6 +232,13 @@ int main(int argc, char **argv)
     if (rc) return rc;
     a.mpi = a.world.nproc > 1;
     a.lead = a.world.proc == 0;
+    if (!a.mpi) { /* SIGTERM from the start stops it with 0 (under MPI: once serving, see serve()) */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+    }
     run_quiet(!a.lead);
     serve_quiet(!a.lead);
     /* Every process runs each phase and they agree on its result, so that none waits alone. */
@@ -231,17 +251,29 @@ int main(int argc, char **argv)
         }
         goto finish;
     }
-    if ((rc = run_world_agree(&a.world, open_model(&a)))) goto done;
-    if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx))) goto done;
-    if ((rc = run_world_agree(&a.world, load(&a)))) goto done;
+    if ((rc = run_world_agree(&a.world, open_model(&a))) || stopped_early(&a)) goto done;
+    if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx)) || stopped_early(&a))
+        goto done;
+    if ((rc = run_world_agree(&a.world, load(&a))) || stopped_early(&a)) goto done;
     if (a.o.speculative_config && (rc = serve_spec_parse(a.o.speculative_config, &a.spec, a.prog))) goto done;
-    if ((rc = build_state(&a))) goto done;
-    if ((rc = run_world_agree(&a.world, serve_spec_load(&a.spec, &a.wc, a.s, a.tok, a.prog)))) goto done;
+    if ((rc = build_state(&a)) || stopped_early(&a)) goto done;
+    if ((rc = run_world_agree(&a.world, serve_spec_load(&a.spec, &a.wc, a.s, a.tok, a.prog))) || stopped_early(&a))
+        goto done;
     if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
     }
-    rc = a.lead ? serve(&a) : serve_follow(a.s, a.prog, a.world.proc);
+    /* Which pid is which process (a launcher that reports a dead process names its pid). */
+    char procs[4096];
+    if ((rc = run_world_agree(&a.world, run_world_describe(&a.world, procs, sizeof procs)))) goto done;
+    if ((rc = run_world_agree(&a.world, run_world_watch(&a.world, a.prog)))) {
+        run_world_unwatch();
+        goto done;
+    }
+    if (a.mpi && a.lead)
+        fprintf(stderr, "%s: %d MPI processes: %s; process 0 serves, the others follow its steps\n", a.prog,
+                a.world.nproc, procs);
+    rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.prog, false);
 done:
     app_free(&a);
 finish:

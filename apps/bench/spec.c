@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "dcpvk/engine.h"
 #include "dcpvk/gguf.h"

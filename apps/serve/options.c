@@ -1,5 +1,5 @@
 /* dcp-vk-serve options: its own (listening, limits, API key) are taken out here; every other option
- * goes to dcp-vk-run's parser (run/options.c), so the model, TP/DCP, device and KV options are the
+ * goes to dcp-vk-run's parser (cli/options.c), so the model, TP/DCP, device and KV options are the
  * same in both apps. */
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "serve/serve.h"
 
 static int quiet_msgs;
@@ -49,7 +49,8 @@ void serve_print_help(const char *prog)
            "/v1/models/{id}, /health and /metrics (Prometheus); HEAD where GET. Requests run together (continuous batching): each step decodes every\n"
            "running request and adds chunks of new prompts. Stop with SIGTERM or Ctrl-C: new requests\n"
            "are refused, those in flight finish (up to --shutdown-timeout), exit code 0. Exit codes:\n"
-           "0 ok, 1 runtime failure, 2 usage or configuration error.\n"
+           "0 ok, 1 runtime failure, 2 usage or configuration error (a --host / --port that cannot be\n"
+           "listened on, such as a port in use, included).\n"
            "\n"
            "Server:\n"
            "      --host ADDR                      address to listen on (default 127.0.0.1)\n"
