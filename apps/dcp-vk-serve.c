@@ -44,7 +44,7 @@ typedef struct serve_app {
     dcp_model_state *s;
     dcp_model_load_config wc;     /* the target's load (the draft model's too) */
     dcp_device *devs[1024];
-    serve_spec spec;              /* --speculative-config (serve/spec.c) */
+    run_spec spec;              /* --speculative-config (cli/spec.c) */
     char name[256];
 } serve_app;
 
@@ -133,7 +133,7 @@ static int serve(serve_app *a)
 {
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     if (a->mpi) ec.on_plan = run_plan_broadcast;
-    serve_spec_config(&a->spec, &ec.spec);
+    run_spec_config(&a->spec, &ec.spec);
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
@@ -214,7 +214,7 @@ static bool stopped_early(const serve_app *a)
 
 static void app_free(serve_app *a)
 {
-    serve_spec_free(&a->spec);
+    run_spec_free(&a->spec);
     dcp_model_state_destroy(a->s);
     dcp_model_destroy(a->m);
     dcp_context_destroy(a->ctx);
@@ -255,9 +255,9 @@ int main(int argc, char **argv)
     if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx)) || stopped_early(&a))
         goto done;
     if ((rc = run_world_agree(&a.world, load(&a))) || stopped_early(&a)) goto done;
-    if (a.o.speculative_config && (rc = serve_spec_parse(a.o.speculative_config, &a.spec, a.prog))) goto done;
+    if (a.o.run.speculative_config && (rc = run_spec_parse(a.o.run.speculative_config, &a.spec, a.prog))) goto done;
     if ((rc = build_state(&a)) || stopped_early(&a)) goto done;
-    if ((rc = run_world_agree(&a.world, serve_spec_load(&a.spec, &a.wc, a.s, a.tok, a.prog))) || stopped_early(&a))
+    if ((rc = run_world_agree(&a.world, run_spec_load(&a.spec, &a.wc, a.s, a.tok, a.prog))) || stopped_early(&a))
         goto done;
     if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
         signal(SIGTERM, SIG_IGN);

@@ -34,3 +34,25 @@ add_test(NAME app_bench_spec_dcp COMMAND dcp-vk-bench spec -m ${CMAKE_CURRENT_SO
 set_tests_properties(app_bench_spec_dcp PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
                      PASS_REGULAR_EXPRESSION "\"case\": \"ngram, self-quoting prompt\", \"tp\": 8, \"dcp\": 2.*\"case\": \"draft, BOS alone\""
                      FAIL_REGULAR_EXPRESSION "differ|validation (error|warning)")
+# dcp-vk-run --speculative-config: the greedy tokens equal those without (tests/spec/run_same.sh),
+# n-gram drafts and a draft model (stories260K drafting for itself), at TP 1 and TP 8 / DCP 2.
+set(DCP_SPEC_STORIES ${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K.gguf)
+set(DCP_SPEC_NGRAM "{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}")
+set(DCP_SPEC_DRAFT "{\"model\": \"${DCP_SPEC_STORIES}\", \"num_speculative_tokens\": 3}")
+add_test(NAME app_run_spec_ngram COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/spec/run_same.sh $<TARGET_FILE:dcp-vk-run>
+         ${DCP_SPEC_NGRAM} -m ${DCP_SPEC_STORIES} -p "Once upon a time" -n 96 --temp 0)
+add_test(NAME app_run_spec_draft_dcp COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/spec/run_same.sh $<TARGET_FILE:dcp-vk-run>
+         ${DCP_SPEC_DRAFT} -m ${DCP_SPEC_STORIES} -p "Once upon a time" -n 32 --temp 0
+         --tensor-parallel-size 8 --decode-context-parallel-size 2)
+add_test(NAME app_run_spec_ngram_dcp COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/spec/run_same.sh $<TARGET_FILE:dcp-vk-run>
+         ${DCP_SPEC_NGRAM} -m ${DCP_SPEC_STORIES} -p "Once upon a time" -n 48 --temp 0
+         --tensor-parallel-size 8 --decode-context-parallel-size 2 --dcp-comm-backend ag_rs)
+set_tests_properties(app_run_spec_ngram PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0"
+                     PASS_REGULAR_EXPRESSION "same tokens; \"spec_decode\": {\"method\": \"ngram\".*\"num_accepted_tokens\": [1-9]")
+set_tests_properties(app_run_spec_draft_dcp PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
+                     PASS_REGULAR_EXPRESSION "same tokens; \"spec_decode\": {\"method\": \"draft_model\".*\"num_accepted_tokens\": [1-9]")
+set_tests_properties(app_run_spec_ngram_dcp PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
+                     PASS_REGULAR_EXPRESSION "same tokens; \"spec_decode\": {\"method\": \"ngram\"")
+add_test(NAME app_run_spec_bad COMMAND sh -c "$<TARGET_FILE:dcp-vk-run> --speculative-config '{\"method\": \"ngram\"}' 2>&1; echo exit=$?")
+set_tests_properties(app_run_spec_bad PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--speculative-config: needs \"num_speculative_tokens\"\nexit=2")

@@ -77,16 +77,6 @@ void serve_print_help(const char *prog)
            "                                       (default 64)\n"
            "      --shutdown-timeout S             seconds in-flight requests may take to finish\n"
            "                                       after SIGTERM before they are cancelled (default 30)\n"
-           "      --speculative-config JSON        speculative decoding, vLLM's fields: {\"method\":\n"
-           "                                       \"ngram\", \"num_speculative_tokens\": K,\n"
-           "                                       \"prompt_lookup_max\": N, \"prompt_lookup_min\": M}\n"
-           "                                       drafts from the request's own tokens, or {\"model\":\n"
-           "                                       \"draft.gguf\", \"num_speculative_tokens\": K} a draft\n"
-           "                                       model of the same vocabulary on the same devices and\n"
-           "                                       TP/DCP layout. K + 1 rows of each request are verified\n"
-           "                                       in one step; greedy requests give exactly the tokens\n"
-           "                                       they give without it, sampled ones the same\n"
-           "                                       distribution (one process only; default none)\n"
            "\n"
            "Connections (libmicrohttpd, an epoll loop per worker thread; idle sockets hold no thread):\n"
            "      --http-threads N                 worker threads (default 4)\n"
@@ -129,6 +119,16 @@ void serve_print_help(const char *prog)
            "      --kv-dtype f16|f32|q8_0          KV cache element type (default f16)\n"
            "      --prefill-chunk N                rows per step: decode rows of the running\n"
            "                                       requests plus prompt chunks (default 128)\n"
+           "      --speculative-config JSON        speculative decoding, vLLM's fields: {\"method\":\n"
+           "                                       \"ngram\", \"num_speculative_tokens\": K,\n"
+           "                                       \"prompt_lookup_max\": N, \"prompt_lookup_min\": M}\n"
+           "                                       drafts from the request's own tokens, or {\"model\":\n"
+           "                                       \"draft.gguf\", \"num_speculative_tokens\": K} a draft\n"
+           "                                       model of the same vocabulary on the same devices and\n"
+           "                                       TP/DCP layout. K + 1 rows of each request are verified\n"
+           "                                       in one step; greedy requests give exactly the tokens\n"
+           "                                       they give without it, sampled ones the same\n"
+           "                                       distribution (one process only; default none)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
            "                                       $DCP_VK_DEVICES, else every device once)\n"
            "      --version                        print the library version\n"
@@ -147,7 +147,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
                          .served_name = NULL, .chat_template = NULL, .max_seqs = 16, .kv_pages = 0,
                          .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0, .max_queued = 64,
                          .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
-                         .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .log_json = false, .speculative_config = NULL,
+                         .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .log_json = false,
                          .help = 0, .version = 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return DCP_EXIT_RUNTIME;
@@ -160,8 +160,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
                                           "--max-seqs", "--kv-pages", "--max-body-bytes", "--max-prompt-tokens",
                                           "--max-tokens-limit", "--max-queued", "--shutdown-timeout",
                                           "--http-threads", "--max-connections", "--max-connections-per-ip",
-                                          "--idle-timeout", "--request-timeout", "--log-format",
-                                          "--speculative-config", NULL};
+                                          "--idle-timeout", "--request-timeout", "--log-format", NULL};
         int mine = 0;
         for (int k = 0; own[k]; k++) mine |= IS(own[k]);
         if (IS("-p") || IS("--prompt") || IS("--json")) {
@@ -201,13 +200,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
         else if (IS("--max-connections-per-ip")) rc = parse_u32(prog, a, v, 0, 1u << 20, &o->max_conns_per_ip);
         else if (IS("--idle-timeout")) rc = parse_u32(prog, a, v, 1, 86400, &o->idle_timeout);
         else if (IS("--request-timeout")) rc = parse_u32(prog, a, v, 1, 86400, &o->request_timeout);
-        else if (IS("--speculative-config")) {
-            serve_spec check;
-            serve_spec_quiet(quiet_msgs);
-            rc = serve_spec_parse(v, &check, prog);
-            serve_spec_free(&check);
-            o->speculative_config = v;
-        } else if (IS("--log-format")) {
+        else if (IS("--log-format")) {
             if (strcmp(v, "text") && strcmp(v, "json"))
                 rc = bad(prog, "option --log-format: '%s' is not allowed (allowed: text json)", v);
             o->log_json = strcmp(v, "json") == 0;

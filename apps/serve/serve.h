@@ -55,7 +55,6 @@ typedef struct serve_options {
     uint32_t request_timeout;    /* --request-timeout: seconds a client has to send a whole request,
                                   * headers and body (default 10; see serve/http.c) */
     bool log_json;               /* --log-format json (default text): the access log's lines */
-    const char *speculative_config; /* --speculative-config JSON (default NULL: none; serve/spec.c) */
     int help, version;
 } serve_options;
 
@@ -65,34 +64,6 @@ int serve_parse(int argc, char **argv, serve_options *o);
 void serve_print_help(const char *prog);
 /* quiet 1: serve_parse prints nothing (MPI processes other than 0; pair with run_quiet). */
 void serve_quiet(int quiet);
-
-/* ---- speculative decoding (serve/spec.c) ------------------------------------------------------ */
-
-typedef struct serve_spec {
-    dcp_spec_method method;      /* DCP_SPEC_NONE without the option */
-    uint32_t k, lookup_max, lookup_min; /* num_speculative_tokens, prompt_lookup_max/min (0: unset) */
-    char *model;                 /* draft model path (method draft_model) */
-    dcp_gguf *g;                 /* the draft once loaded */
-    dcp_model_config mc;
-    dcp_tokenizer *tok;
-    dcp_model *m;
-    dcp_model_state *s;
-} serve_spec;
-
-/* Parses --speculative-config's JSON (vLLM's fields: method "ngram" or "draft_model", model,
- * num_speculative_tokens, prompt_lookup_max, prompt_lookup_min; a model without a method is a draft
- * model). Returns 0, or DCP_EXIT_USAGE after printing which field is wrong and what is allowed. */
-int serve_spec_parse(const char *json, serve_spec *sp, const char *prog);
-/* Method draft_model: opens the draft, checks its vocabulary against the target's, loads it with
- * the target's load configuration (devices, TP, DCP) and creates its run state (the target's slots,
- * context, block size, KV type, interleave and backend; every slot at full context). Returns 0 or
- * DCP_EXIT_RUNTIME after printing why. Collective over MPI like the target's load. */
-int serve_spec_load(serve_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
-                    const dcp_tokenizer *target_tok, const char *prog);
-/* The engine's speculation configuration (the draft's state and tokenizer borrowed from sp). */
-void serve_spec_config(const serve_spec *sp, dcp_spec_config *out);
-void serve_spec_free(serve_spec *sp);
-void serve_spec_quiet(int quiet);
 
 /* ---- one HTTP request that generates (serve/api.c parses it, hub.c runs it) ------------------- */
 

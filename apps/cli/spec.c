@@ -1,4 +1,5 @@
-/* --speculative-config (vLLM's option and field names): the JSON object parsed with cJSON, and the
+/* --speculative-config of dcp-vk-run and dcp-vk-serve (vLLM's option and field names): the JSON
+ * object parsed with cJSON (a build without cJSON refuses the option, saying so), and the
  * draft model it may name loaded beside the target: the same devices, TP and DCP layout (its KV
  * cache sharded over the same DCP group by the same placement rule: docs/design.md section 17),
  * its own run state of the target's slots, context and block size. */
@@ -6,22 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DCP_CLI_HAVE_CJSON
 #include <cjson/cJSON.h>
+#endif
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
-#include "serve/serve.h"
-
-static int quiet_msgs;
-
-void serve_spec_quiet(int quiet) { quiet_msgs = quiet; }
+#include "cli/run.h"
 
 static int bad(const char *prog, const char *what, const char *detail)
 {
-    if (!quiet_msgs) fprintf(stderr, "%s: option --speculative-config: %s%s\n", prog, what, detail ? detail : "");
+    fprintf(dcp_cli_diag(), "%s: option --speculative-config: %s%s\n", prog, what, detail ? detail : "");
     return DCP_EXIT_USAGE;
 }
 
+#ifdef DCP_CLI_HAVE_CJSON
 /* A whole number in [lo, hi] at key; *present whether the key is there. */
 static int get_u32(const cJSON *o, const char *key, uint32_t lo, uint32_t hi, uint32_t *out, const char *prog)
 {
@@ -37,7 +37,7 @@ static int get_u32(const cJSON *o, const char *key, uint32_t lo, uint32_t hi, ui
     return 0;
 }
 
-int serve_spec_parse(const char *json, serve_spec *sp, const char *prog)
+int run_spec_parse(const char *json, run_spec *sp, const char *prog)
 {
     memset(sp, 0, sizeof *sp);
     cJSON *o = cJSON_Parse(json);
@@ -84,15 +84,23 @@ int serve_spec_parse(const char *json, serve_spec *sp, const char *prog)
     cJSON_Delete(o);
     return rc;
 }
+#else
+int run_spec_parse(const char *json, run_spec *sp, const char *prog)
+{
+    (void)json;
+    memset(sp, 0, sizeof *sp);
+    return bad(prog, "this build has no cJSON (apt-get install libcjson-dev, then configure again)", NULL);
+}
+#endif
 
 /* Prints why loading the draft failed; DCP_EXIT_RUNTIME. */
-static int load_failed(const char *prog, const serve_spec *sp, const char *what, dcp_status st)
+static int load_failed(const char *prog, const run_spec *sp, const char *what, dcp_status st)
 {
     fprintf(stderr, "%s: draft model %s: %s: %s: %s\n", prog, sp->model, what, dcp_status_string(st), dcp_last_error());
     return DCP_EXIT_RUNTIME;
 }
 
-int serve_spec_load(serve_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
+int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
                     const dcp_tokenizer *target_tok, const char *prog)
 {
     if (sp->method != DCP_SPEC_DRAFT) return 0;
@@ -112,7 +120,7 @@ int serve_spec_load(serve_spec *sp, const dcp_model_load_config *target_load, co
     return 0;
 }
 
-void serve_spec_config(const serve_spec *sp, dcp_spec_config *out)
+void run_spec_config(const run_spec *sp, dcp_spec_config *out)
 {
     *out = (dcp_spec_config)DCP_SPEC_CONFIG_DEFAULT;
     out->method = sp->method;
@@ -123,7 +131,7 @@ void serve_spec_config(const serve_spec *sp, dcp_spec_config *out)
     out->draft_tokenizer = sp->tok;
 }
 
-void serve_spec_free(serve_spec *sp)
+void run_spec_free(run_spec *sp)
 {
     dcp_model_state_destroy(sp->s);
     dcp_model_destroy(sp->m);
