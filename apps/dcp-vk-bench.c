@@ -21,6 +21,8 @@ static void usage(FILE *f)
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
                "  ops       the model kernels other than matmul and attention (norms, RoPE and the KV store,\n"
                "            SwiGLU, MLA and MoE kernels, ...) against the roofline of the same device\n"
+               "  spec      decode tokens/s with and without speculative decoding (n-gram drafts on a\n"
+               "            self-quoting prompt, a draft model): speedup and acceptance\n"
                "  yardsticks  the device's ceilings: streaming-read rate, FMA rate, the cost of an empty\n"
                "            dispatch and of a host wait\n"
                "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
@@ -47,9 +49,11 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "matmul") == 0)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_matmul(argc - 1, argv + 1));
     if (strcmp(argv[1], "ops") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_ops(argc - 1, argv + 1));
+    if (strcmp(argv[1], "spec") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_spec(argc - 1, argv + 1));
     if (strcmp(argv[1], "yardsticks") == 0)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_yardsticks_cmd(argc - 1, argv + 1));
     if (strcmp(argv[1], "comm") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_comm(argc - 1, argv + 1));
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, ops, yardsticks, comm)\n", argv[1]);
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, ops, spec, yardsticks, comm)\n",
+            argv[1]);
     return DCP_EXIT_USAGE;
 }

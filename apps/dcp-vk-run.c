@@ -85,6 +85,7 @@ typedef struct run_app {
     int32_t *prompt;         /* [n_prompt] token ids */
     size_t n_prompt;
     unsigned decode_flags;   /* DCP_DECODE_* of the generated text */
+    run_spec spec;           /* --speculative-config (cli/spec.c) */
     /* generate (process 0) */
     dcp_engine *eng;
     run_lead followers;      /* what the other processes report with each step (MPI) */
@@ -263,10 +264,16 @@ static int build(run_app *a)
     const run_options *o = &a->o;
     dcp_status st;
     dcp_model_state_config lc = run_state_config(o);
+    int rc;
+    if (o->speculative_config && (rc = run_spec_parse(o->speculative_config, &a->spec, prog))) return rc;
+    if (a->spec.method != DCP_SPEC_NONE) lc.max_logits = lc.max_rows; /* k + 1 scored rows */
     if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
         return st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     }
+    dcp_device *devs[1024];
+    dcp_model_load_config dl = load_config(a, devs, false); /* the draft: the target's devices and layout */
+    if ((rc = run_spec_load(&a->spec, &dl, a->s, a->tok, prog))) return rc;
     unsigned flags = dcp_tokenizer_wants_bos(a->tok) ? DCP_TOKENIZE_ADD_BOS : 0;
     if ((st = dcp_tokenizer_encode(a->tok, o->prompt, o->prompt_len, flags, &a->prompt, &a->n_prompt))) {
         fail(prog, "tokenizing the prompt", st);
@@ -387,6 +394,7 @@ static int generate(run_app *a)
         ec.on_plan = run_plan_broadcast;
         ec.plan_user = &a->followers;
     }
+    run_spec_config(&a->spec, &ec.spec);
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &a->eng);
     a->gen = malloc((o->n_predict + 1) * sizeof *a->gen);
     if (st != DCP_OK || !a->gen) {
@@ -453,6 +461,9 @@ static void report(run_app *a)
     uint64_t kv_bytes = dcp_model_state_kv_bytes(a->s);
     uint64_t run_tokens = dcp_model_state_tokens_run(a->s);
     double xbytes = run_tokens ? (double)dcp_model_state_exchange_bytes(a->s) / run_tokens : 0.0;
+    dcp_engine_stats es;
+    dcp_engine_get_stats(a->eng, &es);
+    const double mean_len = es.spec_drafts ? 1.0 + (double)es.spec_accepted_tokens / (double)es.spec_drafts : 0.0;
     if (o->json) {
         printf("{\"model\": ");
         dcp_cli_json_string(stdout, a->model, strlen(a->model));
@@ -473,7 +484,19 @@ static void report(run_app *a)
         dcp_cli_json_string(stdout, a->text ? a->text : "", a->text_len);
         printf(", \"tokens\": [");
         for (uint32_t i = 0; i < a->n_gen; i++) printf(i ? ", %d" : "%d", a->gen[i]);
-        printf("], \"interrupted\": %s}\n", a->stopped > 0 && a->stopped < STOP_OUTPUT ? "true" : "false");
+        printf("], \"interrupted\": %s", a->stopped > 0 && a->stopped < STOP_OUTPUT ? "true" : "false");
+        if (a->spec.method != DCP_SPEC_NONE) { /* vLLM's spec_decode counters */
+            printf(", \"spec_decode\": {\"method\": \"%s\", \"num_speculative_tokens\": %u, \"num_drafts\": %llu, "
+                   "\"num_draft_tokens\": %llu, \"num_accepted_tokens\": %llu, \"num_emitted_tokens\": %llu, "
+                   "\"mean_accepted_length\": %.4f, \"num_accepted_tokens_per_pos\": [",
+                   dcp_spec_method_name(a->spec.method), a->spec.k, (unsigned long long)es.spec_drafts,
+                   (unsigned long long)es.spec_draft_tokens, (unsigned long long)es.spec_accepted_tokens,
+                   (unsigned long long)(es.spec_accepted_tokens + es.spec_drafts), mean_len);
+            for (uint32_t j = 0; j < a->spec.k; j++)
+                printf(j ? ", %llu" : "%llu", (unsigned long long)es.spec_accepted_per_pos[j]);
+            printf("], \"model_steps\": %llu}", (unsigned long long)es.steps);
+        }
+        printf("}\n");
         check_output(a);
     } else {
         if (!a->out_failed) {
@@ -495,6 +518,13 @@ static void report(run_app *a)
                 "%s: decode step: %u rounds, %u host waits, %u compute dispatches (%u on the busiest rank); "
                 "exchange:\n%s\n",
                 prog, x_rounds, x_waits, x_disp, x_rank_disp, xdesc);
+        if (a->spec.method != DCP_SPEC_NONE)
+            fprintf(stderr, "%s: speculative decoding (%s, k %u): %llu drafts, %llu draft tokens, %llu accepted, %llu "
+                    "emitted, mean accepted length %.2f, %llu model steps\n", prog,
+                    dcp_spec_method_name(a->spec.method), a->spec.k, (unsigned long long)es.spec_drafts,
+                    (unsigned long long)es.spec_draft_tokens, (unsigned long long)es.spec_accepted_tokens,
+                    (unsigned long long)(es.spec_accepted_tokens + es.spec_drafts), mean_len,
+                    (unsigned long long)es.steps);
     }
 }
 
@@ -506,6 +536,7 @@ static void run_free(run_app *a)
     free(a->gen);
     free(a->prompt);
     dcp_model_state_destroy(a->s);
+    run_spec_free(&a->spec);
     dcp_model_destroy(a->w);
     dcp_context_destroy(a->ctx);
     dcp_tokenizer_destroy(a->tok);

@@ -42,6 +42,9 @@ typedef struct serve_app {
     uint32_t first, nl;
     dcp_model *m;
     dcp_model_state *s;
+    dcp_model_load_config wc;     /* the target's load (the draft model's too) */
+    dcp_device *devs[1024];
+    run_spec spec;              /* --speculative-config (cli/spec.c) */
     char name[256];
 } serve_app;
 
@@ -73,9 +76,9 @@ static int open_model(serve_app *a)
 
 static int load(serve_app *a)
 {
-    dcp_device *devs[1024];
     if (a->nl > 1024) return fail(a, "loading the weights", DCP_ERR_INVALID_ARGUMENT);
-    dcp_model_load_config wc = run_load_config(&a->o.run, a->ctx, a->first, a->nl, devs);
+    dcp_model_load_config wc = run_load_config(&a->o.run, a->ctx, a->first, a->nl, a->devs);
+    a->wc = wc;
     dcp_status st = dcp_model_load(&wc, a->g, &a->mc, &a->m);
     return st ? fail(a, "loading the weights", st) : 0;
 }
@@ -86,6 +89,7 @@ static int build_state(serve_app *a)
     dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
+    if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
 }
@@ -129,6 +133,7 @@ static int serve(serve_app *a)
 {
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     if (a->mpi) ec.on_plan = run_plan_broadcast;
+    run_spec_config(&a->spec, &ec.spec);
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
@@ -169,6 +174,10 @@ static int serve(serve_app *a)
                 "of %u tokens per rank, chat template %s)\n",
                 a->prog, a->o.host, port, a->name, a->o.run.tp, a->o.run.dcp, h.n_ctx, sc->max_seqs, sc->kv_pages,
                 sc->block_size, dcp_chat_template_name(h.chat));
+        if (a->spec.method != DCP_SPEC_NONE)
+            fprintf(stderr, "%s: speculative decoding: %s, %u tokens per step%s%s\n", a->prog,
+                    dcp_spec_method_name(a->spec.method), a->spec.k, a->spec.model ? ", draft " : "",
+                    a->spec.model ? a->spec.model : "");
         fflush(stderr);
         step_failed = serve_hub_run(&h, e, &stop_flag, quiesce, http) != 0;
         rc = step_failed ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
@@ -178,6 +187,11 @@ static int serve(serve_app *a)
         fprintf(stderr, "%s: stopped: %llu requests finished, %llu tokens generated, %llu preemptions\n", a->prog,
                 (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
                 (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
+        if (a->spec.method != DCP_SPEC_NONE)
+            fprintf(stderr, "%s: speculative decoding: %llu drafts, %llu draft tokens, %llu accepted (mean accepted "
+                    "length %.2f)\n", a->prog, (unsigned long long)es.spec_drafts,
+                    (unsigned long long)es.spec_draft_tokens, (unsigned long long)es.spec_accepted_tokens,
+                    es.spec_drafts ? 1.0 + (double)es.spec_accepted_tokens / (double)es.spec_drafts : 0.0);
     }
     if (step_failed && a->mpi) {
         /* A step failed: the followers may be inside it, so they cannot be told to stop. */
@@ -200,6 +214,7 @@ static bool stopped_early(const serve_app *a)
 
 static void app_free(serve_app *a)
 {
+    run_spec_free(&a->spec);
     dcp_model_state_destroy(a->s);
     dcp_model_destroy(a->m);
     dcp_context_destroy(a->ctx);
@@ -240,7 +255,10 @@ int main(int argc, char **argv)
     if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx)) || stopped_early(&a))
         goto done;
     if ((rc = run_world_agree(&a.world, load(&a))) || stopped_early(&a)) goto done;
+    if (a.o.run.speculative_config && (rc = run_spec_parse(a.o.run.speculative_config, &a.spec, a.prog))) goto done;
     if ((rc = build_state(&a)) || stopped_early(&a)) goto done;
+    if ((rc = run_world_agree(&a.world, run_spec_load(&a.spec, &a.wc, a.s, a.tok, a.prog))) || stopped_early(&a))
+        goto done;
     if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);

@@ -32,6 +32,12 @@ if(TARGET dcp-vk-serve)
   add_test(NAME app_serve_bad_template COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --chat-template jinja 2>&1; echo exit=$?")
   set_tests_properties(app_serve_bad_template PROPERTIES PASS_REGULAR_EXPRESSION
     "--chat-template: 'jinja' is not a known family.*\nexit=2")
+  add_test(NAME app_serve_bad_spec COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --speculative-config '{\"method\": \"eagle\", \"num_speculative_tokens\": 2}' 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_bad_spec PROPERTIES PASS_REGULAR_EXPRESSION
+    "--speculative-config: \"method\" is not one of ngram, draft_model: eagle\nexit=2")
+  add_test(NAME app_serve_spec_field COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 2, \"prompt_lookup\": 3}' 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_spec_field PROPERTIES PASS_REGULAR_EXPRESSION
+    "--speculative-config: unknown field \"prompt_lookup\" \\(allowed: method, model, num_speculative_tokens.*\nexit=2")
   add_test(NAME app_serve_missing_model COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m /nonexistent.gguf 2>&1; echo exit=$?")
   set_tests_properties(app_serve_missing_model PROPERTIES PASS_REGULAR_EXPRESSION "reading the model.*nonexistent.*\nexit=1")
 endif()

@@ -26,12 +26,15 @@
  *    /health, /metrics and a completion answer at once; the idle ones are closed by
  *    --request-timeout, a client sending a byte now and then too; one address gets at most
  *    --max-connections-per-ip.
+ *  - servers with --speculative-config (n-gram drafts; a draft model) give the 16 texts of the
+ *    server without it, and count their drafts in /metrics.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -446,6 +449,58 @@ static void test_concurrent_curl(void **state)
     assert_true(seqs / steps > 2.0); /* they ran together, not one after the other */
     assert_true(pages_used(m) == 0);
     free(m);
+}
+
+/* The 16 greedy completions again, at once as streams, from servers with speculative decoding (TP
+ * 8 / DCP 2 like the shared one): n-gram drafts, and a draft model (stories260K drafting for
+ * itself: its drafts are all accepted); the same texts as without, the drafts counted in /metrics
+ * (vLLM's spec_decode counters). */
+static void test_speculative(void **state)
+{
+    (void)state;
+    char draft_cfg[512];
+    snprintf(draft_cfg, sizeof draft_cfg, "{\"model\": \"%s\", \"num_speculative_tokens\": 3}",
+             dcp_test_data_path("stories260K.gguf"));
+    const char *configs[] = {
+        "{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}",
+        draft_cfg,
+    };
+    for (int c = 0; c < 2; c++) {
+        const char *args[] = {"--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", "--max-seqs", "16",
+                              "-c", "256", "--speculative-config", configs[c], NULL};
+        server s = {0};
+        server_start(&s, args);
+        async_curl a[NREQ];
+        for (int i = 0; i < NREQ; i++) {
+            char *b = body_of(i, true);
+            curl_start(&s, "/v1/completions", b, &a[i]);
+            free(b);
+        }
+        for (int i = 0; i < NREQ; i++) {
+            char *sse = curl_finish(&a[i]), finish[32];
+            char *t = sse_text(sse, finish, sizeof finish);
+            if (strcmp(t, seq_texts[i]))
+                fail_msg("%s: request %d: '%s', without speculation '%s'", configs[c], i, t, seq_texts[i]);
+            assert_string_equal(finish, "length");
+            free(t);
+            free(sse);
+        }
+        char *m = metrics(&s);
+        const double drafts = metric(m, "dcpvk_spec_decode_num_drafts_total"),
+                     tokens = metric(m, "dcpvk_spec_decode_num_draft_tokens_total"),
+                     acc = metric(m, "dcpvk_spec_decode_num_accepted_tokens_total"),
+                     emitted = metric(m, "dcpvk_spec_decode_num_emitted_tokens_total"),
+                     mean = metric(m, "dcpvk_spec_decode_mean_accepted_length");
+        printf("%s: the 16 texts as without speculation; %.0f drafts, %.0f draft tokens, %.0f accepted, %.0f emitted, "
+               "mean accepted length %.2f\n", configs[c], drafts, tokens, acc, emitted, mean);
+        assert_true(drafts > 0 && acc > 0 && acc <= tokens);
+        assert_true(emitted == acc + drafts);
+        assert_true(fabs(mean - (1.0 + acc / drafts)) < 1e-3);
+        if (c == 1) assert_true(acc == tokens); /* the model drafting for itself */
+        assert_true(pages_used(m) == 0);
+        free(m);
+        assert_int_equal(server_stop(&s), 0);
+    }
 }
 
 static void test_openai_client(void **state)
@@ -1195,6 +1250,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),
+        cmocka_unit_test(test_speculative),
     };
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {

@@ -22,6 +22,9 @@ int dcp_bench_matmul(int argc, char **argv);
 /* dcp-vk-bench ops (apps/bench/ops.c): the model kernels other than matmul and attention against
  * the roofline. */
 int dcp_bench_ops(int argc, char **argv);
+/* dcp-vk-bench spec (apps/bench/spec.c): tokens/s of a greedy request with and without speculative
+ * decoding (n-gram drafts on a self-quoting prompt, a draft model), acceptance counters. */
+int dcp_bench_spec(int argc, char **argv);
 /* dcp-vk-bench yardsticks (apps/bench/yardsticks.c): the yardsticks of one device alone. */
 int dcp_bench_yardsticks_cmd(int argc, char **argv);
 

@@ -69,6 +69,16 @@ void run_print_help(const char *prog)
            "      --block-size B                   tokens per KV page (default 16)\n"
            "      --kv-dtype f16|f32|q8_0          KV cache element type (default f16)\n"
            "      --prefill-chunk N                prompt tokens per prefill step (default 128)\n"
+           "      --speculative-config JSON        speculative decoding, vLLM's fields: {\"method\":\n"
+           "                                       \"ngram\", \"num_speculative_tokens\": K,\n"
+           "                                       \"prompt_lookup_max\": N, \"prompt_lookup_min\": M}\n"
+           "                                       drafts from the request's own tokens, or {\"model\":\n"
+           "                                       \"draft.gguf\", \"num_speculative_tokens\": K} a draft\n"
+           "                                       model of the same vocabulary on the same devices and\n"
+           "                                       TP/DCP layout. K + 1 rows of the request are verified\n"
+           "                                       in one step; greedy decoding gives exactly the tokens\n"
+           "                                       it gives without it, sampling the same\n"
+           "                                       distribution (one process only; default none)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
            "                                       $DCP_VK_DEVICES, else every device once)\n"
            "      --json                           print the summary as one JSON object on stdout\n"
@@ -99,7 +109,7 @@ int run_parse(int argc, char **argv, run_options *o)
     *o = (run_options){.model = NULL, .prompt = "Once upon a time", .n_predict = 64, .temp = 0.8f, .top_k = 40,
                        .top_p = 0.95f, .seed = 0, .ctx = 0, .tp = 1, .dcp = 1, .backend = "a2a", .interleave = 1,
                        .q_replicate = false, .block_size = 16, .kv_dtype = "f16", .prefill_chunk = 128,
-                       .devices = NULL, .json = false, .help = false, .prompt_file = NULL};
+                       .devices = NULL, .speculative_config = NULL, .json = false, .help = false, .prompt_file = NULL};
     bool prompt_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -122,7 +132,7 @@ int run_parse(int argc, char **argv, run_options *o)
                 "-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p", "--seed",
                 "-c", "--ctx-size", "--tensor-parallel-size", "-tp", "--decode-context-parallel-size", "-dcp",
                 "--dcp-comm-backend", "--cp-kv-cache-interleave-size", "--block-size", "--kv-dtype",
-                "--prefill-chunk", "--devices", NULL};
+                "--prefill-chunk", "--devices", "--speculative-config", NULL};
             int known = 0;
             for (int k = 0; with_value[k]; k++) known |= IS(with_value[k]);
             if (!known) {
@@ -165,6 +175,12 @@ int run_parse(int argc, char **argv, run_options *o)
                 }
             } else if (IS("--prefill-chunk")) r = parse_u32(prog, a, v, 1, 4096, &o->prefill_chunk);
             else if (IS("--devices")) o->devices = v;
+            else if (IS("--speculative-config")) {
+                run_spec check; /* checked here, parsed again where the draft is loaded */
+                r = run_spec_parse(v, &check, prog);
+                run_spec_free(&check);
+                o->speculative_config = v;
+            }
             else {
                 fprintf(diag(), "%s: unknown option '%s' (see --help)\n", prog, a);
                 return DCP_EXIT_USAGE;
@@ -323,6 +339,7 @@ uint32_t run_option_fields(const run_options *o, run_field *f)
     U("--dcp-q-replicate", o->q_replicate);
     U("--block-size", o->block_size);
     S("--kv-dtype", o->kv_dtype);
+    S("--speculative-config", o->speculative_config ? o->speculative_config : "none");
     U("--prefill-chunk", o->prefill_chunk);
     U("--json", o->json);
     S("-m (--model)", o->model ? "given" : "not given (the generated test model)");

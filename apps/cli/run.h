@@ -11,7 +11,9 @@
 
 #include "cli/cli.h"
 #include "dcpvk/engine.h"
+#include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
+#include "dcpvk/tokenizer.h"
 #include "dcpvk/vk.h"
 
 /* Exit codes: dcp_exit_code of cli/cli.h. */
@@ -37,6 +39,7 @@ typedef struct run_options {
     const char *kv_dtype;     /* --kv-dtype f16|f32|q8_0 (default f16) */
     uint32_t prefill_chunk;   /* --prefill-chunk (default 128) */
     const char *devices;      /* --devices (default $DCP_VK_DEVICES, else every device) */
+    const char *speculative_config; /* --speculative-config JSON (default NULL: none; cli/spec.c) */
     bool json;                /* --json */
     bool help;                /* --help */
     bool version;             /* --version */
@@ -56,6 +59,33 @@ void run_print_help(const char *prog);
 int run_validate(const run_options *o, uint32_t q_heads, uint32_t kv_heads, const char *prog);
 /* quiet 1: run_parse and run_validate print nothing (MPI processes other than 0); 0: to stderr. */
 void run_quiet(int quiet);
+
+/* ---- speculative decoding (cli/spec.c) ------------------------------------------------------ */
+
+typedef struct run_spec {
+    dcp_spec_method method;      /* DCP_SPEC_NONE without the option */
+    uint32_t k, lookup_max, lookup_min; /* num_speculative_tokens, prompt_lookup_max/min (0: unset) */
+    char *model;                 /* draft model path (method draft_model) */
+    dcp_gguf *g;                 /* the draft once loaded */
+    dcp_model_config mc;
+    dcp_tokenizer *tok;
+    dcp_model *m;
+    dcp_model_state *s;
+} run_spec;
+
+/* Parses --speculative-config's JSON (vLLM's fields: method "ngram" or "draft_model", model,
+ * num_speculative_tokens, prompt_lookup_max, prompt_lookup_min; a model without a method is a draft
+ * model). Returns 0, or DCP_EXIT_USAGE after printing which field is wrong and what is allowed. */
+int run_spec_parse(const char *json, run_spec *sp, const char *prog);
+/* Method draft_model: opens the draft, checks its vocabulary against the target's, loads it with
+ * the target's load configuration (devices, TP, DCP) and creates its run state (the target's slots,
+ * context, block size, KV type, interleave and backend; every slot at full context). Returns 0 or
+ * DCP_EXIT_RUNTIME after printing why. Collective over MPI like the target's load. */
+int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
+                    const dcp_tokenizer *target_tok, const char *prog);
+/* The engine's speculation configuration (the draft's state and tokenizer borrowed from sp). */
+void run_spec_config(const run_spec *sp, dcp_spec_config *out);
+void run_spec_free(run_spec *sp);
 
 /* ---- processes of an MPI launch (cli/world.c) ---------------------------------------------- */
 

@@ -331,6 +331,21 @@ char *serve_metrics_text(serve_hub *h)
     for (int k = 1; k <= DCP_ENGINE_FINISH_ERROR; k++)
         tprintf(&b, "dcpvk_requests_finished_total{reason=\"%s\"} %llu\n", dcp_engine_finish_name((dcp_engine_finish)k),
                 (unsigned long long)s->finished[k]);
+    /* speculative decoding: vLLM's spec_decode counters */
+    COUNTER("dcpvk_spec_decode_num_drafts_total", "Verifications of a request with at least one draft token.",
+            s->spec_drafts);
+    COUNTER("dcpvk_spec_decode_num_draft_tokens_total", "Draft tokens verified.", s->spec_draft_tokens);
+    COUNTER("dcpvk_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", s->spec_accepted_tokens);
+    COUNTER("dcpvk_spec_decode_num_emitted_tokens_total",
+            "Tokens emitted by verifications (the accepted drafts and one of the target's own each).",
+            s->spec_accepted_tokens + s->spec_drafts);
+    GAUGE("dcpvk_spec_decode_mean_accepted_length", "Tokens emitted per verification (1 + accepted / drafts).", "%.4f",
+          s->spec_drafts ? 1.0 + (double)s->spec_accepted_tokens / (double)s->spec_drafts : 0.0);
+    tprintf(&b, "# HELP dcpvk_spec_decode_num_accepted_tokens_per_pos_total Draft tokens accepted at each draft "
+                "position.\n# TYPE dcpvk_spec_decode_num_accepted_tokens_per_pos_total counter\n");
+    for (uint32_t j = 0; j < DCP_SPEC_MAX_TOKENS && (j < 1 || s->spec_accepted_per_pos[j]); j++)
+        tprintf(&b, "dcpvk_spec_decode_num_accepted_tokens_per_pos_total{position=\"%u\"} %llu\n", j,
+                (unsigned long long)s->spec_accepted_per_pos[j]);
     COUNTER("dcpvk_http_responses_total", "HTTP responses sent.", m->http_requests);
     COUNTER("dcpvk_http_errors_total", "HTTP responses with a 4xx or 5xx status.", m->http_errors);
     GAUGE("dcpvk_http_connections", "HTTP connections open now.", "%u", m->http_connections);

@@ -24,6 +24,8 @@
 
 #include "dcpvk/chat.h"
 #include "dcpvk/engine.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
 #include "cli/run.h"
 

@@ -58,18 +58,77 @@ typedef struct dcp_engine_plan {
  * step ends with an error). */
 typedef dcp_status (*dcp_engine_plan_fn)(void *user, const dcp_engine_plan *plan);
 
+/* ---- speculative decoding (docs/design.md section 17) -----------------------------------------
+ * Each step, every decoding sequence may run k + 1 rows instead of one: its last token and k draft
+ * tokens, all with logits, causal among themselves (rows of one sequence, as in a prefill chunk;
+ * under DCP each rank's share of the draft positions follows the placement rule). Verification
+ * keeps the drafts the target agrees with and one more token of the target's own, and rolls the
+ * rejected drafts back out of the KV cache (dcp_model_state_truncate_seq), so the cache holds what
+ * decoding one token at a time would hold.
+ *   greedy: a draft is kept while it equals the target's argmax: the tokens are bitwise those of
+ *           decoding without speculation (every verified row computes what a one-row step does).
+ *   sampling with n-gram drafts (a point mass q): row j draws the target's token x_j from p_j with
+ *           the request's own sampler stream, one draw per token as without speculation, and the
+ *           draft is kept when it equals x_j, which happens with probability p_j(draft): the
+ *           tokens are those of decoding without speculation.
+ *   sampling with a draft model: the draft samples d ~ q; it is kept with probability
+ *           min(1, p(d) / q(d)), else the token is drawn from max(0, p - q) normalised, and after
+ *           k kept drafts one more from p: the target distribution exactly. The uniforms come from
+ *           the request's seed and the token's position, and such a sequence runs a step with all
+ *           its drafts or waits for the next step, so its tokens do not depend on the batch. */
+typedef enum dcp_spec_method {
+    DCP_SPEC_NONE = 0,  /* no speculation */
+    DCP_SPEC_NGRAM = 1, /* prompt lookup: the tokens that followed the last n tokens' most recent earlier
+                         * match in the sequence's own prompt and output, n from prompt_lookup_max
+                         * down to prompt_lookup_min */
+    DCP_SPEC_DRAFT = 2, /* a draft model of the same vocabulary drafts k tokens autoregressively */
+} dcp_spec_method;
+
+/* The most draft tokens per step and sequence. */
+#define DCP_SPEC_MAX_TOKENS 32
+
+typedef struct dcp_spec_config {
+    dcp_spec_method method;           /* default DCP_SPEC_NONE */
+    uint32_t num_speculative_tokens;  /* k, 1 .. DCP_SPEC_MAX_TOKENS (no default; required with a
+                                       * method); k + 1 rows must fit the step (step_tokens, the state's
+                                       * max_logits) */
+    uint32_t prompt_lookup_max;       /* n-gram: longest suffix matched, tokens; 0 (default): as
+                                       * prompt_lookup_min, or 5 when both are 0 (vLLM's rule) */
+    uint32_t prompt_lookup_min;       /* n-gram: shortest suffix matched; 0 (default): as
+                                       * prompt_lookup_max */
+    dcp_model_state *draft;           /* draft model: its run state (borrowed; empty, at least the
+                                       * target's slots and context, pages for all of them) */
+    const dcp_tokenizer *draft_tokenizer; /* draft model: its tokenizer, checked against the target's
+                                       * (dcp_engine_spec_check_vocab) */
+} dcp_spec_config;
+
+#define DCP_SPEC_CONFIG_DEFAULT {.method = DCP_SPEC_NONE, .num_speculative_tokens = 0, .prompt_lookup_max = 0, \
+                                 .prompt_lookup_min = 0, .draft = NULL, .draft_tokenizer = NULL}
+
+/* "none", "ngram", "draft_model". */
+DCP_API const char *dcp_spec_method_name(dcp_spec_method m);
+/* DCP_OK when the draft's vocabulary is the target's: the same number of tokens and the same text
+ * of every token. DCP_ERR_CONFIG naming the first difference (the counts, or the token id and both
+ * texts). Thread-safe. */
+DCP_API dcp_status dcp_engine_spec_check_vocab(const dcp_tokenizer *target, const dcp_tokenizer *draft);
+
 typedef struct dcp_engine_config {
     uint32_t step_tokens;       /* rows per step at most (decode rows + prompt chunks); 0 (default):
                                  * the state's max_rows, and never more than it */
     dcp_engine_plan_fn on_plan; /* NULL (default): none */
     void *plan_user;            /* passed to on_plan (default NULL) */
+    dcp_spec_config spec;       /* speculative decoding (default none) */
 } dcp_engine_config;
 
-#define DCP_ENGINE_CONFIG_DEFAULT {.step_tokens = 0, .on_plan = NULL, .plan_user = NULL}
+#define DCP_ENGINE_CONFIG_DEFAULT {.step_tokens = 0, .on_plan = NULL, .plan_user = NULL, \
+                                   .spec = DCP_SPEC_CONFIG_DEFAULT}
 
 /* Creates an engine over the run state s (all its slots free; the engine uses every slot) and the
- * model's tokenizer tok (for EOS and the text of the tokens). Both must outlive the engine. Destroy
- * with dcp_engine_destroy. DCP_ERR_INVALID_ARGUMENT when the state holds sequences already. */
+ * model's tokenizer tok (for EOS and the text of the tokens). Both must outlive the engine (and
+ * config->spec's draft state and tokenizer too). Destroy with dcp_engine_destroy.
+ * DCP_ERR_INVALID_ARGUMENT when the state holds sequences already; with speculation,
+ * DCP_ERR_CONFIG naming the field for k or n-gram sizes out of range, k + 1 rows beyond step_tokens
+ * or the state's max_logits, a missing, busy or too small draft state, or another vocabulary. */
 DCP_API dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const dcp_engine_config *config,
                                      dcp_engine **out);
 /* Ends every sequence (their slots freed in the state; no events) and frees the engine. */
@@ -181,6 +240,15 @@ typedef struct dcp_engine_stats {
     uint64_t decode_steps;
     uint64_t decode_dispatches, decode_rank_dispatches, decode_host_waits;
     uint32_t last_decode_dispatches, last_decode_rank_dispatches, last_decode_host_waits;
+    /* speculative decoding (vLLM's vllm:spec_decode_* counters): */
+    uint64_t spec_drafts;       /* verifications of a sequence with >= 1 draft token (num_drafts) */
+    uint64_t spec_draft_tokens; /* draft tokens verified (num_draft_tokens) */
+    uint64_t spec_accepted_tokens; /* of which accepted (num_accepted_tokens); mean accepted length
+                                 * = 1 + spec_accepted_tokens / spec_drafts */
+    uint64_t spec_accepted_per_pos[DCP_SPEC_MAX_TOKENS]; /* accepted at draft position j
+                                 * (num_accepted_tokens_per_pos) */
+    uint64_t spec_draft_steps;  /* steps of the draft model (its drafting and catching up) */
+    double spec_draft_seconds;  /* wall time of the draft model's steps */
 } dcp_engine_stats;
 
 DCP_API void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);

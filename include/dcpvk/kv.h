@@ -153,6 +153,14 @@ DCP_API dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache,
 DCP_API uint64_t dcp_kv_cache_slot_bytes(uint32_t tokens);
 /* Returns every page of sequence seq on every local rank to the free lists; its length becomes 0. */
 DCP_API void dcp_kv_cache_free_seq(dcp_kv_cache *cache, uint32_t seq);
+/* Shortens sequence seq to its first `length` tokens (global positions), on every local rank: each
+ * rank keeps the pages its shard of `length` tokens needs (dcp_kv_local_length) and returns the
+ * others to its free list, last page first (the next append takes them back in the same order);
+ * what the kept pages hold past the new local length is dead and is overwritten by later appends.
+ * length 0 frees the sequence. DCP_ERR_INVALID_ARGUMENT (nothing changed) for a slot outside the
+ * cache or a length beyond the sequence's. Speculative decoding rolls its rejected drafts back
+ * with it. */
+DCP_API dcp_status dcp_kv_cache_truncate_seq(dcp_kv_cache *cache, uint32_t seq, uint64_t length);
 
 /* Global length of sequence seq (tokens), and the tokens / pages local rank i holds of it. */
 DCP_API uint64_t dcp_kv_cache_seq_length(const dcp_kv_cache *cache, uint32_t seq);

@@ -134,11 +134,14 @@ typedef struct dcp_model_state_config {
     /* DCP (models with dcp > 1 only): */
     uint32_t interleave;    /* cp_kv_cache_interleave_size: tokens in a row per rank (default 1) */
     dcp_cp_backend backend; /* attention exchange, a2a or ag_rs (default a2a) */
+    uint32_t max_logits;    /* rows with logits per step at most (at most max_rows); 0 (default):
+                             * min(max_rows, max_seqs), one per sequence. Speculative decoding
+                             * scores k + 1 rows of each sequence: up to max_rows */
 } dcp_model_state_config;
 
 #define DCP_MODEL_STATE_CONFIG_DEFAULT {.n_ctx = 0, .max_seqs = 1, .kv_pages = 0, .max_rows = 128, \
                                         .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .chunk_tokens = 0, \
-                                        .interleave = 1, .backend = DCP_CP_A2A}
+                                        .interleave = 1, .backend = DCP_CP_A2A, .max_logits = 0}
 
 typedef struct dcp_model_state dcp_model_state;
 
@@ -185,6 +188,16 @@ DCP_API dcp_status dcp_model_state_forward(dcp_model_state *s, const int32_t *to
                                            int32_t *next);
 /* Ends sequence seq: its pages go back to the pools at once; its length becomes 0. */
 DCP_API void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq);
+/* Shortens sequence seq to its first `length` tokens, in every layer's cache on every rank held
+ * here: each DCP rank keeps the pages its shard of `length` tokens needs (the placement rule) and
+ * frees the rest, so the page accounting is that of a sequence that never held more. The KV of
+ * the kept positions is untouched (the next step writes from position `length` on). Speculative
+ * decoding rolls rejected drafts back with it. Over MPI every process truncates alike (host only,
+ * no communication). DCP_ERR_INVALID_ARGUMENT (nothing changed) for a slot outside the state or a
+ * length beyond the sequence's. */
+DCP_API dcp_status dcp_model_state_truncate_seq(dcp_model_state *s, uint32_t seq, uint32_t length);
+/* Rows with logits a step may have (config max_logits after defaults). */
+DCP_API uint32_t dcp_model_state_max_logits(const dcp_model_state *s);
 /* Forgets every sequence. */
 DCP_API void dcp_model_state_reset(dcp_model_state *s);
 /* Tokens held of sequence seq (the position of its next token). */

@@ -42,7 +42,7 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
     if (e->cfg.step_tokens == 0 || e->cfg.step_tokens > e->max_rows) e->cfg.step_tokens = e->max_rows;
     e->eos = dcp_tokenizer_eos(tok);
     e->next_id = 1;
-    const uint32_t max_out = e->max_rows < e->max_seqs ? e->max_rows : e->max_seqs;
+    const uint32_t max_out = e->max_logits = dcp_model_state_max_logits(s);
     e->slot_seq = calloc(e->max_seqs, sizeof *e->slot_seq);
     e->pending_free = calloc(e->max_seqs, sizeof *e->pending_free);
     e->rows = calloc(e->max_rows, sizeof *e->rows);
@@ -54,6 +54,11 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
     if (!e->slot_seq || !e->pending_free || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
         dcp_engine_destroy(e);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    dcp_status st = eng_spec_create(e, config);
+    if (st != DCP_OK) {
+        dcp_engine_destroy(e);
+        return st;
     }
     *out = e;
     return DCP_OK;
@@ -70,6 +75,7 @@ static void seq_free(eng_seq *q)
     dcp_sampler_destroy(q->smp);
     dcp_detokenizer_destroy(q->detok);
     free(q->held);
+    eng_spec_seq_free(q);
     free(q);
 }
 
@@ -87,7 +93,10 @@ void dcp_engine_destroy(dcp_engine *e)
     if (!e) return;
     for (eng_seq *q = e->head, *n; q; q = n) {
         n = q->next;
-        if (q->slot >= 0) dcp_model_state_free_seq(e->s, (uint32_t)q->slot);
+        if (q->slot >= 0) {
+            dcp_model_state_free_seq(e->s, (uint32_t)q->slot);
+            eng_spec_release(e, q);
+        }
         seq_free(q);
     }
     eng_drop_polled(e);
@@ -105,6 +114,7 @@ void dcp_engine_destroy(dcp_engine *e)
     free(e->future);
     free(e->logits);
     free(e->next);
+    eng_spec_destroy(e);
     free(e);
 }
 
@@ -113,6 +123,7 @@ void eng_release_slot(dcp_engine *e, eng_seq *q)
     if (q->slot < 0) return;
     const uint32_t slot = (uint32_t)q->slot;
     dcp_model_state_free_seq(e->s, slot);
+    eng_spec_release(e, q);
     bool listed = false;
     for (uint32_t i = 0; i < e->n_pending_free; i++) listed |= e->pending_free[i] == slot;
     if (!listed) e->pending_free[e->n_pending_free++] = slot;
@@ -220,7 +231,9 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **
     }
     DCP_TRY(dcp_sampler_create(&r->sampling, e->n_vocab, &q->smp));
     q->greedy = dcp_sampler_is_greedy(q->smp);
+    q->seed = r->sampling.seed;
     DCP_TRY(dcp_detokenizer_create(e->tok, r->decode_flags, &q->detok));
+    DCP_TRY(eng_spec_seq_init(e, q));
     *out = q;
     return DCP_OK;
 fail:

@@ -1,7 +1,8 @@
-/* The engine's private parts (include/dcpvk/engine.h): sequences, the event queue, and the three
+/* The engine's private parts (include/dcpvk/engine.h): sequences, the event queue, and the
  * concerns split over files: engine.c (requests, events, stats), schedule.c (one step: which
  * rows, page accounting, preemption, running it), text.c (a sequence's output text: tokens to
- * UTF-8 pieces, stop strings, what is held back). */
+ * UTF-8 pieces, stop strings, what is held back), spec.c (speculative decoding: drafts, the draft
+ * model's steps, verification and roll-back), sampler.c (the host sampler). */
 #ifndef DCP_ENGINE_INTERNAL_H
 #define DCP_ENGINE_INTERNAL_H
 
@@ -29,11 +30,18 @@ typedef struct eng_seq {
     uint32_t n_stop;
     size_t stop_max;             /* longest stop string (bytes) */
     dcp_sampler *smp;
+    uint64_t seed;               /* the request's sampling seed */
     bool greedy;                 /* the device argmax picks its tokens */
     dcp_detokenizer *detok;
     char *held;                  /* text not yet released (could still start a stop string) */
     size_t held_len, held_cap;
     uint32_t step_rows;          /* rows in the step being scheduled (0: not in it) */
+    /* speculative decoding (spec.c) */
+    int32_t *draft;              /* [k] draft tokens of the step being scheduled */
+    bool spec_strict;            /* draft model and sampling: runs a step with all its drafts or none */
+    bool spec_wait;              /* strict, and left out of the last step: scheduled first */
+    uint32_t dfed;               /* draft model: tokens of toks in the draft state's KV */
+    double *qprob;               /* draft model and sampling: [k][n_vocab] the draft's distributions */
     struct eng_seq *prev, *next; /* the engine's list, by id */
 } eng_seq;
 
@@ -43,11 +51,13 @@ typedef struct eng_event {
     char *text, *message;
 } eng_event;
 
-/* A sequence's part of the step being run: its rows are consecutive, `logits` is set on its last. */
+/* A sequence's part of the step being run: its rows are consecutive, tokens toks[fed ..
+ * fed + rows) and then its drafts; `logits` is set on its last token row, and on every draft row. */
 typedef struct eng_sched {
     eng_seq *seq;
     uint32_t rows;
     bool logits;
+    uint32_t drafts;             /* draft tokens after its token rows (speculation: rows is 1) */
 } eng_sched;
 
 struct dcp_engine {
@@ -70,8 +80,20 @@ struct dcp_engine {
     uint32_t n_sched;
     uint32_t *need;              /* [dcp] pages the step takes on each DCP rank */
     uint32_t *future;            /* [dcp] scratch of the admissions */
-    float *logits;               /* [min(max_rows, max_seqs)][n_vocab] */
-    int32_t *next;               /* [min(max_rows, max_seqs)] */
+    uint32_t max_logits;         /* rows with logits per step (the state's) */
+    uint32_t logits_used;        /* of which the step being scheduled takes */
+    float *logits;               /* [max_logits][n_vocab] */
+    int32_t *next;               /* [max_logits] */
+    /* speculative decoding (spec.c) */
+    uint32_t spec_k;             /* num_speculative_tokens (0: none) */
+    uint32_t ngram_min, ngram_max;
+    dcp_model_state *draft;      /* the draft model's state (borrowed) or NULL */
+    uint32_t draft_rows, draft_logits; /* its max_rows, max_logits */
+    dcp_model_row *drows;        /* [draft_rows] */
+    float *dlogits;              /* [draft_logits][n_vocab] */
+    int32_t *dnext;              /* [draft_logits] */
+    eng_seq **dseq;              /* [draft_logits] the sequence of each draft logits row */
+    double *pbuf, *rbuf;         /* [n_vocab] scratch distributions of a verification */
     /* events */
     eng_event *events;
     size_t ev_head, ev_count, ev_cap;
@@ -93,8 +115,42 @@ void eng_finish(dcp_engine *e, eng_seq *q, dcp_engine_finish why, int32_t token,
 void eng_drop_polled(dcp_engine *e);
 
 /* text.c */
-/* Adds a generated token to q's output: ends q (STOP, LENGTH) or queues its TOKEN event. */
-dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token);
+/* Adds a generated token to q's output: ends q (STOP, LENGTH; *ended set, q freed) or queues its
+ * TOKEN event. */
+dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended);
+
+/* sampler.c */
+/* The distribution sampler s draws from for logits [n_vocab] (temperature, top-k, top-p; greedy:
+ * all on the argmax), dense into p [n_vocab], summing to 1. Does not advance the stream. */
+void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p);
+/* Index of the token that a uniform u in [0, 1) picks from the weights w [n] (summing to sum > 0)
+ * by their cumulative sums. */
+int32_t eng_pick(const double *w, uint32_t n, double sum, double u);
+
+/* spec.c */
+/* Checks config->spec against the state and sets up speculation in e (after e's own fields). */
+dcp_status eng_spec_create(dcp_engine *e, const dcp_engine_config *config);
+void eng_spec_destroy(dcp_engine *e);
+/* Allocates a new sequence's draft buffers and flags. */
+dcp_status eng_spec_seq_init(dcp_engine *e, eng_seq *q);
+void eng_spec_seq_free(eng_seq *q);
+/* The drafts decoding sequence q may run this step with room more rows: n-gram tokens are found
+ * now (in q->draft), a draft model's are counted (and drafted by eng_spec_draft). Strict sequences
+ * return ENG_SPEC_DEFER when room holds fewer than all of theirs. */
+#define ENG_SPEC_DEFER UINT32_MAX
+uint32_t eng_spec_propose(dcp_engine *e, eng_seq *q, uint32_t room);
+/* Runs the draft model over the step's sequences: catches its KV up to theirs (prompt chunks of the
+ * step mirrored) and drafts the scheduled drafts into q->draft. */
+dcp_status eng_spec_draft(dcp_engine *e);
+/* Verifies sequence x->seq of the step whose rows' logits start at logits row k (logits, next):
+ * emits the tokens (which may end it), rolls the rejected drafts back in the target and draft
+ * states. */
+dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k);
+/* A strict sequence's next token from logits [n_vocab] without a draft: drawn with the uniform of
+ * its seed and position (never its sampler stream). */
+int32_t eng_spec_sample(dcp_engine *e, eng_seq *q, const float *logits);
+/* q lost its slot (preempted or ended): the draft state forgets it too. */
+void eng_spec_release(dcp_engine *e, eng_seq *q);
 
 /* schedule.c: dcp_engine_step lives there. */
 

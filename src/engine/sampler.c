@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/splitmix.h"
 #include "dcpvk/model.h"
+#include "engine/engine_internal.h"
 
 struct dcp_sampler {
     dcp_sampler_config cfg;
@@ -59,15 +60,12 @@ static int cmp_desc(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
+/* The kept candidates of logits in s->idx [0, *keep) (most likely first) with their weights in
+ * s->p (exp((logit - max) / temperature), summing to *sum), after top-k and top-p. Returns false
+ * when nothing is finite (every logit -inf or NaN): then s->idx[0] is the pick. Not greedy. */
+static bool candidates(dcp_sampler *s, const float *logits, uint32_t *keep_out, double *sum_out)
 {
     const uint32_t n = s->n_vocab;
-    if (dcp_sampler_is_greedy(s)) {
-        uint32_t best = 0;
-        for (uint32_t i = 1; i < n; i++)
-            if (key(logits, i) > key(logits, best)) best = i;
-        return (int32_t)best;
-    }
     /* Candidates: with top-k, a partial selection first (k passes are cheaper than a full sort
      * when k is small); then sort the kept ones. */
     uint32_t keep = n;
@@ -86,7 +84,7 @@ int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
         qsort(s->idx, n, sizeof *s->idx, cmp_desc);
     }
     double mx = s->idx[0].v;
-    if (isinf(mx) && mx < 0) return (int32_t)s->idx[0].id;
+    if (isinf(mx) && mx < 0) return false;
     double sum = 0.0;
     for (uint32_t i = 0; i < keep; i++) {
         s->p[i] = exp(((double)s->idx[i].v - mx) / s->cfg.temperature);
@@ -106,6 +104,25 @@ int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
         sum = 0.0;
         for (uint32_t i = 0; i < keep; i++) sum += s->p[i];
     }
+    *keep_out = keep;
+    *sum_out = sum;
+    return true;
+}
+
+static uint32_t argmax(const dcp_sampler *s, const float *logits)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < s->n_vocab; i++)
+        if (key(logits, i) > key(logits, best)) best = i;
+    return best;
+}
+
+int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
+{
+    if (dcp_sampler_is_greedy(s)) return (int32_t)argmax(s, logits);
+    uint32_t keep;
+    double sum;
+    if (!candidates(s, logits, &keep, &sum)) return (int32_t)s->idx[0].id;
     double u = (double)(dcp_splitmix64_next(&s->state) >> 11) * (1.0 / 9007199254740992.0) * sum;
     double acc = 0.0;
     for (uint32_t i = 0; i < keep; i++) {
@@ -113,4 +130,32 @@ int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
         if (u < acc) return (int32_t)s->idx[i].id;
     }
     return (int32_t)s->idx[keep - 1].id;
+}
+
+void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p)
+{
+    for (uint32_t i = 0; i < s->n_vocab; i++) p[i] = 0.0;
+    uint32_t keep;
+    double sum;
+    if (dcp_sampler_is_greedy(s)) {
+        p[argmax(s, logits)] = 1.0;
+    } else if (!candidates(s, logits, &keep, &sum)) {
+        p[s->idx[0].id] = 1.0;
+    } else {
+        for (uint32_t i = 0; i < keep; i++) p[s->idx[i].id] = s->p[i] / sum;
+    }
+}
+
+int32_t eng_pick(const double *w, uint32_t n, double sum, double u)
+{
+    const double x = u * sum;
+    double acc = 0.0;
+    int32_t last = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (w[i] <= 0.0) continue;
+        acc += w[i];
+        last = (int32_t)i;
+        if (x < acc) return (int32_t)i;
+    }
+    return last;
 }

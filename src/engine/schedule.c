@@ -4,7 +4,11 @@
  * The rows of a step, in this order, under the step's token budget (config step_tokens):
  *   1. one decode row for every running sequence whose tokens are all in KV but the last (oldest
  *      first). When its page does not fit, the newest running sequence not yet in the step is
- *      preempted (possibly itself), until it fits;
+ *      preempted (possibly itself), until it fits. With speculation (spec.c) each decode row brings
+ *      the drafts that fit beside one row for every later decoding sequence, under the budget, the
+ *      state's rows with logits and the free pages (drafts are cut short rather than preempt
+ *      anyone, except for the strict ones of a draft model with sampling, which run with all their
+ *      drafts or wait for the next step, where they come first);
  *   2. a chunk of the rest of every running sequence that is still prefilling (a prompt, or a
  *      preempted sequence being recomputed), oldest first, as much as the budget and the pages
  *      allow; when not one token fits, a newer running sequence is preempted for it;
@@ -17,7 +21,9 @@
  *      Generation stays optimistic (max_tokens is not reserved; preemption handles the rest). The
  *      first that does not fit stops the admissions (first come, first served).
  * A sequence's rows are consecutive; only its last row of a step can want logits, and only when
- * it is the sequence's last known token (prefill chunks before the last want none).
+ * it is the sequence's last known token (prefill chunks before the last want none); its draft rows
+ * all want logits. A chunk whose last token would want logits when the drafts took every logits
+ * row stops one token short. The rows are laid out once a draft model has drafted (spec.c).
  *
  * Pages are counted per DCP rank with the placement formulas (dcp_model_state_shard_pages), the
  * same sums dcp_model_state_step checks, so a planned step always fits. */
@@ -67,17 +73,41 @@ static bool admit_fits(const dcp_engine *e, const eng_seq *q, const uint32_t *fu
     return true;
 }
 
-/* Adds k rows of q (tokens toks[fed + step_rows ...]) to the step and their pages to need. */
-static void add_rows(dcp_engine *e, eng_seq *q, uint32_t k)
+/* Adds k rows of q (tokens toks[fed ...]) and `drafts` draft rows to the step, their pages to need.
+ * The rows are laid out by layout_rows once the drafts are known. */
+static void add_rows(dcp_engine *e, eng_seq *q, uint32_t k, uint32_t drafts)
 {
     const uint32_t len = q->fed;
     for (uint32_t r = 0; r < e->dcp; r++)
-        e->need[r] += dcp_model_state_shard_pages(e->s, (uint64_t)len + k, r) - dcp_model_state_shard_pages(e->s, len, r);
+        e->need[r] += dcp_model_state_shard_pages(e->s, (uint64_t)len + k + drafts, r) -
+                      dcp_model_state_shard_pages(e->s, len, r);
     const bool logits = q->fed + k == q->n_toks;
-    for (uint32_t t = 0; t < k; t++)
-        e->rows[e->n_rows++] = (dcp_model_row){q->toks[q->fed + t], (uint32_t)q->slot, logits && t + 1 == k};
-    e->sched[e->n_sched++] = (eng_sched){q, k, logits};
-    q->step_rows = k;
+    e->sched[e->n_sched++] = (eng_sched){q, k, logits, drafts};
+    e->logits_used += logits + drafts;
+    q->step_rows = k + drafts;
+}
+
+/* The step's rows from its entries: a sequence's token rows, then its drafts (all with logits). */
+static void layout_rows(dcp_engine *e)
+{
+    e->n_rows = 0;
+    for (uint32_t i = 0; i < e->n_sched; i++) {
+        const eng_sched *x = &e->sched[i];
+        const eng_seq *q = x->seq;
+        for (uint32_t t = 0; t < x->rows; t++)
+            e->rows[e->n_rows++] = (dcp_model_row){q->toks[q->fed + t], (uint32_t)q->slot, x->logits && t + 1 == x->rows};
+        for (uint32_t t = 0; t < x->drafts; t++) e->rows[e->n_rows++] = (dcp_model_row){q->draft[t], (uint32_t)q->slot, true};
+    }
+}
+
+/* Token rows of a prompt chunk of q: k, less its last when that one wants logits and either the
+ * step has no logits row left (speculation's drafts took them) or q is a strict speculative
+ * sequence being recomputed (its next token is decided by a decode step, with its drafts, as it
+ * would have been had it not been preempted: spec.c). */
+static uint32_t chunk_with_logits(const dcp_engine *e, const eng_seq *q, uint32_t k)
+{
+    const bool last = k && q->fed + k == q->n_toks;
+    return last && (e->logits_used == e->max_logits || (q->spec_strict && q->generated)) ? k - 1 : k;
 }
 
 /* The newest running sequence not in the step (NULL: none). */
@@ -107,26 +137,43 @@ static bool schedule(dcp_engine *e)
 {
     uint32_t budget = e->cfg.step_tokens;
     bool preempted = false;
-    e->n_rows = e->n_sched = 0;
+    e->n_rows = e->n_sched = e->logits_used = 0;
     memset(e->need, 0, e->dcp * sizeof *e->need);
-    for (eng_seq *q = e->head; q; q = q->next) q->step_rows = 0;
-    /* 1. decode rows */
-    for (eng_seq *q = e->head; q && budget; q = q->next) {
-        if (q->slot < 0 || q->n_toks - q->fed != 1) continue;
-        while (fit_tokens(e, q->fed, 1, 0) == 0) {
-            eng_seq *v = newest_unscheduled(e);
-            preempt(e, v);
-            preempted = true;
-            if (v == q) break;
-        }
-        if (q->slot < 0) continue;
-        add_rows(e, q, 1);
-        budget--;
+    uint32_t decoders = 0; /* decoding sequences not yet given their row */
+    for (eng_seq *q = e->head; q; q = q->next) {
+        q->step_rows = 0;
+        decoders += q->slot >= 0 && q->n_toks - q->fed == 1;
     }
+    /* 1. decode rows, each with the drafts that fit beside one row for every later decoding
+     * sequence (speculation; strict ones left out of the last step first: spec.c) */
+    for (int pass = 0; pass < 2; pass++)
+        for (eng_seq *q = e->head; q && budget; q = q->next) {
+            if (q->slot < 0 || q->step_rows || q->n_toks - q->fed != 1 || q->spec_wait != (pass == 0)) continue;
+            decoders--;
+            const uint32_t later = q->spec_wait ? 0 : decoders;
+            const uint32_t left = budget < e->max_logits - e->logits_used ? budget : e->max_logits - e->logits_used;
+            uint32_t d = e->spec_k ? eng_spec_propose(e, q, left > later ? left - 1 - later : 0) : 0;
+            if (d == ENG_SPEC_DEFER) continue;
+            uint32_t fit;
+            while ((fit = fit_tokens(e, q->fed, 1 + d, 0)) < 1 + d) {
+                if (fit >= 1 && !q->spec_strict) { /* drafts never preempt */
+                    d = fit - 1;
+                    break;
+                }
+                eng_seq *v = newest_unscheduled(e);
+                preempt(e, v);
+                preempted = true;
+                if (v == q) break;
+            }
+            if (q->slot < 0) continue;
+            add_rows(e, q, 1, d);
+            budget -= 1 + d;
+        }
     /* 2. running prefills */
     for (eng_seq *q = e->head; q && budget; q = q->next) {
         if (q->slot < 0 || q->step_rows || q->n_toks - q->fed <= 1) continue;
-        const uint32_t want = q->n_toks - q->fed < budget ? q->n_toks - q->fed : budget;
+        const uint32_t want = chunk_with_logits(e, q, q->n_toks - q->fed < budget ? q->n_toks - q->fed : budget);
+        if (want == 0) continue;
         uint32_t k;
         while ((k = fit_tokens(e, q->fed, want, 0)) == 0) {
             eng_seq *v = newest_unscheduled(e);
@@ -135,7 +182,7 @@ static bool schedule(dcp_engine *e)
             preempted = true;
         }
         if (k == 0) continue;
-        add_rows(e, q, k);
+        add_rows(e, q, k, 0);
         budget -= k;
     }
     /* 3. admissions: future[r] = pages the running sequences will still take on rank r for the tokens
@@ -143,7 +190,7 @@ static bool schedule(dcp_engine *e)
     uint32_t *future = e->future;
     memset(future, 0, e->dcp * sizeof *future);
     for (eng_seq *q = e->head; q && budget && !preempted; q = q->next)
-        if (q->slot >= 0)
+        if (q->slot >= 0 && q->fed + q->step_rows < q->n_toks) /* drafts may run past n_toks */
             for (uint32_t r = 0; r < e->dcp; r++)
                 future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
                              dcp_model_state_shard_pages(e->s, (uint64_t)q->fed + q->step_rows, r);
@@ -151,7 +198,8 @@ static bool schedule(dcp_engine *e)
         if (q->slot >= 0) continue;
         int32_t slot = free_slot(e);
         if (slot < 0 || !admit_fits(e, q, future, e->running)) break;
-        const uint32_t k = q->n_toks < budget ? q->n_toks : budget;
+        const uint32_t k = chunk_with_logits(e, q, q->n_toks < budget ? q->n_toks : budget);
+        if (k == 0) break;
         for (uint32_t r = 0; r < e->dcp; r++)
             future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) - dcp_model_state_shard_pages(e->s, k, r);
         q->slot = slot;
@@ -160,10 +208,10 @@ static bool schedule(dcp_engine *e)
         e->running++;
         e->waiting--;
         if (e->running > e->stats.running_peak) e->stats.running_peak = e->running;
-        add_rows(e, q, k);
+        add_rows(e, q, k, 0);
         budget -= k;
     }
-    return e->n_rows > 0;
+    return e->n_sched > 0;
 }
 
 /* The step failed: every sequence in it ends with an error. */
@@ -187,7 +235,12 @@ dcp_status dcp_engine_step(dcp_engine *e)
                    "engine: no row could be scheduled for the oldest request");
         return dcp_fail(DCP_ERR_INTERNAL, "engine: no row could be scheduled for the oldest request");
     }
-    dcp_status st = DCP_OK;
+    dcp_status st = e->draft ? eng_spec_draft(e) : DCP_OK;
+    if (st != DCP_OK) {
+        fail_step(e, st);
+        return st;
+    }
+    layout_rows(e);
     if (e->cfg.on_plan) {
         dcp_engine_plan plan = {e->n_pending_free, e->pending_free, e->n_rows, e->rows};
         st = e->cfg.on_plan(e->cfg.plan_user, &plan);
@@ -198,7 +251,8 @@ dcp_status dcp_engine_step(dcp_engine *e)
         return st;
     }
     bool want_logits = false;
-    for (uint32_t i = 0; i < e->n_sched; i++) want_logits |= e->sched[i].logits && !e->sched[i].seq->greedy;
+    for (uint32_t i = 0; i < e->n_sched; i++)
+        want_logits |= (e->sched[i].logits || e->sched[i].drafts) && !e->sched[i].seq->greedy;
     const double t0 = now_s();
     st = dcp_model_state_step(e->s, e->rows, e->n_rows, want_logits ? e->logits : NULL, e->next);
     e->stats.last_step_seconds = now_s() - t0;
@@ -231,13 +285,21 @@ dcp_status dcp_engine_step(dcp_engine *e)
             uint32_t redo = q->seen - q->fed < x->rows ? q->seen - q->fed : x->rows;
             e->stats.recomputed_tokens += redo;
         }
+        q->step_rows = 0;
+        if (x->drafts) { /* speculation: the tokens kept, the rest rolled back (spec.c) */
+            dcp_status vs = eng_spec_verify(e, x, k);
+            k += 1 + x->drafts;
+            if (vs != DCP_OK && first == DCP_OK) first = vs;
+            continue;
+        }
         q->fed += x->rows;
         if (q->fed > q->seen) q->seen = q->fed;
-        q->step_rows = 0;
         if (!x->logits) continue;
-        const int32_t tok = q->greedy ? e->next[k] : dcp_sampler_sample(q->smp, e->logits + (size_t)k * e->n_vocab);
+        const float *row = e->logits + (size_t)k * e->n_vocab;
+        const int32_t tok = q->greedy ? e->next[k] : q->spec_strict ? eng_spec_sample(e, q, row) : dcp_sampler_sample(q->smp, row);
         k++;
-        dcp_status ts = eng_text_token(e, q, tok);
+        bool ended;
+        dcp_status ts = eng_text_token(e, q, tok, &ended);
         if (ts != DCP_OK && first == DCP_OK) first = ts;
     }
     e->n_sched = 0;

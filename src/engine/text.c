@@ -81,8 +81,9 @@ static dcp_status finish_with_rest(dcp_engine *e, eng_seq *q, dcp_engine_finish 
     return DCP_OK;
 }
 
-dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token)
+dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
 {
+    *ended = true; /* until the TOKEN event is queued: every other way out ends q */
     q->toks[q->n_toks++] = token;
     q->generated++;
     e->stats.generated_tokens++;
@@ -110,5 +111,6 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token)
         return st;
     }
     held_consume(q, out);
+    *ended = false;
     return DCP_OK;
 }

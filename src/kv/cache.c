@@ -260,18 +260,38 @@ dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer 
     return dcp_kernel_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }
 
+/* Returns rank r's pages of sequence s beyond its first `keep` to the free list, last first. */
+static void release_pages(const dcp_kv_cache *kc, kv_rank *r, uint32_t s, uint32_t keep)
+{
+    uint32_t *bt = r->bt + (uint64_t)s * kc->cfg.max_blocks;
+    while (r->pages[s] > keep) {
+        r->free_pages[r->free_count++] = bt[--r->pages[s]];
+        bt[r->pages[s]] = 0;
+    }
+}
+
 void dcp_kv_cache_free_seq(dcp_kv_cache *kc, uint32_t s)
 {
     if (s >= kc->cfg.max_seqs) return;
-    for (uint32_t i = 0; i < kc->local_count; i++) {
-        kv_rank *r = &kc->ranks[i];
-        uint32_t *bt = r->bt + (uint64_t)s * kc->cfg.max_blocks;
-        while (r->pages[s]) {
-            r->free_pages[r->free_count++] = bt[--r->pages[s]];
-            bt[r->pages[s]] = 0;
-        }
-    }
+    for (uint32_t i = 0; i < kc->local_count; i++) release_pages(kc, &kc->ranks[i], s, 0);
     kc->lengths[s] = 0;
+}
+
+dcp_status dcp_kv_cache_truncate_seq(dcp_kv_cache *kc, uint32_t s, uint64_t length)
+{
+    const dcp_kv_cache_config *c = &kc->cfg;
+    if (s >= c->max_seqs)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: truncating sequence %u outside the %u slots", s,
+                        c->max_seqs);
+    if (length > kc->lengths[s])
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "KV cache: truncating sequence %u of %llu tokens to %llu (longer)",
+                        s, (unsigned long long)kc->lengths[s], (unsigned long long)length);
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        uint64_t local = dcp_kv_local_length(length, c->first_rank + i, c->dcp_size, c->interleave);
+        release_pages(kc, &kc->ranks[i], s, pages_for(local, c->pool.page_size));
+    }
+    kc->lengths[s] = length;
+    return DCP_OK;
 }
 
 uint64_t dcp_kv_cache_seq_length(const dcp_kv_cache *kc, uint32_t s)

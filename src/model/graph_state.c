@@ -213,7 +213,11 @@ static dcp_status state_defaults(const dcp_model *m, const dcp_model_state_confi
                             c.max_seqs, c.n_ctx, (unsigned long long)pages, UINT32_MAX);
         c.kv_pages = (uint32_t)pages;
     }
-    sh->max_out = c.max_rows < c.max_seqs ? c.max_rows : c.max_seqs;
+    if (c.max_logits > c.max_rows)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: max_logits %u exceeds max_rows %u (rows per step)",
+                        c.max_logits, c.max_rows);
+    if (c.max_logits == 0) c.max_logits = c.max_rows < c.max_seqs ? c.max_rows : c.max_seqs;
+    sh->max_out = c.max_logits;
     sh->rope_pairs = mc->n_rot / 2;
     sh->c = c;
     return DCP_OK;
@@ -526,6 +530,25 @@ void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq)
     for (uint32_t i = 0; i < s->ng * s->m->cfg.n_layer; i++) dcp_kv_cache_free_seq(s->caches[i], seq);
     s->seq_len[seq] = 0;
 }
+
+dcp_status dcp_model_state_truncate_seq(dcp_model_state *s, uint32_t seq, uint32_t length)
+{
+    if (seq >= s->cfg.max_seqs)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: truncating sequence %u; the state has slots 0..%u", seq,
+                        s->cfg.max_seqs - 1);
+    if (length > s->seq_len[seq])
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: truncating sequence %u of %u tokens to %u (longer)",
+                        seq, s->seq_len[seq], length);
+    /* Checked above, so no cache refuses: every layer's cache holds the same sequence lengths. */
+    for (uint32_t i = 0; i < s->ng * s->m->cfg.n_layer; i++) {
+        dcp_status st = dcp_kv_cache_truncate_seq(s->caches[i], seq, length);
+        if (st != DCP_OK) return st;
+    }
+    s->seq_len[seq] = length;
+    return DCP_OK;
+}
+
+uint32_t dcp_model_state_max_logits(const dcp_model_state *s) { return s->max_out; }
 
 void dcp_model_state_reset(dcp_model_state *s)
 {

@@ -41,7 +41,7 @@ static dcp_status check_rows(dcp_model_state *s, const dcp_model_row *rows, uint
         outs += r->logits;
     }
     if (outs > s->max_out)
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model step: %u rows want logits; at most %u per step (max_seqs, max_rows)",
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model step: %u rows want logits; at most %u per step (the state's max_logits)",
                         outs, s->max_out);
     return dcp_graph_check_pages(s, s->seq_add);
 }

@@ -23,6 +23,20 @@ typedef enum step_mode {
     STEP_RECORDING = 2, /* a keyed step being recorded into rc */
 } step_mode;
 
+/* Recordings kept besides the current one: a step of another shape (a speculative verification
+ * between one-row decode steps, a prompt chunk) replays its own instead of re-recording both. */
+enum { STEP_SAVED = 4 };
+
+/* A kept recording moved aside (the current one lives in the step's rc fields). */
+typedef struct step_rec {
+    dcp_cmd **rc;
+    uint32_t rc_cap, rc_rounds;
+    uint64_t rc_key;
+    step_action *act;
+    uint32_t act_count, act_cap;
+    uint64_t used;                  /* when it was last current (the least recent is reused) */
+} step_rec;
+
 /* Commands of a sequence of rounds, [cap][n], created on first use. */
 typedef struct round_cmds {
     dcp_cmd **c;
@@ -40,6 +54,8 @@ struct dcp_step {
     uint64_t rc_key;                /* its key (mixed with the communicators' generations) */
     step_action *act;               /* [act_count] exchanges of the kept recording */
     uint32_t act_count, act_cap;
+    step_rec saved[STEP_SAVED];     /* other keys' recordings (rc_rounds 0: none) */
+    uint64_t clock;                 /* counts the recordings made current */
     dcp_comm *comms[DCP_STEP_MAX_COMMS];
     uint32_t comm_count;
     /* the step in progress */
@@ -77,11 +93,32 @@ static double now_ns(void)
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
+/* Drops every kept recording (their commands stay for reuse). */
+static void forget_recordings(dcp_step *s)
+{
+    s->rc_rounds = 0;
+    for (uint32_t j = 0; j < STEP_SAVED; j++) s->saved[j].rc_rounds = 0;
+}
+
+/* Exchanges the current recording with r. */
+static void swap_recording(dcp_step *s, step_rec *r)
+{
+    step_rec cur = {s->rc, s->rc_cap, s->rc_rounds, s->rc_key, s->act, s->act_count, s->act_cap, ++s->clock};
+    s->rc = r->rc;
+    s->rc_cap = r->rc_cap;
+    s->rc_rounds = r->rc_rounds;
+    s->rc_key = r->rc_key;
+    s->act = r->act;
+    s->act_count = r->act_count;
+    s->act_cap = r->act_cap;
+    *r = cur;
+}
+
 void dcp_step_set_timing(dcp_step *s, bool on)
 {
     if (s->timed == on) return;
     s->timed = on;
-    s->rc_rounds = 0; /* recordings with (or without) the timestamps */
+    forget_recordings(s); /* recordings with (or without) the timestamps */
 }
 
 void dcp_step_last_timing(const dcp_step *s, double *compute_ns, double *total_ns)
@@ -194,6 +231,12 @@ void dcp_step_destroy(dcp_step *s)
     dcp_step_abort(s);
     for (uint32_t i = 0; s->own && i < s->n; i++) dcp_cmd_destroy(s->own[i]);
     for (uint64_t i = 0; s->rc && i < (uint64_t)s->rc_cap * s->n; i++) dcp_cmd_destroy(s->rc[i]);
+    for (uint32_t j = 0; j < STEP_SAVED; j++) {
+        step_rec *r = &s->saved[j];
+        for (uint64_t i = 0; r->rc && i < (uint64_t)r->rc_cap * s->n; i++) dcp_cmd_destroy(r->rc[i]);
+        free(r->rc);
+        free(r->act);
+    }
     free_rounds(s, &s->once);
     free_sync(s);
     free(s->ts);
@@ -210,7 +253,7 @@ dcp_status dcp_step_add_comm(dcp_step *s, dcp_comm *c)
     if (s->comm_count == DCP_STEP_MAX_COMMS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "step: more than %d communicators", DCP_STEP_MAX_COMMS);
     s->comms[s->comm_count++] = c;
-    s->rc_rounds = 0; /* the key's inputs changed */
+    forget_recordings(s); /* the key's inputs changed */
     s->sync_ready = false;
     return DCP_OK;
 }
@@ -493,7 +536,7 @@ static dcp_status log_exchange(dcp_step *s, const dcp_comm_xchg *x)
     return DCP_OK;
 }
 
-/* Resubmits the kept rounds with their exchanges in between. */
+/* Resubmits the current recording's rounds with their exchanges in between. */
 static dcp_status replay(dcp_step *s)
 {
     dcp_status st = DCP_OK;
@@ -541,6 +584,19 @@ dcp_status dcp_step_begin(dcp_step *s, uint64_t key, bool *replayed)
         *replayed = true;
         return replay(s);
     }
+    /* Another key: its kept recording if there is one, else record into the least recently used
+     * slot's commands, the current recording kept aside. */
+    step_rec *victim = &s->saved[0];
+    for (uint32_t j = 0; j < STEP_SAVED; j++) {
+        step_rec *r = &s->saved[j];
+        if (r->rc_rounds && r->rc_key == key) {
+            swap_recording(s, r);
+            *replayed = true;
+            return replay(s);
+        }
+        if (r->used < victim->used) victim = r;
+    }
+    if (s->rc_rounds) swap_recording(s, victim);
     s->rc_rounds = 0;
     s->act_count = 0;
     s->key = key;

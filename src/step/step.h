@@ -24,6 +24,9 @@
  * replayed = true. The key must therefore cover everything the recording depends on besides
  * buffers fixed at creation and host-visible inputs rewritten before each step (token ids, slots,
  * block tables): e.g. the split-KV chunking of every decode plan. Key 0: recorded, run, not kept.
+ * Up to five recordings of different keys are kept (the least recently used one is recorded over),
+ * so that steps of a few shapes taking turns (a speculative verification of k + 1 rows between
+ * one-row decode steps) each replay their own.
  * Every step starts with the added communicators' mailbox banks reset, so that a step's commands
  * refer to the same banks every time.
  *

@@ -117,4 +117,15 @@ dcp_status dcp_gguf_make_test_model_deepseek2(const char *path, const dcp_test_d
  * bytes (freed by dcp_gguf_close); its name is "<generated test model>". cfg NULL = defaults. */
 dcp_status dcp_gguf_open_test_model(const dcp_test_model_config *cfg, dcp_gguf **out);
 
+/* ---- draft models (speculative decoding) ----------------------------------------------------- */
+
+/* A copy of the model src cut to its first n_layer blocks (every key copied but block_count, and
+ * leading_dense_block_count when it exceeds n_layer; the tensors of later blocks left out): the
+ * same embedding, output head and vocabulary, so a cheap draft that often agrees with src. With
+ * rename_token >= 0, that token's text in tokenizer.ggml.tokens becomes "<dcp-vk-renamed>" (a
+ * vocabulary a draft must be refused for). Into a writer the caller writes and destroys.
+ * DCP_ERR_INVALID_ARGUMENT for n_layer 0 or more than src has. */
+dcp_status dcp_test_model_cut_layers(const dcp_gguf *src, uint32_t n_layer, int64_t rename_token,
+                                     dcp_gguf_writer **out);
+
 #endif

@@ -1,0 +1,142 @@
+/* --speculative-config of dcp-vk-run and dcp-vk-serve (vLLM's option and field names): the JSON
+ * object parsed with cJSON (a build without cJSON refuses the option, saying so), and the
+ * draft model it may name loaded beside the target: the same devices, TP and DCP layout (its KV
+ * cache sharded over the same DCP group by the same placement rule: docs/design.md section 17),
+ * its own run state of the target's slots, context and block size. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DCP_CLI_HAVE_CJSON
+#include <cjson/cJSON.h>
+#endif
+
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "cli/run.h"
+
+static int bad(const char *prog, const char *what, const char *detail)
+{
+    fprintf(dcp_cli_diag(), "%s: option --speculative-config: %s%s\n", prog, what, detail ? detail : "");
+    return DCP_EXIT_USAGE;
+}
+
+#ifdef DCP_CLI_HAVE_CJSON
+/* A whole number in [lo, hi] at key; *present whether the key is there. */
+static int get_u32(const cJSON *o, const char *key, uint32_t lo, uint32_t hi, uint32_t *out, const char *prog)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return 0;
+    char msg[160];
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble || v->valuedouble < lo ||
+        v->valuedouble > hi) {
+        snprintf(msg, sizeof msg, "\"%s\" must be a whole number in [%u, %u]", key, lo, hi);
+        return bad(prog, msg, NULL);
+    }
+    *out = (uint32_t)v->valuedouble;
+    return 0;
+}
+
+int run_spec_parse(const char *json, run_spec *sp, const char *prog)
+{
+    memset(sp, 0, sizeof *sp);
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return bad(prog, "not a JSON object: ", json);
+    }
+    static const char *const known[] = {"method", "model", "num_speculative_tokens", "prompt_lookup_max",
+                                        "prompt_lookup_min", NULL};
+    int rc = 0;
+    for (const cJSON *it = o->child; it && !rc; it = it->next) {
+        int k = 0;
+        while (known[k] && strcmp(known[k], it->string)) k++;
+        if (!known[k]) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "unknown field \"%.64s\" (allowed: method, model, num_speculative_tokens, "
+                     "prompt_lookup_max, prompt_lookup_min)", it->string);
+            rc = bad(prog, msg, NULL);
+        }
+    }
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(o, "method");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (!rc && model && (!cJSON_IsString(model) || !*model->valuestring))
+        rc = bad(prog, "\"model\" must be the draft model's GGUF path", NULL);
+    if (!rc && method) {
+        if (!cJSON_IsString(method)) rc = bad(prog, "\"method\" must be a string (allowed: ngram, draft_model)", NULL);
+        else if (strcmp(method->valuestring, "ngram") == 0) sp->method = DCP_SPEC_NGRAM;
+        else if (strcmp(method->valuestring, "draft_model") == 0) sp->method = DCP_SPEC_DRAFT;
+        else rc = bad(prog, "\"method\" is not one of ngram, draft_model: ", method->valuestring);
+    } else if (!rc) {
+        sp->method = model ? DCP_SPEC_DRAFT : DCP_SPEC_NONE; /* vLLM: a model without a method is a draft model */
+        if (!model) rc = bad(prog, "needs \"method\": \"ngram\" or a draft \"model\"", NULL);
+    }
+    if (!rc && sp->method == DCP_SPEC_DRAFT && !model) rc = bad(prog, "method draft_model needs \"model\" (a GGUF path)", NULL);
+    if (!rc && sp->method == DCP_SPEC_NGRAM && model) rc = bad(prog, "method ngram takes no \"model\"", NULL);
+    if (!rc && !cJSON_GetObjectItemCaseSensitive(o, "num_speculative_tokens"))
+        rc = bad(prog, "needs \"num_speculative_tokens\"", NULL);
+    if (!rc) rc = get_u32(o, "num_speculative_tokens", 1, DCP_SPEC_MAX_TOKENS, &sp->k, prog);
+    if (!rc) rc = get_u32(o, "prompt_lookup_max", 1, 1024, &sp->lookup_max, prog);
+    if (!rc) rc = get_u32(o, "prompt_lookup_min", 1, 1024, &sp->lookup_min, prog);
+    if (!rc && sp->method == DCP_SPEC_DRAFT && (sp->lookup_max || sp->lookup_min))
+        rc = bad(prog, "prompt_lookup_max and prompt_lookup_min are for method ngram", NULL);
+    if (!rc && model && !(sp->model = strdup(model->valuestring))) rc = DCP_EXIT_RUNTIME;
+    cJSON_Delete(o);
+    return rc;
+}
+#else
+int run_spec_parse(const char *json, run_spec *sp, const char *prog)
+{
+    (void)json;
+    memset(sp, 0, sizeof *sp);
+    return bad(prog, "this build has no cJSON (apt-get install libcjson-dev, then configure again)", NULL);
+}
+#endif
+
+/* Prints why loading the draft failed; DCP_EXIT_RUNTIME. */
+static int load_failed(const char *prog, const run_spec *sp, const char *what, dcp_status st)
+{
+    fprintf(stderr, "%s: draft model %s: %s: %s: %s\n", prog, sp->model, what, dcp_status_string(st), dcp_last_error());
+    return DCP_EXIT_RUNTIME;
+}
+
+int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
+                    const dcp_tokenizer *target_tok, const char *prog)
+{
+    if (sp->method != DCP_SPEC_DRAFT) return 0;
+    dcp_status st;
+    if ((st = dcp_gguf_open(sp->model, &sp->g))) return load_failed(prog, sp, "reading it", st);
+    if ((st = dcp_model_config_read(sp->g, &sp->mc))) return load_failed(prog, sp, "reading its hyperparameters", st);
+    if ((st = dcp_tokenizer_create(sp->g, &sp->tok))) return load_failed(prog, sp, "reading its tokenizer", st);
+    if ((st = dcp_engine_spec_check_vocab(target_tok, sp->tok))) return load_failed(prog, sp, "its vocabulary", st);
+    /* The target's devices and layout: the draft's KV is sharded like the target's. */
+    if ((st = dcp_model_load(target_load, sp->g, &sp->mc, &sp->m)))
+        return load_failed(prog, sp, "loading it at the target's TP and DCP sizes", st);
+    dcp_model_state_config dc = *dcp_model_state_get_config(target);
+    dc.n_ctx = dcp_model_state_n_ctx(target);
+    dc.kv_pages = 0; /* every slot at full context: the draft never waits for pages */
+    dc.max_logits = 0;
+    if ((st = dcp_model_state_create(sp->m, &dc, &sp->s))) return load_failed(prog, sp, "creating its run state", st);
+    return 0;
+}
+
+void run_spec_config(const run_spec *sp, dcp_spec_config *out)
+{
+    *out = (dcp_spec_config)DCP_SPEC_CONFIG_DEFAULT;
+    out->method = sp->method;
+    out->num_speculative_tokens = sp->k;
+    out->prompt_lookup_max = sp->lookup_max;
+    out->prompt_lookup_min = sp->lookup_min;
+    out->draft = sp->s;
+    out->draft_tokenizer = sp->tok;
+}
+
+void run_spec_free(run_spec *sp)
+{
+    dcp_model_state_destroy(sp->s);
+    dcp_model_destroy(sp->m);
+    dcp_tokenizer_destroy(sp->tok);
+    dcp_gguf_close(sp->g);
+    free(sp->model);
+    memset(sp, 0, sizeof *sp);
+}
