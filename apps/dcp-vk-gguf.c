@@ -39,7 +39,8 @@ static void usage(FILE *f)
             "  --quantize IN OUT   convert IN (F32, F16, BF16 or quantized) to OUT with --type T, a\n"
             "                      llama-quantize file type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
             "                      q5_1, q2_k, q3_k_s, q3_k_m (= q3_k), q3_k_l, q4_k_s, q4_k_m (= q4_k),\n"
-            "                      q5_k_s, q5_k_m (= q5_k), q6_k; its mix rules give output.weight Q6_K,\n"
+            "                      q5_k_s, q5_k_m (= q5_k), q6_k, iq4_nl, iq4_xs; its mix rules give\n"
+            "                      output.weight Q6_K,\n"
             "                      some attn_v / ffn_down more bits, and tensors whose rows are not whole\n"
             "                      blocks a fallback type (see include/dcpvk/gguf.h); prints each tensor\n"
             "  --pure              with --quantize: no mix rules, every matrix in the base type\n"
@@ -69,11 +70,13 @@ static void usage(FILE *f)
             "  --rms-eps X         RMS norm epsilon (default 1e-5)\n"
             "  --rope-base X       RoPE frequency base (default 10000)\n"
             "  --type T            matrix weight type, every matrix (f32, f16, bf16, q8_0, q4_0, q4_1,\n"
-            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k; its block must divide the\n"
-            "                      sizes), or a file type mix (q3_k_s/m/l, q4_k_s, q4_k_m, q5_k_s,\n"
-            "                      q5_k_m: an F32 model quantized as --quantize does) (default f32)\n"
+            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs; its block\n"
+            "                      must divide the sizes), or a file type mix (q3_k_s/m/l, q4_k_s,\n"
+            "                      q4_k_m, q5_k_s, q5_k_m: an F32 model quantized as --quantize does)\n"
+            "                      (default f32)\n"
             "  --seed N            random seed (default 1234)\n"
-            "  --rope-freqs, --rope-scaling none|linear|yarn, --rope-scale X (1..1024),\n"
+            "  --rope-freqs        rope_freqs.weight, Llama 3.x-style factors (--arch llama only)\n"
+            "  --rope-scaling none|linear|yarn, --rope-scale X (1..1024),\n"
             "  --sliding-window N, --tie-output (no output.weight): llama family extras\n"
             "\n"
             "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
@@ -579,6 +582,9 @@ static int run(int argc, char **argv)
             return DCP_EXIT_OK;
         }
         if (mla_config) return bad_usage("--mla-config needs --arch deepseek2", NULL);
+        if (mc.rope_freqs && strcmp(mc.arch, "llama"))
+            return bad_usage("--rope-freqs applies to --arch llama only (qwen2, qwen3 and phi3 files have no "
+                             "rope_freqs.weight; llama.cpp refuses one); got --arch", mc.arch);
         if (mc.rope_scaling && strcmp(mc.rope_scaling, "none") && mc.rope_scale == 0.0f)
             return bad_usage("--rope-scaling linear / yarn needs --rope-scale X", NULL);
         dcp_ftype mix = DCP_FTYPE_F32;

@@ -81,13 +81,24 @@ typedef struct dcp_gguf_tensor {
     uint64_t offset;            /* bytes, relative to the data section (a multiple of alignment) */
     uint64_t size;              /* bytes */
     const void *data;           /* mapped bytes [size] (read-only) */
+    uint32_t part;              /* split models: the part holding the data (dcp_gguf_part); else 0 */
 } dcp_gguf_tensor;
 
 /* Opens and checks a GGUF file, memory-mapping it read-only. On failure *out is NULL and
- * dcp_last_error() names the file, offset and problem. */
+ * dcp_last_error() names the file, offset and problem.
+ *
+ * Split models (llama.cpp's gguf-split: keys split.count, split.no, split.tensors.count; files
+ * NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf): given the first part, the others are
+ * found by name and opened too, and the handle is the whole model: the first part's keys, the
+ * tensors of every part (each mapped from its own file; dcp_gguf_tensor.part says which). Refused,
+ * naming the file and what did not match: a part other than the first, a first part not named
+ * -00001-of-0000N.gguf, a missing part, a part whose split.count or split.tensors.count differs
+ * (another model's), a part whose split.no is not its place (reordered or renamed), a tensor name
+ * in two parts, a tensor total other than split.tensors.count. */
 dcp_status dcp_gguf_open(const char *path, dcp_gguf **out);
 
-/* Same over bytes in memory (borrowed: data must outlive the handle). `name` is used in errors. */
+/* Same over bytes in memory (borrowed: data must outlive the handle). `name` is used in errors.
+ * One file: split keys are kept as they are, no other part is looked for. */
 dcp_status dcp_gguf_open_memory(const void *data, size_t size, const char *name, dcp_gguf **out);
 
 /* Unmaps and frees. NULL is allowed. */
@@ -95,9 +106,19 @@ void dcp_gguf_close(dcp_gguf *g);
 
 const char *dcp_gguf_name(const dcp_gguf *g);      /* path or name given at open */
 uint32_t dcp_gguf_version(const dcp_gguf *g);      /* 2 or 3 */
-uint64_t dcp_gguf_file_size(const dcp_gguf *g);    /* bytes */
+uint64_t dcp_gguf_file_size(const dcp_gguf *g);    /* bytes (a split model: of all its parts) */
 uint64_t dcp_gguf_alignment(const dcp_gguf *g);    /* bytes; general.alignment or 32 */
-uint64_t dcp_gguf_data_offset(const dcp_gguf *g);  /* file offset of the tensor data section */
+uint64_t dcp_gguf_data_offset(const dcp_gguf *g);  /* file offset of the tensor data section (split
+                                                    * models: the first part's) */
+
+/* Parts of a split model: their number (1 for a single file) and part i (0 .. count-1) as a
+ * file of its own, with its own keys and tensor directory (a single file: part 0 is g). The part
+ * handles belong to g. NULL for i out of range. */
+uint32_t dcp_gguf_part_count(const dcp_gguf *g);
+const dcp_gguf *dcp_gguf_part(const dcp_gguf *g, uint32_t i);
+/* The file name of part `part` (0-based) of `count`: "PREFIX-%05u-of-%05u.gguf" with part + 1.
+ * Returns snprintf's count (the name is cut when it is >= size). */
+int dcp_gguf_split_path(char *buf, size_t size, const char *prefix, uint32_t part, uint32_t count);
 
 /* Metadata: count, lookup by index (0..count-1, in file order) and by key. */
 uint64_t dcp_gguf_kv_count(const dcp_gguf *g);
@@ -197,19 +218,31 @@ dcp_status dcp_gguf_writer_write_memory(const dcp_gguf_writer *w, void **data, s
 /* ---- quantizing a file (llama-quantize's file types and mixes) -------------------------------- */
 
 /* llama.cpp's file types (the codes of general.file_type): the weight type of most matrices and,
- * for the k-quant mixes, which tensors get more bits. For the llama family (no experts):
+ * for the k-quant mixes, which tensors get more bits. The rules are llama-quantize's (its
+ * llama_tensor_get_type in the 2025 versions that give attn_qkv its own rule; no importance
+ * matrix), for every architecture but Falcon. A "layer" is the N of blk.N.; "more-bits" layers are
+ * the first and last eighth of n and every third between (llama.cpp's use_more_bits):
  *   output.weight (token_embd.weight when there is no output.weight): Q6_K (Q8_0 for Q8_0 files,
  *     or when its rows are not whole blocks of the base type);
- *   attn_v: Q2_K -> Q4_K when heads / KV heads >= 4, else Q3_K; Q3_K_M -> Q5_K for the first two,
- *     then Q4_K; Q3_K_L -> Q5_K; Q4_K_M, Q5_K_M -> Q6_K on "more-bits" layers (the first and last
- *     eighth of them and every third between); Q4_K_S -> Q5_K for the first four;
- *   ffn_down: Q2_K -> Q3_K; Q3_K_M -> Q5_K for the first sixteenth, then Q4_K; Q3_K_L -> Q5_K;
- *     Q4_K_M, Q5_K_M -> Q6_K on more-bits layers; Q4_K_S -> Q5_K for the first eighth;
- *   attn_output: Q2_K -> Q3_K; Q3_K_M -> Q4_K; Q3_K_L -> Q5_K;
- *   everything else 2-D named *weight (not *_norm.weight): the base type; other tensors unchanged.
- * Then a tensor whose rows (ne0) are not whole blocks of its type falls back: Q2_K, Q3_K -> Q4_0,
- * Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when that does not fit either (or for a
- * block-of-32 type: llama-quantize stops there, dcp-vk writes F16). */
+ *   attn_v: Q2_K -> Q4_K when heads / KV heads >= 4, else Q3_K; Q3_K_M -> Q5_K on layers 0, 1,
+ *     then Q4_K; Q3_K_L -> Q5_K; Q4_K_M, Q5_K_M -> Q6_K on more-bits layers (n: the attn_v,
+ *     attn_qkv and attn_kv_b tensors); Q4_K_S -> Q5_K on layers 0..3; then Q3_K / Q4_K -> Q5_K in
+ *     an 80-layer llama (GQA) or qwen2 (llama.cpp's 70B); IQ4_NL, IQ4_XS -> Q5_K when heads /
+ *     KV heads >= 4 (before the Q4_K_M rule); Q8_0 whatever the mix with 8 experts;
+ *   attn_k: Q8_0 with 8 experts;
+ *   attn_qkv (phi3's fused Q|K|V; not attn_v's rules): Q3_K_M, Q3_K_L -> Q4_K; Q4_K_M -> Q5_K;
+ *     Q5_K_M -> Q6_K;
+ *   ffn_down (also ffn_down_exps / _shexp; n: block_count): Q2_K -> Q3_K; Q3_K_M -> Q5_K for the
+ *     first sixteenth, then Q4_K; Q3_K_L -> Q5_K; Q4_K_M, Q5_K_M -> Q6_K on more-bits layers;
+ *     Q4_K_S -> Q5_K for the first eighth; IQ4_NL, IQ4_XS -> Q5_K for the first eighth;
+ *   attn_output: Q2_K -> Q3_K; Q3_K_M -> Q4_K; Q3_K_L -> Q5_K; with 8 experts instead Q5_K for
+ *     Q2_K, Q3_K_S, Q3_K_M, Q4_K_S, Q4_K_M, IQ4_NL, IQ4_XS;
+ *   everything else 2-D or 3-D named *weight (not *_norm.weight, not ffn_gate_inp.weight; so also
+ *     deepseek2's attn_kv_b, attn_k_b, attn_v_b): the base type; other tensors unchanged.
+ * Then a tensor whose rows (ne0) are not whole blocks of its type falls back: Q2_K, Q3_K, IQ4_XS
+ * (and the other IQ types) -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; and to F16 when
+ * that does not fit either, or for a block-of-32 type (where llama-quantize stops with an error).
+ * With --pure (pure = true) only the fallback applies (llama-quantize would fail there). */
 typedef enum dcp_ftype {
     DCP_FTYPE_F32 = 0,
     DCP_FTYPE_F16 = 1,
@@ -227,6 +260,8 @@ typedef enum dcp_ftype {
     DCP_FTYPE_Q5_K_S = 16,
     DCP_FTYPE_Q5_K_M = 17,
     DCP_FTYPE_Q6_K = 18,
+    DCP_FTYPE_IQ4_NL = 25,
+    DCP_FTYPE_IQ4_XS = 30,
     DCP_FTYPE_BF16 = 32,
 } dcp_ftype;
 
@@ -240,20 +275,22 @@ dcp_ggml_type dcp_ftype_base_type(dcp_ftype f);
 /* type, or its fallback when rows of ne0 elements are not whole blocks of it (see dcp_ftype). */
 dcp_ggml_type dcp_quantize_fallback(dcp_ggml_type type, uint64_t ne0);
 
-/* The per-file state of the mix rules: counts of attn_v / ffn_down tensors and which one is next
- * (the rules depend on the layer). Filled by dcp_quantize_plan_init; then ask
- * dcp_quantize_tensor_type for every tensor in file order. */
+/* What the mix rules read from a file (see dcp_ftype). Filled by dcp_quantize_plan_init; then
+ * dcp_quantize_tensor_type answers for any tensor of that file, in any order. */
 typedef struct dcp_quantize_plan {
     dcp_ftype ftype;
     bool pure;                  /* every matrix in the base type (fallbacks aside) */
     bool tied;                  /* no output.weight: token_embd.weight is the output */
-    uint32_t n_gqa;             /* query heads per KV head */
-    uint32_t n_attn_v, i_attn_v, n_ffn_down, i_ffn_down;
+    bool type_70b;              /* an 80-layer llama with grouped KV heads or qwen2 */
+    uint32_t n_gqa;             /* query heads per KV head (1 without the keys) */
+    uint32_t n_expert;          /* <arch>.expert_count, 0 without */
+    uint32_t n_layer;           /* <arch>.block_count (else the largest blk.N. + 1) */
+    uint32_t n_attn_v;          /* tensors named *attn_v.weight, *attn_qkv.weight, *attn_kv_b.weight */
 } dcp_quantize_plan;
 
 dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure, dcp_quantize_plan *p);
-/* Target type of tensor t (the next in file order); *fell_back = 1 when its rows forced a fallback. */
-dcp_ggml_type dcp_quantize_tensor_type(dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back);
+/* Target type of tensor t; *fell_back = 1 when its rows forced a fallback. Thread-safe. */
+dcp_ggml_type dcp_quantize_tensor_type(const dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back);
 
 typedef struct dcp_quantize_config {
     dcp_ftype ftype;            /* file type. Default DCP_FTYPE_Q4_K_M */

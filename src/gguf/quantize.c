@@ -1,8 +1,10 @@
 /* Quantizing a GGUF file as llama.cpp's llama-quantize does: a file type (general.file_type) names
  * the weight type of most matrices and, for the k-quant mixes (Q4_K_M, Q5_K_M, ...), which
  * tensors get more bits; tensors whose rows are not whole blocks of the chosen type fall back to
- * another type. Rules learnt from llama.cpp's llama_tensor_get_type for the llama family (no
- * experts, not Falcon); written here from their description, see dcp_ftype in gguf.h. */
+ * another type. Rules learnt by reading llama.cpp's llama_tensor_get_type (src/llama-quant.cpp,
+ * the 2025 versions before its tensor categories, where attn_qkv and attn_kv_b do not take
+ * attn_v's rules and Q2_K / Q3_K fall back to IQ4_NL) for the file types below, every
+ * architecture but Falcon; written here from their description, see dcp_ftype in gguf.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,8 @@ static const ftype_info ftypes[] = {
     {DCP_FTYPE_Q3_K_M, "Q3_K_M", DCP_GGML_TYPE_Q3_K}, {DCP_FTYPE_Q3_K_L, "Q3_K_L", DCP_GGML_TYPE_Q3_K},
     {DCP_FTYPE_Q4_K_S, "Q4_K_S", DCP_GGML_TYPE_Q4_K}, {DCP_FTYPE_Q4_K_M, "Q4_K_M", DCP_GGML_TYPE_Q4_K},
     {DCP_FTYPE_Q5_K_S, "Q5_K_S", DCP_GGML_TYPE_Q5_K}, {DCP_FTYPE_Q5_K_M, "Q5_K_M", DCP_GGML_TYPE_Q5_K},
-    {DCP_FTYPE_Q6_K, "Q6_K", DCP_GGML_TYPE_Q6_K},
+    {DCP_FTYPE_Q6_K, "Q6_K", DCP_GGML_TYPE_Q6_K},   {DCP_FTYPE_IQ4_NL, "IQ4_NL", DCP_GGML_TYPE_IQ4_NL},
+    {DCP_FTYPE_IQ4_XS, "IQ4_XS", DCP_GGML_TYPE_IQ4_XS},
 };
 
 static const ftype_info *ftype_of(dcp_ftype f)
@@ -59,7 +62,7 @@ dcp_status dcp_ftype_from_name(const char *name, dcp_ftype *out)
         }
     return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "unknown file type '%s' (allowed: f32, f16, bf16, q8_0, q4_0, q4_1, "
                     "q5_0, q5_1, q2_k, q3_k_s, q3_k_m (q3_k), q3_k_l, q4_k_s, q4_k_m (q4_k), q5_k_s, "
-                    "q5_k_m (q5_k), q6_k)", name);
+                    "q5_k_m (q5_k), q6_k, iq4_nl, iq4_xs)", name);
 }
 
 dcp_ggml_type dcp_ftype_base_type(dcp_ftype f)
@@ -91,17 +94,45 @@ static int more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - 
 
 dcp_ggml_type dcp_quantize_fallback(dcp_ggml_type type, uint64_t ne0)
 {
-    if (ne0 % block_of(type) == 0) return type;
+    uint32_t be = block_of(type);
+    if (be == 0 || ne0 % be == 0) return type;
     dcp_ggml_type f;
     switch (type) {
+    case DCP_GGML_TYPE_IQ2_XXS:
+    case DCP_GGML_TYPE_IQ2_XS:
+    case DCP_GGML_TYPE_IQ2_S:
+    case DCP_GGML_TYPE_IQ3_XXS:
+    case DCP_GGML_TYPE_IQ3_S:
+    case DCP_GGML_TYPE_IQ1_S:
+    case DCP_GGML_TYPE_IQ1_M:
     case DCP_GGML_TYPE_Q2_K:
-    case DCP_GGML_TYPE_Q3_K: f = DCP_GGML_TYPE_Q4_0; break;
+    case DCP_GGML_TYPE_Q3_K:
+    case DCP_GGML_TYPE_IQ4_XS: f = DCP_GGML_TYPE_IQ4_NL; break;
+    case DCP_GGML_TYPE_TQ1_0:
+    case DCP_GGML_TYPE_TQ2_0: f = DCP_GGML_TYPE_Q4_0; break;
     case DCP_GGML_TYPE_Q4_K: f = DCP_GGML_TYPE_Q5_0; break;
     case DCP_GGML_TYPE_Q5_K: f = DCP_GGML_TYPE_Q5_1; break;
     case DCP_GGML_TYPE_Q6_K: f = DCP_GGML_TYPE_Q8_0; break;
-    default: f = DCP_GGML_TYPE_F16; break;
+    default: f = DCP_GGML_TYPE_F16; break; /* llama-quantize stops here */
     }
     return ne0 % block_of(f) == 0 ? f : DCP_GGML_TYPE_F16;
+}
+
+/* The layer of a "blk.N." tensor name, or -1. */
+static int layer_of(const char *name)
+{
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    char *end;
+    long l = strtol(name + 4, &end, 10);
+    return end != name + 4 && *end == '.' && l >= 0 && l < INT32_MAX ? (int)l : -1;
+}
+
+static uint32_t arch_uint(const dcp_gguf *g, const char *arch, const char *suffix, uint32_t dflt)
+{
+    char key[160];
+    uint64_t v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return dcp_gguf_get_uint(g, key, &v) == DCP_OK && v <= UINT32_MAX ? (uint32_t)v : dflt;
 }
 
 dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure, dcp_quantize_plan *p)
@@ -111,38 +142,41 @@ dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure,
     p->ftype = ftype;
     p->pure = pure;
     p->tied = dcp_gguf_tensor_find(g, "output.weight") == NULL;
+    int max_layer = -1;
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
         const char *n = dcp_gguf_tensor_at(g, i)->name;
         if (strstr(n, "attn_v.weight") || strstr(n, "attn_qkv.weight") || strstr(n, "attn_kv_b.weight"))
             p->n_attn_v++;
-        if (strstr(n, "ffn_down")) p->n_ffn_down++;
+        int l = layer_of(n);
+        if (l > max_layer) max_layer = l;
     }
-    const char *arch;
+    const char *arch = "";
     size_t len;
-    uint64_t heads = 0, kv_heads = 0;
-    if (dcp_gguf_get_string(g, "general.architecture", &arch, &len) == DCP_OK && len < 64) {
-        char key[128];
-        snprintf(key, sizeof key, "%s.attention.head_count", arch);
-        if (dcp_gguf_get_uint(g, key, &heads) != DCP_OK) heads = 0;
-        snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
-        if (dcp_gguf_get_uint(g, key, &kv_heads) != DCP_OK) kv_heads = heads;
-    }
+    if (dcp_gguf_get_string(g, "general.architecture", &arch, &len) != DCP_OK || len >= 64) arch = "";
+    uint32_t heads = arch_uint(g, arch, "attention.head_count", 0);
+    uint32_t kv_heads = arch_uint(g, arch, "attention.head_count_kv", heads);
+    p->n_gqa = heads && kv_heads ? heads / kv_heads : 1;
+    p->n_expert = arch_uint(g, arch, "expert_count", 0);
+    p->n_layer = arch_uint(g, arch, "block_count", (uint32_t)(max_layer + 1));
+    /* llama.cpp's LLM_TYPE_70B (llama with grouped KV heads, qwen2; 80 layers): attn_v one step up. */
+    p->type_70b = p->n_layer == 80 && ((strcmp(arch, "llama") == 0 && heads != kv_heads) || strcmp(arch, "qwen2") == 0);
     dcp_clear_error();
-    p->n_gqa = heads && kv_heads ? (uint32_t)(heads / kv_heads) : 1;
     return DCP_OK;
 }
 
-dcp_ggml_type dcp_quantize_tensor_type(dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back)
+dcp_ggml_type dcp_quantize_tensor_type(const dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back)
 {
     const char *name = t->name;
     *fell_back = 0;
-    /* Only 2-D (and larger) weight matrices are quantized; norms and other vectors stay. */
+    /* Only 2-D (and larger) weight matrices are quantized; norms, the router and other vectors stay. */
     if (t->n_dims < 2 || !ends_with(name, "weight") || strstr(name, "_norm.weight") ||
         strstr(name, "ffn_gate_inp.weight"))
         return t->type;
     dcp_ggml_type type = dcp_ftype_base_type(p->ftype);
     if (!is_quantized(type)) return type;
     const dcp_ftype f = p->ftype;
+    const int layer = layer_of(name), n_layer = (int)p->n_layer, experts8 = p->n_expert == 8;
+    const int iq4 = f == DCP_FTYPE_IQ4_NL || f == DCP_FTYPE_IQ4_XS;
     const int output = strcmp(name, "output.weight") == 0 || (p->tied && strcmp(name, "token_embd.weight") == 0);
     if (!p->pure) {
         if (output) {
@@ -150,26 +184,48 @@ dcp_ggml_type dcp_quantize_tensor_type(dcp_quantize_plan *p, const dcp_gguf_tens
             else if (type != DCP_GGML_TYPE_Q8_0) type = DCP_GGML_TYPE_Q6_K;
         } else if (strcmp(name, "token_embd.weight") == 0) {
             /* the base type */
-        } else if (strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight") ||
-                   strstr(name, "attn_kv_b.weight")) {
-            int i = (int)p->i_attn_v++, n = (int)p->n_attn_v;
+        } else if (strstr(name, "attn_v.weight")) {
+            /* i: llama-quantize's count of attn_v tensors before this one in its (layer, name)
+             * order, which is the layer; n: attn_v, attn_qkv and attn_kv_b tensors. */
+            const int i = layer, n = (int)p->n_attn_v;
             if (f == DCP_FTYPE_Q2_K) type = p->n_gqa >= 4 ? DCP_GGML_TYPE_Q4_K : DCP_GGML_TYPE_Q3_K;
             else if (f == DCP_FTYPE_Q3_K_M) type = i < 2 ? DCP_GGML_TYPE_Q5_K : DCP_GGML_TYPE_Q4_K;
             else if (f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q5_K;
+            else if (iq4 && p->n_gqa >= 4) type = DCP_GGML_TYPE_Q5_K;
             else if ((f == DCP_FTYPE_Q4_K_M || f == DCP_FTYPE_Q5_K_M) && more_bits(i, n)) type = DCP_GGML_TYPE_Q6_K;
             else if (f == DCP_FTYPE_Q4_K_S && i < 4) type = DCP_GGML_TYPE_Q5_K;
+            if (p->type_70b && (type == DCP_GGML_TYPE_Q3_K || type == DCP_GGML_TYPE_Q4_K)) type = DCP_GGML_TYPE_Q5_K;
+            if (experts8) type = DCP_GGML_TYPE_Q8_0;
+        } else if (strstr(name, "attn_k.weight")) {
+            if (experts8) type = DCP_GGML_TYPE_Q8_0;
+        } else if (strstr(name, "attn_q.weight")) {
+            /* no rule for these file types */
         } else if (strstr(name, "ffn_down")) {
-            int i = (int)p->i_ffn_down++, n = (int)p->n_ffn_down;
+            const int i = layer, n = n_layer;
             if (f == DCP_FTYPE_Q2_K) type = DCP_GGML_TYPE_Q3_K;
             else if (f == DCP_FTYPE_Q3_K_M) type = i < n / 16 ? DCP_GGML_TYPE_Q5_K : DCP_GGML_TYPE_Q4_K;
             else if (f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q5_K;
-            else if ((f == DCP_FTYPE_Q4_K_M || f == DCP_FTYPE_Q5_K_M) && more_bits(i, n)) type = DCP_GGML_TYPE_Q6_K;
+            else if (f == DCP_FTYPE_Q4_K_M) {
+                if (more_bits(i, n)) type = DCP_GGML_TYPE_Q6_K;
+            } else if (iq4 && i < n / 8) type = DCP_GGML_TYPE_Q5_K;
+            else if (f == DCP_FTYPE_Q5_K_M && more_bits(i, n)) type = DCP_GGML_TYPE_Q6_K;
             else if (f == DCP_FTYPE_Q4_K_S && i < n / 8) type = DCP_GGML_TYPE_Q5_K;
         } else if (strstr(name, "attn_output.weight")) {
-            if (f == DCP_FTYPE_Q2_K) type = DCP_GGML_TYPE_Q3_K;
+            if (experts8) {
+                if (f == DCP_FTYPE_Q2_K || f == DCP_FTYPE_Q3_K_S || f == DCP_FTYPE_Q3_K_M || f == DCP_FTYPE_Q4_K_S ||
+                    f == DCP_FTYPE_Q4_K_M || iq4)
+                    type = DCP_GGML_TYPE_Q5_K;
+            } else if (f == DCP_FTYPE_Q2_K) type = DCP_GGML_TYPE_Q3_K;
             else if (f == DCP_FTYPE_Q3_K_M) type = DCP_GGML_TYPE_Q4_K;
             else if (f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q5_K;
+        } else if (strstr(name, "attn_qkv.weight")) {
+            /* the fused Q|K|V (phi3) has its own rule, not attn_v's */
+            if (f == DCP_FTYPE_Q3_K_M || f == DCP_FTYPE_Q3_K_L) type = DCP_GGML_TYPE_Q4_K;
+            else if (f == DCP_FTYPE_Q4_K_M) type = DCP_GGML_TYPE_Q5_K;
+            else if (f == DCP_FTYPE_Q5_K_M) type = DCP_GGML_TYPE_Q6_K;
         }
+        /* attn_kv_b (deepseek2's legacy layout), attn_k_b / attn_v_b, ffn_gate, ffn_up and the rest:
+         * the base type */
     }
     dcp_ggml_type fb = dcp_quantize_fallback(type, t->ne[0]);
     *fell_back = fb != type;
