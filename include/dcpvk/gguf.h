@@ -186,6 +186,9 @@ dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_
                                       uint32_t n_dims, const uint64_t *ne, const void *data,
                                       uint64_t size);
 
+/* Tensors added so far. */
+uint64_t dcp_gguf_writer_tensor_count(const dcp_gguf_writer *w);
+
 /* Produces the bytes of tensor `index` (in the order added) at write time: size bytes into dst.
  * Returns DCP_OK or a status that aborts the write (the target is left untouched). */
 typedef dcp_status (*dcp_gguf_tensor_fill_fn)(void *user, uint64_t index, void *dst, uint64_t size);
@@ -211,6 +214,12 @@ enum {
 };
 /* dcp_gguf_writer_write with flags (DCP_GGUF_WRITE_*; 0: the same as dcp_gguf_writer_write). */
 dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags);
+/* Writes n files (the parts of a split model): each checked and written to its exclusive
+ * temporary first, and only when all are complete renamed into place, so a failure leaves no
+ * part replaced and no temporary behind (a rename failing part-way is reported naming the parts
+ * already in place). flags as dcp_gguf_writer_write_to. */
+dcp_status dcp_gguf_writer_write_parts(const dcp_gguf_writer *const *w, const char *const *paths, uint32_t n,
+                                       unsigned flags);
 /* Serialises the file into memory: *data (malloc'd, the caller frees it) of *size bytes, the same
  * bytes dcp_gguf_writer_write puts in a file. DCP_ERR_OUT_OF_MEMORY on failure (*data NULL). */
 dcp_status dcp_gguf_writer_write_memory(const dcp_gguf_writer *w, void **data, size_t *size);
@@ -295,18 +304,32 @@ dcp_ggml_type dcp_quantize_tensor_type(const dcp_quantize_plan *p, const dcp_ggu
 typedef struct dcp_quantize_config {
     dcp_ftype ftype;            /* file type. Default DCP_FTYPE_Q4_K_M */
     bool pure;                  /* no mix rules: every matrix in the base type. Default false */
+    bool copy;                  /* every tensor keeps its type and general.file_type is kept
+                                 * (llama-quantize's COPY; ftype and pure unused): to re-split a
+                                 * file. Default false */
     unsigned write_flags;       /* DCP_GGUF_WRITE_* for the output. Default 0 */
+    uint64_t split_max_bytes;   /* > 0: split output, a new part whenever the next tensor would
+                                 * take a part past this many bytes of tensor data (a part holds at
+                                 * least one tensor; keys and directory not counted). Default 0 */
+    uint32_t split_max_tensors; /* > 0: split output, at most this many tensors a part. Default 0 */
 } dcp_quantize_config;
-#define DCP_QUANTIZE_CONFIG_DEFAULT { DCP_FTYPE_Q4_K_M, false, 0 }
+#define DCP_QUANTIZE_CONFIG_DEFAULT {.ftype = DCP_FTYPE_Q4_K_M, .pure = false, .copy = false, .write_flags = 0, \
+                                     .split_max_bytes = 0, .split_max_tensors = 0}
 
-/* Called once per tensor, in file order, with its chosen type and whether that is a fallback. */
-typedef void (*dcp_quantize_report_fn)(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back);
+/* Called once per tensor, in file order, before anything is written: its chosen type, whether
+ * that is a fallback, and the output part it goes to (0 without splitting). */
+typedef void (*dcp_quantize_report_fn)(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back,
+                                       uint32_t part);
 
-/* Reads GGUF in_path (any readable tensor types; tensors already in their target type are copied
- * byte for byte, others dequantized to f32 and requantized by the reference quantizers) and
- * writes out_path as GGUF v3 with the same metadata plus general.file_type and
- * general.quantization_version = 2, safely (see dcp_gguf_writer_write). One tensor is converted
- * at a time. cfg NULL = defaults; report may be NULL. */
+/* Reads GGUF in_path (a single file or the first part of a split model; any readable tensor
+ * types; tensors already in their target type are copied byte for byte, others dequantized to
+ * f32 and requantized by the reference quantizers) and writes GGUF v3 with the same metadata
+ * (less any split keys) plus general.file_type and general.quantization_version = 2. Without a
+ * split limit the output is out_path; with one (split_max_bytes / split_max_tensors) it is a
+ * split model as gguf-split writes it: out_path less a ".gguf" ending, then -00001-of-0000N.gguf
+ * ... (every part with split.no, split.count, split.tensors.count; the model's keys in the first).
+ * Written safely, every part staged before any is renamed (dcp_gguf_writer_write_parts). One
+ * tensor is converted at a time. cfg NULL = defaults; report may be NULL. */
 dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
                              dcp_quantize_report_fn report, void *user);
 

@@ -34,7 +34,7 @@ extern "C" {
 
 typedef struct dcp_model dcp_model;
 
-/* Called while weights load: done / total bytes uploaded so far. */
+/* Called while weights load: done / total bytes (see dcp_model_load_config.progress). */
 typedef void (*dcp_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 /* Where the weights go: the TP ranks this process holds and the parallel layout of the group. */
@@ -48,7 +48,9 @@ typedef struct dcp_model_load_config {
                                  * heads and shard the KV cache along the sequence (default 1: none) */
     bool q_replicate;           /* dcp > 1: every rank projects its whole group's query heads itself
                                  * (dcp times the Q weights) instead of all-gathering Q (default false) */
-    dcp_progress_fn progress;   /* called while weights load; NULL (default): none */
+    dcp_progress_fn progress;   /* called while weights load with the bytes of the file read so far
+                                 * and in all (dcp_model_file_bytes; deepseek2: of all tensors, the
+                                 * count rising layer by layer); NULL (default): none */
     void *progress_user;        /* passed to progress (default NULL) */
     bool count_only;            /* check the model and count each rank's weight bytes without
                                  * allocating or uploading anything: such a model holds no device
@@ -96,6 +98,11 @@ uint32_t dcp_model_local_count(const dcp_model *m);
 const dcp_model_config *dcp_model_get_config(const dcp_model *m);
 /* Bytes of device memory the weights use (all ranks held here). */
 uint64_t dcp_model_bytes(const dcp_model *m);
+/* Bytes of the GGUF file (all parts of a split model) read to build the weights of the ranks
+ * held here: each rank reads its own tensor-parallel slices (rows, and for row-parallel matrices
+ * the blocks covering its columns) and the replicated tensors, nothing else of the mapped file.
+ * Counted by a count_only load too (which reads no tensor data). */
+uint64_t dcp_model_file_bytes(const dcp_model *m);
 /* Bytes of device memory the weights of local rank i use (counted by a count_only load too). */
 uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
 

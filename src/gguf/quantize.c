@@ -13,6 +13,8 @@
 #include "common/error.h"
 #include "dcpvk/gguf.h"
 
+typedef unsigned long long ull;
+
 typedef struct ftype_info {
     dcp_ftype ftype;
     const char *name;
@@ -240,10 +242,18 @@ typedef struct qjob {
     dcp_ggml_type *type;           /* [tensors] target types */
 } qjob;
 
+/* One output part's view of the job: its tensors are the job's [first, ...). */
+typedef struct qpart {
+    qjob *job;
+    uint64_t first;
+} qpart;
+
 /* Writer fill: tensor index's bytes in its target type (copied when unchanged). */
 static dcp_status fill(void *user, uint64_t index, void *dst, uint64_t size)
 {
-    qjob *j = user;
+    const qpart *qp = user;
+    qjob *j = qp->job;
+    index += qp->first;
     const dcp_gguf_tensor *t = j->src[index];
     if (j->type[index] == t->type) {
         memcpy(dst, t->data, (size_t)size);
@@ -258,41 +268,55 @@ static dcp_status fill(void *user, uint64_t index, void *dst, uint64_t size)
     return st;
 }
 
-static const char *const replaced_keys[] = {"general.file_type", "general.quantization_version", "general.alignment"};
+static const char *const replaced_keys[] = {"general.file_type", "general.quantization_version", "general.alignment",
+                                            "split.no", "split.count", "split.tensors.count"};
+
+static dcp_status set_split_keys(dcp_gguf_writer *w, uint32_t no, uint32_t count, uint64_t tensors)
+{
+    dcp_status st;
+    DCP_TRY(dcp_gguf_writer_set_uint(w, "split.no", DCP_GGUF_TYPE_UINT16, no));
+    DCP_TRY(dcp_gguf_writer_set_uint(w, "split.count", DCP_GGUF_TYPE_UINT16, count));
+    DCP_TRY(dcp_gguf_writer_set_int(w, "split.tensors.count", DCP_GGUF_TYPE_INT32, (int64_t)tensors));
+fail:
+    return st;
+}
 
 dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
                              dcp_quantize_report_fn report, void *user)
 {
     static const dcp_quantize_config defaults = DCP_QUANTIZE_CONFIG_DEFAULT;
     const dcp_quantize_config *c = cfg ? cfg : &defaults;
+    const bool split = c->split_max_bytes > 0 || c->split_max_tensors > 0;
     dcp_status st = DCP_OK;
     dcp_gguf *g = NULL;
-    dcp_gguf_writer *w = NULL;
+    dcp_gguf_writer **w = NULL;
     qjob job = {0};
+    uint32_t *part_of = NULL, n_parts = 0;
+    qpart *qp = NULL;
+    char **paths = NULL, *prefix = NULL;
     DCP_TRY(dcp_gguf_open(in_path, &g));
     dcp_quantize_plan plan;
-    DCP_TRY(dcp_quantize_plan_init(g, c->ftype, c->pure, &plan));
+    DCP_TRY(dcp_quantize_plan_init(g, c->copy ? DCP_FTYPE_F32 : c->ftype, c->pure, &plan));
     uint64_t n = dcp_gguf_tensor_count(g);
+    if (split && n > INT32_MAX) {
+        st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "quantize: %llu tensors do not fit split.tensors.count", (ull)n);
+        goto fail;
+    }
     job.g = g;
     job.src = calloc(n ? n : 1, sizeof *job.src);
     job.type = calloc(n ? n : 1, sizeof *job.type);
-    if (!job.src || !job.type) {
+    part_of = calloc(n ? n : 1, sizeof *part_of);
+    if (!job.src || !job.type || !part_of) {
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory");
         goto fail;
     }
-    DCP_TRY(dcp_gguf_writer_create((uint32_t)dcp_gguf_alignment(g), &w));
-    for (uint64_t i = 0; i < dcp_gguf_kv_count(g); i++) {
-        const dcp_gguf_kv *kv = dcp_gguf_kv_at(g, i);
-        int skip = 0;
-        for (size_t k = 0; k < sizeof replaced_keys / sizeof replaced_keys[0]; k++) skip |= strcmp(kv->key, replaced_keys[k]) == 0;
-        if (!skip) DCP_TRY(dcp_gguf_writer_copy_kv(w, kv));
-    }
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "general.file_type", DCP_GGUF_TYPE_UINT32, (uint64_t)c->ftype));
-    DCP_TRY(dcp_gguf_writer_set_uint(w, "general.quantization_version", DCP_GGUF_TYPE_UINT32, 2));
+    /* Target types, then the parts: a new part starts when the next tensor would pass the size
+     * limit or the tensor limit (a part holds at least one tensor), as gguf-split cuts them. */
+    uint64_t part_bytes = 0, part_tensors = 0;
     for (uint64_t i = 0; i < n; i++) {
         const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
-        int fell_back;
-        dcp_ggml_type to = dcp_quantize_tensor_type(&plan, t, &fell_back);
+        int fell_back = 0;
+        dcp_ggml_type to = c->copy ? t->type : dcp_quantize_tensor_type(&plan, t, &fell_back);
         if (to != t->type && !dcp_ggml_type_supported(t->type)) {
             st = dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which dcp-vk cannot read to requantize "
                           "(supported: " DCP_GGML_SUPPORTED_LIST ")", in_path, t->name, dcp_ggml_type_name(t->type));
@@ -300,14 +324,93 @@ dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dc
         }
         uint32_t be, bb;
         dcp_ggml_type_block(to, &be, &bb);
+        const uint64_t bytes = t->n_elements / be * bb;
+        if (split && part_tensors > 0 &&
+            ((c->split_max_tensors && part_tensors >= c->split_max_tensors) ||
+             (c->split_max_bytes && part_bytes + bytes > c->split_max_bytes))) {
+            n_parts++;
+            part_bytes = part_tensors = 0;
+        }
+        part_bytes += bytes;
+        part_tensors++;
         job.src[i] = t;
         job.type[i] = to;
-        DCP_TRY(dcp_gguf_writer_add_tensor_fill(w, t->name, to, t->n_dims, t->ne, t->n_elements / be * bb, fill, &job));
-        if (report) report(user, t, to, fell_back);
+        part_of[i] = n_parts;
+        if (report) report(user, t, to, fell_back, n_parts);
     }
-    st = dcp_gguf_writer_write_to(w, out_path, c->write_flags);
+    n_parts = split ? n_parts + 1 : 1;
+    if (n_parts > 99999) {
+        st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "quantize: %u parts (more than gguf-split's 99999): raise the split limit",
+                      n_parts);
+        goto fail;
+    }
+    w = calloc(n_parts, sizeof *w);
+    qp = calloc(n_parts, sizeof *qp);
+    paths = calloc(n_parts, sizeof *paths);
+    if (!w || !qp || !paths) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory");
+        goto fail;
+    }
+    if (split) { /* OUT or OUT.gguf -> OUT-00001-of-0000N.gguf, ... */
+        size_t len = strlen(out_path);
+        if (len > 5 && strcmp(out_path + len - 5, ".gguf") == 0) len -= 5;
+        prefix = strndup(out_path, len);
+        if (!prefix) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory");
+            goto fail;
+        }
+    }
+    for (uint32_t k = 0; k < n_parts; k++) {
+        DCP_TRY(dcp_gguf_writer_create((uint32_t)dcp_gguf_alignment(g), &w[k]));
+        qp[k].job = &job;
+        if (split) {
+            int need = dcp_gguf_split_path(NULL, 0, prefix, k, n_parts);
+            paths[k] = malloc((size_t)need + 1);
+            if (!paths[k]) {
+                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory");
+                goto fail;
+            }
+            dcp_gguf_split_path(paths[k], (size_t)need + 1, prefix, k, n_parts);
+        } else if (!(paths[k] = strdup(out_path))) {
+            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "quantize: out of memory");
+            goto fail;
+        }
+    }
+    /* The model's keys go to the first part; every part of a split output has the split keys. */
+    for (uint64_t i = 0; i < dcp_gguf_kv_count(g); i++) {
+        const dcp_gguf_kv *kv = dcp_gguf_kv_at(g, i);
+        int skip = 0;
+        for (size_t k = 0; k < sizeof replaced_keys / sizeof replaced_keys[0]; k++) {
+            if (c->copy && k < 2) continue; /* a copy keeps the file type */
+            skip |= strcmp(kv->key, replaced_keys[k]) == 0;
+        }
+        if (!skip) DCP_TRY(dcp_gguf_writer_copy_kv(w[0], kv));
+    }
+    if (!c->copy) {
+        DCP_TRY(dcp_gguf_writer_set_uint(w[0], "general.file_type", DCP_GGUF_TYPE_UINT32, (uint64_t)c->ftype));
+        DCP_TRY(dcp_gguf_writer_set_uint(w[0], "general.quantization_version", DCP_GGUF_TYPE_UINT32, 2));
+    }
+    if (split)
+        for (uint32_t k = 0; k < n_parts; k++) DCP_TRY(set_split_keys(w[k], k, n_parts, n));
+    for (uint64_t i = 0; i < n; i++) {
+        const dcp_gguf_tensor *t = job.src[i];
+        const uint32_t k = part_of[i];
+        uint32_t be, bb;
+        dcp_ggml_type_block(job.type[i], &be, &bb);
+        if (dcp_gguf_writer_tensor_count(w[k]) == 0) qp[k].first = i;
+        DCP_TRY(dcp_gguf_writer_add_tensor_fill(w[k], t->name, job.type[i], t->n_dims, t->ne, t->n_elements / be * bb,
+                                                fill, &qp[k]));
+    }
+    st = dcp_gguf_writer_write_parts((const dcp_gguf_writer *const *)w, (const char *const *)paths, n_parts,
+                                     c->write_flags);
 fail:
-    dcp_gguf_writer_destroy(w);
+    for (uint32_t k = 0; w && k < n_parts; k++) dcp_gguf_writer_destroy(w[k]);
+    for (uint32_t k = 0; paths && k < n_parts; k++) free(paths[k]);
+    free(w);
+    free(qp);
+    free(paths);
+    free(prefix);
+    free(part_of);
     dcp_gguf_close(g);
     free(job.src);
     free(job.type);

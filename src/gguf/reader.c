@@ -619,9 +619,17 @@ static dcp_status open_split(dcp_gguf *first, uint64_t count, dcp_gguf **out)
     *out = NULL;
     DCP_TRY(split_key(first, "split.no", &has, &no));
     if (no != 0) {
+        char tail[40], first_name[300] = "";
+        snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", (ull)no + 1, (ull)count);
+        size_t pn = strlen(path), tl = strlen(tail);
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (pn > tl && strcmp(path + pn - tl, tail) == 0 && (size_t)(path + pn - tl - base) < 256)
+            snprintf(first_name, sizeof first_name, ": %.*s-00001-of-%05llu.gguf", (int)(path + pn - tl - base), base,
+                     (ull)count);
         st = dcp_fail(DCP_ERR_FORMAT, "%s: this is part %llu of %llu of a split model (split.no = %llu): open the "
-                      "first part (the file numbered -00001-of-%05llu.gguf)", path, (ull)no + 1, (ull)count, (ull)no,
-                      (ull)count);
+                      "first part%s%s", path, (ull)no + 1, (ull)count, (ull)no, first_name[0] ? "" : " (-00001-of-N)",
+                      first_name);
         goto fail;
     }
     DCP_TRY(split_key(first, "split.tensors.count", &has, &total));

@@ -569,6 +569,7 @@ const dcp_arch_ops dcp_arch_llama = {
     .name = "llama",
     .check = llama_check,
     .load = llama_load,
+    .count_only_cheap = true,
     .unload = llama_unload,
     .kv_pool = llama_kv_pool,
     .state_create = llama_state_create,
