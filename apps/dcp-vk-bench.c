@@ -9,7 +9,7 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dcp-vk-bench <command> [options]\n"
+    dcp_cli_print_text(f, "usage: dcp-vk-bench <command> [options]\n"
                "commands:\n"
                "  attn      paged flash-decoding attention: step time, KV read rate against a\n"
                "            streaming-read shader and vkCmdCopyBuffer on the same device; with --dcp N\n"
@@ -21,7 +21,8 @@ static void usage(FILE *f)
                "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
                "            transport, 1 KB to 16 MB, in one process or under mpiexec; a model decode step\n"
                "            split into compute and exchange\n"
-               "run 'dcp-vk-bench <command> --help' for the options of a command\n");
+               "run 'dcp-vk-bench <command> --help' for the options of a command;\n"
+               "'dcp-vk-bench --version' prints the library version\n");
 }
 
 int main(int argc, char **argv)
@@ -29,6 +30,10 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? DCP_EXIT_USAGE : dcp_cli_finish_stdout("dcp-vk-bench", DCP_EXIT_OK);
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        dcp_cli_print_version("dcp-vk-bench");
+        return dcp_cli_finish_stdout("dcp-vk-bench", DCP_EXIT_OK);
     }
     /* Every command's output is checked at the end: a failed write (a full disk, /dev/full) exits 1. */
     if (strcmp(argv[1], "attn") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_attn(argc - 1, argv + 1));

@@ -20,13 +20,14 @@ enum { ABBREV = 8 };
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    dcp_cli_print_text(f,
             "usage: dcp-vk-gguf FILE [--json] [--full]\n"
             "       dcp-vk-gguf FILE --tokenize TEXT [--bos] [--special]\n"
             "       dcp-vk-gguf FILE --detokenize IDS [--special]\n"
             "       dcp-vk-gguf --make-model OUT.gguf [model options]\n"
             "       dcp-vk-gguf --quantize IN.gguf OUT.gguf --type T [--pure]\n"
             "                   [--split-max-size N[M|G]] [--split-max-tensors N]\n"
+            "       dcp-vk-gguf --version | --help\n"
             "\n"
             "  FILE                print the metadata (arrays longer than %d elements abbreviated)\n"
             "                      and the tensor directory; of a split model (FILE its first part,\n"
@@ -114,7 +115,7 @@ static int bad_usage(const char *msg, const char *arg)
 /* ---- printing ------------------------------------------------------------------------------ */
 
 /* Prints a string: JSON mode through dcp_cli_json_string (as every app's JSON); text mode quoted
- * with C escapes. Bytes that are not UTF-8 are shown as U+FFFD (src/common/utf8.h), so the output
+ * with C escapes. Bytes that are not UTF-8 are shown as U+FFFD (include/dcpvk/utf8.h), so the output
  * is always valid UTF-8. */
 static void put_str(const char *s, size_t n, bool json)
 {
@@ -561,6 +562,9 @@ static int run(int argc, char **argv)
 #define U32(field) dcp_cli_u32(prog, a, v, 0, UINT32_MAX, field)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
+            return DCP_EXIT_OK;
+        } else if (!strcmp(a, "--version")) {
+            dcp_cli_print_version("dcp-vk-gguf");
             return DCP_EXIT_OK;
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--full")) full = true;

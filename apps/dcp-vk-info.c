@@ -11,10 +11,11 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dcp-vk-info [--devices LIST] [--json]\n"
+    dcp_cli_print_text(f, "usage: dcp-vk-info [--devices LIST] [--json]\n"
                "  --devices LIST  comma-separated physical-device indices; repeats make several logical\n"
                "                  devices on one physical device (default: $DCP_VK_DEVICES, else all)\n"
                "  --json          print the devices as one JSON object (default: text)\n"
+               "  --version       print the library version\n"
                "  --help          this help\n");
 }
 
@@ -85,6 +86,9 @@ int main(int argc, char **argv)
             json = 1;
         } else if (strcmp(argv[i], "--devices") == 0) {
             if (!(devices = dcp_cli_value("dcp-vk-info", argc, argv, &i))) return DCP_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            dcp_cli_print_version("dcp-vk-info");
+            return dcp_cli_finish_stdout("dcp-vk-info", DCP_EXIT_OK);
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return dcp_cli_finish_stdout("dcp-vk-info", DCP_EXIT_OK);

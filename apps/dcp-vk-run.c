@@ -604,6 +604,8 @@ int main(int argc, char **argv)
     rc = run_world_agree(&a->world, run_parse(argc, argv, &a->o));
     if (rc == DCP_EXIT_OK && a->o.help) {
         if (a->lead) run_print_help(a->prog);
+    } else if (rc == DCP_EXIT_OK && a->o.version) {
+        if (a->lead) dcp_cli_print_version("dcp-vk-run");
     } else if (rc == DCP_EXIT_OK) {
         rc = run_phases(a);
         run_free(a);

@@ -15,6 +15,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
+#include "common/cli.h"
 #include "dcpvk/vk.h"
 #include "serve/serve.h"
 
@@ -207,8 +208,12 @@ int main(int argc, char **argv)
     serve_quiet(!a.lead);
     /* Every process runs each phase and they agree on its result, so that none waits alone. */
     rc = run_world_agree(&a.world, serve_parse(argc, argv, &a.o));
-    if (rc || a.o.help) {
-        if (!rc && a.lead) serve_print_help(a.prog);
+    if (rc || a.o.help || a.o.version) {
+        if (!rc && a.lead) {
+            if (a.o.help) serve_print_help(a.prog);
+            else dcp_cli_print_version("dcp-vk-serve");
+            rc = dcp_cli_finish_stdout(a.prog, rc); /* a failed write (a full disk, /dev/full) exits 1 */
+        }
         goto finish;
     }
     if ((rc = run_world_agree(&a.world, open_model(&a)))) goto done;

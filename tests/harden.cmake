@@ -2,6 +2,10 @@
 # test_harden <group> <folder of the apps> [mpiexec] (tests/test_harden.c says what each group does).
 dcp_test(test_harden_files SOURCES test_harden.c EXE test_harden ARGS files ${CMAKE_BINARY_DIR} TIMEOUT 300)
 add_dependencies(test_harden dcp-vk-run dcp-vk-gguf dcp-vk-bench dcp-vk-info)
+if(TARGET dcp-vk-serve) # --help and --version of the server too
+  add_dependencies(test_harden dcp-vk-serve)
+  target_compile_definitions(test_harden PRIVATE DCP_TEST_SERVE=1)
+endif()
 dcp_test(test_harden_options EXE test_harden ARGS options ${CMAKE_BINARY_DIR} TIMEOUT 300)
 dcp_test(test_harden_memory EXE test_harden ARGS memory ${CMAKE_BINARY_DIR} TIMEOUT 120)
 if(NOT DCP_SANITIZE) # AddressSanitizer reserves terabytes of address space: no RLIMIT_AS with it

@@ -1,4 +1,4 @@
-/* The llama-family architectures on generated models (src/model/gguf_testmodel.c): llama with
+/* The llama-family architectures on generated models (src/testmodel/testmodel.c): llama with
  * Llama 3.x rope_freqs and linear / YaRN scaling, Mistral's sliding window, qwen2 (Q/K/V biases;
  * also with the output head tied to the embedding), qwen3 (per-head Q/K RMSNorm), phi3 (fused
  * attn_qkv and gate|up). Each model runs at TP 1 / DCP 1 and at TP 8 / DCP 2 (a2a and ag_rs) on
@@ -63,19 +63,6 @@ static dcp_test_model_config model_of(const arch_case *c, uint64_t seed)
     return mc;
 }
 
-static dcp_context *logical_context(uint32_t n)
-{
-    char list[64];
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    dcp_context *ctx;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
-    return ctx;
-}
-
 static double max_abs_diff(const float *a, const float *b, uint32_t n)
 {
     double m = 0.0;
@@ -135,7 +122,7 @@ static double run_case(dcp_context *ctx, const dcp_gguf *g, const dcp_model_conf
 static void test_architectures(void **state)
 {
     (void)state;
-    dcp_context *ctx1 = logical_context(1), *ctx8 = logical_context(8);
+    dcp_context *ctx1 = dcp_test_context_of(1), *ctx8 = dcp_test_context_of(8);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         dcp_test_model_config mc = model_of(&cases[c], 900 + c);
         dcp_gguf *g;
@@ -244,7 +231,7 @@ static void test_sliding_window_refused(void **state)
     DCP_ASSERT_OK(dcp_gguf_open_test_model(&mc, &g));
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-    dcp_context *ctx = logical_context(1);
+    dcp_context *ctx = dcp_test_context_of(1);
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_model *w;
     DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, g, &cfg, &w));

@@ -29,19 +29,6 @@ typedef struct seq_out {
     float *logits; /* [GEN][V] */
 } seq_out;
 
-static dcp_context *context_of(uint32_t n)
-{
-    char list[64];
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    dcp_context *ctx;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
-    return ctx;
-}
-
 typedef struct sched {
     uint32_t fed[S];   /* prompt tokens fed so far */
     uint32_t made[S];  /* tokens generated so far */
@@ -108,7 +95,7 @@ static void check_invariance(uint32_t tp, uint32_t dcp, dcp_cp_backend backend)
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-    dcp_context *ctx = context_of(tp);
+    dcp_context *ctx = dcp_test_context_of(tp);
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *m;
@@ -164,7 +151,7 @@ static void test_pages(void **state)
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-    dcp_context *ctx = context_of(8);
+    dcp_context *ctx = dcp_test_context_of(8);
     dcp_device *devs[8];
     for (int r = 0; r < 8; r++) devs[r] = dcp_context_device(ctx, r);
     dcp_model *m;
@@ -223,7 +210,7 @@ static void test_bad_steps(void **state)
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-    dcp_context *ctx = context_of(1);
+    dcp_context *ctx = dcp_test_context_of(1);
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_model *m;
     DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, g, &cfg, &m));

@@ -30,13 +30,10 @@ static int teardown(void **state)
     return 0;
 }
 
+/* n f32 values after `extra` zero values (NULL data: all zeros). */
 static dcp_buffer *upload(dcp_device *dev, const float *data, uint64_t n, uint64_t extra)
 {
-    dcp_buffer *b;
-    DCP_ASSERT_OK(dcp_buffer_create(dev, (n + extra) * 4, DCP_MEMORY_DEVICE, &b));
-    DCP_ASSERT_OK(dcp_buffer_fill(b, 0, (n + extra) * 4, 0));
-    if (data) DCP_ASSERT_OK(dcp_buffer_upload(b, extra * 4, data, n * 4));
-    return b;
+    return dcp_test_upload_padded(dev, data, n * 4, extra * 4);
 }
 
 static void test_scale(void **state)

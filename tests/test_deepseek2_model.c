@@ -44,19 +44,6 @@ static int group_teardown(void **state)
     return 0;
 }
 
-static dcp_context *context_of(uint32_t n)
-{
-    char list[64];
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    dcp_context *ctx;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
-    return ctx;
-}
-
 /* The prompt's token ids (malloc'd). */
 static int32_t *prompt_ids(const dcp_gguf *g, size_t *n)
 {
@@ -85,7 +72,7 @@ typedef struct loaded {
 
 static void load(loaded *L, const char *path, const par *p, uint32_t max_seqs)
 {
-    L->ctx = context_of(p->tp);
+    L->ctx = dcp_test_context_of(p->tp);
     DCP_ASSERT_OK(dcp_gguf_open(path, &L->g));
     DCP_ASSERT_OK(dcp_model_config_read(L->g, &L->cfg));
     dcp_device *devs[8];

@@ -46,13 +46,7 @@ static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, const dcp_model_state
     DCP_ASSERT_OK(dcp_gguf_open(model_path(), &f->g));
     DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
     DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
-    char list[64];
-    size_t k = 0;
-    for (uint32_t i = 0; i < tp; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &f->ctx));
+    f->ctx = dcp_test_context_of(tp);
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
     DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));

@@ -5,7 +5,10 @@
  *            entry itself; dcp-vk-run without -m writes nothing (TMPDIR stays empty)
  *   options  decimal-only values, signs and spaces refused, range errors worded as such; one
  *            message prefix; no Vulkan driver said in words; -f FILE / -f - / NUL bytes; JSON of a
- *            path that is not UTF-8; every app exits 1 with a message when stdout fails (/dev/full)
+ *            path that is not UTF-8; every app exits 1 with a message when stdout fails (/dev/full);
+ *            --help and --version of every app (and of each dcp-vk-bench command) started from a
+ *            120-character path: help texts over stdio's 4 KiB buffer, and to /dev/full each says
+ *            "No space left on device" (the errno of the first failed write), never EIO
  *   memory   -c 8000000 and dcp-vk-bench attn --ctx 67108864 refused before allocating, with the
  *            longest context that fits
  *   rlimit   under `ulimit -v 1000000`, -c 1000000 refused (it crashed in the driver) and the
@@ -30,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dcpvk/version.h"
 #include "testutil.h"
 
 static const char *bin, *mpiexec;
@@ -485,6 +489,65 @@ static void test_output_errors(void **state)
     }
 }
 
+/* --help and --version from a long program path (argv[0] is printed in the usage line of dcp-vk-run
+ * and dcp-vk-serve): the text is whole when stdout works, longer than stdio's 4 KiB buffer where it
+ * is long, and to /dev/full every app reports ENOSPC, the first failed write's errno (a flush
+ * inside printf used to fail first and leave "Input/output error"). */
+static void test_help_long_path(void **state)
+{
+    (void)state;
+    static const char *const apps[] = {"dcp-vk-run", "dcp-vk-gguf", "dcp-vk-bench", "dcp-vk-info",
+#ifdef DCP_TEST_SERVE
+                                       "dcp-vk-serve",
+#endif
+                                       NULL};
+    /* A folder whose name brings each link's path to 120 characters or more. */
+    char dir[4096];
+    int n = snprintf(dir, sizeof dir, "%s/", work);
+    while (n < 110) dir[n++] = 'd';
+    dir[n] = 0;
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char version[64];
+    for (int i = 0; apps[i]; i++) {
+        char app[4200], target[4200];
+        snprintf(app, sizeof app, "%s/%s", dir, apps[i]);
+        snprintf(target, sizeof target, "%s/%s", bin, apps[i]);
+        assert_int_equal(symlink(target, app), 0);
+        assert_true(strlen(app) >= 120);
+        const char *const sub[] = {NULL, "attn", "capacity", "matmul", "comm"};
+        const int n_sub = strcmp(apps[i], "dcp-vk-bench") == 0 ? 5 : 1;
+        for (int k = 0; k < n_sub; k++) {
+            const char *help[4] = {app, sub[k] ? sub[k] : "--help", sub[k] ? "--help" : NULL, NULL};
+            result r = run_args(help);
+            expect(&r, apps[i], 0, NULL);
+            const size_t len = strlen(r.out);
+            printf("%s%s%s --help: %zu bytes\n", apps[i], sub[k] ? " " : "", sub[k] ? sub[k] : "", len);
+            if (!strstr(r.out, "usage: ")) fail_msg("%s --help: no usage line:\n%s", apps[i], r.out);
+            if (!sub[k] && !strstr(r.out, "--version")) fail_msg("%s --help does not list --version", apps[i]);
+            /* the long ones cross stdio's buffer: the case that lost its errno */
+            if (!sub[k] && strcmp(apps[i], "dcp-vk-bench") && strcmp(apps[i], "dcp-vk-info") && len <= 4096)
+                fail_msg("%s --help is %zu bytes: the test needs a text over 4096", apps[i], len);
+            done(&r);
+            spawn_opts o = {.argv = help, .out_path = "/dev/full"};
+            r = run(&o);
+            expect(&r, apps[i], 1, "writing the output: No space left on device");
+            done(&r);
+        }
+        const char *ver[] = {app, "--version", NULL};
+        result r = run_args(ver);
+        expect(&r, apps[i], 0, NULL);
+        snprintf(version, sizeof version, "%s %s\n", apps[i], dcp_version());
+        assert_string_equal(r.out, version);
+        done(&r);
+        spawn_opts o = {.argv = ver, .out_path = "/dev/full"};
+        r = run(&o);
+        expect(&r, apps[i], 1, "writing the output: No space left on device");
+        done(&r);
+        unlink(app);
+    }
+    rmdir(dir);
+}
+
 /* ---- memory --------------------------------------------------------------------------------- */
 
 /* The number after "prefix" in s (0 if absent). */
@@ -769,7 +832,8 @@ int main(int argc, char **argv)
                                        cmocka_unit_test(test_files_run_default_model)};
     const struct CMUnitTest options[] = {cmocka_unit_test(test_options), cmocka_unit_test(test_no_driver),
                                          cmocka_unit_test(test_prompt_file), cmocka_unit_test(test_json_path),
-                                         cmocka_unit_test(test_output_errors)};
+                                         cmocka_unit_test(test_output_errors),
+                                         cmocka_unit_test(test_help_long_path)};
     const struct CMUnitTest memory[] = {cmocka_unit_test(test_memory_refused)};
     const struct CMUnitTest rlimit[] = {cmocka_unit_test(test_memory_rlimit)};
     const struct CMUnitTest signals[] = {cmocka_unit_test(test_signal_text), cmocka_unit_test(test_signal_json),

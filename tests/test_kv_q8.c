@@ -50,24 +50,11 @@ static double max_abs_diff(const float *a, const float *b, uint32_t n)
     return m;
 }
 
-static dcp_context *tp_context(uint32_t n)
-{
-    char list[64];
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    dcp_context *ctx;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
-    return ctx;
-}
-
 /* A prefill of PREFILL tokens (chunks of 8) then STEPS greedy steps; ids [STEPS], logits
  * [STEPS][V] of every greedy step. */
 static void run(const dcp_gguf *g, const dcp_model_config *cfg, const run_case *rc, int32_t *ids, float *logits)
 {
-    dcp_context *ctx = tp_context(rc->tp);
+    dcp_context *ctx = dcp_test_context_of(rc->tp);
     dcp_device *devs[8];
     for (uint32_t r = 0; r < rc->tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *w;
@@ -256,7 +243,7 @@ static void test_batch_invariance_dcp(void **state)
     DCP_ASSERT_OK(dcp_gguf_open(path, &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
     const uint32_t V = cfg.n_vocab;
-    dcp_context *ctx = tp_context(8);
+    dcp_context *ctx = dcp_test_context_of(8);
     dcp_device *devs[8];
     for (uint32_t r = 0; r < 8; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *w;
@@ -304,7 +291,7 @@ static void test_stories_refused(void **state)
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &g));
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-    dcp_context *ctx = tp_context(1);
+    dcp_context *ctx = dcp_test_context_of(1);
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_model *w;
     DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, g, &cfg, &w));

@@ -170,20 +170,6 @@ static void test_prefill_chunks(void **state)
     free(want);
 }
 
-/* A context of n logical devices on physical device 0, validation on. */
-static dcp_context *tp_context(uint32_t n)
-{
-    char list[256];
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    dcp_context *ctx;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
-    return ctx;
-}
-
 /* Tensor parallelism (and DCP) over logical devices: greedy decoding matches the reference ids and
  * the reference logits after a prefill in chunks of 16 (TP 8: KV heads replicated, FFN 172 split
  * 22/21; TP 2: KV heads split). The full 256 steps from BOS run at TP 8 / DCP 2 below (lavapipe
@@ -198,7 +184,7 @@ static void run_par(fixture *f, const par_case *pc, uint32_t prefill, uint32_t s
 {
     const uint32_t tp = pc->tp;
     const uint32_t V = f->cfg.n_vocab;
-    dcp_context *ctx = tp_context(tp);
+    dcp_context *ctx = dcp_test_context_of(tp);
     dcp_device *devs[8];
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *w;
@@ -289,7 +275,7 @@ static void test_generated_models(void **state)
     fixture *base = *state;
     static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q8_0};
     static const uint32_t tps[] = {1, 1, 2};
-    dcp_context *ctx2 = tp_context(2);
+    dcp_context *ctx2 = dcp_test_context_of(2);
     for (int c = 0; c < 3; c++) {
         char path[] = "/tmp/dcp-vk-test-llama-XXXXXX";
         int fd = mkstemp(path);

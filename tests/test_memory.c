@@ -24,19 +24,6 @@ typedef struct mem_case {
     dcp_dtype kv;
 } mem_case;
 
-static dcp_context *context_of(uint32_t n)
-{
-    char list[64];
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = list;
-    cc.validation = 1;
-    dcp_context *ctx;
-    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
-    return ctx;
-}
-
 static dcp_gguf *open_model(bool gen)
 {
     dcp_gguf *g;
@@ -57,7 +44,7 @@ static dcp_gguf *open_model(bool gen)
 
 static void run_case(const mem_case *mc)
 {
-    dcp_context *ctx = context_of(mc->tp);
+    dcp_context *ctx = dcp_test_context_of(mc->tp);
     dcp_gguf *g = open_model(mc->gen);
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
@@ -149,7 +136,7 @@ static void test_estimate_equals_allocation(void **state)
 static void test_check_refuses(void **state)
 {
     (void)state;
-    dcp_context *ctx = context_of(1);
+    dcp_context *ctx = dcp_test_context_of(1);
     dcp_gguf *g = open_model(false);
     dcp_model_config cfg;
     DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));

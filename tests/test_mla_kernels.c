@@ -33,23 +33,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static float *rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi)
-{
-    float *x = malloc(n * sizeof *x);
-    assert_non_null(x);
-    for (uint64_t i = 0; i < n; i++) x[i] = dcp_test_rng_uniform(rng, lo, hi);
-    return x;
-}
-
-static dcp_buffer *upload(dcp_device *dev, const void *data, uint64_t bytes)
-{
-    dcp_buffer *b;
-    DCP_ASSERT_OK(dcp_buffer_create(dev, bytes, DCP_MEMORY_DEVICE, &b));
-    if (data) DCP_ASSERT_OK(dcp_buffer_upload(b, 0, data, bytes));
-    else DCP_ASSERT_OK(dcp_buffer_fill(b, 0, bytes, 0));
-    return b;
-}
-
 /* A weight matrix [rows][k] in `type` from f32 values; *deq receives the dequantised values. */
 static void make_matrix(dcp_device *dev, dcp_ggml_type type, uint32_t rows, uint32_t k, const float *vals,
                         dcp_matrix *m, float *deq)
@@ -100,14 +83,17 @@ static void test_head_matmul(void **state)
                 if (K % be) continue; /* rows must be whole blocks */
                 if (si >= 3 && (ti == 2 || ti == 4 || ni == 1)) continue; /* keep the big shapes few */
                 const uint32_t xs = H * shapes[si].xhs + 4, ys = H * shapes[si].yhs + 2;
-                float *wv = rand_floats(&rng, (uint64_t)H * R * K, -0.5f, 0.5f), *wd = malloc((uint64_t)H * R * K * 4);
+                float *wv = dcp_test_rand_floats(&rng, (uint64_t)H * R * K, -0.5f, 0.5f);
+                float *wd = malloc((uint64_t)H * R * K * 4);
                 dcp_matrix m;
                 make_matrix(dev, types[ti], H * R, K, wv, &m, wd);
-                float *x = rand_floats(&rng, (uint64_t)T * xs, -1, 1), *y = rand_floats(&rng, (uint64_t)T * ys, -1, 1);
+                float *x = dcp_test_rand_floats(&rng, (uint64_t)T * xs, -1, 1);
+                float *y = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
                 float *yr = malloc((uint64_t)T * ys * 4), *yg = malloc((uint64_t)T * ys * 4);
                 memcpy(yr, y, (uint64_t)T * ys * 4);
                 int acc = (int)(si % 2);
-                dcp_buffer *xb = upload(dev, x, (uint64_t)T * xs * 4), *yb = upload(dev, y, (uint64_t)T * ys * 4);
+                dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)T * xs * 4);
+                dcp_buffer *yb = dcp_test_upload(dev, y, (uint64_t)T * ys * 4);
                 dcp_cmd *cmd;
                 DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
                 dcp_head_matmul_args a = {&m, H, R, T, xb, xs, shapes[si].xhs, shapes[si].xoff,
@@ -136,7 +122,7 @@ static void test_head_matmul(void **state)
     float z[8 * 4] = {0}, zd[8 * 4];
     dcp_matrix m;
     make_matrix(dev, DCP_GGML_TYPE_F32, 8, 4, z, &m, zd);
-    dcp_buffer *b = upload(dev, NULL, 1024);
+    dcp_buffer *b = dcp_test_upload(dev, NULL, 1024);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     dcp_head_matmul_args bad = {&m, 3, 3, 1, b, 16, 4, 0, b, 16, 4, 0, 0};
@@ -176,10 +162,11 @@ static void test_rope_and_store(void **state)
     float cs[6 * 8 * 2];
     dcp_rope_cs(&rp, pos, T, cs);
     /* mla_rope: q_pe of [T][H][N+P] into [T][H][R+P] at R. */
-    float *q = rand_floats(&rng, (uint64_t)T * H * QW, -1, 1), *qo = calloc((size_t)T * H * DK, 4);
+    float *q = dcp_test_rand_floats(&rng, (uint64_t)T * H * QW, -1, 1), *qo = calloc((size_t)T * H * DK, 4);
     float *qr = calloc((size_t)T * H * DK, 4);
-    dcp_buffer *qb = upload(dev, q, (uint64_t)T * H * QW * 4), *ob = upload(dev, NULL, (uint64_t)T * H * DK * 4);
-    dcp_buffer *csb = upload(dev, cs, sizeof cs);
+    dcp_buffer *qb = dcp_test_upload(dev, q, (uint64_t)T * H * QW * 4);
+    dcp_buffer *ob = dcp_test_upload(dev, NULL, (uint64_t)T * H * DK * 4);
+    dcp_buffer *csb = dcp_test_upload(dev, cs, sizeof cs);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     dcp_mla_rope_args ra = {T, H, P, qb, H * QW, QW, N, ob, H * DK, DK, R, csb};
@@ -203,14 +190,16 @@ static void test_rope_and_store(void **state)
      * kv rows [T][R + P] at R; tokens 1 and 4 belong to another rank. */
     for (int f16 = 0; f16 < 2; f16++) {
         const uint32_t B = 4, pages = 5, cst = R + 8;
-        float *c = rand_floats(&rng, (uint64_t)T * cst, -2, 2), *kv = rand_floats(&rng, (uint64_t)T * (R + P), -2, 2);
+        float *c = dcp_test_rand_floats(&rng, (uint64_t)T * cst, -2, 2);
+        float *kv = dcp_test_rand_floats(&rng, (uint64_t)T * (R + P), -2, 2);
         uint32_t slots[6] = {5, DCP_KV_NO_SLOT, 0, 19, DCP_KV_NO_SLOT, 12};
         dcp_kv_pool_config pc = {.kv_heads = 1, .head_dim = DK, .page_size = B,
                                  .dtype = f16 ? DCP_DTYPE_F16 : DCP_DTYPE_F32, .num_pages = pages, .k_only = 1};
         dcp_kv_pool *pool;
         DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
-        dcp_buffer *cb = upload(dev, c, (uint64_t)T * cst * 4), *kvb = upload(dev, kv, (uint64_t)T * (R + P) * 4);
-        dcp_buffer *sb = upload(dev, slots, sizeof slots);
+        dcp_buffer *cb = dcp_test_upload(dev, c, (uint64_t)T * cst * 4);
+        dcp_buffer *kvb = dcp_test_upload(dev, kv, (uint64_t)T * (R + P) * 4);
+        dcp_buffer *sb = dcp_test_upload(dev, slots, sizeof slots);
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
         dcp_mla_kv_store_args sa = {T, R, P, cb, cst, 4, kvb, R + P, R, csb, sb, pool};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &sa));
@@ -243,14 +232,16 @@ static void test_rope_and_store(void **state)
          * straddling c and k_pe; every entry within the q8_0 bound of its block (0.57 max|x| / 127),
          * the rows of skipped tokens left 0. */
         const uint32_t B = 4, pages = 5, R2 = 48, DK2 = R2 + P, cst = R2 + 8;
-        float *c = rand_floats(&rng, (uint64_t)T * cst, -2, 2), *kv = rand_floats(&rng, (uint64_t)T * (R2 + P), -2, 2);
+        float *c = dcp_test_rand_floats(&rng, (uint64_t)T * cst, -2, 2);
+        float *kv = dcp_test_rand_floats(&rng, (uint64_t)T * (R2 + P), -2, 2);
         uint32_t slots[6] = {5, DCP_KV_NO_SLOT, 0, 19, DCP_KV_NO_SLOT, 12};
         dcp_kv_pool_config pc = {.kv_heads = 1, .head_dim = DK2, .page_size = B, .dtype = DCP_DTYPE_Q8_0,
                                  .num_pages = pages, .k_only = 1};
         dcp_kv_pool *pool;
         DCP_ASSERT_OK(dcp_kv_pool_create(dev, &pc, &pool));
-        dcp_buffer *cb = upload(dev, c, (uint64_t)T * cst * 4), *kvb = upload(dev, kv, (uint64_t)T * (R2 + P) * 4);
-        dcp_buffer *sb = upload(dev, slots, sizeof slots);
+        dcp_buffer *cb = dcp_test_upload(dev, c, (uint64_t)T * cst * 4);
+        dcp_buffer *kvb = dcp_test_upload(dev, kv, (uint64_t)T * (R2 + P) * 4);
+        dcp_buffer *sb = dcp_test_upload(dev, slots, sizeof slots);
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
         dcp_mla_kv_store_args sa = {T, R2, P, cb, cst, 4, kvb, R2 + P, R2, csb, sb, pool};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &sa));
@@ -312,9 +303,11 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
     const float scale = 1.0f / sqrtf((float)QW);
     /* Inputs: kv rows [S][R + P] (pre-norm latent | k_pe), the norm, W_UK [H R][N], W_UV [H V][R],
      * the query [H][N + P] of the last position. */
-    float *kv = rand_floats(rng, (uint64_t)S * DK, -1.5f, 1.5f), *nw = rand_floats(rng, LR, 0.8f, 1.2f);
-    float *wk = rand_floats(rng, (uint64_t)LH * LR * LN, -0.6f, 0.6f), *wvv = rand_floats(rng, (uint64_t)LH * LV * LR, -0.3f, 0.3f);
-    float *q = rand_floats(rng, (uint64_t)LH * QW, -1.5f, 1.5f);
+    float *kv = dcp_test_rand_floats(rng, (uint64_t)S * DK, -1.5f, 1.5f);
+    float *nw = dcp_test_rand_floats(rng, LR, 0.8f, 1.2f);
+    float *wk = dcp_test_rand_floats(rng, (uint64_t)LH * LR * LN, -0.6f, 0.6f);
+    float *wvv = dcp_test_rand_floats(rng, (uint64_t)LH * LV * LR, -0.3f, 0.3f);
+    float *q = dcp_test_rand_floats(rng, (uint64_t)LH * QW, -1.5f, 1.5f);
     uint32_t *pos = malloc(S * sizeof *pos);
     for (uint32_t t = 0; t < S; t++) pos[t] = t;
     float *cs = malloc((size_t)S * LP * 4);
@@ -338,11 +331,13 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
         dcp_device *dev = devs[r];
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-        dcp_buffer *kvb = upload(dev, kv, (uint64_t)S * DK * 4), *nb = upload(dev, nw, LR * 4);
-        dcp_buffer *cb = upload(dev, NULL, (uint64_t)S * LR * 4), *csb = upload(dev, cs, (uint64_t)S * LP * 4);
-        dcp_buffer *sb = upload(dev, dcp_kv_cache_append_slots(cache, r), (uint64_t)S * 4);
-        dcp_buffer *qb = upload(dev, q, (uint64_t)LH * QW * 4), *qlat = upload(dev, NULL, (uint64_t)LH * DK * 4);
-        dcp_buffer *ob = upload(dev, NULL, (uint64_t)LH * LR * 4), *lb = upload(dev, NULL, LH * 4);
+        dcp_buffer *kvb = dcp_test_upload(dev, kv, (uint64_t)S * DK * 4), *nb = dcp_test_upload(dev, nw, LR * 4);
+        dcp_buffer *cb = dcp_test_upload(dev, NULL, (uint64_t)S * LR * 4);
+        dcp_buffer *csb = dcp_test_upload(dev, cs, (uint64_t)S * LP * 4);
+        dcp_buffer *sb = dcp_test_upload(dev, dcp_kv_cache_append_slots(cache, r), (uint64_t)S * 4);
+        dcp_buffer *qb = dcp_test_upload(dev, q, (uint64_t)LH * QW * 4);
+        dcp_buffer *qlat = dcp_test_upload(dev, NULL, (uint64_t)LH * DK * 4);
+        dcp_buffer *ob = dcp_test_upload(dev, NULL, (uint64_t)LH * LR * 4), *lb = dcp_test_upload(dev, NULL, LH * 4);
         float *wkd = malloc((size_t)LH * LR * LN * 4);
         dcp_matrix mk;
         make_matrix(dev, DCP_GGML_TYPE_F32, LH * LR, LN, wk, &mk, wkd);
@@ -354,7 +349,7 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
         /* Q = [W_UK q_nope | rope(q_pe)] at the last position (cs row S - 1). */
         dcp_head_matmul_args ha = {&mk, LH, LR, 1, qb, LH * QW, QW, 0, qlat, LH * DK, DK, 0, 0};
         DCP_ASSERT_OK(dcp_op_head_matmul(cmd, &ha));
-        dcp_buffer *cs_last = upload(dev, cs + (size_t)(S - 1) * LP, LP * 4);
+        dcp_buffer *cs_last = dcp_test_upload(dev, cs + (size_t)(S - 1) * LP, LP * 4);
         dcp_mla_rope_args ra = {1, LH, LP, qb, LH * QW, QW, LN, qlat, LH * DK, DK, LR, cs_last};
         DCP_ASSERT_OK(dcp_op_mla_rope(cmd, &ra));
         dcp_cmd_barrier(cmd); /* kv store, Q -> decode */
@@ -379,9 +374,10 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
     dcp_device *dev = devs[0];
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-    dcp_buffer *oin = upload(dev, o_all, (uint64_t)N * LH * LR * 4), *lin = upload(dev, lse_all, (uint64_t)N * LH * 4);
-    dcp_buffer *om = upload(dev, NULL, (uint64_t)LH * LR * 4), *lm = upload(dev, NULL, LH * 4);
-    dcp_buffer *out = upload(dev, NULL, (uint64_t)LH * LV * 4);
+    dcp_buffer *oin = dcp_test_upload(dev, o_all, (uint64_t)N * LH * LR * 4);
+    dcp_buffer *lin = dcp_test_upload(dev, lse_all, (uint64_t)N * LH * 4);
+    dcp_buffer *om = dcp_test_upload(dev, NULL, (uint64_t)LH * LR * 4), *lm = dcp_test_upload(dev, NULL, LH * 4);
+    dcp_buffer *out = dcp_test_upload(dev, NULL, (uint64_t)LH * LV * 4);
     dcp_merge_args m = {.parts = N, .rows = LH, .head_dim = LR, .o_part_stride = LH * LR, .lse_part_stride = LH,
                         .o_in = oin, .lse_in = lin, .o_out = om, .lse_out = lm};
     DCP_ASSERT_OK(dcp_lse_merge_record(cmd, &m));

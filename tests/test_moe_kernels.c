@@ -29,15 +29,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static dcp_buffer *upload(dcp_device *dev, const void *data, uint64_t bytes)
-{
-    dcp_buffer *b;
-    DCP_ASSERT_OK(dcp_buffer_create(dev, bytes ? bytes : 4, DCP_MEMORY_DEVICE, &b));
-    if (data) DCP_ASSERT_OK(dcp_buffer_upload(b, 0, data, bytes));
-    else DCP_ASSERT_OK(dcp_buffer_fill(b, 0, bytes ? bytes : 4, 0));
-    return b;
-}
-
 static void test_route(void **state)
 {
     dcp_context *ctx = *state;
@@ -63,8 +54,10 @@ static void test_route(void **state)
         float *logits = malloc((size_t)T * stride * 4), *bias = malloc(X * 4);
         for (uint32_t i = 0; i < T * stride; i++) logits[i] = dcp_test_rng_uniform(&rng, -3, 3);
         for (uint32_t e = 0; e < X; e++) bias[e] = dcp_test_rng_uniform(&rng, -0.1f, 0.1f);
-        dcp_buffer *lb = upload(dev, logits, (uint64_t)T * stride * 4), *bb = upload(dev, bias, X * 4);
-        dcp_buffer *ib = upload(dev, NULL, (uint64_t)T * K * 4), *wb = upload(dev, NULL, (uint64_t)T * K * 4);
+        dcp_buffer *lb = dcp_test_upload(dev, logits, (uint64_t)T * stride * 4);
+        dcp_buffer *bb = dcp_test_upload(dev, bias, X * 4);
+        dcp_buffer *ib = dcp_test_upload(dev, NULL, (uint64_t)T * K * 4);
+        dcp_buffer *wb = dcp_test_upload(dev, NULL, (uint64_t)T * K * 4);
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
         dcp_moe_route_args a = {T, X, K, cases[ci].G, cases[ci].GU, cases[ci].gating, cases[ci].norm, cases[ci].scale,
@@ -115,7 +108,7 @@ static void test_route(void **state)
     printf("choices changed by the selection bias: %u, by the group limit: %u\n", bias_matters, groups_matter);
     assert_true(bias_matters > 0 && groups_matter > 0);
     /* Bad routing shapes. */
-    dcp_buffer *b = upload(dev, NULL, 4096);
+    dcp_buffer *b = dcp_test_upload(dev, NULL, 4096);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     dcp_moe_route_args bad = {1, 6, 2, 4, 2, DCP_EXPERT_GATING_SOFTMAX, 0, 1.0f, b, 6, NULL, b, b};
@@ -162,9 +155,11 @@ static void test_expert_matmuls(void **state)
         for (uint32_t i = 0; i < T * U; i++) wts[i] = dcp_test_rng_uniform(&rng, 0.1f, 1.0f);
         for (uint32_t i = 0; i < T * E; i++) x[i] = dcp_test_rng_uniform(&rng, -1, 1);
         for (uint32_t i = 0; i < T * E; i++) y0[i] = dcp_test_rng_uniform(&rng, -1, 1);
-        dcp_buffer *ib = upload(dev, ids, sizeof ids), *wb = upload(dev, wts, sizeof wts), *xb = upload(dev, x, sizeof x);
-        dcp_buffer *gub = upload(dev, NULL, (uint64_t)T * U * 2 * FE * 4), *hb = upload(dev, NULL, (uint64_t)T * U * FP * 4);
-        dcp_buffer *yb = upload(dev, y0, sizeof y0);
+        dcp_buffer *ib = dcp_test_upload(dev, ids, sizeof ids), *wb = dcp_test_upload(dev, wts, sizeof wts);
+        dcp_buffer *xb = dcp_test_upload(dev, x, sizeof x);
+        dcp_buffer *gub = dcp_test_upload(dev, NULL, (uint64_t)T * U * 2 * FE * 4);
+        dcp_buffer *hb = dcp_test_upload(dev, NULL, (uint64_t)T * U * FP * 4);
+        dcp_buffer *yb = dcp_test_upload(dev, y0, sizeof y0);
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
         dcp_moe_matmul_args gu = {&mgu, X, 2 * FE, T, U, ib, wb, xb, E, 0, gub, U * 2 * FE, 2 * FE, 0};
@@ -268,11 +263,15 @@ static void test_moe_ffn_tp(void **state)
             DCP_ASSERT_OK(dcp_ds2_layer_slice(c, &m.t, 1, &s, &h));
             DCP_ASSERT_OK(dcp_ds2_layer_upload(dev, &h, 1, &d));
             const uint32_t fp = h.w_down_exps.k, fsp = h.w_down_sh.k;
-            dcp_buffer *xb = upload(dev, xn, sizeof xn), *lgb = upload(dev, NULL, (uint64_t)T * X * 4);
-            dcp_buffer *ib = upload(dev, NULL, (uint64_t)T * U * 4), *wb = upload(dev, NULL, (uint64_t)T * U * 4);
-            dcp_buffer *gub = upload(dev, NULL, (uint64_t)T * U * 2 * s.fe * 4), *hb = upload(dev, NULL, (uint64_t)T * U * fp * 4);
-            dcp_buffer *sgu = upload(dev, NULL, (uint64_t)T * 2 * s.fs * 4), *sh = upload(dev, NULL, (uint64_t)T * fsp * 4);
-            dcp_buffer *yb = upload(dev, NULL, (uint64_t)T * E * 4);
+            dcp_buffer *xb = dcp_test_upload(dev, xn, sizeof xn);
+            dcp_buffer *lgb = dcp_test_upload(dev, NULL, (uint64_t)T * X * 4);
+            dcp_buffer *ib = dcp_test_upload(dev, NULL, (uint64_t)T * U * 4);
+            dcp_buffer *wb = dcp_test_upload(dev, NULL, (uint64_t)T * U * 4);
+            dcp_buffer *gub = dcp_test_upload(dev, NULL, (uint64_t)T * U * 2 * s.fe * 4);
+            dcp_buffer *hb = dcp_test_upload(dev, NULL, (uint64_t)T * U * fp * 4);
+            dcp_buffer *sgu = dcp_test_upload(dev, NULL, (uint64_t)T * 2 * s.fs * 4);
+            dcp_buffer *sh = dcp_test_upload(dev, NULL, (uint64_t)T * fsp * 4);
+            dcp_buffer *yb = dcp_test_upload(dev, NULL, (uint64_t)T * E * 4);
             dcp_cmd *cmd;
             DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
             DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.gate_inp, xb, 0, E, lgb, X, T, 0));

@@ -35,21 +35,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static float *rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi)
-{
-    float *v = malloc(n * sizeof *v);
-    for (uint64_t i = 0; i < n; i++) v[i] = dcp_test_rng_uniform(rng, lo, hi);
-    return v;
-}
-
-static dcp_buffer *upload(dcp_device *dev, const void *data, uint64_t bytes)
-{
-    dcp_buffer *b;
-    DCP_ASSERT_OK(dcp_buffer_create(dev, bytes, DCP_MEMORY_DEVICE, &b));
-    DCP_ASSERT_OK(dcp_buffer_upload(b, 0, data, bytes));
-    return b;
-}
-
 static void run(dcp_cmd *cmd) { DCP_ASSERT_OK(dcp_cmd_run(cmd)); }
 
 /* Encodes w [rows][k] f32 into GGUF bytes of type, uploads as a matrix, returns the dequantised
@@ -89,13 +74,13 @@ static void test_matmul(void **state)
             for (int acc = 0; acc < 2; acc++) {
                 const uint32_t N = shapes[si][0], K = shapes[si][1], T = shapes[si][2];
                 const uint32_t xoff = acc ? 8 : 0, xs = K + (acc ? 4 : 0), ys = N + (acc ? 3 : 0);
-                float *w = rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
-                float *x = rand_floats(&rng, xoff + (uint64_t)T * xs, -1, 1);
-                float *y0 = rand_floats(&rng, (uint64_t)T * ys, -1, 1);
+                float *w = dcp_test_rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
+                float *x = dcp_test_rand_floats(&rng, xoff + (uint64_t)T * xs, -1, 1);
+                float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
                 dcp_matrix m;
                 make_matrix(dev, types[ti], N, K, w, &m, &deq);
-                dcp_buffer *xb = upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
-                dcp_buffer *yb = upload(dev, y0, (uint64_t)T * ys * 4);
+                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
+                dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
                 DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, xoff, xs, yb, ys, T, acc));
                 run(cmd);
@@ -156,11 +141,11 @@ static void test_get_rows(void **state)
     dcp_test_rng rng = {21};
     const uint32_t V = 97, K = 96, T = 6;
     uint32_t ids[6] = {0, 96, 5, 5, 200 /* out of range: zero row */, 42};
-    dcp_buffer *ib = upload(dev, ids, sizeof ids);
+    dcp_buffer *ib = dcp_test_upload(dev, ids, sizeof ids);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     for (int ti = 0; ti < 4; ti++) {
-        float *w = rand_floats(&rng, (uint64_t)V * K, -2, 2), *deq;
+        float *w = dcp_test_rand_floats(&rng, (uint64_t)V * K, -2, 2), *deq;
         dcp_matrix m;
         make_matrix(dev, types[ti], V, K, w, &m, &deq);
         dcp_buffer *yb;
@@ -201,10 +186,11 @@ static void test_rmsnorm_parts(void **state)
         const uint32_t n = cases[i][0], P = cases[i][1], T = 3, xo = 5, po = 7;
         const uint32_t stride = T * n + cases[i][2];
         const uint64_t xn = xo + (uint64_t)T * n, pn = po + (uint64_t)(P - 1) * stride + (uint64_t)T * n;
-        float *x = rand_floats(&rng, xn, -3, 3), *w = rand_floats(&rng, n, 0.5f, 1.5f);
-        float *pt = rand_floats(&rng, pn, -1, 1), *x2 = malloc(xn * 4), *xr = malloc(xn * 4);
+        float *x = dcp_test_rand_floats(&rng, xn, -3, 3), *w = dcp_test_rand_floats(&rng, n, 0.5f, 1.5f);
+        float *pt = dcp_test_rand_floats(&rng, pn, -1, 1), *x2 = malloc(xn * 4), *xr = malloc(xn * 4);
         float *ref = malloc((uint64_t)T * n * 4), *y = malloc((uint64_t)T * n * 4);
-        dcp_buffer *xb = upload(dev, x, xn * 4), *wb = upload(dev, w, n * 4), *pb = upload(dev, pt, pn * 4), *yb;
+        dcp_buffer *xb = dcp_test_upload(dev, x, xn * 4), *wb = dcp_test_upload(dev, w, n * 4);
+        dcp_buffer *pb = dcp_test_upload(dev, pt, pn * 4), *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * n * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
         DCP_ASSERT_OK(dcp_op_rmsnorm_parts(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f, pb, 0, P, stride, po));
@@ -241,9 +227,10 @@ static void test_rmsnorm_swiglu_add(void **state)
     double w_rms = 0, w_sw = 0;
     for (size_t i = 0; i < 4; i++) {
         const uint32_t n = ns[i], T = 5, xo = 3;
-        float *x = rand_floats(&rng, xo + (uint64_t)T * n, -3, 3), *w = rand_floats(&rng, n, 0.5f, 1.5f);
+        float *x = dcp_test_rand_floats(&rng, xo + (uint64_t)T * n, -3, 3);
+        float *w = dcp_test_rand_floats(&rng, n, 0.5f, 1.5f);
         float *ref = malloc((uint64_t)T * n * 4), *y = malloc((uint64_t)T * n * 4);
-        dcp_buffer *xb = upload(dev, x, (xo + (uint64_t)T * n) * 4), *wb = upload(dev, w, n * 4), *yb;
+        dcp_buffer *xb = dcp_test_upload(dev, x, (xo + (uint64_t)T * n) * 4), *wb = dcp_test_upload(dev, w, n * 4), *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * n * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
         DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f));
@@ -299,11 +286,12 @@ static void test_rmsnorm_heads_add_rows(void **state)
     for (size_t c = 0; c < 3; c++) {
         const uint32_t Hq = shapes[c][0], Hkv = shapes[c][1], D = shapes[c][2], T = 5;
         const uint32_t width = (Hq + 2 * Hkv) * D, stride = width + 4;
-        float *x = rand_floats(&rng, (uint64_t)T * stride, -3, 3), *w = rand_floats(&rng, 2 * D, 0.5f, 1.5f);
-        float *b = rand_floats(&rng, width, -1, 1), *y = malloc((uint64_t)T * stride * 4);
+        float *x = dcp_test_rand_floats(&rng, (uint64_t)T * stride, -3, 3);
+        float *w = dcp_test_rand_floats(&rng, 2 * D, 0.5f, 1.5f);
+        float *b = dcp_test_rand_floats(&rng, width, -1, 1), *y = malloc((uint64_t)T * stride * 4);
         float *ref = malloc((uint64_t)T * stride * 4);
-        dcp_buffer *xb = upload(dev, x, (uint64_t)T * stride * 4), *wb = upload(dev, w, 2 * D * 4);
-        dcp_buffer *bb = upload(dev, b, width * 4);
+        dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)T * stride * 4), *wb = dcp_test_upload(dev, w, 2 * D * 4);
+        dcp_buffer *bb = dcp_test_upload(dev, b, width * 4);
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
         DCP_ASSERT_OK(dcp_op_add_rows(cmd, xb, stride, bb, width, T));
         dcp_cmd_barrier(cmd);
@@ -355,7 +343,7 @@ static void test_rope_store(void **state)
             if (q8 && D % 32) continue;
             const uint32_t T = 7, B = 16, pages = 5, width = (Hq + 2 * Hkv) * D, stride = width + 2;
             const float base = ci == 1 ? 500000.0f : 10000.0f;
-            float *src = rand_floats(&rng, (uint64_t)T * stride, -1, 1);
+            float *src = dcp_test_rand_floats(&rng, (uint64_t)T * stride, -1, 1);
             uint32_t pos[7] = {0, 1, 15, 16, 4999, 77, 3}, slot[7] = {0, 1, 15, 16, 79, DCP_KV_NO_SLOT, 40};
             float *cs = malloc((uint64_t)T * (R / 2) * 8);
             for (uint32_t t = 0; t < T; t++)
@@ -373,10 +361,11 @@ static void test_rope_store(void **state)
             dcp_buffer *stage = NULL, *stage_slots = NULL;
             if (q8) {
                 DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * 2 * Hkv * D * 4, DCP_MEMORY_DEVICE, &stage));
-                stage_slots = upload(dev, ids, sizeof ids);
+                stage_slots = dcp_test_upload(dev, ids, sizeof ids);
             }
-            dcp_buffer *sb = upload(dev, src, (uint64_t)T * stride * 4), *slb = upload(dev, slot, sizeof slot);
-            dcp_buffer *csb = upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
+            dcp_buffer *sb = dcp_test_upload(dev, src, (uint64_t)T * stride * 4);
+            dcp_buffer *slb = dcp_test_upload(dev, slot, sizeof slot);
+            dcp_buffer *csb = dcp_test_upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
             DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * Hq * D * 4, DCP_MEMORY_DEVICE, &qb));
             dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, (uint32_t)neox, stage, stage_slots};
             if (q8) { /* without the stage a q8_0 pool is refused */
@@ -482,7 +471,7 @@ static void test_argmax(void **state)
     dcp_device *dev = dcp_context_device(*state, 0);
     dcp_test_rng rng = {51};
     const uint32_t n = 100003, rows = 5, stride = n + 1;
-    float *x = rand_floats(&rng, (uint64_t)rows * stride, -5, 5);
+    float *x = dcp_test_rand_floats(&rng, (uint64_t)rows * stride, -5, 5);
     x[0 * stride + 70000] = 9.0f;     /* row 0: one maximum */
     x[1 * stride + 12345] = 9.0f;     /* row 1: tie, smallest index wins */
     x[1 * stride + 99999] = 9.0f;
@@ -491,7 +480,7 @@ static void test_argmax(void **state)
     for (uint32_t i = 0; i < n; i++) x[3 * stride + i] = NAN;       /* row 3: all NaN -> 0 */
     x[3 * stride + 777] = -1e30f;
     x[4 * stride + n - 1] = 6.0f;     /* row 4: last element */
-    dcp_buffer *xb = upload(dev, x, (uint64_t)rows * stride * 4), *ob;
+    dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)rows * stride * 4), *ob;
     DCP_ASSERT_OK(dcp_buffer_create(dev, rows * 4, DCP_MEMORY_DEVICE, &ob));
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));

@@ -1,5 +1,5 @@
 /* The block-quantized weight types on the device (shaders/common/quants.glsl through matmul and
- * get_rows) against the CPU reference: the reference dequantizer (src/model/quants.c) times a
+ * get_rows) against the CPU reference: the reference dequantizer (src/quant/quants.c) times a
  * double-precision matmul. Per type: several shapes and token counts (plain and accumulating,
  * offset x rows, matrices uploaded in 1 to 3 parts as the loader's fused Q|K|V does), a token's
  * result bitwise the same whatever batch it is in (T = 1, 7, 8, 9, 17), get_rows, and shapes
@@ -43,21 +43,6 @@ static int teardown(void **state)
 {
     dcp_test_context_done(*state);
     return 0;
-}
-
-static float *rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi)
-{
-    float *v = malloc(n * sizeof *v);
-    for (uint64_t i = 0; i < n; i++) v[i] = dcp_test_rng_uniform(rng, lo, hi);
-    return v;
-}
-
-static dcp_buffer *upload(dcp_device *dev, const void *data, uint64_t bytes)
-{
-    dcp_buffer *b;
-    DCP_ASSERT_OK(dcp_buffer_create(dev, bytes, DCP_MEMORY_DEVICE, &b));
-    DCP_ASSERT_OK(dcp_buffer_upload(b, 0, data, bytes));
-    return b;
 }
 
 /* Quantizes w [rows][k] to GGUF blocks of type, uploads them in `parts` row ranges, and returns
@@ -109,13 +94,13 @@ static void test_matmul(void **state)
             for (int acc = 0; acc < 2; acc++) {
                 const uint32_t N = shapes[si][0], K = shapes[si][1] * l->block_elems, T = shapes[si][2];
                 const uint32_t xoff = acc ? 8 : 0, xs = K + (acc ? 4 : 0), ys = N + (acc ? 3 : 0);
-                float *w = rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
-                float *x = rand_floats(&rng, xoff + (uint64_t)T * xs, -1, 1);
-                float *y0 = rand_floats(&rng, (uint64_t)T * ys, -1, 1);
+                float *w = dcp_test_rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
+                float *x = dcp_test_rand_floats(&rng, xoff + (uint64_t)T * xs, -1, 1);
+                float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
                 dcp_matrix m;
                 make_matrix(dev, qtypes[ti], N, K, shapes[si][3], w, &m, &deq);
-                dcp_buffer *xb = upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
-                dcp_buffer *yb = upload(dev, y0, (uint64_t)T * ys * 4);
+                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
+                dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
                 DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, xoff, xs, yb, ys, T, acc));
                 DCP_ASSERT_OK(dcp_cmd_run(cmd));
@@ -164,11 +149,11 @@ static void test_batch_invariance(void **state)
     for (int ti = 0; ti < NTYPES; ti++) {
         const dcp_quant_layout *l = dcp_quant_layout_of(qtypes[ti]);
         const uint32_t N = 37, K = 2 * l->block_elems * (l->block_elems == 32 ? 4 : 1), TMAX = 17;
-        float *w = rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
-        float *x = rand_floats(&rng, (uint64_t)TMAX * K, -1, 1);
+        float *w = dcp_test_rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
+        float *x = dcp_test_rand_floats(&rng, (uint64_t)TMAX * K, -1, 1);
         dcp_matrix m;
         make_matrix(dev, qtypes[ti], N, K, 1, w, &m, &deq);
-        dcp_buffer *xb = upload(dev, x, (uint64_t)TMAX * K * 4), *yb;
+        dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)TMAX * K * 4), *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)TMAX * N * 4, DCP_MEMORY_DEVICE, &yb));
         float *ref = NULL;
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
@@ -212,13 +197,13 @@ static void test_get_rows(void **state)
     dcp_test_rng rng = {303};
     const uint32_t V = 41, T = 6, PAD = 4;
     uint32_t ids[6] = {0, 40, 5, 5, 200 /* out of range: zero row */, 17};
-    dcp_buffer *ib = upload(dev, ids, sizeof ids);
+    dcp_buffer *ib = dcp_test_upload(dev, ids, sizeof ids);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     for (int ti = 0; ti < NTYPES; ti++) {
         const dcp_quant_layout *l = dcp_quant_layout_of(qtypes[ti]);
         const uint32_t K = l->block_elems == 32 ? 96 : 512, ys = K + PAD;
-        float *w = rand_floats(&rng, (uint64_t)V * K, -2, 2), *deq;
+        float *w = dcp_test_rand_floats(&rng, (uint64_t)V * K, -2, 2), *deq;
         dcp_matrix m;
         make_matrix(dev, qtypes[ti], V, K, 2, w, &m, &deq);
         dcp_buffer *yb;

@@ -11,8 +11,21 @@
  *    free again (/metrics);
  *  - SIGTERM during a stream: the stream ends properly ([DONE]), new connections are refused, the
  *    server exits 0;
+ *  - every unknown field and every known-but-unsupported parameter (min_p, logit_bias, logprobs: 0,
+ *    response_format, guided_json, ...) is refused with a 400 naming it, on both endpoints; their
+ *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
+ *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
+ *    UTF-8 and JSON whatever the request held (a model name cut mid-character, GET /%FF);
+ *  - protocol: a Content-Length over the limit gets its 413 before the body (and instead of 100
+ *    Continue), HEAD works where GET does, 405s carry their route's Allow, GET /v1/models/{id};
+ *    one access-log line per request on stderr;
  *  - a second server (TP 1) with an API key (401 without it), without a chat template (chat: 400
- *    naming why; completions work), with a prompt limit (400) and one slot without a queue (429).
+ *    naming why; completions work), with a prompt limit (400 context_length_exceeded) and one slot
+ *    without a queue (429 with Retry-After), logging JSON lines;
+ *  - a third (TP 1) under hostile clients: 500 idle sockets from five loopback addresses, and still
+ *    /health, /metrics and a completion answer at once; the idle ones are closed by
+ *    --request-timeout, a client sending a byte now and then too; one address gets at most
+ *    --max-connections-per-ip.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */
@@ -30,6 +43,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <errno.h>
+#include <poll.h>
 
 #include "testutil.h"
 
@@ -168,22 +184,33 @@ static int server_stop(server *s)
 
 /* ---- clients ---------------------------------------------------------------------------------- */
 
-/* curl METHOD path [body]: returns the HTTP status (0: no connection); *resp the body (malloc'd). */
-static int http(const server *s, const char *method, const char *path, const char *body, size_t body_len,
-                const char *extra_header, char **resp)
+/* curl METHOD path [body]: returns the HTTP status (0: no connection); *resp the body (malloc'd);
+ * *headers the response's header lines (malloc'd) when headers is not NULL. */
+static int http_full(const server *s, const char *method, const char *path, const char *body, size_t body_len,
+                     const char *extra_header, char **resp, char **headers)
 {
-    char url[256], *out = tmp_path("out"), *in = NULL;
+    char url[256], *out = tmp_path("out"), *in = NULL, *hdr = headers ? tmp_path("hdr") : NULL;
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, path);
     const char *argv[24];
     int n = 0;
     argv[n++] = "curl";
     argv[n++] = "-sS";
+    argv[n++] = "--max-time"; /* a server that hangs fails the test, not the test run */
+    argv[n++] = "120";
     argv[n++] = "-o";
     argv[n++] = out;
     argv[n++] = "-w";
     argv[n++] = "%{http_code}";
-    argv[n++] = "-X";
-    argv[n++] = method;
+    if (strcmp(method, "HEAD") == 0) {
+        argv[n++] = "-I"; /* curl -X HEAD would wait for a body */
+    } else {
+        argv[n++] = "-X";
+        argv[n++] = method;
+    }
+    if (hdr) {
+        argv[n++] = "-D";
+        argv[n++] = hdr;
+    }
     if (body) {
         in = tmp_path("in");
         write_file(in, body, body_len);
@@ -206,7 +233,17 @@ static int http(const server *s, const char *method, const char *path, const cha
     *resp = slurp(out);
     unlink(out);
     if (in) unlink(in);
+    if (hdr) {
+        *headers = slurp(hdr);
+        unlink(hdr);
+    }
     return status;
+}
+
+static int http(const server *s, const char *method, const char *path, const char *body, size_t body_len,
+                const char *extra_header, char **resp)
+{
+    return http_full(s, method, path, body, body_len, extra_header, resp, NULL);
 }
 
 static int post(const server *s, const char *path, const char *body, char **resp)
@@ -438,6 +475,15 @@ static void test_openai_client(void **state)
     assert_true(cJSON_IsString(chat) && strlen(chat->valuestring) > 0);
     assert_string_equal(cJSON_GetObjectItem(j, "chat_finish")->valuestring, "length");
     assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "models"), 0)->valuestring, "stories260K");
+    /* models.retrieve, its 404, and a refused parameter as the client sees them */
+    assert_string_equal(cJSON_GetObjectItem(j, "retrieved")->valuestring, "stories260K");
+    const cJSON *missing = cJSON_GetObjectItem(j, "missing"), *refused = cJSON_GetObjectItem(j, "refused");
+    if (!cJSON_IsObject(missing) || cJSON_GetObjectItem(missing, "status")->valueint != 404 ||
+        strcmp(cJSON_GetObjectItem(missing, "code")->valuestring, "model_not_found"))
+        fail_msg("models.retrieve of a missing model: %s", r.out);
+    if (!cJSON_IsObject(refused) || cJSON_GetObjectItem(refused, "status")->valueint != 400 ||
+        strcmp(cJSON_GetObjectItem(refused, "param")->valuestring, "logit_bias"))
+        fail_msg("logit_bias through the client: %s", r.out);
     /* The chat text is the greedy continuation of the chatml rendering (the same as a completion of it). */
     char *resp, finish[32];
     const char *chatml = "{\"prompt\": \"<|im_start|>system\\nYou tell stories.<|im_end|>\\n<|im_start|>user\\nTell "
@@ -459,6 +505,7 @@ static void expect_error(const char *method, const char *path, const char *body,
     char *resp;
     int st = http(&srv, method, path, body, len, NULL, &resp);
     if (st != status) fail_msg("%s %s: status %d (want %d): %s", method, path, st, status, resp);
+    if (!dcp_test_valid_utf8(resp, strlen(resp))) fail_msg("%s %s: the error body is not UTF-8: %s", method, path, resp);
     cJSON *j = cJSON_Parse(resp);
     const cJSON *e = j ? cJSON_GetObjectItem(j, "error") : NULL;
     const cJSON *m = e ? cJSON_GetObjectItem(e, "message") : NULL, *p = e ? cJSON_GetObjectItem(e, "param") : NULL;
@@ -498,7 +545,7 @@ static void test_bad_requests(void **state)
     size_t k = (size_t)sprintf(huge, "{\"prompt\": \"");
     memset(huge + k, 'a', big - k - 2);
     memcpy(huge + big - 2, "\"}", 2);
-    expect_error("POST", "/v1/completions", huge, big, 413, NULL, "larger than");
+    expect_error("POST", "/v1/completions", huge, big, 413, NULL, "at most 1048576 are allowed (--max-body-bytes)");
     free(huge);
     expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"max_tokens\": 256}"), 400, "max_tokens",
                  "maximum context length is 256");
@@ -520,6 +567,422 @@ static void test_bad_requests(void **state)
     free(t);
     free(resp);
     free(b);
+}
+
+/* ---- fields: unknown ones and known ones not implemented ------------------------------------- */
+
+/* Every parameter the server knows and does not implement (apps/serve/api.c, `refused`), with a
+ * value that asks for something; and names it does not know at all. */
+static const char *const refused_fields[][2] = {
+    {"n", "2"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "true"},
+    {"suffix", "\"the end\""}, {"logprobs", "0"}, {"logprobs", "true"}, {"logprobs", "5"}, {"top_logprobs", "2"},
+    {"prompt_logprobs", "1"}, {"min_p", "0.1"}, {"typical_p", "0.5"}, {"logit_bias", "{\"432\": -100}"},
+    {"presence_penalty", "0.5"}, {"frequency_penalty", "0.5"}, {"repetition_penalty", "1.2"}, {"min_tokens", "5"},
+    {"stop_token_ids", "[13]"}, {"include_stop_str_in_output", "true"}, {"skip_special_tokens", "false"},
+    {"spaces_between_special_tokens", "false"}, {"truncate_prompt_tokens", "4"},
+    {"response_format", "{\"type\": \"json_object\"}"}, {"grammar", "\"root ::= \\\"a\\\"\""},
+    {"json_schema", "{\"type\": \"object\"}"}, {"guided_json", "{\"type\": \"object\"}"}, {"guided_regex", "\"a+\""},
+    {"guided_choice", "[\"a\", \"b\"]"}, {"guided_grammar", "\"root ::= \\\"a\\\"\""},
+    {"guided_decoding_backend", "\"xgrammar\""}, {"tools", "[{\"type\": \"function\"}]"}, {"tool_choice", "\"auto\""},
+    {"parallel_tool_calls", "true"}, {"functions", "[{\"name\": \"f\"}]"}, {"function_call", "\"auto\""},
+    {"chat_template", "\"{{ messages }}\""}, {"chat_template_kwargs", "{}"}, {"add_generation_prompt", "false"},
+    {"continue_final_message", "true"}, {"reasoning_effort", "\"low\""}, {"modalities", "[\"audio\"]"},
+    {"audio", "{}"}, {"prediction", "{}"},
+    /* unknown */
+    {"foo", "1"}, {"max_new_tokens", "5"}, {"Temperature", "0"}, {"mirostat", "2"}, {"stream_option", "{}"},
+    {"", "1"}, {"\xff\xfe", "1"}, {"top\\u00e9", "1"},
+};
+
+static void test_refused_fields(void **state)
+{
+    (void)state;
+    for (int chat = 0; chat < 2; chat++) {
+        const char *path = chat ? "/v1/chat/completions" : "/v1/completions";
+        const char *base = chat ? "\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]" : "\"prompt\": \"Once\"";
+        for (size_t i = 0; i < sizeof refused_fields / sizeof refused_fields[0]; i++) {
+            char body[512], *resp;
+            snprintf(body, sizeof body, "{%s, \"max_tokens\": 4, \"%s\": %s}", base, refused_fields[i][0],
+                     refused_fields[i][1]);
+            int st = http(&srv, "POST", path, body, strlen(body), NULL, &resp);
+            if (st != 400) fail_msg("%s %s: status %d, want 400: %s", path, body, st, resp);
+            if (!dcp_test_valid_utf8(resp, strlen(resp))) fail_msg("%s %s: not UTF-8: %s", path, body, resp);
+            cJSON *j = cJSON_Parse(resp);
+            const cJSON *e = cJSON_GetObjectItem(j, "error"), *p = cJSON_GetObjectItem(e, "param");
+            const cJSON *m = cJSON_GetObjectItem(e, "message");
+            if (!cJSON_IsString(m)) fail_msg("%s %s: not an OpenAI error: %s", path, body, resp);
+            /* the param names the field (a name that is not UTF-8 comes back as U+FFFD) */
+            const char *want = refused_fields[i][0];
+            if (strcmp(want, "\xff\xfe") == 0) want = "\xef\xbf\xbd\xef\xbf\xbd";
+            if (strcmp(want, "top\\u00e9") == 0) want = "top\xc3\xa9";
+            if (want[0] ? !(cJSON_IsString(p) && strcmp(p->valuestring, want) == 0) : !cJSON_IsNull(p))
+                fail_msg("%s %s: param is not '%s': %s", path, body, want, resp);
+            cJSON_Delete(j);
+            free(resp);
+        }
+        /* the other endpoint's prompt field */
+        char *resp;
+        const char *other = chat ? "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"prompt\": \"Once\"}"
+                                 : "{\"prompt\": \"Once\", \"messages\": []}";
+        assert_int_equal(http(&srv, "POST", path, other, strlen(other), NULL, &resp), 400);
+        assert_non_null(strstr(resp, chat ? "\"param\":\"prompt\"" : "\"param\":\"messages\""));
+        free(resp);
+    }
+    /* Neutral values ask for nothing: the greedy text is the one of the plain request. */
+    char *resp, finish[32];
+    const char *neutral = "{\"model\": \"stories260K\", \"prompt\": \"Once upon a time\", \"max_tokens\": 10, "
+                          "\"temperature\": 0, \"n\": 1, \"best_of\": 1, \"echo\": false, \"logprobs\": null, "
+                          "\"logit_bias\": {}, \"presence_penalty\": 0, \"frequency_penalty\": 0, "
+                          "\"repetition_penalty\": 1, \"min_p\": 0, \"min_tokens\": 0, \"stop_token_ids\": [], "
+                          "\"include_stop_str_in_output\": false, \"response_format\": {\"type\": \"text\"}, "
+                          "\"tools\": [], \"suffix\": \"\", \"user\": \"test\", \"stream_options\": null}";
+    int st = post(&srv, "/v1/completions", neutral, &resp);
+    if (st != 200) fail_msg("neutral values: %d %s", st, resp);
+    char *t = completion_text(resp, finish, sizeof finish);
+    assert_string_equal(t, seq_texts[0]);
+    free(t);
+    free(resp);
+    expect_healthy(&srv);
+}
+
+/* Bodies that cJSON alone would take wrongly, and the smaller checks. */
+static void test_body_checks(void **state)
+{
+    (void)state;
+    /* "Once\u0000 upon" was 2 prompt tokens: cJSON ends the string at the NUL */
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\\u0000 upon\", \"max_tokens\": 2}"), 400, "prompt",
+                 "\\u0000");
+    expect_error("POST", "/v1/completions", BODY("{\"pro\\u0000mpt\": \"Once\", \"max_tokens\": 2}"), 400, NULL,
+                 "\\u0000");
+    expect_error("POST", "/v1/chat/completions",
+                 BODY("{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}"), 400, "messages", "\\u0000");
+    const char nul_body[] = "{\"prompt\": \"Once\", \"max_tokens\": 2}\0{\"x\": 1}";
+    expect_error("POST", "/v1/completions", nul_body, sizeof nul_body - 1, 400, NULL, "NUL byte at offset");
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"max_tokens\": 2} {\"prompt\": \"x\"}"), 400,
+                 NULL, "data after the object");
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"max_tokens\": 2}]"), 400, NULL,
+                 "data after the object");
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"max_tokens\": 2, \"max_tokens\": 200}"), 400,
+                 "max_tokens", "given twice");
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"stream_options\": {\"include_usage\": true}}"),
+                 400, "stream_options", "only allowed with");
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"seed\": -2}"), 400, "seed", "-1 for a random");
+    /* A model name of 70 three-byte characters, cut by the message mid-character. */
+    char body[512];
+    int k = snprintf(body, sizeof body, "{\"model\": \"");
+    for (int i = 0; i < 70; i++) k += snprintf(body + k, sizeof body - (size_t)k, "\xe3\x83\xad");
+    snprintf(body + k, sizeof body - (size_t)k, "\", \"prompt\": \"Once\"}");
+    expect_error("POST", "/v1/completions", body, strlen(body), 404, "model", "does not exist");
+    /* Whitespace after the object is fine. */
+    char *resp, finish[32];
+    assert_int_equal(post(&srv, "/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 10, "
+                                                   "\"temperature\": 0}\r\n\t \n", &resp), 200);
+    char *t = completion_text(resp, finish, sizeof finish);
+    assert_string_equal(t, seq_texts[0]);
+    free(t);
+    free(resp);
+    /* seed: a given one repeats its text; -1 draws a new one each time (three sampled texts of 24
+     * tokens at temperature 1 that are all equal: not with random seeds). */
+    char *texts[3];
+    for (int i = 0; i < 3; i++) {
+        const char *b = i < 2 ? "{\"prompt\": \"Once upon a time\", \"max_tokens\": 24, \"temperature\": 1, \"top_k\": 0, "
+                                "\"ignore_eos\": true, \"seed\": 7}"
+                              : "{\"prompt\": \"Once upon a time\", \"max_tokens\": 24, \"temperature\": 1, \"top_k\": 0, "
+                                "\"ignore_eos\": true, \"seed\": 8}";
+        assert_int_equal(post(&srv, "/v1/completions", b, &resp), 200);
+        texts[i] = completion_text(resp, finish, sizeof finish);
+        free(resp);
+    }
+    assert_string_equal(texts[0], texts[1]);
+    assert_string_not_equal(texts[0], texts[2]);
+    for (int i = 0; i < 3; i++) {
+        free(texts[i]);
+        assert_int_equal(post(&srv, "/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 24, "
+                                                       "\"temperature\": 1, \"top_k\": 0, \"ignore_eos\": true, "
+                                                       "\"seed\": -1}", &resp), 200);
+        texts[i] = completion_text(resp, finish, sizeof finish);
+        free(resp);
+    }
+    if (strcmp(texts[0], texts[1]) == 0 && strcmp(texts[1], texts[2]) == 0)
+        fail_msg("seed -1 gave the same text three times: '%s'", texts[0]);
+    for (int i = 0; i < 3; i++) free(texts[i]);
+}
+
+/* ---- raw sockets ------------------------------------------------------------------------------ */
+
+/* A connection to s from source address src (NULL: any); -1 when it could not connect. */
+static int connect_from(const server *s, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    if (src) {
+        assert_int_equal(inet_pton(AF_INET, src, &sa.sin_addr), 1);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) fail_msg("bind %s: %s", src, strerror(errno));
+    }
+    sa.sin_port = htons((uint16_t)s->port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Whether the server has closed fd (end of stream or reset), waiting at most ms for it. */
+static bool closed_by_server(int fd, int ms)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0) return false;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Sends req on a new connection and reads until the server closes it (at most timeout s). */
+static char *exchange(const server *s, const char *req, size_t len, double timeout)
+{
+    int fd = connect_from(s, NULL);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, req, len), (ssize_t)len);
+    size_t cap = 1 << 16, got = 0;
+    char *buf = malloc(cap);
+    const double t0 = now_s();
+    while (got + 1 < cap && now_s() - t0 < timeout) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t n = read(fd, buf + got, cap - 1 - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    buf[got] = 0;
+    close(fd);
+    return buf;
+}
+
+/* The body of a raw response: valid UTF-8, an OpenAI error with this code. */
+static void expect_raw_error(const char *what, const char *resp, const char *status_line, const char *code)
+{
+    if (strncmp(resp, status_line, strlen(status_line))) fail_msg("%s: '%s', want '%s'", what, resp, status_line);
+    const char *b = strstr(resp, "\r\n\r\n");
+    if (!b) fail_msg("%s: no body: %s", what, resp);
+    b += 4;
+    if (!dcp_test_valid_utf8(b, strlen(b))) fail_msg("%s: the body is not UTF-8: %s", what, b);
+    cJSON *j = cJSON_Parse(b);
+    const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "code");
+    if (!cJSON_IsString(c) || strcmp(c->valuestring, code)) fail_msg("%s: not a JSON error '%s': %s", what, code, b);
+    cJSON_Delete(j);
+}
+
+static void test_protocol(void **state)
+{
+    (void)state;
+    /* A body over --max-body-bytes: refused from its Content-Length, before the body (none is sent
+     * here), and answered 413 instead of 100 Continue. */
+    const char *expect100 = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: 10000000\r\nExpect: 100-continue\r\n\r\n";
+    const double t0 = now_s();
+    char *r = exchange(&srv, expect100, strlen(expect100), 30);
+    printf("Expect: 100-continue with Content-Length 10000000: answered in %.0f ms\n", (now_s() - t0) * 1e3);
+    if (strstr(r, "100 Continue")) fail_msg("100 Continue for a body over the limit: %s", r);
+    expect_raw_error("Expect: 100-continue", r, "HTTP/1.1 413", "body_too_large");
+    free(r);
+    const char *big = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n{\"pro";
+    r = exchange(&srv, big, strlen(big), 30);
+    expect_raw_error("Content-Length 10000000", r, "HTTP/1.1 413", "body_too_large");
+    free(r);
+    /* GET /%FF: the URL is the byte FF; the error body stays UTF-8 and JSON. */
+    const char *ff = "GET /%FF HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    r = exchange(&srv, ff, strlen(ff), 30);
+    expect_raw_error("GET /%FF", r, "HTTP/1.1 404", "not_found");
+    free(r);
+    /* HEAD where GET; each route's own methods in Allow. */
+    static const char *const heads[] = {"/health", "/metrics", "/v1/models", "/v1/models/stories260K"};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        char *resp;
+        int st = http(&srv, "HEAD", heads[i], NULL, 0, NULL, &resp);
+        if (st != 200) fail_msg("HEAD %s: %d %s", heads[i], st, resp);
+        free(resp);
+    }
+    static const char *const allow[][3] = {{"POST", "/health", "Allow: GET, HEAD"},
+                                           {"DELETE", "/v1/models", "Allow: GET, HEAD"},
+                                           {"POST", "/v1/models/stories260K", "Allow: GET, HEAD"},
+                                           {"GET", "/v1/completions", "Allow: POST"},
+                                           {"PUT", "/v1/chat/completions", "Allow: POST"}};
+    for (size_t i = 0; i < sizeof allow / sizeof allow[0]; i++) {
+        char *resp, *hdr;
+        int st = http_full(&srv, allow[i][0], allow[i][1], NULL, 0, NULL, &resp, &hdr);
+        if (st != 405 || !strstr(hdr, allow[i][2]))
+            fail_msg("%s %s: %d, want 405 with '%s':\n%s%s", allow[i][0], allow[i][1], st, allow[i][2], hdr, resp);
+        if (!strstr(hdr, "Content-Type: application/json")) fail_msg("%s %s: not JSON:\n%s", allow[i][0], allow[i][1], hdr);
+        free(resp);
+        free(hdr);
+    }
+    /* GET /v1/models/{id}. */
+    char *resp;
+    assert_int_equal(http(&srv, "GET", "/v1/models/stories260K", NULL, 0, NULL, &resp), 200);
+    cJSON *j = cJSON_Parse(resp);
+    assert_string_equal(cJSON_GetObjectItem(j, "id")->valuestring, "stories260K");
+    assert_string_equal(cJSON_GetObjectItem(j, "object")->valuestring, "model");
+    cJSON_Delete(j);
+    free(resp);
+    expect_error("GET", "/v1/models/gpt-4", NULL, 0, 404, "model", "does not exist");
+    expect_error("GET", "/v1/models/", NULL, 0, 404, NULL, "no such route");
+}
+
+/* One access-log line per request on stderr, with its tokens and time. */
+static void test_access_log(void **state)
+{
+    (void)state;
+    char *resp;
+    assert_int_equal(post(&srv, "/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 7, "
+                                                   "\"temperature\": 0}", &resp), 200);
+    free(resp);
+    assert_int_equal(http(&srv, "GET", "/v1/nothing-here", NULL, 0, NULL, &resp), 404);
+    free(resp);
+    char *err = slurp(srv.err_path);
+    static const char *const want[] = {
+        " 127.0.0.1 POST /v1/completions 200 prompt_tokens=5 completion_tokens=7 time_ms=",
+        " 127.0.0.1 GET /v1/nothing-here 404 prompt_tokens=0 completion_tokens=0 time_ms=",
+        " 127.0.0.1 GET /health 200 prompt_tokens=0 completion_tokens=0 time_ms=",
+        " 127.0.0.1 GET /v1/completions 405 ",
+        " 127.0.0.1 HEAD /metrics 200 ",
+        " finish_reason=length end=ok\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(err, want[i])) fail_msg("no access-log line with '%s' in:\n%.4000s", want[i], err);
+    free(err);
+}
+
+/* ---- hostile clients -------------------------------------------------------------------------- */
+
+static void test_hostile_clients(void **state)
+{
+    (void)state;
+    enum { IDLE = 500, ADDRS = 5, PER_IP = 128, TIMEOUT = 5 };
+    server s;
+    const char *args[] = {"-c", "128", "--request-timeout", "5", "--idle-timeout", "8", "--max-connections-per-ip",
+                          "128", "--log-format", "json", NULL};
+    server_start(&s, args);
+    /* 500 idle sockets, 100 from each of five loopback addresses (the per-address limit is 128). */
+    static int fds[IDLE];
+    const double t_open = now_s();
+    for (int i = 0; i < IDLE; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 1 + i % ADDRS);
+        fds[i] = connect_from(&s, src);
+        if (fds[i] < 0) fail_msg("idle socket %d from %s: %s", i, src, strerror(errno));
+    }
+    nap_ms(200);
+    for (int i = 0; i < IDLE; i++)
+        if (closed_by_server(fds[i], 0)) fail_msg("idle socket %d was closed at once", i);
+    /* Everyone else is still served at once. */
+    char *resp;
+    double t = now_s();
+    assert_int_equal(http(&s, "GET", "/health", NULL, 0, NULL, &resp), 200);
+    const double t_health = now_s() - t;
+    free(resp);
+    const char *health = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    t = now_s();
+    char *raw = exchange(&s, health, strlen(health), 5); /* without curl's own start */
+    const double t_health_raw = now_s() - t;
+    if (strncmp(raw, "HTTP/1.1 200", 12)) fail_msg("raw GET /health: %s", raw);
+    free(raw);
+    t = now_s();
+    assert_int_equal(http(&s, "GET", "/metrics", NULL, 0, NULL, &resp), 200);
+    const double t_metrics = now_s() - t;
+    const double open_conns = metric(resp, "dcpvk_http_connections");
+    free(resp);
+    t = now_s();
+    const char *body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 4, \"temperature\": 0}";
+    assert_int_equal(post(&s, "/v1/completions", body, &resp), 200);
+    const double t_completion = now_s() - t;
+    char finish[32], *text = completion_text(resp, finish, sizeof finish);
+    assert_true(strncmp(seq_texts[0], text, strlen(text)) == 0);
+    free(text);
+    free(resp);
+    printf("with %d idle sockets open (%g connections): /health %.1f ms (curl; %.2f ms on a raw socket), /metrics "
+           "%.1f ms, a 4-token completion %.1f ms\n", IDLE, open_conns, t_health * 1e3, t_health_raw * 1e3,
+           t_metrics * 1e3, t_completion * 1e3);
+    assert_true(open_conns >= IDLE);
+    assert_true(t_health < 1.0 && t_health_raw < 1.0 && t_completion < 1.0);
+    /* The idle ones are closed by --request-timeout (5 s): nothing came in time. */
+    int left = IDLE;
+    while (left > 0 && now_s() - t_open < TIMEOUT + 15) {
+        left = 0;
+        for (int i = 0; i < IDLE; i++) left += !closed_by_server(fds[i], 0);
+        if (left) nap_ms(100);
+    }
+    const double t_closed = now_s() - t_open;
+    for (int i = 0; i < IDLE; i++) close(fds[i]);
+    if (left) fail_msg("%d idle sockets still open %.1f s after they connected (--request-timeout 5)", left, t_closed);
+    printf("the %d idle sockets were closed %.1f s after they connected (--request-timeout %d)\n", IDLE, t_closed,
+           TIMEOUT);
+    assert_true(t_closed >= TIMEOUT - 0.5);
+    /* A slow client: one byte every 500 ms of a request that would take 30 s. Dropped at its deadline. */
+    const char *slow = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: a-very-slow-client/1.0\r\n\r\n";
+    int fd = connect_from(&s, NULL);
+    assert_true(fd >= 0);
+    t = now_s();
+    size_t sent = 0;
+    while (sent < strlen(slow) && !closed_by_server(fd, 500)) {
+        if (send(fd, slow + sent, 1, MSG_NOSIGNAL) != 1) break;
+        sent++;
+    }
+    const double t_slow = now_s() - t;
+    close(fd);
+    printf("a client sending a byte every 500 ms was dropped after %.1f s, %zu of %zu bytes sent\n", t_slow, sent,
+           strlen(slow));
+    if (sent == strlen(slow)) fail_msg("the slow client sent its whole request in %.1f s: not dropped", t_slow);
+    assert_true(t_slow < TIMEOUT + 5);
+    /* One byte, then silence: closed too (a byte a minute holds nothing). */
+    fd = connect_from(&s, NULL);
+    assert_int_equal(send(fd, "G", 1, MSG_NOSIGNAL), 1);
+    t = now_s();
+    if (!closed_by_server(fd, (TIMEOUT + 10) * 1000)) fail_msg("a silent client after one byte was not dropped");
+    printf("a client silent after one byte was dropped after %.1f s\n", now_s() - t);
+    close(fd);
+    /* One address: at most --max-connections-per-ip; the others are closed at once. */
+    static int mine[PER_IP + 4];
+    for (int i = 0; i < PER_IP + 4; i++) mine[i] = connect_from(&s, "127.0.0.9");
+    nap_ms(500);
+    int refused = 0;
+    for (int i = 0; i < PER_IP + 4; i++) refused += mine[i] < 0 || closed_by_server(mine[i], 0);
+    for (int i = 0; i < PER_IP + 4; i++)
+        if (mine[i] >= 0) close(mine[i]);
+    printf("%d connections from one address: %d closed at once (--max-connections-per-ip %d)\n", PER_IP + 4, refused,
+           PER_IP);
+    assert_int_equal(refused, 4);
+    assert_int_equal(http(&s, "GET", "/metrics", NULL, 0, NULL, &resp), 200);
+    assert_true(metric(resp, "dcpvk_http_request_timeouts_total") >= IDLE + 2);
+    free(resp);
+    /* --log-format json: every access-log line is one JSON object with the request's numbers. */
+    char *err = slurp(s.err_path);
+    int lines = 0, completions = 0;
+    for (char *line = err, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        if (line[0] != '{') continue;
+        cJSON *j = cJSON_Parse(line);
+        if (!j) fail_msg("a JSON log line that is not JSON: %s", line);
+        static const char *const keys[] = {"time", "client", "method", "path", "status", "prompt_tokens",
+                                           "completion_tokens", "time_ms", "end"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            if (!cJSON_GetObjectItem(j, keys[k])) fail_msg("log line without '%s': %s", keys[k], line);
+        const cJSON *path = cJSON_GetObjectItem(j, "path");
+        if (strcmp(path->valuestring, "/v1/completions") == 0) {
+            completions++;
+            assert_int_equal(cJSON_GetObjectItem(j, "prompt_tokens")->valueint, 5);
+            assert_int_equal(cJSON_GetObjectItem(j, "completion_tokens")->valueint, 4);
+            assert_int_equal(cJSON_GetObjectItem(j, "status")->valueint, 200);
+            assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "length");
+        }
+        lines++;
+        cJSON_Delete(j);
+    }
+    free(err);
+    assert_int_equal(completions, 1);
+    assert_true(lines >= 4); /* /health, /metrics twice, the completion */
+    assert_int_equal(server_stop(&s), 0);
 }
 
 /* Requests cancelled so far. */
@@ -639,6 +1102,7 @@ static void test_key_and_no_template(void **state)
                         "the park with her friends\", \"max_tokens\": 4}";
     assert_int_equal(http(&s, "POST", "/v1/completions", longp, strlen(longp), "Authorization: Bearer sesame", &resp), 400);
     assert_non_null(strstr(resp, "at most 16"));
+    assert_non_null(strstr(resp, "\"code\":\"context_length_exceeded\""));
     free(resp);
     /* One slot and no queue: while a request runs, another gets 429. */
     char url[128], *out = tmp_path("sse");
@@ -660,8 +1124,12 @@ static void test_key_and_no_template(void **state)
         assert_true(now_s() - t0 < 30);
         nap_ms(20);
     }
-    assert_int_equal(http(&s, "POST", "/v1/completions", body, strlen(body), "Authorization: Bearer sesame", &resp), 429);
+    char *hdr;
+    assert_int_equal(
+        http_full(&s, "POST", "/v1/completions", body, strlen(body), "Authorization: Bearer sesame", &resp, &hdr), 429);
     assert_non_null(strstr(resp, "queue_full"));
+    if (!strstr(hdr, "Retry-After: 1\r\n")) fail_msg("429 without Retry-After:\n%s", hdr);
+    free(hdr);
     free(resp);
     kill(runner, SIGTERM);
     waitpid(runner, NULL, 0);
@@ -707,8 +1175,10 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_openai_client), cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
+        cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
-        cmocka_unit_test(test_key_and_no_template),
+        cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),
     };
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {

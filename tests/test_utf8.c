@@ -1,4 +1,4 @@
-/* The UTF-8 sanitizer (src/common/utf8.c) that every printed text goes through: valid UTF-8 passes
+/* The UTF-8 sanitizer (src/text/utf8.c) that every printed text goes through: valid UTF-8 passes
  * unchanged; ill-formed bytes become U+FFFD, one per maximal subpart, as the Unicode standard
  * recommends (its own example, chapter 3 "U+FFFD Substitution of Maximal Subparts", is checked
  * below); a character split over several pushes (tokens) comes out whole; the output always is

@@ -1,4 +1,5 @@
 /* Transports and step synchronisation (issue 12):
+ *   - the transports' table (where the memory lives, who copies) and what may be forced;
  *   - the per-pair choice (src/comm/select.h) on facts this machine cannot produce (device groups of
  *     several GPUs, different GPUs with dma-buf accepted, refused or slower than host memory, nodes)
  *     and the dma-buf probe's verdict;
@@ -112,6 +113,65 @@ static void test_choose_pair(void **state)
     /* The probe's verdict. */
     assert_int_equal(dcp_comm_dmabuf_probe_verdict(1e6, 3e6, 4u << 20, why, sizeof why), DCP_DMABUF_OK);
     assert_non_null(strstr(why, "dma-buf is faster"));
+}
+
+/* The transports' table (src/comm/select.c): the rows are what the communicator lays memory out
+ * and copies by, so each must be one the code can carry out. */
+static void test_transport_table(void **state)
+{
+    (void)state;
+    for (int k = DCP_TRANSPORT_AUTO; k <= DCP_TRANSPORT_SELF; k++) {
+        const dcp_transport t = (dcp_transport)k;
+        const dcp_transport_info *x = dcp_transport_info_of(t);
+        dcp_transport back = DCP_TRANSPORT_MIXED;
+        assert_string_equal(x->name, dcp_transport_name(t));
+        assert_int_equal(dcp_transport_parse(x->name, &back), x->forcible ? DCP_OK : DCP_ERR_INVALID_ARGUMENT);
+        if (x->forcible) assert_int_equal(back, t);
+        /* A sending GPU needs a way into the inbox; only fds carry a handle. */
+        if (x->copier == DCP_COPIER_SENDER_GPU) assert_int_not_equal(x->reach, DCP_REACH_NONE);
+        else assert_int_equal(x->reach, DCP_REACH_NONE);
+        assert_true((x->reach == DCP_REACH_FD) == (x->handle != 0));
+        /* Read in place only where the put area may be in the segment; the receiver's GPU copies
+         * only out of the segment; the host copies only out of a host-visible put area. */
+        if (x->in_place) assert_true(x->put == DCP_PUT_SEGMENT || x->put == DCP_PUT_ANYWHERE);
+        if (x->copier == DCP_COPIER_RECEIVER_GPU) assert_int_equal(x->put, DCP_PUT_SEGMENT);
+        if (dcp_transport_host_copies(x)) assert_int_equal(x->put, DCP_PUT_HOST);
+        /* Every transport a pair can get copies somehow (auto and mixed are not a pair's). */
+        if (t != DCP_TRANSPORT_AUTO && t != DCP_TRANSPORT_MIXED) assert_int_not_equal(x->copier, DCP_COPIER_NONE);
+    }
+    assert_string_equal(dcp_transport_name((dcp_transport)99), "unknown");
+    assert_false(dcp_transport_info_of((dcp_transport)-1)->forcible);
+    /* What can be forced: the config, else $DCP_VK_TRANSPORT under auto; never mixed or self. */
+    dcp_transport t = DCP_TRANSPORT_AUTO;
+    DCP_ASSERT_OK(dcp_comm_forced_transport(DCP_TRANSPORT_PEER, &t));
+    assert_int_equal(t, DCP_TRANSPORT_PEER);
+    assert_int_equal(dcp_comm_forced_transport(DCP_TRANSPORT_MIXED, &t), DCP_ERR_INVALID_ARGUMENT);
+    assert_int_equal(dcp_comm_forced_transport(DCP_TRANSPORT_SELF, &t), DCP_ERR_INVALID_ARGUMENT);
+    const char *old = getenv("DCP_VK_TRANSPORT");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("DCP_VK_TRANSPORT", "hostmem", 1);
+    DCP_ASSERT_OK(dcp_comm_forced_transport(DCP_TRANSPORT_AUTO, &t));
+    assert_int_equal(t, DCP_TRANSPORT_HOSTMEM);
+    DCP_ASSERT_OK(dcp_comm_forced_transport(DCP_TRANSPORT_STAGING, &t));
+    assert_int_equal(t, DCP_TRANSPORT_STAGING);
+    setenv("DCP_VK_TRANSPORT", "nvlink", 1);
+    assert_int_equal(dcp_comm_forced_transport(DCP_TRANSPORT_AUTO, &t), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "$DCP_VK_TRANSPORT"));
+    assert_non_null(strstr(dcp_last_error(), "\"nvlink\" is not one of"));
+    if (saved) setenv("DCP_VK_TRANSPORT", saved, 1);
+    else unsetenv("DCP_VK_TRANSPORT");
+    free(saved);
+    /* dma-buf is negotiated inside a node between different devices under auto, or when forced. */
+    dcp_comm_pair_facts f = facts(1, 1, 0);
+    assert_true(dcp_comm_dmabuf_wanted(&f, DCP_TRANSPORT_AUTO));
+    assert_false(dcp_comm_dmabuf_wanted(&f, DCP_TRANSPORT_HOSTMEM));
+    f = facts(1, 1, 1);
+    assert_false(dcp_comm_dmabuf_wanted(&f, DCP_TRANSPORT_AUTO));
+    assert_true(dcp_comm_dmabuf_wanted(&f, DCP_TRANSPORT_DMABUF));
+    f.self = 1;
+    assert_true(dcp_comm_dmabuf_wanted(&f, DCP_TRANSPORT_DMABUF));
+    f = facts(0, 0, 0);
+    assert_false(dcp_comm_dmabuf_wanted(&f, DCP_TRANSPORT_DMABUF));
 }
 
 /* The negotiation on this machine: two logical devices of physical device 0. */
@@ -319,6 +379,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_choose_pair),
+        cmocka_unit_test(test_transport_table),
         cmocka_unit_test(test_step_sync_choose),
         cmocka_unit_test(test_dmabuf_negotiation),
         cmocka_unit_test(test_semaphores),

@@ -58,6 +58,14 @@ float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi)
     return (float)(lo + (hi - lo) * u);
 }
 
+float *dcp_test_rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi)
+{
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    for (uint64_t i = 0; i < n; i++) v[i] = dcp_test_rng_uniform(rng, lo, hi);
+    return v;
+}
+
 static char *slurp(FILE *f)
 {
     fseek(f, 0, SEEK_END);

@@ -26,7 +26,7 @@ dcp_test_result dcp_test_spawn(const char *const *argv);
 void dcp_test_result_free(dcp_test_result *r);
 
 /* 1 if s[0, n) is well-formed UTF-8: decoded code point by code point, no overlong forms, no
- * surrogates, nothing above U+10FFFF (written independently of src/common/utf8.c). */
+ * surrogates, nothing above U+10FFFF (written independently of src/text/utf8.c). */
 int dcp_test_valid_utf8(const char *s, size_t n);
 
 /* Deterministic random numbers for test data: SplitMix64 (src/common/splitmix.h). */
@@ -36,5 +36,7 @@ typedef struct dcp_test_rng {
 uint64_t dcp_test_rng_next(dcp_test_rng *rng);
 /* Uniform in [lo, hi). */
 float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi);
+/* n values uniform in [lo, hi) (malloc'd; the caller frees them). */
+float *dcp_test_rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi);
 
 #endif

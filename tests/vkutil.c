@@ -22,6 +22,36 @@ void dcp_test_context_done(dcp_context *ctx)
     if (n) fail_msg("the validation layer reported %llu message(s) (see stderr)", (unsigned long long)n);
 }
 
+dcp_context *dcp_test_context_of(uint32_t n)
+{
+    char list[2 * 64];
+    assert_true(n >= 1 && n <= 64);
+    size_t k = 0;
+    for (uint32_t i = 0; i < n; i++) k += (size_t)snprintf(list + k, sizeof list - k, i ? ",0" : "0");
+    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
+    cc.devices = list;
+    cc.validation = 1;
+    dcp_context *ctx = NULL;
+    DCP_ASSERT_OK(dcp_context_create(&cc, &ctx));
+    assert_true(dcp_context_device_count(ctx) == (int)n);
+    return ctx;
+}
+
+dcp_buffer *dcp_test_upload_padded(dcp_device *dev, const void *data, uint64_t bytes, uint64_t pad)
+{
+    const uint64_t size = pad + bytes < 4 ? 4 : (pad + bytes + 3) / 4 * 4; /* fills go by words */
+    dcp_buffer *b = NULL;
+    DCP_ASSERT_OK(dcp_buffer_create(dev, size, DCP_MEMORY_DEVICE, &b));
+    if (!data || pad || bytes < size) DCP_ASSERT_OK(dcp_buffer_fill(b, 0, size, 0));
+    if (data && bytes) DCP_ASSERT_OK(dcp_buffer_upload(b, pad, data, bytes));
+    return b;
+}
+
+dcp_buffer *dcp_test_upload(dcp_device *dev, const void *data, uint64_t bytes)
+{
+    return dcp_test_upload_padded(dev, data, bytes, 0);
+}
+
 double dcp_test_check_o(const char *what, const float *got, const float *want, uint64_t n)
 {
     double worst = 0.0;

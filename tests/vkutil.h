@@ -10,6 +10,15 @@
 dcp_context *dcp_test_context(void);
 /* Asserts that the validation layer said nothing, then destroys the context. */
 void dcp_test_context_done(dcp_context *ctx);
+/* A context of n logical devices on physical device 0 (devices "0,0,...", n <= 64), validation on;
+ * destroy it with dcp_test_context_done. */
+dcp_context *dcp_test_context_of(uint32_t n);
+
+/* A device-local buffer of `bytes` (rounded up to whole words, at least 4) holding data[0, bytes)
+ * and zeros after it, or only zeros when data is NULL. */
+dcp_buffer *dcp_test_upload(dcp_device *dev, const void *data, uint64_t bytes);
+/* The same with `pad` zero bytes before the data: pad + bytes in all, data at offset pad. */
+dcp_buffer *dcp_test_upload_padded(dcp_device *dev, const void *data, uint64_t bytes, uint64_t pad);
 
 /* Tolerances, one table for all tests: |O - O_ref| <= o_abs; |LSE - LSE_ref| <= lse_rel * (1 + |LSE_ref|). */
 #define DCP_TOL_O_ABS 1e-4

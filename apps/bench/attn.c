@@ -28,7 +28,7 @@ typedef struct attn_opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    dcp_cli_print_text(f,
             "usage: dcp-vk-bench attn [options]\n"
             "  --ctx L            tokens per sequence (default 4096)\n"
             "  --batch B          sequences (default 1); sequence b runs on device b %% devices\n"

@@ -50,7 +50,7 @@ static int cap_counts(const cap_opts *o, dcp_dtype dtype, cap_count *c)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    dcp_cli_print_text(f,
             "usage: dcp-vk-bench capacity [options]\n"
             "  --kv-budget-mib M  KV memory per device, MiB (default 1024)\n"
             "  --layers L         attention layers (default 32)\n"

@@ -47,7 +47,7 @@ typedef struct comm_opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dcp-vk-bench comm [options]   (in one process, or under mpiexec -n P)\n"
+    dcp_cli_print_text(f, "usage: dcp-vk-bench comm [options]   (in one process, or under mpiexec -n P)\n"
                "  --min-bytes N      smallest block (default 1024)\n"
                "  --max-bytes N      largest block; sizes grow by 4x (default 16777216)\n"
                "  --iters N          timed replays per size; the median is reported (default 20)\n"

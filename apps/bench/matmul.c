@@ -29,7 +29,7 @@ static const char *const default_types = "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    dcp_cli_print_text(f,
             "usage: dcp-vk-bench matmul [options]\n"
             "  --rows N       output rows of the matrix (default 4096)\n"
             "  --k K          input columns, a multiple of 256 (default 4096)\n"

@@ -5,6 +5,7 @@
 #include <float.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,10 @@
 #include <unistd.h>
 
 #include "dcpvk/utf8.h"
+#include "dcpvk/version.h"
 
 static FILE *diag_stream; /* NULL: stderr */
+static int stdout_errno;   /* the first failed write's errno on stdout */
 
 FILE *dcp_cli_diag(void) { return diag_stream ? diag_stream : stderr; }
 
@@ -196,15 +199,42 @@ void dcp_cli_json_string(FILE *f, const char *s, size_t n)
 
 void dcp_cli_put_text(FILE *f, const char *s, size_t n) { sanitized(f, s, n, put_raw); }
 
-static int stdout_errno; /* the first failed write's errno */
-
 bool dcp_cli_stdout_ok(void)
 {
     errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout)) return true;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return stdout_errno == 0; /* a dcp_cli_print_text may have failed */
     if (!stdout_errno) stdout_errno = errno ? errno : EIO;
     return false;
 }
+
+bool dcp_cli_print_text(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    int err = n < 0 ? EINVAL : buf ? 0 : ENOMEM;
+    if (buf) {
+        va_start(ap, fmt);
+        vsnprintf(buf, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    /* What f holds goes first; then the text in as few writes as the file takes, each checked. */
+    errno = 0;
+    if (!err && (fflush(f) != 0 || ferror(f))) err = errno ? errno : EIO;
+    for (size_t off = 0; !err && off < (size_t)n;) {
+        ssize_t w = write(fileno(f), buf + off, (size_t)n - off);
+        if (w > 0) off += (size_t)w;
+        else if (w < 0 && errno == EINTR) continue;
+        else err = w < 0 ? errno : EIO;
+    }
+    free(buf);
+    if (err && f == stdout && !stdout_errno) stdout_errno = err;
+    return err == 0;
+}
+
+bool dcp_cli_print_version(const char *name) { return dcp_cli_print_text(stdout, "%s %s\n", name, dcp_version()); }
 
 int dcp_cli_finish_stdout(const char *prog, int rc)
 {

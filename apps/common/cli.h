@@ -59,11 +59,20 @@ const char *dcp_cli_value(const char *prog, int argc, char **argv, int *i);
  * Every string an app prints in JSON goes through it. */
 void dcp_cli_json_string(FILE *f, const char *s, size_t n);
 /* Writes n bytes of text to f as valid UTF-8: bytes that do not form a character become U+FFFD
- * (src/common/utf8.h). Each call stands alone: pieces of a stream must end on a character
+ * (include/dcpvk/utf8.h). Each call stands alone: pieces of a stream must end on a character
  * boundary, as the detokenizer's do. */
 void dcp_cli_put_text(FILE *f, const char *s, size_t n);
 /* Prints "<prog>: <what>: <status>: <last error>" to stderr. */
 void dcp_cli_report(const char *prog, const char *what, dcp_status st);
+
+/* Help and version texts: formats the whole text into one buffer and writes it to f (stdout or
+ * stderr) with write(2) after flushing what f holds, checking every write, so that a failure keeps
+ * its own errno at any length (a text longer than stdio's buffer used to fail in an implicit flush
+ * whose errno was lost: "Input/output error" instead of "No space left on device"). A failure on
+ * stdout is kept for dcp_cli_finish_stdout. Returns false when the text was not written whole. */
+bool dcp_cli_print_text(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --version of every app: "<name> <dcp_version()>" on stdout through dcp_cli_print_text. */
+bool dcp_cli_print_version(const char *name);
 
 /* Flushes stdout: false when a write to it failed, now or before (the first failure's errno is
  * kept for dcp_cli_finish_stdout). */

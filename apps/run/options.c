@@ -31,7 +31,7 @@ static int parse_f32(const char *prog, const char *name, const char *v, float mi
 
 void run_print_help(const char *prog)
 {
-    printf("usage: %s [-m MODEL.gguf] [-p PROMPT] [-n N] [options]\n"
+    dcp_cli_print_text(stdout, "usage: %s [-m MODEL.gguf] [-p PROMPT] [-n N] [options]\n"
            "\n"
            "Generates text from a GGUF llama-family model with dcp-vk (Vulkan). The text streams to\n"
            "stdout; diagnostics and the summary go to stderr. Exit codes: 0 ok, 1 runtime failure\n"
@@ -72,6 +72,7 @@ void run_print_help(const char *prog)
            "                                       $DCP_VK_DEVICES, else every device once)\n"
            "      --json                           print the summary as one JSON object on stdout\n"
            "                                       (the text is then not streamed; it is in \"text\")\n"
+           "      --version                        print the library version\n"
            "  -h, --help                           this help\n"
            "\n"
            "TP and DCP run in one process: rank r on the r-th device of --devices (without a list,\n"
@@ -107,6 +108,8 @@ int run_parse(int argc, char **argv, run_options *o)
         int r = 0;
         if (IS("-h") || IS("--help")) {
             o->help = true;
+        } else if (IS("--version")) {
+            o->version = true;
         } else if (IS("--json")) {
             o->json = true;
         } else if (IS("--dcp-q-replicate")) {

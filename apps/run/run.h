@@ -33,6 +33,7 @@ typedef struct run_options {
     const char *devices;      /* --devices (default $DCP_VK_DEVICES, else every device) */
     bool json;                /* --json */
     bool help;                /* --help */
+    bool version;             /* --version */
 } run_options;
 
 /* Fills defaults, parses argv. Returns 0, or DCP_EXIT_USAGE after printing why to stderr. */

@@ -1,22 +1,40 @@
 /* The OpenAI API's JSON (with cJSON): completions and chat completions bodies checked field by field
  * into an engine request (tokenized prompt, sampling, stops, limits), and the responses: whole
- * objects, server-sent event chunks, errors in OpenAI's shape. */
+ * objects, server-sent event chunks, errors in OpenAI's shape. A field this server does not read is
+ * refused by name, never ignored (the tables `implemented` and `refused` below). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
+#include "dcpvk/utf8.h"
 #include "serve/serve.h"
+
+char *serve_utf8(const char *s, size_t n)
+{
+    char *out = malloc(DCP_UTF8_OUT_MAX(n) + 1);
+    if (!out) return NULL;
+    out[dcp_utf8_sanitize(s, n, out)] = 0;
+    return out;
+}
+
+static void set_param(serve_error *e, const char *param)
+{
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+}
 
 void serve_error_set(serve_error *e, unsigned status, const char *type, const char *param, const char *code,
                      const char *fmt, ...)
 {
     e->status = status;
     e->type = type;
-    e->param = param;
+    set_param(e, param);
     e->code = code;
+    e->retry_after = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -25,13 +43,21 @@ void serve_error_set(serve_error *e, unsigned status, const char *type, const ch
 
 char *serve_error_json(const serve_error *e)
 {
+    /* The message and param may quote the request (a model name cut short mid-character, a URL
+     * holding %FF, a field name): valid UTF-8 first, cJSON escapes the rest. */
+    char *msg = serve_utf8(e->message, strlen(e->message)), *param = serve_utf8(e->param, strlen(e->param));
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(err, "message", e->message);
-    cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
-    e->param ? (void)cJSON_AddStringToObject(err, "param", e->param) : (void)cJSON_AddNullToObject(err, "param");
-    e->code ? (void)cJSON_AddStringToObject(err, "code", e->code) : (void)cJSON_AddNullToObject(err, "code");
-    char *s = cJSON_PrintUnformatted(root);
+    char *s = NULL;
+    if (msg && param && err) {
+        cJSON_AddStringToObject(err, "message", msg);
+        cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
+        param[0] ? (void)cJSON_AddStringToObject(err, "param", param) : (void)cJSON_AddNullToObject(err, "param");
+        e->code ? (void)cJSON_AddStringToObject(err, "code", e->code) : (void)cJSON_AddNullToObject(err, "code");
+        s = cJSON_PrintUnformatted(root);
+    }
     cJSON_Delete(root);
+    free(msg);
+    free(param);
     return s;
 }
 
@@ -41,8 +67,9 @@ static int bad(serve_error *err, const char *param, const char *fmt, ...)
 {
     err->status = 400;
     err->type = "invalid_request_error";
-    err->param = param;
+    set_param(err, param);
     err->code = NULL;
+    err->retry_after = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -212,32 +239,192 @@ static int parse_stop(const cJSON *j, serve_req *r, serve_error *err)
     return 0;
 }
 
-/* Fields this server does not implement: refused unless they ask for the default. */
-static int unsupported(const cJSON *j, serve_error *err)
+/* A seed from the kernel's random source (seed -1). */
+static uint64_t random_seed(void)
 {
-    const cJSON *v;
-    long long k;
-    if ((v = field(j, "n")) && (get_int(v, 1, 1, &k)))
-        return BAD("n", "'n' must be 1 (one choice per request)");
-    if ((v = field(j, "best_of")) && (get_int(v, 1, 1, &k))) return BAD("best_of", "'best_of' must be 1");
-    if ((v = field(j, "echo")) && !cJSON_IsFalse(v)) return BAD("echo", "'echo' is not supported");
-    if ((v = field(j, "logprobs")) && !cJSON_IsFalse(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
-        return BAD("logprobs", "'logprobs' is not supported");
-    if ((v = field(j, "suffix")) && !(cJSON_IsString(v) && !v->valuestring[0]))
-        return BAD("suffix", "'suffix' is not supported");
-    if ((v = field(j, "tools")) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0))
-        return BAD("tools", "'tools' is not supported");
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty", "repetition_penalty", NULL};
-    for (int i = 0; penalties[i]; i++)
-        if ((v = field(j, penalties[i])) &&
-            !(cJSON_IsNumber(v) && v->valuedouble == (strcmp(penalties[i], "repetition_penalty") ? 0.0 : 1.0)))
-            return BAD(penalties[i], "'%s' is not supported (only its neutral value)", penalties[i]);
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) { /* no entropy source: the clock */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    }
+    return v;
+}
+
+/* ---- the fields a request may carry ------------------------------------------------------------ */
+
+enum { FOR_COMPLETIONS = 1, FOR_CHAT = 2, FOR_BOTH = 3 };
+
+/* The fields serve_api_parse reads, by endpoint. A field in neither this table nor `refused` is
+ * refused as unknown; null counts as absent for these and for `refused`. */
+static const struct {
+    const char *name;
+    unsigned kinds;
+} implemented[] = {
+    {"model", FOR_BOTH},       {"prompt", FOR_COMPLETIONS},     {"messages", FOR_CHAT},
+    {"max_tokens", FOR_BOTH},  {"max_completion_tokens", FOR_CHAT}, {"temperature", FOR_BOTH},
+    {"top_p", FOR_BOTH},       {"top_k", FOR_BOTH},             {"seed", FOR_BOTH},
+    {"stream", FOR_BOTH},      {"stream_options", FOR_BOTH},    {"stop", FOR_BOTH},
+    {"ignore_eos", FOR_BOTH},  {"user", FOR_BOTH} /* an end-user id: no effect on the output */,
+};
+
+/* The value of a refused field that asks for nothing (what this server does anyway). */
+typedef enum neutral {
+    NEUTRAL_NONE = 0, /* any value is refused */
+    NEUTRAL_FALSE,    /* false */
+    NEUTRAL_ZERO,     /* 0 */
+    NEUTRAL_ONE,      /* 1 */
+    NEUTRAL_EMPTY,    /* "", [] or {} */
+    NEUTRAL_TEXT,     /* {"type": "text"} (response_format) */
+} neutral;
+
+/* Parameters of the OpenAI, vLLM and llama.cpp APIs that would change the output and that this
+ * server does not implement (yet): a request giving one is refused with a 400 naming it, unless it
+ * gives the neutral value. Implementing one is taking its line out of this table, adding it to
+ * `implemented` and reading it in serve_api_parse. */
+static const struct {
+    const char *name;
+    unsigned kinds;
+    neutral ok;
+    const char *what;
+} refused[] = {
+    {"n", FOR_BOTH, NEUTRAL_ONE, "more than one choice per request"},
+    {"best_of", FOR_COMPLETIONS, NEUTRAL_ONE, "best-of sampling"},
+    {"use_beam_search", FOR_BOTH, NEUTRAL_FALSE, "beam search"},
+    {"length_penalty", FOR_BOTH, NEUTRAL_ONE, "beam search"},
+    {"echo", FOR_COMPLETIONS, NEUTRAL_FALSE, "echoing the prompt"},
+    {"suffix", FOR_COMPLETIONS, NEUTRAL_EMPTY, "text after the completion (insertion)"},
+    {"logprobs", FOR_BOTH, NEUTRAL_FALSE, "log probabilities, which logprobs: 0 asks for too"},
+    {"top_logprobs", FOR_BOTH, NEUTRAL_ZERO, "log probabilities"},
+    {"prompt_logprobs", FOR_BOTH, NEUTRAL_NONE, "log probabilities"},
+    {"min_p", FOR_BOTH, NEUTRAL_ZERO, "min-p sampling"},
+    {"typical_p", FOR_BOTH, NEUTRAL_ONE, "locally typical sampling"},
+    {"logit_bias", FOR_BOTH, NEUTRAL_EMPTY, "logit biases"},
+    {"presence_penalty", FOR_BOTH, NEUTRAL_ZERO, "repetition penalties"},
+    {"frequency_penalty", FOR_BOTH, NEUTRAL_ZERO, "repetition penalties"},
+    {"repetition_penalty", FOR_BOTH, NEUTRAL_ONE, "repetition penalties"},
+    {"min_tokens", FOR_BOTH, NEUTRAL_ZERO, "a least number of tokens"},
+    {"stop_token_ids", FOR_BOTH, NEUTRAL_EMPTY, "stop token ids"},
+    {"include_stop_str_in_output", FOR_BOTH, NEUTRAL_FALSE, "keeping the stop string"},
+    {"skip_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
+    {"spaces_between_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
+    {"truncate_prompt_tokens", FOR_BOTH, NEUTRAL_NONE, "prompt truncation"},
+    {"response_format", FOR_BOTH, NEUTRAL_TEXT, "structured output"},
+    {"grammar", FOR_BOTH, NEUTRAL_NONE, "grammar-constrained output"},
+    {"json_schema", FOR_BOTH, NEUTRAL_NONE, "structured output"},
+    {"guided_json", FOR_BOTH, NEUTRAL_NONE, "structured output"},
+    {"guided_regex", FOR_BOTH, NEUTRAL_NONE, "structured output"},
+    {"guided_choice", FOR_BOTH, NEUTRAL_NONE, "structured output"},
+    {"guided_grammar", FOR_BOTH, NEUTRAL_NONE, "structured output"},
+    {"guided_decoding_backend", FOR_BOTH, NEUTRAL_NONE, "structured output"},
+    {"tools", FOR_BOTH, NEUTRAL_EMPTY, "tool calls"},
+    {"tool_choice", FOR_BOTH, NEUTRAL_NONE, "tool calls"},
+    {"parallel_tool_calls", FOR_BOTH, NEUTRAL_NONE, "tool calls"},
+    {"functions", FOR_BOTH, NEUTRAL_EMPTY, "function calls"},
+    {"function_call", FOR_BOTH, NEUTRAL_NONE, "function calls"},
+    {"chat_template", FOR_CHAT, NEUTRAL_NONE, "a per-request chat template (see --chat-template)"},
+    {"chat_template_kwargs", FOR_CHAT, NEUTRAL_NONE, "chat template arguments"},
+    {"add_generation_prompt", FOR_CHAT, NEUTRAL_NONE, "a choice of generation prompt"},
+    {"continue_final_message", FOR_CHAT, NEUTRAL_NONE, "continuing the last message"},
+    {"reasoning_effort", FOR_CHAT, NEUTRAL_NONE, "reasoning controls"},
+    {"modalities", FOR_CHAT, NEUTRAL_NONE, "other output modalities"},
+    {"audio", FOR_CHAT, NEUTRAL_NONE, "audio output"},
+    {"prediction", FOR_CHAT, NEUTRAL_NONE, "predicted outputs"},
+};
+
+static bool is_neutral(const cJSON *v, neutral ok)
+{
+    switch (ok) {
+    case NEUTRAL_FALSE: return cJSON_IsFalse(v);
+    case NEUTRAL_ZERO: return cJSON_IsNumber(v) && v->valuedouble == 0.0;
+    case NEUTRAL_ONE: return cJSON_IsNumber(v) && v->valuedouble == 1.0;
+    case NEUTRAL_EMPTY:
+        return (cJSON_IsString(v) && !v->valuestring[0]) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child);
+    case NEUTRAL_TEXT: {
+        const cJSON *t = cJSON_IsObject(v) ? v->child : NULL; /* {"type": "text"} and nothing else */
+        return t && !t->next && t->string && strcmp(t->string, "type") == 0 && cJSON_IsString(t) &&
+               strcmp(t->valuestring, "text") == 0;
+    }
+    default: return false;
+    }
+}
+
+/* Every top-level field: implemented for this endpoint, or refused by name (unknown, given twice,
+ * or in `refused` with a value that is not neutral). */
+static int check_fields(const cJSON *j, serve_kind kind, serve_error *err)
+{
+    const unsigned k = kind == SERVE_CHAT ? FOR_CHAT : FOR_COMPLETIONS;
+    int n = 0;
+    for (const cJSON *f = j->child; f; f = f->next, n++) {
+        const char *name = f->string ? f->string : "";
+        if (n >= 64) return BAD(NULL, "the body has more than 64 fields");
+        for (const cJSON *g = j->child; g != f; g = g->next)
+            if (g->string && strcmp(g->string, name) == 0) return BAD(name, "'%.64s' is given twice", name);
+        bool known = false;
+        for (size_t i = 0; i < sizeof implemented / sizeof implemented[0] && !known; i++)
+            known = (implemented[i].kinds & k) && strcmp(implemented[i].name, name) == 0;
+        if (known) continue;
+        for (size_t i = 0; i < sizeof refused / sizeof refused[0] && !known; i++) {
+            if (!(refused[i].kinds & k) || strcmp(refused[i].name, name) != 0) continue;
+            known = true;
+            if (!cJSON_IsNull(f) && !is_neutral(f, refused[i].ok))
+                return BAD(name, "'%s' is not supported by this server (%s); leave it out", name, refused[i].what);
+        }
+        if (!known)
+            return BAD(name, "unknown field '%.64s' for %s (this server reads: %s)", name,
+                       kind == SERVE_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                       kind == SERVE_CHAT ? "model, messages, max_tokens, max_completion_tokens, temperature, top_p, "
+                                            "top_k, seed, stream, stream_options, stop, ignore_eos, user"
+                                          : "model, prompt, max_tokens, temperature, top_p, top_k, seed, stream, "
+                                            "stream_options, stop, ignore_eos, user");
+    }
     return 0;
+}
+
+/* The first NUL that a parsed string would hold: a \u0000 escape in the JSON text s[0, n) (valid
+ * JSON: cJSON parsed it, and would end the string there). Returns its offset, or -1; key receives
+ * the top-level field it is in (its raw text, cut to cap). */
+static long nul_escape(const char *s, size_t n, char *key, size_t cap)
+{
+    int depth = 0;
+    bool in_str = false, key_next = false, str_is_key = false;
+    size_t start = 0;
+    key[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        if (in_str) {
+            if (c == '\\') {
+                if (i + 5 < n && memcmp(s + i + 1, "u0000", 5) == 0) {
+                    if (str_is_key) snprintf(key, cap, "%.*s", (int)(i - start), s + start);
+                    return (long)i;
+                }
+                i++; /* the escaped character */
+            } else if (c == '"') {
+                in_str = false;
+                if (str_is_key) snprintf(key, cap, "%.*s", (int)(i - start), s + start);
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_str = true;
+            start = i + 1;
+            str_is_key = depth == 1 && key_next;
+        } else if (c == '{' || c == '[') {
+            key_next = ++depth == 1;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (depth == 1 && (c == ',' || c == ':')) {
+            key_next = c == ',';
+        }
+    }
+    return -1;
 }
 
 int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len, serve_req *r, serve_error *err)
 {
     const serve_options *o = h->o;
+    const char *nul = memchr(body, 0, len);
+    if (nul) return BAD(NULL, "the body holds a NUL byte at offset %zu", (size_t)(nul - body));
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     int rc = -1;
@@ -245,11 +432,24 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         return BAD(NULL, "could not parse the JSON body (error near byte %zu of %zu)", at, len);
     }
+    size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : len;
+    while (at < len && (body[at] == ' ' || body[at] == '\t' || body[at] == '\n' || body[at] == '\r')) at++;
+    if (at < len) {
+        BAD(NULL, "the body holds more than one JSON value: data after the object at byte %zu of %zu", at, len);
+        goto done;
+    }
     if (!cJSON_IsObject(j)) {
         BAD(NULL, "the body must be a JSON object");
         goto done;
     }
+    char key[72];
+    long z = nul_escape(body, len, key, sizeof key);
+    if (z >= 0) { /* cJSON would cut the string there */
+        BAD(key, "a string holds \\u0000 (NUL) at byte %ld; NUL is not allowed in any string", z);
+        goto done;
+    }
     r->kind = kind;
+    if (check_fields(j, kind, err)) goto done;
     const cJSON *v;
     if ((v = field(j, "model"))) {
         if (!cJSON_IsString(v)) {
@@ -263,7 +463,6 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
             goto done;
         }
     }
-    if (unsupported(j, err)) goto done;
     if ((v = field(j, "stream"))) {
         if (!cJSON_IsBool(v)) {
             BAD("stream", "'stream' must be true or false");
@@ -272,6 +471,10 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         r->stream = cJSON_IsTrue(v);
     }
     if ((v = field(j, "stream_options"))) {
+        if (!r->stream) { /* as vLLM */
+            BAD("stream_options", "'stream_options' is only allowed with \"stream\": true");
+            goto done;
+        }
         const cJSON *u = cJSON_IsObject(v) ? field(v, "include_usage") : NULL;
         if (!cJSON_IsObject(v) || (u && !cJSON_IsBool(u))) {
             BAD("stream_options", "'stream_options' must be an object {\"include_usage\": bool}");
@@ -304,11 +507,11 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         er.sampling.top_k = k < 0 ? 0 : (uint32_t)k;
     }
     if ((v = field(j, "seed"))) {
-        if (get_int(v, -9.2e18, 9.2e18, &k)) {
-            BAD("seed", "'seed' must be an integer");
+        if (get_int(v, -1, 9.2e18, &k)) {
+            BAD("seed", "'seed' must be an integer >= 0, or -1 for a random seed");
             goto done;
         }
-        er.sampling.seed = (uint64_t)k;
+        er.sampling.seed = k >= 0 ? (uint64_t)k : random_seed(); /* -1: random, as llama.cpp */
     }
     if ((v = field(j, "ignore_eos"))) {
         if (!cJSON_IsBool(v)) {
@@ -344,8 +547,9 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         r->n_prompt = 1;
     }
     if (r->n_prompt > h->max_prompt) {
-        BAD(kind == SERVE_CHAT ? "messages" : "prompt", "the prompt is %u tokens; this server allows at most %u",
-            r->n_prompt, h->max_prompt);
+        serve_error_set(err, 400, "invalid_request_error", kind == SERVE_CHAT ? "messages" : "prompt",
+                        "context_length_exceeded", "the prompt is %u tokens; this server allows at most %u%s",
+                        r->n_prompt, h->max_prompt, h->max_prompt < h->n_ctx ? " (--max-prompt-tokens)" : "");
         goto done;
     }
     if (max_tokens < 0) { /* the default, within the context */
@@ -519,16 +723,24 @@ char *serve_api_chunk_error(const serve_req *r)
     return sse(o);
 }
 
-char *serve_api_models(const serve_hub *h)
+static cJSON *model_object(const serve_hub *h)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(data, m);
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", h->model_name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "dcp-vk");
     cJSON_AddNumberToObject(m, "max_model_len", h->n_ctx);
+    return m;
+}
+
+char *serve_api_models(const serve_hub *h)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, model_object(h));
     return print_free(o);
 }
+
+char *serve_api_model(const serve_hub *h) { return print_free(model_object(h)); }

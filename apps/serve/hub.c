@@ -57,8 +57,6 @@ serve_req *serve_req_new(void)
     serve_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->refs = 1;
-    r->fd = -1;
-    pthread_cond_init(&r->cond, NULL);
     return r;
 }
 
@@ -69,7 +67,6 @@ void serve_req_unref(serve_req *r)
     for (uint32_t i = 0; r->stops && i < r->er.n_stop; i++) free(r->stops[i]);
     free(r->stops);
     free(r->text);
-    pthread_cond_destroy(&r->cond);
     free(r);
 }
 
@@ -104,6 +101,11 @@ int serve_hub_submit(serve_hub *h, serve_req *r)
 
 /* ---- the engine side (hub mutex held) ------------------------------------------------------- */
 
+static void changed(serve_hub *h, serve_req *r)
+{
+    if (h->on_change) h->on_change(h->on_change_user, r);
+}
+
 static void take_incoming(serve_hub *h, dcp_engine *e)
 {
     for (size_t i = 0; i < h->n_incoming; i++) {
@@ -113,6 +115,7 @@ static void take_incoming(serve_hub *h, dcp_engine *e)
         if (st == DCP_OK && push(&h->active, &h->n_active, &h->cap_active, r) == 0) {
             r->state = SREQ_RUNNING;
             r->engine_id = id;
+            changed(h, r);
         } else {
             if (st == DCP_OK) { /* no room to track it: take it back */
                 dcp_engine_cancel(e, id);
@@ -122,7 +125,7 @@ static void take_incoming(serve_hub *h, dcp_engine *e)
             r->status = st;
             snprintf(r->message, sizeof r->message, "%s", r->cancel ? "cancelled" : dcp_last_error());
             h->in_flight--;
-            pthread_cond_broadcast(&r->cond);
+            changed(h, r);
             serve_req_unref(r);
         }
     }
@@ -177,10 +180,10 @@ static void route_events(serve_hub *h, dcp_engine *e)
                     break;
                 }
             h->in_flight--;
-            pthread_cond_broadcast(&r->cond);
+            changed(h, r);
             serve_req_unref(r);
         } else {
-            pthread_cond_broadcast(&r->cond);
+            changed(h, r);
         }
     }
 }
@@ -318,6 +321,9 @@ char *serve_metrics_text(serve_hub *h)
                 (unsigned long long)s->finished[k]);
     COUNTER("dcpvk_http_responses_total", "HTTP responses sent.", m->http_requests);
     COUNTER("dcpvk_http_errors_total", "HTTP responses with a 4xx or 5xx status.", m->http_errors);
+    GAUGE("dcpvk_http_connections", "HTTP connections open now.", "%u", m->http_connections);
+    COUNTER("dcpvk_http_request_timeouts_total",
+            "Connections closed because a request did not arrive whole within --request-timeout.", m->http_timeouts);
     GAUGE("dcpvk_kv_pages_total", "KV pages of each rank's pool (per layer).", "%u", h->kv_pages);
     tprintf(&b, "# HELP dcpvk_kv_pages_used KV pages in use on each TP rank (per layer).\n"
                 "# TYPE dcpvk_kv_pages_used gauge\n");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "serve/serve.h"
 
 static int quiet_msgs;
@@ -41,11 +42,11 @@ static int parse_u32(const char *prog, const char *name, const char *v, uint32_t
 
 void serve_print_help(const char *prog)
 {
-    printf("usage: %s -m MODEL.gguf [options]\n"
+    dcp_cli_print_text(stdout, "usage: %s -m MODEL.gguf [options]\n"
            "\n"
            "Serves a GGUF llama-family model over HTTP with the OpenAI API: POST /v1/completions and\n"
-           "/v1/chat/completions (\"stream\": true sends server-sent events), GET /v1/models, /health and\n"
-           "/metrics (Prometheus). Requests run together (continuous batching): each step decodes every\n"
+           "/v1/chat/completions (\"stream\": true sends server-sent events), GET /v1/models and\n"
+           "/v1/models/{id}, /health and /metrics (Prometheus); HEAD where GET. Requests run together (continuous batching): each step decodes every\n"
            "running request and adds chunks of new prompts. Stop with SIGTERM or Ctrl-C: new requests\n"
            "are refused, those in flight finish (up to --shutdown-timeout), exit code 0. Exit codes:\n"
            "0 ok, 1 runtime failure, 2 usage or configuration error.\n"
@@ -76,6 +77,28 @@ void serve_print_help(const char *prog)
            "      --shutdown-timeout S             seconds in-flight requests may take to finish\n"
            "                                       after SIGTERM before they are cancelled (default 30)\n"
            "\n"
+           "Connections (libmicrohttpd, an epoll loop per worker thread; idle sockets hold no thread):\n"
+           "      --http-threads N                 worker threads (default 4)\n"
+           "      --max-connections N              open connections at most; the open-file limit is\n"
+           "                                       raised to fit (default 4096)\n"
+           "      --max-connections-per-ip N       open connections from one client address; more\n"
+           "                                       are closed at once (default 128; 0: no limit)\n"
+           "      --idle-timeout S                 a connection silent for S seconds is closed, not\n"
+           "                                       while its request waits for the model (default 15)\n"
+           "      --request-timeout S              a request's headers and body must all arrive within\n"
+           "                                       S seconds (of the connection, then of each request\n"
+           "                                       line), else the connection is closed (default 10)\n"
+           "      --log-format text|json           one access-log line per request on stderr: client,\n"
+           "                                       method, path, status, prompt and completion tokens,\n"
+           "                                       time in ms, finish reason, how it ended (default text)\n"
+           "\n"
+           "Request fields: model, prompt (completions) or messages (chat), max_tokens (chat also\n"
+           "max_completion_tokens), temperature, top_p, top_k, seed (-1: a random seed), stream,\n"
+           "stream_options (with stream only), stop, ignore_eos, user. Any other field is refused with\n"
+           "a 400 naming it; known ones this server does not implement (n, logprobs, logit_bias,\n"
+           "min_p, response_format, penalties, tools, guided decoding, ...) are accepted only with\n"
+           "their neutral value (n: 1, logit_bias: {}, ...).\n"
+           "\n"
            "Model and parallelism (as dcp-vk-run):\n"
            "  -m, --model FILE                     GGUF model (required)\n"
            "  -c, --ctx-size N                     context tokens per request, 0 = the model's, at\n"
@@ -97,6 +120,7 @@ void serve_print_help(const char *prog)
            "                                       requests plus prompt chunks (default 128)\n"
            "      --devices LIST                   Vulkan devices, e.g. 0,0,0,0 (default\n"
            "                                       $DCP_VK_DEVICES, else every device once)\n"
+           "      --version                        print the library version\n"
            "  -h, --help                           this help\n"
            "\n"
            "Under `mpiexec -n P` the TP ranks spread over the processes as in dcp-vk-run; process 0\n"
@@ -111,7 +135,9 @@ int serve_parse(int argc, char **argv, serve_options *o)
     *o = (serve_options){.host = "127.0.0.1", .port = 8080, .api_key = env_key && *env_key ? env_key : NULL,
                          .served_name = NULL, .chat_template = NULL, .max_seqs = 16, .kv_pages = 0,
                          .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0, .max_queued = 64,
-                         .shutdown_timeout = 30, .help = 0};
+                         .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
+                         .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .log_json = false,
+                         .help = 0, .version = 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return DCP_EXIT_RUNTIME;
     int nrest = 0, rc = 0;
@@ -121,7 +147,9 @@ int serve_parse(int argc, char **argv, serve_options *o)
 #define IS(s) (strcmp(a, s) == 0)
         static const char *const own[] = {"--host", "--port", "--api-key", "--served-model-name", "--chat-template",
                                           "--max-seqs", "--kv-pages", "--max-body-bytes", "--max-prompt-tokens",
-                                          "--max-tokens-limit", "--max-queued", "--shutdown-timeout", NULL};
+                                          "--max-tokens-limit", "--max-queued", "--shutdown-timeout",
+                                          "--http-threads", "--max-connections", "--max-connections-per-ip",
+                                          "--idle-timeout", "--request-timeout", "--log-format", NULL};
         int mine = 0;
         for (int k = 0; own[k]; k++) mine |= IS(own[k]);
         if (IS("-p") || IS("--prompt") || IS("--json")) {
@@ -156,11 +184,22 @@ int serve_parse(int argc, char **argv, serve_options *o)
         else if (IS("--max-tokens-limit")) rc = parse_u32(prog, a, v, 0, 1u << 24, &o->max_tokens_limit);
         else if (IS("--max-queued")) rc = parse_u32(prog, a, v, 0, 1u << 20, &o->max_queued);
         else if (IS("--shutdown-timeout")) rc = parse_u32(prog, a, v, 0, 86400, &o->shutdown_timeout);
+        else if (IS("--http-threads")) rc = parse_u32(prog, a, v, 1, 256, &o->http_threads);
+        else if (IS("--max-connections")) rc = parse_u32(prog, a, v, 16, 1u << 20, &o->max_connections);
+        else if (IS("--max-connections-per-ip")) rc = parse_u32(prog, a, v, 0, 1u << 20, &o->max_conns_per_ip);
+        else if (IS("--idle-timeout")) rc = parse_u32(prog, a, v, 1, 86400, &o->idle_timeout);
+        else if (IS("--request-timeout")) rc = parse_u32(prog, a, v, 1, 86400, &o->request_timeout);
+        else if (IS("--log-format")) {
+            if (strcmp(v, "text") && strcmp(v, "json"))
+                rc = bad(prog, "option --log-format: '%s' is not allowed (allowed: text json)", v);
+            o->log_json = strcmp(v, "json") == 0;
+        }
 #undef IS
     }
     if (!rc) rc = run_parse(nrest, rest, &o->run);
     if (!rc && o->run.help) o->help = 1;
-    if (!rc && !o->help && !o->run.model) rc = bad(prog, "-m MODEL.gguf is required (see --help)");
+    if (!rc && o->run.version) o->version = 1;
+    if (!rc && !o->help && !o->version && !o->run.model) rc = bad(prog, "-m MODEL.gguf is required (see --help)");
     free(rest);
     return rc;
 }

@@ -1,12 +1,15 @@
 /* dcp-vk-serve: an OpenAI-compatible HTTP server over the engine (include/dcpvk/engine.h).
  *
  * Threads (process 0): the main thread owns the engine and runs its loop (serve/hub.c): it submits
- * the requests the connection threads hand over, cancels those whose client went away, steps the
- * engine and hands each request's events (text, finish) back. libmicrohttpd runs one thread per
- * connection (serve/http.c): it reads and checks the request (serve/api.c), waits for its output
- * and writes the response (JSON, or server-sent events). The hub's one mutex guards everything
- * the two sides share. Under mpiexec the other processes run serve/follow.c: they apply every step
- * the engine plans, broadcast by process 0.
+ * the requests the HTTP workers hand over, cancels those whose client went away, steps the engine
+ * and hands each request's events (text, finish) back. libmicrohttpd serves every connection from
+ * a small pool of worker threads, each an epoll loop (serve/http.c): a worker reads and checks a
+ * request (serve/api.c) and hands it over, then suspends the connection; the engine thread's events
+ * resume it, and the worker writes the response (JSON, or server-sent events) without ever waiting
+ * on the engine. A watcher thread closes connections that do not deliver a request in time and
+ * notices clients that leave while their request waits. The hub's one mutex guards everything the
+ * sides share. Under mpiexec the other processes run serve/follow.c: they apply every step the
+ * engine plans, broadcast by process 0.
  *
  * Files: options.c (options, shared with dcp-vk-run through run/), api.c (OpenAI JSON in and out),
  * chat prompts through include/dcpvk/chat.h, http.c (routes, limits, streaming), hub.c (engine loop,
@@ -42,7 +45,15 @@ typedef struct serve_options {
     uint32_t max_tokens_limit;   /* --max-tokens-limit: the largest max_tokens (default 0: the context) */
     uint32_t max_queued;         /* --max-queued: requests waiting beyond max-seqs (default 64) */
     uint32_t shutdown_timeout;   /* --shutdown-timeout seconds for in-flight requests at SIGTERM (default 30) */
-    int help;
+    uint32_t http_threads;       /* --http-threads: libmicrohttpd workers, each an epoll loop (default 4) */
+    uint32_t max_connections;    /* --max-connections: open connections at most (default 4096) */
+    uint32_t max_conns_per_ip;   /* --max-connections-per-ip: per client address (default 128; 0: no limit) */
+    uint32_t idle_timeout;       /* --idle-timeout: seconds without traffic before a connection is
+                                  * closed; not while its request waits for the engine (default 15) */
+    uint32_t request_timeout;    /* --request-timeout: seconds a client has to send a whole request,
+                                  * headers and body (default 10; see serve/http.c) */
+    bool log_json;               /* --log-format json (default text): the access log's lines */
+    int help, version;
 } serve_options;
 
 /* Parses argv: serve's own options here, the rest through run_parse. Returns 0 or DCP_EXIT_USAGE
@@ -75,8 +86,11 @@ typedef struct serve_req {
     dcp_engine_request er;       /* points into prompt, stops, stop_tokens */
     char **stops;                /* [n_stop] */
     int32_t stop_tokens[2];
-    int fd;                      /* the client's socket (disconnect checks) */
     /* shared, under the hub's mutex */
+    void *conn;                  /* the MHD connection answering it (serve/http.c) */
+    bool suspended;              /* that connection waits for a change of this request: the hub's
+                                  * on_change resumes it */
+    bool gone;                   /* its client closed the connection while it waited */
     serve_state state;
     uint64_t engine_id;
     char *text;                  /* output so far [text_len] */
@@ -87,8 +101,7 @@ typedef struct serve_req {
     char message[512];
     bool cancel;                 /* the client is gone (or the server ends it): cancel it */
     bool oom;                    /* the output could not grow */
-    int refs;                    /* connection + engine thread */
-    pthread_cond_t cond;         /* signalled when any of the above changes */
+    int refs;                    /* connection + engine thread + response stream */
 } serve_req;
 
 /* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
@@ -100,6 +113,8 @@ typedef struct serve_metrics {
     uint64_t step_hist[SERVE_STEP_BUCKETS + 1]; /* counts of steps <= each bound, then +Inf */
     double step_sum;                            /* seconds */
     uint64_t http_requests, http_errors;         /* responses sent, of which 4xx/5xx */
+    uint64_t http_timeouts;                      /* connections closed by --request-timeout */
+    uint32_t http_connections;                   /* open now */
     uint32_t *pages_free;                       /* [dcp] free pages of each DCP rank's pools */
 } serve_metrics;
 
@@ -126,6 +141,10 @@ typedef struct serve_hub {
     bool stopping;              /* SIGTERM seen: no new requests */
     uint64_t next_id;
     serve_metrics m;
+    /* Called (mutex held) whenever a request's state, text or finish changes; set before the
+     * engine loop runs (serve/http.c resumes the connection waiting for it). */
+    void (*on_change)(void *user, serve_req *r);
+    void *on_change_user;
 } serve_hub;
 
 /* Initialises the hub (mutex, condition, metrics). 0 or -1 (out of memory). */
@@ -152,32 +171,39 @@ char *serve_metrics_text(serve_hub *h);
 /* ---- HTTP (serve/http.c) ----------------------------------------------------------------------- */
 
 typedef struct serve_http serve_http;
-/* Starts listening on o->host:o->port with libmicrohttpd (one thread per connection). *port
- * receives the port bound. NULL after printing why. */
+/* Starts listening on o->host:o->port with libmicrohttpd (--http-threads epoll workers) and the
+ * watcher thread; sets h->on_change. *port receives the port bound. NULL after printing why. */
 serve_http *serve_http_start(serve_hub *h, const char *prog, uint32_t *port);
 /* Stops accepting new connections (the ones open go on). */
 void serve_http_quiesce(serve_http *s);
-/* Closes every connection and frees. */
+/* Resumes every waiting connection (each ends), closes every connection and frees. */
 void serve_http_stop(serve_http *s);
 
 /* ---- OpenAI JSON (serve/api.c) ----------------------------------------------------------------- */
 
-/* An HTTP error to send: status and an OpenAI-style body {"error": {message, type, param, code}}. */
+/* An HTTP error to send: status and an OpenAI-style body {"error": {message, type, param, code}}.
+ * Message and param may hold any bytes (a client's field names and values): the body turns what is
+ * not UTF-8 into U+FFFD, so that it is valid UTF-8 and valid JSON whatever the request held. */
 typedef struct serve_error {
     unsigned status;
     char message[600];
     const char *type;  /* "invalid_request_error", ... */
-    const char *param; /* NULL: null */
+    char param[72];    /* "": null */
     const char *code;  /* NULL: null */
+    unsigned retry_after; /* seconds for a Retry-After header (429); 0: none */
 } serve_error;
 
 void serve_error_set(serve_error *e, unsigned status, const char *type, const char *param, const char *code,
                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* The error body (malloc'd). */
+/* The error body (malloc'd; NULL when out of memory). */
 char *serve_error_json(const serve_error *e);
+/* s[0, n) as valid UTF-8 (malloc'd, NUL-terminated; bytes that do not form a character become
+ * U+FFFD); NULL when out of memory. */
+char *serve_utf8(const char *s, size_t n);
 
-/* Parses and checks a completions or chat body into r (prompt tokens, engine request). Returns 0,
- * or -1 with *err set (400 / 404). */
+/* Parses and checks a completions or chat body into r (prompt tokens, engine request): one JSON
+ * object and nothing after it, no NUL in it, every field one this server implements (the others
+ * are refused by name: see `refused` in serve/api.c). Returns 0, or -1 with *err set (400 / 404). */
 int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len, serve_req *r, serve_error *err);
 /* Response texts (malloc'd): the whole JSON of a finished non-streaming request; one SSE event
  * ("data: {...}\n\n") of a streaming one with `delta` text [n] and a finish reason (NONE: none yet);
@@ -189,8 +215,9 @@ char *serve_api_chunk_usage(const serve_hub *h, const serve_req *r);
 char *serve_api_chunk_error(const serve_req *r);
 /* "stop", "length", "abort" (cancelled) for the OpenAI finish_reason. */
 const char *serve_api_finish_reason(dcp_engine_finish f);
-/* GET /v1/models (malloc'd). */
+/* GET /v1/models, and GET /v1/models/{id} of the served model (malloc'd). */
 char *serve_api_models(const serve_hub *h);
+char *serve_api_model(const serve_hub *h);
 
 /* ---- MPI (serve/follow.c) ---------------------------------------------------------------------- */
 

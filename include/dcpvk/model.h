@@ -1,8 +1,11 @@
 /* A model on one device, or on a tensor-parallel group of devices in one process or spread over
  * MPI processes, with optional DCP groups (include/dcpvk/cp.h): the device weights (dcp_model)
  * and a run state (dcp_model_state) that holds the KV caches of up to max_seqs sequences and
- * runs steps over any mix of them (decode tokens and chunks of prompts), plus the host sampler.
- * Architectures: llama (GQA). The graph of each architecture sits behind the same API.
+ * runs steps over any mix of them (decode tokens and chunks of prompts), plus the host sampler
+ * (implemented in src/engine/sampler.c). Architectures (DCP_ARCH_SUPPORTED_LIST): the llama family
+ * with GQA attention and a SwiGLU FFN, llama, qwen2, qwen3 and phi3 (src/model/arch/llama.c), and
+ * deepseek2 with MLA attention over a latent KV cache and a MoE FFN (src/model/arch/deepseek2.c).
+ * The graph of each architecture sits behind the same API.
  *
  * Model state is config (dcp_model_config, read from GGUF by include/dcpvk/model_config.h) /
  * weights (dcp_model) / run state (dcp_model_state), each created and destroyed on its own. A
@@ -63,8 +66,10 @@ typedef struct dcp_model_load_config {
                                        .count_only = false}
 
 /* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
- * devices of lc. Matrices keep their GGUF type (F32, F16, BF16, Q8_0; Q8_0 repacked, see
- * include/dcpvk/ops.h); norms become F32; a missing output.weight means it is tied to
+ * devices of lc. Matrices keep their GGUF type, any of the 13 of DCP_GGML_SUPPORTED_LIST (F32,
+ * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; the quantized ones
+ * repacked into the device layout of include/dcpvk/ops.h, except the F32 fallbacks below); norms
+ * (and deepseek2's router) become F32; a missing output.weight means it is tied to
  * token_embd.weight.
  *
  * Sharding over the TP group (size T): query heads split evenly; KV heads split when they divide

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dcpvk/gguf.h"
+#include "dcpvk/ops.h" /* dcp_expert_gating, dcp_moe_route_args */
 #include "dcpvk/status.h"
 
 #ifdef __cplusplus
@@ -25,12 +26,6 @@ typedef enum dcp_model_arch {
 
 /* The architectures dcp_model_config_read accepts, for messages. */
 #define DCP_ARCH_SUPPORTED_LIST "llama, qwen2, qwen3, phi3, deepseek2"
-
-/* Expert gating function of a MoE layer (the GGUF's <arch>.expert_gating_func codes). */
-typedef enum dcp_expert_gating {
-    DCP_EXPERT_GATING_SOFTMAX = 1, /* probs = softmax over all experts of the router logits */
-    DCP_EXPERT_GATING_SIGMOID = 2, /* probs = sigmoid of each router logit */
-} dcp_expert_gating;
 
 /* RoPE frequency scaling (<arch>.rope.scaling.type). */
 typedef enum dcp_rope_scaling {
@@ -144,9 +139,12 @@ void dcp_rope_cs(const dcp_rope_params *rope, const uint32_t *pos, uint32_t n, f
  * kv_lora + rope and value_length = kv_lora when key_length_mla is present, expert counts and
  * groups consistent). A missing required key or an inconsistent value gives DCP_ERR_FORMAT naming
  * the key and the file; an architecture other than those of DCP_ARCH_SUPPORTED_LIST (named, with
- * the list), or a rope scaling type or gating function other than those above, gives
+ * the list), or a rope scaling type or gating function (dcp_expert_gating) other than those above, gives
  * DCP_ERR_UNSUPPORTED. */
 dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out);
+
+/* The routing of a model config's MoE layer (tokens, logits and outputs still to be set). */
+void dcp_moe_route_args_from_config(const dcp_model_config *cfg, dcp_moe_route_args *out);
 
 #ifdef __cplusplus
 }

@@ -10,9 +10,8 @@
 
 #include <stdint.h>
 
-#include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
-#include "dcpvk/model_config.h"
+#include "dcpvk/quant.h"
 #include "dcpvk/vk.h"
 
 #ifdef __cplusplus
@@ -24,7 +23,7 @@ extern "C" {
  * int8 quants [rows][k] followed (at word scale_offset) by f32 block scales [rows][k/32] (the
  * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K as block
  * bodies [rows][k/block][body words] followed (at word scale_offset) by their f16 scales
- * (src/model/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
+ * (src/quant/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
  * dcp_matrix_destroy (before the device). */
 typedef struct dcp_matrix {
     dcp_buffer *buf;
@@ -174,6 +173,12 @@ typedef struct dcp_mla_kv_store_args {
 } dcp_mla_kv_store_args;
 dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a);
 
+/* Expert gating function of a MoE layer (the GGUF's <arch>.expert_gating_func codes). */
+typedef enum dcp_expert_gating {
+    DCP_EXPERT_GATING_SOFTMAX = 1, /* probs = softmax over all experts of the router logits */
+    DCP_EXPERT_GATING_SIGMOID = 2, /* probs = sigmoid of each router logit */
+} dcp_expert_gating;
+
 /* MoE routing (see dcp_moe_route_params in src/ops/ds2_params.h): logits [tokens][logits_stride]
  * f32, bias [n_expert] f32 or NULL; writes ids [tokens][n_used] u32 (descending selection) and
  * weights [tokens][n_used] f32. */
@@ -188,8 +193,6 @@ typedef struct dcp_moe_route_args {
     dcp_buffer *ids, *weights;
 } dcp_moe_route_args;
 dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a);
-/* The routing of a model config's MoE layer (tokens, logits and outputs still to be set). */
-void dcp_moe_route_args_from_config(const dcp_model_config *cfg, dcp_moe_route_args *out);
 
 /* The selected experts' products. w: every expert's rows, expert e's `rows` rows at e * rows
  * (w->rows == n_expert * rows). ids / weights from dcp_op_moe_route. Input (t, j) is x[t x_stride +

@@ -58,7 +58,7 @@ const char *dcp_tokenizer_token_text(const dcp_tokenizer *t, int32_t id, size_t 
  * tokenizer.ggml.token_type, except that the well-known end-of-generation and fill-in-the-middle
  * spellings ("</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>",
  * "<|fim_prefix|>", ...) are CONTROL whatever the file stores, as llama.cpp loads them (see
- * src/model/tokenizer.c for the list and its two exceptions). */
+ * src/text/tokenizer.c for the list and its two exceptions). */
 dcp_token_type dcp_tokenizer_token_type(const dcp_tokenizer *t, int32_t id);
 
 /* Flags of dcp_tokenizer_encode. */

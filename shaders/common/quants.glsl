@@ -1,4 +1,4 @@
-// Decoders of the block-quantized weight types in their device layout (src/model/quants.h):
+// Decoders of the block-quantized weight types in their device layout (src/quant/quants.h):
 // [blocks][body words] u32 (each GGUF block without its f16 field(s)), then at word
 // wscale_offset the f16 fields [blocks][1 or 2] packed two to a word (Q4_K, Q5_K: [blocks][16 bytes]:
 // d | dmin, then the 12 scale bytes). Blocks are numbered
@@ -14,7 +14,7 @@
 //   Q2_K, Q3_K: 16 bytes of qs = 64 weights, one group per 2-bit shift s (4 groups)
 //   Q6_K: 16 bytes of each ql half and of qh = 64 weights (4 groups)
 // Each weight is (scale * q - min) with q the integer quant as f32, as the CPU dequantizer
-// (src/model/quants.c) computes it.
+// (src/quant/quants.c) computes it.
 #ifndef DCP_QUANTS_GLSL
 #define DCP_QUANTS_GLSL
 

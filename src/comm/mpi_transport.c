@@ -3,11 +3,13 @@
  * (dcp_comm_init_mpi) or on a sub-communicator from MPI_Comm_split (dcp_comm_init_mpi_split),
  * finds the processes that share a node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), and
  * offers small MPI helpers to apps and tests. MPI errors become DCP_ERR_MPI with the MPI error
- * string. */
+ * string. It also packs and unpacks the blocks of the mpi pairs of an exchange
+ * (dcp_comm_net_move, at the end); builds without MPI have mpi_none.c instead. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "comm/comm_internal.h"
@@ -266,4 +268,92 @@ dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sle
         if (st != DCP_OK || done) return st;
         nanosleep(&nap, NULL);
     }
+}
+
+/* ---- packing the blocks of mpi pairs (src/comm/put.c's host part) ------------------------- */
+
+/* Pairs s -> d whose blocks the net carries. */
+static int net_pair(const dcp_comm *c, int s, int d) { return dcp_comm_pair_info(c, s, d)->copier == DCP_COPIER_NET; }
+
+/* Every process sends, per peer process, its local senders' blocks for that process's ranks (a
+ * gathered block once per sender and process), in sender then receiver order, with one
+ * MPI_Alltoallv (the net's alltoallv), and unpacks what it receives into its receivers' inboxes. */
+dcp_status dcp_comm_net_move(dcp_comm *c, dcp_coll kind, uint64_t slot)
+{
+    const int L = c->local_count, P = c->net.nproc, me = c->net.proc, gat = dcp_coll_gathers(kind);
+    uint64_t stot = 0, rtot = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int q = 0; q < P; q++) {
+            uint64_t sn = 0, rn = 0;
+            for (int a = 0; a < L; a++) {
+                int any_s = 0;
+                for (int b = 0; b < L; b++) {
+                    int here = me * L + a, there = q * L + b;
+                    if (q != me && net_pair(c, here, there)) {
+                        if (!gat) {
+                            if (pass)
+                                memcpy(c->net_send + c->sdispl[q] + sn,
+                                       dcp_comm_put_host_ptr(c, here, c->send_bank) + (uint64_t)there * slot, slot);
+                            sn += slot;
+                        }
+                        any_s = 1;
+                    }
+                }
+                if (gat && any_s) {
+                    if (pass)
+                        memcpy(c->net_send + c->sdispl[q] + sn, dcp_comm_put_host_ptr(c, me * L + a, c->send_bank),
+                               slot);
+                    sn += slot;
+                }
+            }
+            /* Receives from q: per q's sender b, a gathered block once, or per local receiver. */
+            for (int b = 0; b < L; b++) {
+                int there = q * L + b, any = 0;
+                for (int a = 0; a < L; a++)
+                    if (q != me && net_pair(c, there, me * L + a)) {
+                        any = 1;
+                        if (!gat) rn += slot;
+                    }
+                if (gat && any) rn += slot;
+            }
+            if (!pass) {
+                c->scount[q] = sn;
+                c->rcount[q] = rn;
+                c->sdispl[q] = stot;
+                c->rdispl[q] = rtot;
+                stot += sn;
+                rtot += rn;
+            }
+        }
+        if (!pass) {
+            uint64_t need = stot > rtot ? stot : rtot;
+            if (need > c->net_cap) {
+                free(c->net_send);
+                free(c->net_recv);
+                c->net_send = malloc(need ? need : 1);
+                c->net_recv = malloc(need ? need : 1);
+                c->net_cap = c->net_send && c->net_recv ? need : 0;
+                if (!c->net_cap) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory (MPI buffers)");
+            }
+        }
+    }
+    dcp_status st = c->net.alltoallv(c->net.ctx, c->net_send, c->scount, c->sdispl, c->net_recv, c->rcount, c->rdispl);
+    if (st != DCP_OK) return st;
+    for (int q = 0; q < P; q++) {
+        uint64_t rn = 0;
+        for (int b = 0; b < L; b++) {
+            int there = q * L + b;
+            const char *blk = NULL;
+            for (int a = 0; a < L; a++) {
+                int here = me * L + a;
+                if (q == me || !net_pair(c, there, here)) continue;
+                if (!gat || !blk) {
+                    blk = c->net_recv + c->rdispl[q] + rn;
+                    rn += slot;
+                }
+                memcpy(dcp_comm_inbox_host_ptr(c, a, c->send_bank) + (uint64_t)there * slot, blk, slot);
+            }
+        }
+    }
+    return DCP_OK;
 }

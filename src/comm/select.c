@@ -1,8 +1,69 @@
-/* Transport choice per pair of ranks (see src/comm/select.h). */
+/* What each transport is (its name and where its memory lives, who copies) and the transport
+ * choice per pair of ranks (see src/comm/select.h). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "comm/select.h"
 #include "common/error.h"
+
+/* Where the memory lives, who copies: one row per transport (docs/design.md section 8). Columns:
+ * name, forcible, put area, receiver may read in place, who copies otherwise, how a sending GPU
+ * reaches the inbox, the inbox's export handle. */
+static const dcp_transport_info transports[] = {
+    [DCP_TRANSPORT_AUTO] = {"auto", 1, DCP_PUT_ANYWHERE, 0, DCP_COPIER_NONE, DCP_REACH_NONE, 0},
+    [DCP_TRANSPORT_DEVGROUP] = {"devgroup", 1, DCP_PUT_DEVICE, 0, DCP_COPIER_SENDER_GPU, DCP_REACH_PEER_VIEW, 0},
+    [DCP_TRANSPORT_HOSTMEM] = {"hostmem", 1, DCP_PUT_SEGMENT, 1, DCP_COPIER_RECEIVER_GPU, DCP_REACH_NONE, 0},
+    [DCP_TRANSPORT_STAGING] = {"staging", 1, DCP_PUT_HOST, 0, DCP_COPIER_HOST, DCP_REACH_NONE, 0},
+    [DCP_TRANSPORT_MPI] = {"mpi", 1, DCP_PUT_HOST, 0, DCP_COPIER_NET, DCP_REACH_NONE, 0},
+    [DCP_TRANSPORT_PEER] = {"peer", 1, DCP_PUT_DEVICE, 0, DCP_COPIER_SENDER_GPU, DCP_REACH_FD, DCP_HANDLE_OPAQUE_FD},
+    [DCP_TRANSPORT_DMABUF] = {"dmabuf", 1, DCP_PUT_DEVICE, 0, DCP_COPIER_SENDER_GPU, DCP_REACH_FD, DCP_HANDLE_DMA_BUF},
+    [DCP_TRANSPORT_MIXED] = {"mixed", 0, DCP_PUT_ANYWHERE, 0, DCP_COPIER_NONE, DCP_REACH_NONE, 0},
+    [DCP_TRANSPORT_SELF] = {"self", 0, DCP_PUT_ANYWHERE, 1, DCP_COPIER_SENDER_GPU, DCP_REACH_OWN, 0},
+};
+enum { TRANSPORT_COUNT = sizeof transports / sizeof transports[0] };
+
+const dcp_transport_info *dcp_transport_info_of(dcp_transport t)
+{
+    static const dcp_transport_info unknown = {"unknown", 0, DCP_PUT_ANYWHERE, 0, DCP_COPIER_NONE, DCP_REACH_NONE, 0};
+    return (int)t >= 0 && (int)t < TRANSPORT_COUNT ? &transports[t] : &unknown;
+}
+
+const char *dcp_transport_name(dcp_transport t) { return dcp_transport_info_of(t)->name; }
+
+dcp_status dcp_transport_parse(const char *name, dcp_transport *out)
+{
+    for (int t = 0; t < TRANSPORT_COUNT; t++)
+        if (name && transports[t].forcible && strcmp(name, transports[t].name) == 0) {
+            *out = (dcp_transport)t;
+            return DCP_OK;
+        }
+    return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                    "transport \"%s\" is not one of auto, devgroup, peer, dmabuf, hostmem, staging, mpi",
+                    name ? name : "(null)");
+}
+
+dcp_status dcp_comm_forced_transport(dcp_transport asked, dcp_transport *out)
+{
+    dcp_transport t = asked;
+    if (t == DCP_TRANSPORT_AUTO) {
+        const char *env = getenv("DCP_VK_TRANSPORT");
+        if (env && *env) {
+            dcp_status st = dcp_transport_parse(env, &t);
+            if (st != DCP_OK) return dcp_fail_context(st, "$DCP_VK_TRANSPORT");
+        }
+    }
+    if (!dcp_transport_info_of(t)->forcible)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "communicator: transport %d cannot be asked for", (int)t);
+    *out = t;
+    return DCP_OK;
+}
+
+int dcp_comm_dmabuf_wanted(const dcp_comm_pair_facts *f, dcp_transport forced)
+{
+    return f->same_node &&
+           (forced == DCP_TRANSPORT_DMABUF || (forced == DCP_TRANSPORT_AUTO && !f->self && !f->same_physical));
+}
 
 static const char *dmabuf_note(const dcp_comm_pair_facts *f)
 {

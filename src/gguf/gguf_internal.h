@@ -1,5 +1,6 @@
 /* Private layout of an open GGUF file (include/dcpvk/gguf.h), shared by the reader, the writer
- * (dcp_gguf_writer_copy_kv) and the tokenizer loader. */
+ * (dcp_gguf_writer_copy_kv) and the test-model generator (src/testmodel/: dcp_gguf_open_test_model
+ * hands the handle the bytes it frees at close). */
 #ifndef DCP_GGUF_GGUF_INTERNAL_H
 #define DCP_GGUF_GGUF_INTERNAL_H
 

@@ -1,4 +1,5 @@
-/* Model hyperparameters from GGUF metadata (include/dcpvk/model_config.h). */
+/* Model hyperparameters from GGUF metadata, and the MoE routing arguments of a config
+ * (include/dcpvk/model_config.h). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -295,4 +296,16 @@ dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out)
     if (c.arch == DCP_ARCH_DEEPSEEK2 && (st = read_deepseek2(g, arch, &c))) return st;
     *out = c;
     return DCP_OK;
+}
+
+void dcp_moe_route_args_from_config(const dcp_model_config *c, dcp_moe_route_args *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_expert = c->n_expert;
+    out->n_used = c->n_expert_used;
+    out->n_groups = c->n_expert_groups ? c->n_expert_groups : 1;
+    out->n_groups_used = c->n_expert_groups_used ? c->n_expert_groups_used : out->n_groups;
+    out->gating = c->expert_gating;
+    out->norm = (int)c->expert_weights_norm;
+    out->scale = c->expert_weights_scale;
 }

@@ -5,8 +5,8 @@
  * the ranks held here, the rows of a step, and the recording blocks every graph uses: embed,
  * rmsnorm (with the pending all-reduce's sum), all-reduce, head.
  *
- * An architecture (llama.c, deepseek2.c) fills a dcp_arch_ops: its per-rank layer weights, its
- * run-state part, and the recording of one layer, which calls the blocks below.
+ * An architecture (arch/llama.c, arch/deepseek2.c) fills a dcp_arch_ops: its per-rank layer
+ * weights, its run-state part, and the recording of one layer, which calls the blocks below.
  *
  * The forward pass of one step reads top to bottom (graph_step.c):
  *   prepare rows (host: ids, RoPE angles, KV slots, attention rows)
@@ -146,17 +146,22 @@ struct dcp_arch_ops {
     dcp_status (*ffn)(dcp_model_state *s, uint32_t l);
 };
 
-extern const dcp_arch_ops dcp_arch_llama; /* llama, and its variants qwen2, qwen3, phi3 (llama.c) */
-extern const dcp_arch_ops dcp_arch_deepseek2;
+extern const dcp_arch_ops dcp_arch_llama; /* llama, and its variants qwen2, qwen3, phi3 (arch/llama.c) */
+extern const dcp_arch_ops dcp_arch_deepseek2; /* MLA attention and MoE (arch/deepseek2.c) */
 
 /* Adds a buffer of `bytes` to the field *field of mem (and the largest buffer when it is). */
 void dcp_graph_count(dcp_model_memory *mem, uint64_t *field, uint64_t bytes, const char *what);
 
-/* ---- blocks for the architectures ---------------------------------------------------------- */
+/* ---- page accounting (pages.c) ------------------------------------------------------------- */
 
+/* Pages of a sequence's shard of `length` tokens on DCP rank r (N ranks, pages of B tokens,
+ * interleave I). */
+uint32_t dcp_graph_shard_pages(uint32_t N, uint32_t B, uint32_t I, uint64_t length, uint32_t r);
 /* DCP_ERR_OUT_OF_PAGES unless growing sequence q by adds[q] tokens (every q < max_seqs) fits in
  * the pools of every rank of a DCP group (placement formulas: the same answer on every process). */
 dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds);
+
+/* ---- blocks for the architectures ---------------------------------------------------------- */
 
 /* Rank i's command of the current round. */
 dcp_cmd *dcp_graph_cmd(const dcp_model_state *s, uint32_t i);

@@ -1,6 +1,7 @@
 /* The run state (include/dcpvk/model.h), the part every architecture shares (src/model/graph.h):
- * communicators, KV caches, the step, per-rank residual stream and step inputs and outputs, page
- * accounting; the architecture adds its own part through its ops. */
+ * communicators, KV caches, the step, per-rank residual stream and step inputs and outputs, and
+ * the memory count; the architecture adds its own part through its ops. Page accounting is in
+ * pages.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,18 +174,6 @@ fail:
     return st;
 }
 
-/* Pages of a sequence's shard of `length` tokens on DCP rank r (N ranks, pages of B, interleave I). */
-static uint32_t shard_pages_of(uint32_t N, uint32_t B, uint32_t I, uint64_t length, uint32_t r)
-{
-    uint64_t local = N == 1 ? length : dcp_kv_local_length(length, r, N, I);
-    return (uint32_t)((local + B - 1) / B);
-}
-
-static uint32_t shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r)
-{
-    return shard_pages_of(s->m->dcp, s->cfg.block_size, s->cfg.interleave, length, r);
-}
-
 /* A state config with its defaults applied, and the sizes derived from it. */
 typedef struct state_shape {
     dcp_model_state_config c; /* n_ctx, max_seqs, interleave, chunk_tokens, kv_pages filled in */
@@ -216,7 +205,7 @@ static dcp_status state_defaults(const dcp_model *m, const dcp_model_state_confi
         dcp_status ps = dcp_kv_placement_check(N, c.interleave, c.block_size);
         if (ps) return ps;
     }
-    sh->max_blocks = shard_pages_of(N, c.block_size, c.interleave, c.n_ctx, 0) + (N > 1 ? 1 : 0);
+    sh->max_blocks = dcp_graph_shard_pages(N, c.block_size, c.interleave, c.n_ctx, 0) + (N > 1 ? 1 : 0);
     if (c.kv_pages == 0) {
         uint64_t pages = (uint64_t)c.max_seqs * sh->max_blocks;
         if (pages > UINT32_MAX)
@@ -550,71 +539,6 @@ uint32_t dcp_model_state_seq_length(const dcp_model_state *s, uint32_t seq)
 }
 
 uint32_t dcp_model_state_n_ctx(const dcp_model_state *s) { return s->cfg.n_ctx; }
-
-/* Page accounting by the placement formulas, for every rank of a DCP group (held here or not): every
- * rank allocates the pages its shard needs, so every process computes the same figures without
- * communicating (steps are refused or run alike on all of them). */
-uint32_t dcp_model_state_pages_total(const dcp_model_state *s) { return s->cfg.kv_pages; }
-
-static uint32_t pages_used(const dcp_model_state *s, uint32_t r)
-{
-    uint64_t used = 0;
-    for (uint32_t q = 0; q < s->cfg.max_seqs; q++) used += shard_pages(s, s->seq_len[q], r);
-    return (uint32_t)used;
-}
-
-uint32_t dcp_model_state_pages_free(const dcp_model_state *s)
-{
-    uint32_t worst = s->cfg.kv_pages;
-    for (uint32_t r = 0; r < s->m->dcp; r++) {
-        uint32_t f = s->cfg.kv_pages - pages_used(s, r);
-        if (f < worst) worst = f;
-    }
-    return worst;
-}
-
-uint32_t dcp_model_state_pages_needed(const dcp_model_state *s, uint32_t seq, uint32_t add)
-{
-    if (seq >= s->cfg.max_seqs) return 0;
-    uint32_t need = 0;
-    for (uint32_t r = 0; r < s->m->dcp; r++) {
-        uint32_t n = shard_pages(s, (uint64_t)s->seq_len[seq] + add, r) - shard_pages(s, s->seq_len[seq], r);
-        if (n > need) need = n;
-    }
-    return need;
-}
-
-uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint32_t local)
-{
-    if (seq >= s->cfg.max_seqs || local >= s->m->nl) return 0;
-    return shard_pages(s, s->seq_len[seq], s->r[local].gr);
-}
-
-uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r)
-{
-    return r < s->m->dcp ? shard_pages(s, length, r) : 0;
-}
-
-uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r)
-{
-    return r < s->m->dcp ? s->cfg.kv_pages - pages_used(s, r) : 0;
-}
-
-/* Whether growing the sequences of a step (adds[q] tokens for sequence q) fits on every rank. */
-dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds)
-{
-    for (uint32_t r = 0; r < s->m->dcp; r++) {
-        uint64_t need = 0;
-        for (uint32_t q = 0; q < s->cfg.max_seqs; q++)
-            if (adds[q]) need += shard_pages(s, (uint64_t)s->seq_len[q] + adds[q], r) - shard_pages(s, s->seq_len[q], r);
-        uint32_t free_pages = s->cfg.kv_pages - pages_used(s, r);
-        if (need > free_pages)
-            return dcp_fail(DCP_ERR_OUT_OF_PAGES,
-                            "model step: DCP rank %u needs %llu more KV pages of %u tokens, %u of %u are free",
-                            r, (unsigned long long)need, s->cfg.block_size, free_pages, s->cfg.kv_pages);
-    }
-    return DCP_OK;
-}
 
 uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s)
 {

@@ -155,18 +155,6 @@ dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a)
     return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((a->kv_lora + a->n_rot) / 2, wg), a->tokens, 1);
 }
 
-void dcp_moe_route_args_from_config(const dcp_model_config *c, dcp_moe_route_args *out)
-{
-    memset(out, 0, sizeof *out);
-    out->n_expert = c->n_expert;
-    out->n_used = c->n_expert_used;
-    out->n_groups = c->n_expert_groups ? c->n_expert_groups : 1;
-    out->n_groups_used = c->n_expert_groups_used ? c->n_expert_groups_used : out->n_groups;
-    out->gating = c->expert_gating;
-    out->norm = (int)c->expert_weights_norm;
-    out->scale = c->expert_weights_scale;
-}
-
 dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a)
 {
     const uint32_t X = a->n_expert, G = a->n_groups ? a->n_groups : 1;

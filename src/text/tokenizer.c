@@ -1,6 +1,7 @@
 /* Tokenizer loading from GGUF (by phase: model, vocabulary, type overrides, special ids, special
  * index, BPE merges), special-token partitioning, encode dispatch, and the (streaming)
- * detokenizer. The SentencePiece and BPE algorithms live in tokenizer_spm.c / tokenizer_bpe.c. */
+ * detokenizer. The SentencePiece and BPE algorithms live in tokenizer_spm.c / tokenizer_bpe.c, their
+ * shared heap, id array and string map in tokenizer_util.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,118 +17,6 @@ typedef unsigned long long ull;
         dcp_status st_ = (expr);                                                                   \
         if (st_ != DCP_OK) return st_;                                                             \
     } while (0)
-
-/* ---- helpers ------------------------------------------------------------------------------- */
-
-static bool bigram_before(const tok_bigram *a, const tok_bigram *b)
-{
-    return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
-}
-
-bool tok_heap_push(tok_heap *h, tok_bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        tok_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i && bigram_before(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-tok_bigram tok_heap_pop(tok_heap *h)
-{
-    tok_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) ++c;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
-bool tok_ids_push(tok_ids *ids, int32_t id)
-{
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? 2 * ids->cap : 64;
-        int32_t *v = realloc(ids->v, cap * sizeof *v);
-        if (!v) return false;
-        ids->v = v;
-        ids->cap = cap;
-    }
-    ids->v[ids->n++] = id;
-    return true;
-}
-
-size_t tok_utf8_len(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if ((c & 0xe0) == 0xc0) return 2;
-    if ((c & 0xf0) == 0xe0) return 3;
-    if ((c & 0xf8) == 0xf0) return 4;
-    return 1;
-}
-
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; ++i) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static bool map_init(tok_map *m, uint64_t n)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n) m->cap *= 2;
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->lens = calloc(m->cap, sizeof *m->lens);
-    m->vals = calloc(m->cap, sizeof *m->vals);
-    return m->keys && m->lens && m->vals;
-}
-
-static void map_free(tok_map *m)
-{
-    free(m->keys);
-    free(m->lens);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}
-
-/* Inserts or overwrites. */
-static void map_put(tok_map *m, const char *s, size_t n, int32_t val)
-{
-    uint64_t h = hash_bytes(s, n) & (m->cap - 1);
-    while (m->vals[h]) {
-        if (m->lens[h] == n && memcmp(m->keys[h], s, n) == 0) break;
-        h = (h + 1) & (m->cap - 1);
-    }
-    m->keys[h] = s;
-    m->lens[h] = (uint32_t)n;
-    m->vals[h] = val + 1;
-}
-
-int32_t tok_map_get(const tok_map *m, const char *s, size_t n)
-{
-    if (!m->cap) return -1;
-    uint64_t h = hash_bytes(s, n) & (m->cap - 1);
-    while (m->vals[h]) {
-        if (m->lens[h] == n && memcmp(m->keys[h], s, n) == 0) return m->vals[h] - 1;
-        h = (h + 1) & (m->cap - 1);
-    }
-    return -1;
-}
 
 /* ---- loading ------------------------------------------------------------------------------- */
 
@@ -245,7 +134,7 @@ static dcp_status read_vocab(const dcp_gguf *g, dcp_tokenizer *t)
     t->len = malloc(n * sizeof *t->len);
     t->score = malloc(n * sizeof *t->score);
     t->type = malloc(n);
-    if (!t->text_buf || !t->text || !t->len || !t->score || !t->type || !map_init(&t->by_text, n))
+    if (!t->text_buf || !t->text || !t->len || !t->score || !t->type || !tok_map_init(&t->by_text, n))
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     size_t pos = 0;
     for (uint32_t i = 0; i < n; ++i) {
@@ -267,7 +156,7 @@ static dcp_status read_vocab(const dcp_gguf *g, dcp_tokenizer *t)
         }
         t->score[i] = (float)sc;
         t->type[i] = (uint8_t)ty;
-        map_put(&t->by_text, t->text[i], len, (int32_t)i);
+        tok_map_put(&t->by_text, t->text[i], len, (int32_t)i);
     }
     return DCP_OK;
 }
@@ -369,7 +258,7 @@ static dcp_status read_merges(const dcp_gguf *g, dcp_tokenizer *t)
         total += len + 1;
     }
     t->merge_buf = malloc(total ? total : 1);
-    if (!t->merge_buf || !map_init(&t->merges, merges->array_len))
+    if (!t->merge_buf || !tok_map_init(&t->merges, merges->array_len))
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     size_t pos = 0;
     for (uint64_t i = 0; i < merges->array_len; ++i) {
@@ -378,7 +267,7 @@ static dcp_status read_merges(const dcp_gguf *g, dcp_tokenizer *t)
         TOK_TRY(dcp_gguf_array_string(merges, i, &s, &len));
         memcpy(t->merge_buf + pos, s, len + 1);
         if (tok_map_get(&t->merges, t->merge_buf + pos, len) < 0)
-            map_put(&t->merges, t->merge_buf + pos, len, (int32_t)i);
+            tok_map_put(&t->merges, t->merge_buf + pos, len, (int32_t)i);
         pos += len + 1;
     }
     return tok_bpe_init(t);
@@ -407,8 +296,8 @@ void dcp_tokenizer_destroy(dcp_tokenizer *t)
 {
     if (!t) return;
     tok_bpe_free(t);
-    map_free(&t->by_text);
-    map_free(&t->merges);
+    tok_map_free(&t->by_text);
+    tok_map_free(&t->merges);
     free(t->merge_buf);
     free(t->special);
     free(t->text_buf);

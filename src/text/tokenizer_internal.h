@@ -1,5 +1,6 @@
 /* Private layout of a tokenizer (include/dcpvk/tokenizer.h), shared by the loader/decoder
- * (tokenizer.c), SentencePiece (tokenizer_spm.c) and byte-level BPE (tokenizer_bpe.c). */
+ * (tokenizer.c), SentencePiece (tokenizer_spm.c), byte-level BPE (tokenizer_bpe.c) and their shared
+ * containers (tokenizer_util.c). */
 #ifndef DCP_TEXT_TOKENIZER_INTERNAL_H
 #define DCP_TEXT_TOKENIZER_INTERNAL_H
 
@@ -71,6 +72,13 @@ typedef struct tok_heap {
 
 bool tok_heap_push(tok_heap *h, tok_bigram b); /* false when out of memory */
 tok_bigram tok_heap_pop(tok_heap *h);          /* requires h->n > 0 */
+/* The map of n keys: a power-of-two capacity >= 2 n (false when out of memory; free it with
+ * tok_map_free either way). Keys are borrowed: they must outlive the map. */
+bool tok_map_init(tok_map *m, uint64_t n);
+void tok_map_free(tok_map *m);
+/* Inserts s[0, n) -> val, or overwrites the value of an equal key. Requires room (tok_map_init's n). */
+void tok_map_put(tok_map *m, const char *s, size_t n, int32_t val);
+/* The value of key s[0, n), or -1 when absent. */
 int32_t tok_map_get(const tok_map *m, const char *s, size_t n);
 /* Length of the UTF-8 sequence introduced by byte c (1 for invalid leads). */
 size_t tok_utf8_len(unsigned char c);

@@ -32,7 +32,7 @@ foreach(want include/dcpvk/dcpvk.h include/dcpvk/version.h dcpvkConfig.cmake dcp
     message(FATAL_ERROR "the installed package lacks ${want}; it holds:\n${installed}")
   endif()
 endforeach()
-foreach(unwanted "/ref/" "_internal.h" "dcpvk_ref")
+foreach(unwanted "/ref/" "_internal.h" "dcpvk_ref" "testmodel")
   string(FIND "${installed}" "${unwanted}" at)
   if(NOT at EQUAL -1)
     message(FATAL_ERROR "the installed package holds private files (${unwanted}):\n${installed}")

@@ -1,7 +1,7 @@
 # cmake -DNM=<nm> -DSTATIC=<libdcpvk.a> -DSHARED=<libdcpvk.so> -P symbols.cmake
 # The shipped libraries define the public API and none of the test oracles of src/ref/ (their
 # functions are named dcp_ref_*; they live in the dcpvk_ref library that only tests and the
-# benchmark link).
+# benchmark link), nor the test-model generator of src/testmodel/ (library dcpvk_testmodel).
 cmake_minimum_required(VERSION 3.20)
 foreach(kind STATIC SHARED)
   set(lib ${${kind}})
@@ -24,5 +24,10 @@ foreach(kind STATIC SHARED)
     string(REPLACE ";" "\n" ref "${ref}")
     message(FATAL_ERROR "${lib} holds reference-oracle symbols:\n${ref}")
   endif()
-  message(STATUS "${lib}: public API defined, no dcp_ref_* symbols")
+  string(REGEX MATCHALL "[^\n]*(dcp_gguf_[a-z_]*test_model|dcp_test_model_|dcp_test_deepseek2_)[^\n]*" tm "${out}")
+  if(tm)
+    string(REPLACE ";" "\n" tm "${tm}")
+    message(FATAL_ERROR "${lib} holds the test-model generator (library dcpvk_testmodel):\n${tm}")
+  endif()
+  message(STATUS "${lib}: public API defined, no dcp_ref_* symbols, no test-model generator")
 endforeach()

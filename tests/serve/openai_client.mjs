@@ -1,9 +1,11 @@
 // The official OpenAI JavaScript client against dcp-vk-serve (run by tests/test_serve.c):
 //   node openai_client.mjs BASE_URL MODEL REQUESTS.json
 // REQUESTS.json: [{"prompt": "...", "max_tokens": N}, ...]. Sends them all at once as streaming
-// completions (greedy), plus one streaming chat completion and a models listing, and prints one
-// JSON object: {"texts": [...], "finish": [...], "chat": "...", "chat_finish": "...", "models": [...]}.
-// Any client error exits 1 with the message on stderr.
+// completions (greedy), plus one streaming chat completion and a models listing, then retrieves the
+// model (and one that does not exist) and sends a parameter the server refuses (logit_bias), and
+// prints one JSON object: {"texts": [...], "finish": [...], "chat": "...", "chat_finish": "...",
+// "models": [...], "retrieved": "...", "missing": {status, code}, "refused": {status, param}}.
+// Any other client error exits 1 with the message on stderr.
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
@@ -60,12 +62,28 @@ try {
   ]);
   const ids = [];
   for await (const m of models) ids.push(m.id);
+  const retrieved = await client.models.retrieve(model);
+  let missing = null;
+  try {
+    await client.models.retrieve("no-such-model");
+  } catch (e) {
+    missing = { status: e.status ?? null, code: e.code ?? null };
+  }
+  let refused = null;
+  try {
+    await client.completions.create({ model, prompt: "Once", max_tokens: 4, logit_bias: { "432": -100 } });
+  } catch (e) {
+    refused = { status: e.status ?? null, param: e.param ?? null };
+  }
   console.log(JSON.stringify({
     texts: outs.map((o) => o.text),
     finish: outs.map((o) => o.finish),
     chat: c.text,
     chat_finish: c.finish,
     models: ids,
+    retrieved: retrieved.id,
+    missing,
+    refused,
   }));
 } catch (e) {
   console.error(`openai client: ${e.status ?? ""} ${e.message}`);

@@ -1,5 +1,5 @@
 /* The deepseek2 architecture (MLA attention + MoE) on the shared graph (src/model/graph.h): its
- * layer weights (src/model/deepseek2_weights.h slices them per TP rank), its part of the run
+ * layer weights (src/model/arch/deepseek2_weights.h slices them per TP rank), its part of the run
  * state, and one layer of the forward pass in the absorbed form.
  *
  * The KV cache is one latent "head" per token: a K-only pool whose rows are [c_kv | k_pe]

@@ -1,5 +1,5 @@
 /* deepseek2 weights: tensor description and checks, tensor-parallel host slices, upload
- * (see src/model/deepseek2_weights.h). */
+ * (see src/model/arch/deepseek2_weights.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
