@@ -14,7 +14,7 @@
  *   Q4_1  4  0.0700  0.061           Q3_K  3  0.1500  0.118
  *   Q5_0  5  0.0339  0.031           Q4_K  4  0.0700  0.055
  *   Q5_1  5  0.0339  0.030           Q5_K  5  0.0339  0.027
- *   IQ4_NL 4 0.0700  0.062           Q6_K  6  0.0167  0.013
+ *   IQ4_NL 4 0.0700  0.063           Q6_K  6  0.0167  0.013
  *   IQ4_XS 4 0.0700  0.063
  * (IQ4's 16 levels are not evenly spaced; the bound is that of 4 bits all the same.) */
 #include <math.h>

@@ -314,17 +314,21 @@ static float fit_sym(int n, int nmax, const float *x)
     return best_scale;
 }
 
-/* Index of the IQ4 level nearest v (ties to the lower level). */
+/* Index of the IQ4 level nearest v (ties to the lower level): the number of midpoints between
+ * consecutive levels below v, by bisection. */
 static int iq4_nearest(float v)
 {
-    int lo = 0;
-    for (int i = 1; i < 16; i++)
-        if (fabsf((float)dcp_iq4_levels[i] - v) < fabsf((float)dcp_iq4_levels[lo] - v)) lo = i;
+    int lo = 0, hi = 15; /* the answer is in [lo, hi] */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (v > 0.5f * (float)(dcp_iq4_levels[mid] + dcp_iq4_levels[mid + 1])) lo = mid + 1;
+        else hi = mid;
+    }
     return lo;
 }
 
 /* Fits x[32] ~ scale * levels[L[i]] (scale of either sign). Candidates: the value of largest
- * magnitude mapped near the lowest level (-127 + s) or near the highest (113 + s), s = -8..8;
+ * magnitude mapped near the lowest level (-127 + s) or near the highest (113 + s), s = -5..5;
  * each rounding (nearest level) is refit by least squares; least squared error wins. */
 static float fit_iq4(const float *x)
 {
@@ -338,7 +342,7 @@ static float fit_iq4(const float *x)
     double best = INFINITY;
     float best_scale = max / (float)dcp_iq4_levels[0];
     for (int end = 0; end < 2; end++)
-        for (int s = -8; s <= 8; s++) {
+        for (int s = -5; s <= 5; s++) {
             float target = (float)(end ? dcp_iq4_levels[15] : dcp_iq4_levels[0]) + (float)s;
             float iscale = target / max;
             double sxl = 0, sl2 = 0;

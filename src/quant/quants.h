@@ -75,7 +75,7 @@ dcp_status dcp_quant_dequantize(dcp_ggml_type type, const void *src, float *dst,
  * range / levels, each followed by a least-squares refit of scale (and min), keeping the one of
  * least squared error; the super-block scales d (and dmin) then quantize the sub-block scales
  * to their 4 / 6 / 8 bits, and the weights are re-rounded against those. IQ4_NL / IQ4_XS fit each
- * 32 weights to the nearest of the 16 levels: 34 candidate scales (the largest magnitude near
+ * 32 weights to the nearest of the 16 levels: 22 candidate scales (the largest magnitude near
  * the lowest or the highest level), each refit by least squares; IQ4_XS then quantizes the 8
  * sub-block scales to 6 bits against d = (largest) / -32. Inputs must be finite. */
 dcp_status dcp_quant_quantize(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
