@@ -18,6 +18,8 @@ static void usage(FILE *f)
                "            under plain TP against sharded with DCP, counted by the placement rule\n"
                "  matmul    weight read rate of the matmul shader for each weight type (F32 .. Q6_K)\n"
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
+               "  yardsticks  the device's ceilings: streaming-read rate, FMA rate, the cost of an empty\n"
+               "            dispatch and of a host wait\n"
                "  comm      latency and bandwidth of every collective (and the DCP exchanges) over every\n"
                "            transport, 1 KB to 16 MB, in one process or under mpiexec; a model decode step\n"
                "            split into compute and exchange\n"
@@ -41,7 +43,9 @@ int main(int argc, char **argv)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_capacity(argc - 1, argv + 1));
     if (strcmp(argv[1], "matmul") == 0)
         return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_matmul(argc - 1, argv + 1));
+    if (strcmp(argv[1], "yardsticks") == 0)
+        return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_yardsticks_cmd(argc - 1, argv + 1));
     if (strcmp(argv[1], "comm") == 0) return dcp_cli_finish_stdout("dcp-vk-bench", dcp_bench_comm(argc - 1, argv + 1));
-    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, comm)\n", argv[1]);
+    fprintf(stderr, "dcp-vk-bench: unknown command '%s' (allowed: attn, capacity, matmul, yardsticks, comm)\n", argv[1]);
     return DCP_EXIT_USAGE;
 }

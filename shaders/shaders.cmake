@@ -1,6 +1,7 @@
 # Shader list: dcp_shader(<symbol> <source> [DEFINES...]). Variants by -D, never by copied files.
 dcp_shader(stream_read stream_read.comp)
 dcp_shader(stream_read_u32 stream_read.comp STREAM_U32=1)
+dcp_shader(fma_peak fma_peak.comp)
 dcp_shader(lse_merge lse_merge.comp)
 dcp_shader(paged_decode_f32 paged_decode.comp)
 dcp_shader(paged_decode_f16 paged_decode.comp KV_F16=1)

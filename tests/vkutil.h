@@ -23,6 +23,10 @@ dcp_buffer *dcp_test_upload_padded(dcp_device *dev, const void *data, uint64_t b
 /* Tolerances, one table for all tests: |O - O_ref| <= o_abs; |LSE - LSE_ref| <= lse_rel * (1 + |LSE_ref|). */
 #define DCP_TOL_O_ABS 1e-4
 #define DCP_TOL_LSE_REL 1e-5
+/* fma_peak against its double reference: each of the s steps of a chain and each of the sum's
+ * terms rounds at most twice (fused or not) by 2^-24 of the largest |x|: per invocation,
+ * |got - want| <= DCP_TOL_FMA_ROUNDINGS * 2^-24 * chains * (steps + chains) * max|x|. */
+#define DCP_TOL_FMA_ROUNDINGS 2.0
 
 /* Compares n values of a partial state against the reference; names `what` on failure.
  * -inf must match -inf exactly. Returns the max abs error seen. */
