@@ -16,7 +16,7 @@ static void usage(FILE *f)
                "            the DCP step over N devices or MPI ranks (a2a or ag_rs)\n"
                "  capacity  longest context that fits a KV budget per device, KV duplicated as\n"
                "            under plain TP against sharded with DCP, counted by the placement rule\n"
-               "  matmul    weight read rate of the matmul shader for each weight type (F32 .. Q6_K)\n"
+               "  matmul    weight read rate of the matmul shader for each weight type (F32 .. IQ4_XS)\n"
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
                "  yardsticks  the device's ceilings: streaming-read rate, FMA rate, the cost of an empty\n"
                "            dispatch and of a host wait\n"

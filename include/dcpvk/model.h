@@ -66,9 +66,10 @@ typedef struct dcp_model_load_config {
                                        .count_only = false}
 
 /* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
- * devices of lc. Matrices keep their GGUF type, any of the 13 of DCP_GGML_SUPPORTED_LIST (F32,
- * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; the quantized ones
- * repacked into the device layout of include/dcpvk/ops.h, except the F32 fallbacks below); norms
+ * devices of lc. Matrices keep their GGUF type, any of the 15 of DCP_GGML_SUPPORTED_LIST (F32,
+ * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; the
+ * quantized ones repacked into the device layout of include/dcpvk/ops.h, except the F32 fallbacks
+ * below); norms
  * (and deepseek2's router) become F32; a missing output.weight means it is tied to
  * token_embd.weight.
  *

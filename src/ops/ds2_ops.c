@@ -25,11 +25,11 @@ static dcp_status fits(const char *op, const char *what, dcp_buffer *b, uint64_t
     return DCP_OK;
 }
 
-/* The pipeline of a weight type among 13 variants listed in the order of `types`. */
-static const dcp_ggml_type types[13] = {
+/* The pipeline of a weight type among 15 variants listed in the order of `types`. */
+static const dcp_ggml_type types[15] = {
     DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,  DCP_GGML_TYPE_BF16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0,
     DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q5_0, DCP_GGML_TYPE_Q5_1, DCP_GGML_TYPE_Q2_K, DCP_GGML_TYPE_Q3_K,
-    DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K};
+    DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K, DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
 
 static dcp_status by_type(const char *op, dcp_ggml_type t, const dcp_pipeline_id *ids, dcp_pipeline_id *out)
 {
@@ -46,10 +46,10 @@ static dcp_status by_type(const char *op, dcp_ggml_type t, const dcp_pipeline_id
 #define TYPE_PIPES(P)                                                                              \
     {DCP_PIPE_##P##_F32,  DCP_PIPE_##P##_F16,  DCP_PIPE_##P##_BF16, DCP_PIPE_##P##_Q8_0, DCP_PIPE_##P##_Q4_0, \
      DCP_PIPE_##P##_Q4_1, DCP_PIPE_##P##_Q5_0, DCP_PIPE_##P##_Q5_1, DCP_PIPE_##P##_Q2_K, DCP_PIPE_##P##_Q3_K, \
-     DCP_PIPE_##P##_Q4_K, DCP_PIPE_##P##_Q5_K, DCP_PIPE_##P##_Q6_K}
-static const dcp_pipeline_id head_pipes[13] = TYPE_PIPES(HEAD_MATMUL);
-static const dcp_pipeline_id gate_up_pipes[13] = TYPE_PIPES(MOE_MATMUL);
-static const dcp_pipeline_id down_pipes[13] = TYPE_PIPES(MOE_DOWN);
+     DCP_PIPE_##P##_Q4_K, DCP_PIPE_##P##_Q5_K, DCP_PIPE_##P##_Q6_K, DCP_PIPE_##P##_IQ4_NL, DCP_PIPE_##P##_IQ4_XS}
+static const dcp_pipeline_id head_pipes[15] = TYPE_PIPES(HEAD_MATMUL);
+static const dcp_pipeline_id gate_up_pipes[15] = TYPE_PIPES(MOE_MATMUL);
+static const dcp_pipeline_id down_pipes[15] = TYPE_PIPES(MOE_DOWN);
 
 /* Workgroup size and rows per workgroup of the subgroup-per-row kernels. */
 static void rows_spec(dcp_device *dev, uint32_t spec[2])

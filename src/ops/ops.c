@@ -125,6 +125,8 @@ static dcp_pipeline_id matmul_pipe(dcp_ggml_type t)
     case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_MATMUL_Q4_K;
     case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_MATMUL_Q5_K;
     case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_MATMUL_Q6_K;
+    case DCP_GGML_TYPE_IQ4_NL: return DCP_PIPE_MATMUL_IQ4_NL;
+    case DCP_GGML_TYPE_IQ4_XS: return DCP_PIPE_MATMUL_IQ4_XS;
     default: return DCP_PIPE_MATMUL_F32;
     }
 }
@@ -144,6 +146,8 @@ static dcp_pipeline_id get_rows_pipe(dcp_ggml_type t)
     case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_GET_ROWS_Q4_K;
     case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_GET_ROWS_Q5_K;
     case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_GET_ROWS_Q6_K;
+    case DCP_GGML_TYPE_IQ4_NL: return DCP_PIPE_GET_ROWS_IQ4_NL;
+    case DCP_GGML_TYPE_IQ4_XS: return DCP_PIPE_GET_ROWS_IQ4_XS;
     default: return DCP_PIPE_GET_ROWS_F32;
     }
 }
