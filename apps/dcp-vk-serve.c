@@ -163,7 +163,9 @@ static int serve(serve_app *a)
     uint32_t port = 0;
     serve_http *http = serve_http_start(&h, a->prog, &port);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    int rc = DCP_EXIT_RUNTIME;
+    /* No listening socket (the address is in use, not this machine's, or not allowed): the
+     * --host / --port options, as serve_http_start said. */
+    int rc = DCP_EXIT_USAGE;
     if (http) {
         fprintf(stderr,
                 "%s: listening on http://%s:%u (model '%s', TP %u, DCP %u, context %u, %u sequences, %u KV pages "
@@ -185,6 +187,14 @@ static int serve(serve_app *a)
     return rc;
 }
 
+/* One process only: a SIGTERM or SIGINT before serving ends the start-up between its phases. */
+static bool stopped_early(const serve_app *a)
+{
+    if (a->mpi || !stop_flag) return false;
+    fprintf(stderr, "%s: stopped by a signal before serving\n", a->prog);
+    return true;
+}
+
 static void app_free(serve_app *a)
 {
     dcp_model_state_destroy(a->s);
@@ -204,6 +214,13 @@ int main(int argc, char **argv)
     if (rc) return rc;
     a.mpi = a.world.nproc > 1;
     a.lead = a.world.proc == 0;
+    if (!a.mpi) { /* SIGTERM from the start stops it with 0 (under MPI: once serving, see serve()) */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+    }
     run_quiet(!a.lead);
     serve_quiet(!a.lead);
     /* Every process runs each phase and they agree on its result, so that none waits alone. */
@@ -216,10 +233,11 @@ int main(int argc, char **argv)
         }
         goto finish;
     }
-    if ((rc = run_world_agree(&a.world, open_model(&a)))) goto done;
-    if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx))) goto done;
-    if ((rc = run_world_agree(&a.world, load(&a)))) goto done;
-    if ((rc = build_state(&a))) goto done;
+    if ((rc = run_world_agree(&a.world, open_model(&a))) || stopped_early(&a)) goto done;
+    if ((rc = run_open_devices(&a.world, &a.o.run, a.prog, a.lead, &a.first, &a.nl, &a.ctx)) || stopped_early(&a))
+        goto done;
+    if ((rc = run_world_agree(&a.world, load(&a))) || stopped_early(&a)) goto done;
+    if ((rc = build_state(&a)) || stopped_early(&a)) goto done;
     if (!a.lead) { /* a launcher may pass SIGTERM to every process: the followers end when process 0 says */
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);

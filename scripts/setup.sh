@@ -4,11 +4,12 @@
 #                                (tests/data/) at TP 8, DCP 2 over logical devices of the first
 #                                Vulkan device: greedy, so the same text as on one device
 #   bash scripts/setup.sh test   install, build with warnings as errors (-DDCP_WERROR=ON), run
-#                                the whole test suite (CTest), the kernel tests on Mesa 22, the
-#                                GPU tests with 256-byte binding offsets, the kernel tests with
-#                                16-lane subgroups, the whole suite again in an ASan+UBSan build,
-#                                and build (without running) a gcc Release and a clang Debug tree,
-#                                warnings as errors
+#                                the whole test suite (CTest) once, every test once (no retries),
+#                                the kernel tests on Mesa 22, the GPU tests with 256-byte binding
+#                                offsets, the kernel tests with 16-lane subgroups, kernel and model
+#                                tests under GPU-assisted validation (every shader dispatched), the
+#                                whole suite again in an ASan+UBSan build, and build (without
+#                                running) a gcc Release and a clang Debug tree, warnings as errors
 #   bash scripts/setup.sh build  install and build only
 # Environment: DCP_SKIP_APT=1 skips the package step, DCP_SKIP_NPM=1 the Node client; BUILD_DIR
 # (default build); JOBS (default nproc).
@@ -78,6 +79,20 @@ install_node_client() {
     fi
 }
 
+# The shaders (shaders/*.comp) of which no pipeline appears in the dispatch log $1 (written by
+# DCP_VK_DISPATCH_LOG): src/vk/pipelines.def names each pipeline's SPIR-V symbol and
+# shaders/shaders.cmake each symbol's source. Prints them; fails if there is one.
+uncovered_shaders() {
+    awk 'FNR == 1 { file++ }
+         file == 1 && /^dcp_shader\(/ { sym = $1; sub(/^dcp_shader\(/, "", sym); s = $2; sub(/\)$/, "", s)
+                                        source[sym] = s; shader[s] = 1 }
+         file == 2 && /^DCP_PIPELINE\(/ { l = $0; sub(/^DCP_PIPELINE\(/, "", l); split(l, f, / *, */)
+                                          of[f[1]] = source[f[2]] }
+         file == 3 { seen[of[$1]] = 1 }
+         END { for (s in shader) if (!(s in seen)) { print s; bad = 1 }; exit bad }' \
+        "$here/shaders/shaders.cmake" "$here/src/vk/pipelines.def" "$1"
+}
+
 install_packages
 install_node_client
 # Users build without -Werror; the test job (CI) treats every warning as an error.
@@ -95,10 +110,10 @@ run)
         -p "Once upon a time" -n 64 --temp 0 --tensor-parallel-size 8 --decode-context-parallel-size 2
     ;;
 test)
-    # A test that fails is run once more (--repeat until-pass:2) and fails CI only if it fails
-    # again: a few tests start apps, MPI jobs and lavapipe threads by the dozen and have crashed
-    # once in many runs on an overloaded machine (load 14 on 2 cores); the log keeps every failure.
-    (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 1200 --repeat until-pass:2)
+    # Every test once: a test that fails once fails CI (a crash seen once is a defect to find,
+    # never retried away). The suite includes the exit-code stress tests (label stress:
+    # dcp-vk-run and dcp-vk-serve started again and again, no exit by a signal allowed).
+    (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 1200)
     # The kernels again on Debian 12's own Mesa 22 lavapipe (fewer features, and it silently ends
     # shader loops after 65,535 iterations per invocation): its driver unpacked beside the build.
     mesa22 "$build/mesa22" && (cd "$build" && VK_ICD_FILENAMES="$build/mesa22/lvp_icd.json" \
@@ -110,15 +125,30 @@ test)
     # on AVX2): the kernel tests again. Lavapipe cannot go wider: above 512 bits its subgroup
     # reductions cover only the first 16 lanes (docs/design.md, "Subgroup widths").
     (cd "$build" && LP_NATIVE_VECTOR_WIDTH=512 ctest --output-on-failure -j "$jobs" -L mesa22)
+    # GPU-assisted validation (DCP_VK_VALIDATION=gpuav): the validation layer bounds-checks every
+    # buffer access of every shader as it runs (robust access off), any message fails the test.
+    # The tests of label gpuav (tests/CMakeLists.txt: kernels, a llama and a deepseek2 model test
+    # at small shapes) must together dispatch a pipeline of every shader, as their dispatch log
+    # shows.
+    gpuav_log="$build/gpuav-dispatch.log" t0=$SECONDS
+    rm -f "$gpuav_log"
+    (cd "$build" && DCP_VK_DISPATCH_LOG="$gpuav_log" ctest --output-on-failure -j "$jobs" -C gpuav -L gpuav --timeout 1200)
+    missing=""
+    if ! missing=$(uncovered_shaders "$gpuav_log"); then
+        echo "setup.sh: the GPU-assisted validation tests dispatched no pipeline of:" $missing >&2
+        exit 1
+    fi
+    echo "setup.sh: GPU-assisted validation: $((SECONDS - t0)) s, every shader dispatched"
     # AddressSanitizer + UBSan build, the whole suite (GPU and MPI tests included) but for the
     # repeats of the MPI tests at more processes and layouts (each of those binaries runs at least
-    # once here: mpi2 / mpi_1), which would not fit CI's time on 2 cores under ASan; leaks kept by
-    # the Vulkan loader, the validation layer, lavapipe/LLVM and MPICH are suppressed
-    # (tests/sanitizer/lsan.supp), nothing of ours.
+    # once here: mpi2 / mpi_1) and the exit-code stress tests (the apps started 90 times), which
+    # would not fit CI's time on 2 cores under ASan; leaks kept by the Vulkan loader, the
+    # validation layer, lavapipe/LLVM and MPICH are suppressed (tests/sanitizer/lsan.supp), nothing
+    # of ours. Every test once, as above.
     build_tree "$build-asan" -DDCP_SANITIZE=ON -DDCP_WERROR=ON
     (cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$here/tests/sanitizer/lsan.supp:print_suppressions=0" \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" --timeout 2400 \
-        --repeat until-pass:2 -E 'mpi4|mpi8|mpi2x|_nodes|serve_mpi|run_mpi|harden_mpi|bench_dcp_mpi2|app_bench_comm_mpi2|archs_apps')
+        -E 'mpi4|mpi8|mpi2x|_nodes|serve_mpi|run_mpi|harden_mpi|bench_dcp_mpi2|app_bench_comm_mpi2|archs_apps|stress_exit')
     # The other build types users pick, warnings as errors: gcc Release and clang Debug (library,
     # apps and tests compiled; the tests ran above).
     build_tree "$build-release" -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=ON

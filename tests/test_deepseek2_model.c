@@ -322,8 +322,9 @@ static void test_iq4_nl_fallback(void **state)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name (the GPU-assisted run) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle),
         cmocka_unit_test(test_layouts),

@@ -362,6 +362,16 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "dcp") == 0) cmocka_set_test_filter("test_tp8_dcp2*");
     if (argc > 1 && strcmp(argv[1], "nodcp") == 0) cmocka_set_skip_filter("test_tp8_dcp2*");
+    /* The GPU-assisted validation run (tests/CMakeLists.txt): TP 1 decode and prefill in chunks
+     * (f16 and f32 KV), and TP 8 / DCP 2 with ag_rs after a prefill over the shards. */
+    if (argc > 1 && strcmp(argv[1], "gpuav") == 0) {
+        const struct CMUnitTest some[] = {
+            cmocka_unit_test(test_stories_first_logits),
+            cmocka_unit_test(test_prefill_chunks),
+            cmocka_unit_test(test_tp8_dcp2_ag_rs_prefill),
+        };
+        return cmocka_run_group_tests(some, setup, teardown);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_first_logits),
         cmocka_unit_test(test_stories_greedy_matches_reference),

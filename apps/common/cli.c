@@ -1,6 +1,8 @@
 /* Command-line helpers shared by the apps. */
+#define _GNU_SOURCE /* dladdr */
 #include "common/cli.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -314,4 +316,24 @@ void dcp_cli_progress_fn(void *user, uint64_t done, uint64_t total)
             (unsigned long long)(total >> 20));
     if (pct >= 100) fputc('\n', stderr);
     fflush(stderr);
+}
+
+void dcp_cli_release_mpi_signals(void)
+{
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0) continue;
+        if (!(old.sa_flags & SA_SIGINFO) && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN)) continue;
+        const void *fn;
+        if (old.sa_flags & SA_SIGINFO) memcpy(&fn, &old.sa_sigaction, sizeof fn);
+        else memcpy(&fn, &old.sa_handler, sizeof fn);
+        Dl_info where;
+        if (!dladdr(fn, &where) || !where.dli_fname || !strstr(where.dli_fname, "libucs")) continue;
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sigs[i], &dfl, NULL);
+    }
 }

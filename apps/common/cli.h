@@ -107,4 +107,13 @@ void dcp_cli_progress_fn(void *user, uint64_t done, uint64_t total);
  * environment only: MPI is not started. */
 bool dcp_cli_mpi_launched(int *size);
 
+/* For a process that no MPI launcher started: gives SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGHUP
+ * back their default action where the handler in place is UCX's. Debian's MPICH links UCX, whose
+ * library constructor (ucs_init) installs those handlers in every program linked with MPI, before
+ * main and whether MPI starts or not: a crash then prints a backtrace from inside the signal
+ * handler (malloc and stdio on what may be a corrupted heap, which can hang instead of ending), and
+ * SIGHUP only raises UCX's log level instead of ending the program. Other handlers (a sanitizer's,
+ * a debugger's) are left alone. docs/design.md, "Teardown and lifetimes". */
+void dcp_cli_release_mpi_signals(void);
+
 #endif

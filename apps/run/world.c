@@ -12,7 +12,10 @@ int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
     *w = (run_world){1, 0, false};
     int announced;
-    if (!dcp_cli_mpi_launched(&announced)) return DCP_EXIT_OK;
+    if (!dcp_cli_mpi_launched(&announced)) {
+        dcp_cli_release_mpi_signals(); /* MPI stays unstarted: nothing of it may act on a crash */
+        return DCP_EXIT_OK;
+    }
     int rank = 0, size = 1;
     dcp_status st = dcp_mpi_init(argc, argv, &rank, &size);
     if (st == DCP_ERR_UNSUPPORTED && announced <= 1) return DCP_EXIT_OK; /* built without MPI, mpiexec -n 1 */

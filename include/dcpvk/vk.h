@@ -24,10 +24,14 @@ typedef struct dcp_context_config {
      * logical device on the same physical device. NULL: $DCP_VK_DEVICES, else every physical
      * device once. */
     const char *devices;
-    /* Khronos validation layer: 1 on, 0 off, -1 (default) from $DCP_VK_VALIDATION (off if unset).
-     * Validation messages are printed to stderr and counted (dcp_context_validation_count). */
+    /* Khronos validation layer: 0 off; 1 on; 2 on with GPU-assisted validation (every shader's
+     * buffer accesses bounds-checked as it runs; slow); -1 (default) from $DCP_VK_VALIDATION (0,
+     * 1 or gpuav; off if unset). 1 means 2 when $DCP_VK_VALIDATION is gpuav, so that a test
+     * suite that asks for validation runs GPU-assisted under that variable. Validation messages
+     * are printed to stderr and counted (dcp_context_validation_count). */
     int validation;
-    /* Robust buffer access: 1 on, 0 off, -1 (default) on whenever validation is on. */
+    /* Robust buffer access: 1 on, 0 off, -1 (default) on whenever validation is on, except
+     * GPU-assisted (which reports out-of-bounds accesses only without it). */
     int robust_access;
     /* Vulkan device groups: 1 creates every VkDevice with VkDeviceGroupDeviceCreateInfo over its
      * physical device's group (logical devices on distinct members of one group share that

@@ -127,6 +127,8 @@ static dcp_status submit(dcp_cmd *c, uint32_t nwait, dcp_sem *const *waits, cons
                        .signalSemaphoreCount = signal ? 1 : 0, .pSignalSemaphores = signal ? &signal->sem : NULL};
     DCP_VK_TRY(dev, dev->vk.vkQueueSubmit(dev->queue, 1, &si, c->fence));
     c->pending = 1;
+    for (uint32_t k = 0; k < nwait; k++) waits[k]->submitted = true;
+    if (signal) signal->submitted = true;
     return DCP_OK;
 fail:
     return st;

@@ -380,6 +380,22 @@ static int env_flag(const char *name, int def)
     return strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "false") != 0;
 }
 
+/* The validation level (0 off, 1 on, 2 GPU-assisted) from config and $DCP_VK_VALIDATION. */
+static dcp_status validation_level(int requested, int *level)
+{
+    const char *v = getenv("DCP_VK_VALIDATION");
+    int gpuav = v && strcmp(v, "gpuav") == 0;
+    if (requested < -1 || requested > 2)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "context validation %d (allowed: -1, 0, 1, 2)", requested);
+    if (requested == 1 || requested == -1) {
+        if (gpuav) *level = 2;
+        else *level = requested == 1 ? 1 : env_flag("DCP_VK_VALIDATION", 0);
+    } else {
+        *level = requested;
+    }
+    return DCP_OK;
+}
+
 dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **out)
 {
     dcp_status st = DCP_OK;
@@ -393,12 +409,14 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
     if (!ctx) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory creating a context");
     DCP_TRY(dcp_vk_loader_open(&ctx->vk, &ctx->loader));
 
-    ctx->validation = config->validation >= 0 ? config->validation : env_flag("DCP_VK_VALIDATION", 0);
+    DCP_TRY(validation_level(config->validation, &ctx->validation));
+    /* GPU-assisted validation checks buffer bounds only where robust access does not already
+     * define out-of-bounds accesses: off by default there. */
     int robust = config->robust_access >= 0 ? config->robust_access
-                                            : env_flag("DCP_VK_ROBUST", ctx->validation);
+                                            : env_flag("DCP_VK_ROBUST", ctx->validation == 1);
 
     const char *layer_names[1];
-    const char *ext_names[1];
+    const char *ext_names[2];
     uint32_t nlayers = 0, nexts = 0;
     if (ctx->validation) {
         uint32_t n = 0;
@@ -417,6 +435,22 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
         }
         layer_names[nlayers++] = "VK_LAYER_KHRONOS_validation";
         ext_names[nexts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+        if (ctx->validation == 2) {
+            uint32_t ne = 0;
+            ctx->vk.vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &ne, NULL);
+            VkExtensionProperties *le = calloc(ne ? ne : 1, sizeof *le);
+            if (!le) { st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory"); goto fail; }
+            ctx->vk.vkEnumerateInstanceExtensionProperties("VK_LAYER_KHRONOS_validation", &ne, le);
+            int has = has_extension(le, ne, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+            free(le);
+            if (!has) {
+                st = dcp_fail(DCP_ERR_UNSUPPORTED,
+                              "GPU-assisted validation requested (DCP_VK_VALIDATION=gpuav) but the installed "
+                              "VK_LAYER_KHRONOS_validation lacks " VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+                goto fail;
+            }
+            ext_names[nexts++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
+        }
     }
     uint32_t loader_version = VK_API_VERSION_1_0;
     if (ctx->vk.vkEnumerateInstanceVersion) ctx->vk.vkEnumerateInstanceVersion(&loader_version);
@@ -436,8 +470,14 @@ dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **ou
                        VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
         .pfnUserCallback = on_validation,
         .pUserData = ctx};
+    /* GPU-assisted: the layer instruments every shader with bounds checks of its descriptor
+     * accesses and reports a violation as a validation error when the submission completes. */
+    static const VkValidationFeatureEnableEXT gpuav[] = {VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT};
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT, .pNext = &dmi,
+                                  .enabledValidationFeatureCount = 1, .pEnabledValidationFeatures = gpuav};
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                                .pNext = ctx->validation ? &dmi : NULL,
+                                .pNext = ctx->validation == 2 ? (const void *)&vf
+                                         : ctx->validation ? (const void *)&dmi : NULL,
                                 .pApplicationInfo = &app,
                                 .enabledLayerCount = nlayers, .ppEnabledLayerNames = layer_names,
                                 .enabledExtensionCount = nexts, .ppEnabledExtensionNames = ext_names};

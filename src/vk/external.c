@@ -291,10 +291,23 @@ fail:
     return st;
 }
 
+/* A semaphore that a submission used is destroyed only once its queue is idle, although the fences
+ * of every such submission have been waited (which Vulkan says is enough). Mesa's common runtime
+ * (lavapipe, Mesa 22 and 25) emulates timeline semaphores on the queue's submit thread, which
+ * installs the batch's signalled time point and releases the time points it waited on *after* the
+ * driver has signalled the batch's fence: a semaphore destroyed as soon as the fence is waited is
+ * freed under that thread, which then locks a mutex in freed memory (a segfault in
+ * pthread_mutex_lock on a lavapipe thread, or heap corruption that kills the process later).
+ * vkQueueWaitIdle returns only after the submit thread has retired every earlier batch
+ * (docs/design.md, "Teardown and lifetimes"). Imported semaphores are waited on by their own
+ * device's queue, so that queue is the one to drain. */
 void dcp_sem_destroy(dcp_sem *s)
 {
     if (!s) return;
-    if (s->sem) s->dev->vk.vkDestroySemaphore(s->dev->device, s->sem, NULL);
+    if (s->sem) {
+        if (s->submitted) (void)s->dev->vk.vkQueueWaitIdle(s->dev->queue);
+        s->dev->vk.vkDestroySemaphore(s->dev->device, s->sem, NULL);
+    }
     free(s);
 }
 

@@ -70,6 +70,7 @@ struct dcp_device {
     VkDescriptorSetLayout set_layouts[DCP_PIPELINE_COUNT];
     VkPipelineLayout pipe_layouts[DCP_PIPELINE_COUNT];
     VkShaderModule modules[DCP_PIPELINE_COUNT];
+    bool dispatched[DCP_PIPELINE_COUNT]; /* recorded at least once ($DCP_VK_DISPATCH_LOG) */
     /* Created pipelines, one per (id, specialization values). */
     dcp_pipeline_entry *pipelines;
     uint32_t pipeline_count, pipeline_cap;
@@ -109,6 +110,7 @@ struct dcp_sem {
     dcp_device *dev;
     VkSemaphore sem;
     uint32_t export_handles;
+    bool submitted; /* a submission waited on or signalled it: destroyed after its queue is idle */
 };
 
 typedef struct dcp_cmd_set {
