@@ -1,9 +1,9 @@
 // Decoders of the block-quantized weight types in their device layout (src/quant/quants.h):
 // [blocks][body words] u32 (each GGUF block without its f16 field(s)), then at word
 // wscale_offset the f16 fields [blocks][1 or 2] packed two to a word (Q4_K, Q5_K: [blocks][16 bytes]:
-// d | dmin, then the 12 scale bytes). Blocks are numbered
-// row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q2_K,
-// W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_NL, W_IQ4_XS.
+// d | dmin, then the 12 scale bytes; IQ4_XS: [blocks][8 bytes]: d | scales_h, then scales_l[4]).
+// Blocks are numbered row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1,
+// W_Q5_0, W_Q5_1, W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_NL, W_IQ4_XS.
 //
 // A row is read in units of W_UNIT_GROUPS groups of 16 consecutive weights with one scale (and
 // min) each: w_group(row, u, g, k, wv) dequantizes group g of unit u into wv[W_GROUP_VEC4 = 4]
@@ -187,10 +187,10 @@ void q_iq4_unit(uint row, uint u, uint k, out uint o, out float dl)
     dl = q_d(bi);
 #else
     const uint bi = row * (k / 256u) + u / 8u, j = u % 8u;
-    const uint ob = 33u * bi;                      // scales_l[4] | qs[128]
-    o = ob + 1u + 4u * j;
-    const uint f = w[wscale_offset + bi];          // d (low half) | scales_h (high half, raw bits)
-    const uint ls = ((w[ob] >> (4u * j)) & 15u) | ((f >> (16u + 2u * j)) & 3u) << 4;
+    o = 32u * bi + 4u * j;                         // qs[128]: 16 bytes a sub-block
+    const uint f = w[wscale_offset + 2u * bi];     // d (low half) | scales_h (high half, raw bits)
+    const uint sl = w[wscale_offset + 2u * bi + 1u]; // scales_l[4]
+    const uint ls = ((sl >> (4u * j)) & 15u) | ((f >> (16u + 2u * j)) & 3u) << 4;
     dl = unpackHalf2x16(f).x * float(int(ls) - 32);
 #endif
 }
@@ -351,11 +351,7 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
 {
     uint o;
     q_iq4_unit(row, u, k, o, r.dl);
-#if defined(W_IQ4_NL)
-    r.q = wq4[o / 4u];                             // 4 words a block: 16-byte aligned
-#else
-    r.q = uvec4(w[o], w[o + 1u], w[o + 2u], w[o + 3u]);
-#endif
+    r.q = wq4[o / 4u];                             // 16 bytes of qs, 16-byte aligned
 }
 void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 {

@@ -20,7 +20,7 @@ static const dcp_quant_layout layouts[] = {
     {DCP_GGML_TYPE_Q5_K, 256, 176, 0, 8, 40},
     {DCP_GGML_TYPE_Q6_K, 256, 210, 208, 1, 52},
     {DCP_GGML_TYPE_IQ4_NL, 32, 18, 0, 1, 4},
-    {DCP_GGML_TYPE_IQ4_XS, 256, 136, 0, 2, 33}, /* d and scales_h moved out: 4 bytes */
+    {DCP_GGML_TYPE_IQ4_XS, 256, 136, 0, 4, 32}, /* d, scales_h, scales_l[4] moved out: 8 B */
 };
 
 /* The 16 levels of IQ4_NL and IQ4_XS (the format's table, in ascending order). */

@@ -38,8 +38,8 @@
  * Q4_K and Q5_K move their first 16 bytes (d, dmin and the 12 scale bytes, contiguous in the GGUF
  * block) out together (scale_halves = 8), so that both parts are whole 16-byte vectors: the body
  * (Q4_K qs[128]; Q5_K qh[32] | qs[128]) and the 16 bytes of scales, read with uvec4 loads.
- * IQ4_XS moves d and scales_h out together (scale_halves = 2; scales_h is raw bits, not a half),
- * leaving scales_l[4] | qs[128], 33 words. */
+ * IQ4_XS moves its first 8 bytes out together (scale_halves = 4: d, then scales_h and scales_l[4]
+ * as raw bits, not halves), leaving qs[128], 32 words read with uvec4 loads. */
 #ifndef DCP_QUANT_QUANTS_H
 #define DCP_QUANT_QUANTS_H
 
@@ -54,7 +54,8 @@ typedef struct dcp_quant_layout {
     uint32_t block_bytes;   /* GGUF bytes per block */
     uint32_t scale_at;      /* byte offset of the f16 field(s) in the GGUF block */
     uint32_t scale_halves;  /* f16 values there: 1 (d) or 2 (d, dmin or d, m); Q4_K, Q5_K: 8
-                             * (d, dmin and the 12 scale bytes, 16 bytes moved out) */
+                             * (d, dmin and the 12 scale bytes, 16 bytes moved out); IQ4_XS: 4
+                             * (d, scales_h, scales_l[4]: 8 bytes) */
     uint32_t body_words;    /* (block_bytes - 2 * scale_halves) / 4 */
 } dcp_quant_layout;
 
