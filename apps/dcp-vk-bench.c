@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 
 static void usage(FILE *f)
 {

@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "comm/put.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/vk.h"
 

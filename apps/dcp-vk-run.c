@@ -1,26 +1,29 @@
 /* dcp-vk-run: text generation from a GGUF llama-family model. Parses and validates the options,
  * loads the model onto Vulkan devices (in one process, or spread over the processes of
- * `mpiexec -n P`), prefills the prompt in batches, streams the generated text, and prints the speed
- * summary (human or JSON). See --help. main runs the phases in order: parse (run/options.c),
- * read_prompt, open_model (read and validate), open_devices, load_weights, build, generate, report,
- * run_free. Under MPI the processes first compare what they were given (options, model, prompt
- * tokens; run/world.c) and stop together at step boundaries (signals, a failed write). */
-#include <errno.h>
+ * `mpiexec -n P`), runs the prompt as one request of the engine (include/dcpvk/engine.h: prefill in
+ * steps of --prefill-chunk tokens, sampling, stop at EOS, streaming text), prints the text as it
+ * comes and the speed summary (human or JSON). See --help. main runs the phases in order: parse
+ * (cli/options.c), read_prompt, open_model (read and validate), open_devices (cli/devices.c),
+ * check_memory, load_weights, build, then generate and report on process 0 while the others follow
+ * its steps (cli/follow.c, as dcp-vk-serve's do), run_free. Under MPI the processes first compare
+ * what they were given (options, model, prompt tokens; cli/world.c), stop together at step
+ * boundaries (signals, a failed write), and a failure during the steps on any process ends every
+ * process (run_world_abort). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "dcpvk/comm.h"
+#include "dcpvk/engine.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
 #include "dcpvk/vk.h"
-#include "run/run.h"
 #include "testmodel/testmodel.h"
 
 static double now_s(void)
@@ -48,8 +51,7 @@ static void fail(const char *prog, const char *what, dcp_status st)
 typedef struct run_app {
     const char *prog;
     run_world world;
-    bool mpi, lead;          /* several processes; this process prints (process 0) */
-    bool lost;               /* a failure the other processes may not see (they wait in a collective) */
+    bool mpi, lead;          /* several processes; this process runs the engine and prints (process 0) */
     run_options o;
     char *prompt_buf;        /* the prompt of -f (owned), or NULL */
     /* open_model */
@@ -59,27 +61,26 @@ typedef struct run_app {
     dcp_tokenizer *tok;
     /* open_devices, load_weights */
     uint32_t first, nl;      /* this process's TP ranks [first, first + nl) */
-    char devices[4096];      /* the device list this process uses, when it makes one */
     dcp_context *ctx;
     const dcp_device_info *info; /* of the first device */
     dcp_model *w;
     double t_load;           /* seconds, the slowest process's */
     /* build */
     dcp_model_state *s;
-    dcp_sampler *smp;
-    dcp_detokenizer *detok;
-    bool greedy;             /* the device argmax picks each token (no logits downloaded) */
     int32_t *prompt;         /* [n_prompt] token ids */
     size_t n_prompt;
+    unsigned decode_flags;   /* DCP_DECODE_* of the generated text */
+    /* generate (process 0) */
+    dcp_engine *eng;
+    run_lead followers;      /* what the other processes report with each step (MPI) */
     int32_t *gen;            /* [n_predict + 1] generated ids */
-    float *logits;           /* [n_vocab] f32 */
-    /* generate */
     uint32_t n_gen;
     char *text;              /* --json: the generated text [text_len] bytes */
     size_t text_len;
     double t_prompt, t_gen;  /* seconds */
     int stopped;             /* why generation stopped early: a signal number, STOP_OUTPUT, or 0 */
     bool out_failed;         /* a write to stdout failed (process 0) */
+    char procs[4096];        /* under MPI, on process 0: which process runs where (pids, hosts) */
 } run_app;
 
 /* generate's stop codes besides signal numbers: a failed write of the output on process 0. */
@@ -164,84 +165,19 @@ static int open_model(run_app *a)
     return DCP_EXIT_OK;
 }
 
-/* This process's TP ranks and their devices: creates the Vulkan context. Every process calls it;
- * they agree on the result. Returns a dcp_exit_code. */
+/* This process's TP ranks and their devices (cli/devices.c, as dcp-vk-serve's): creates the
+ * Vulkan context. Every process calls it; they agree on the result. Returns a dcp_exit_code. */
 static int open_devices(run_app *a)
 {
-    const char *prog = a->prog;
-    const run_options *o = &a->o;
-    int rc;
-    /* This process's TP ranks [first, first + nl): all of them in one process. */
-    a->first = 0;
-    a->nl = o->tp;
-    if ((rc = run_world_agree(&a->world, run_world_split(&a->world, o->tp, o->dcp, &a->first, &a->nl, prog))))
-        return rc;
-    dcp_context_config cc = DCP_CONTEXT_CONFIG_DEFAULT;
-    cc.devices = o->devices;
-    const char *env_devices = getenv("DCP_VK_DEVICES");
-    if (a->mpi && (o->devices || (env_devices && *env_devices))) {
-        int drc = run_world_devices(&a->world, o->devices ? o->devices : env_devices, a->first, a->nl, o->tp,
-                                    a->devices, sizeof a->devices, prog);
-        if ((rc = run_world_agree(&a->world, drc))) return rc;
-        cc.devices = a->devices;
-    } else if (!o->devices && !(env_devices && *env_devices) && o->tp > 1) {
-        /* No device list: TP ranks on logical devices of physical device 0 unless there are enough
-         * physical devices (then one each). */
-        dcp_context *probe = NULL;
-        int phys = 0;
-        if (dcp_context_create(&cc, &probe) == DCP_OK) phys = dcp_context_physical_device_count(probe);
-        dcp_context_destroy(probe);
-        size_t n = 0;
-        for (uint32_t r = 0; r < a->nl; r++)
-            n += (size_t)snprintf(a->devices + n, sizeof a->devices - n, r ? ",%u" : "%u",
-                                  phys >= (int)o->tp ? a->first + r : 0u);
-        cc.devices = a->devices;
-        if (phys < (int)o->tp && a->lead)
-            fprintf(stderr, "%s: %d physical device(s) for %u TP ranks: running the ranks on %u logical devices "
-                            "of physical device 0 (--devices or DCP_VK_DEVICES choose others)\n",
-                    prog, phys, o->tp, o->tp);
-    }
-    int crc = DCP_EXIT_OK;
-    dcp_status st;
-    if ((st = dcp_context_create(&cc, &a->ctx))) {
-        fail(prog, "creating the Vulkan devices", st);
-        crc = st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
-    } else if (dcp_context_device_count(a->ctx) < (int)a->nl) {
-        fprintf(stderr, "%s: --tensor-parallel-size %u needs %u devices; the device list gives %d (--devices or "
-                        "DCP_VK_DEVICES, e.g. 0,0,0,0 for four logical devices on device 0)\n",
-                prog, o->tp, a->nl, dcp_context_device_count(a->ctx));
-        crc = DCP_EXIT_USAGE;
-    }
-    if ((rc = run_world_agree(&a->world, crc))) return rc;
-    a->info = dcp_device_get_info(dcp_context_device(a->ctx, 0));
-    return DCP_EXIT_OK;
-}
-
-/* The run state's configuration from the options. */
-static dcp_model_state_config state_config(const run_options *o)
-{
-    dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    lc.n_ctx = o->ctx;
-    lc.block_size = o->block_size;
-    lc.kv_dtype = DCP_DTYPE_F16;
-    if (!dcp_dtype_parse(o->kv_dtype, &lc.kv_dtype)) lc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
-    lc.max_rows = o->prefill_chunk;
-    lc.interleave = o->interleave;
-    lc.backend = strcmp(o->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
-    return lc;
+    int rc = run_open_devices(&a->world, &a->o, a->prog, a->lead, &a->first, &a->nl, &a->ctx);
+    if (rc == DCP_EXIT_OK) a->info = dcp_device_get_info(dcp_context_device(a->ctx, 0));
+    return rc;
 }
 
 /* The weights' load configuration for this process's ranks (count_only: count, upload nothing). */
 static dcp_model_load_config load_config(run_app *a, dcp_device **devs, bool count_only)
 {
-    dcp_model_load_config lc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    for (uint32_t r = 0; r < a->nl; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
-    lc.devices = devs;
-    lc.count = a->nl;
-    lc.first_rank = a->first;
-    lc.tp = a->o.tp;
-    lc.dcp = a->o.dcp;
-    lc.q_replicate = a->o.q_replicate;
+    dcp_model_load_config lc = run_load_config(&a->o, a->ctx, a->first, a->nl, devs);
     lc.count_only = count_only;
     return lc;
 }
@@ -261,7 +197,7 @@ static int check_memory(run_app *a)
         fail(a->prog, "the model on these devices", st);
         rc = st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     } else {
-        dcp_model_state_config sc = state_config(&a->o);
+        dcp_model_state_config sc = run_state_config(&a->o);
         uint32_t fits = 0;
         if ((st = dcp_model_state_check(counted, &sc, &fits)) != DCP_OK) {
             fail(a->prog, "memory", st);
@@ -305,22 +241,17 @@ static int load_weights(run_app *a)
     return DCP_EXIT_OK;
 }
 
-/* The run state (KV cache, plans, communicators), the sampler, the prompt's tokens, the
- * detokenizer and the host buffers of the generation. Returns a dcp_exit_code. */
+/* The run state (KV cache, plans, communicators), the prompt's tokens and how its continuation is
+ * detokenized. Returns a dcp_exit_code. */
 static int build(run_app *a)
 {
     const char *prog = a->prog;
     const run_options *o = &a->o;
     dcp_status st;
-    dcp_model_state_config lc = state_config(o);
+    dcp_model_state_config lc = run_state_config(o);
     if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
         return st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
-    }
-    dcp_sampler_config sc = {.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed};
-    if ((st = dcp_sampler_create(&sc, a->mc.n_vocab, &a->smp))) {
-        fail(prog, "sampler", st);
-        return DCP_EXIT_USAGE;
     }
     unsigned flags = dcp_tokenizer_wants_bos(a->tok) ? DCP_TOKENIZE_ADD_BOS : 0;
     if ((st = dcp_tokenizer_encode(a->tok, o->prompt, o->prompt_len, flags, &a->prompt, &a->n_prompt))) {
@@ -344,15 +275,7 @@ static int build(run_app *a)
     /* The generated text continues the prompt: keep the leading space of its first piece unless the
      * prompt is only BOS. */
     int32_t bos_id = dcp_tokenizer_bos(a->tok);
-    unsigned dflags = (a->n_prompt > 1 || a->prompt[0] != bos_id) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;
-    if ((st = dcp_detokenizer_create(a->tok, dflags, &a->detok))) {
-        fail(prog, "detokenizer", st);
-        return DCP_EXIT_RUNTIME;
-    }
-    a->gen = malloc((o->n_predict + 1) * sizeof *a->gen);
-    a->logits = malloc((size_t)a->mc.n_vocab * sizeof *a->logits);
-    if (!a->gen || !a->logits) return DCP_EXIT_RUNTIME;
-    a->greedy = dcp_sampler_is_greedy(a->smp);
+    a->decode_flags = (a->n_prompt > 1 || a->prompt[0] != bos_id) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;
     return DCP_EXIT_OK;
 }
 
@@ -363,19 +286,23 @@ static void check_output(run_app *a)
     if (!dcp_cli_stdout_ok()) a->out_failed = true;
 }
 
-/* What runs where (stderr), then the prompt (stdout), before the generation; process 0, text
- * output only. */
+/* What runs where (stderr), then the prompt (stdout), before the generation; process 0. With
+ * --json only the processes (under MPI: which pid is which process, as a launcher that reports a
+ * dead process names its pid). */
 static void print_header(run_app *a)
 {
     const run_options *o = &a->o;
-    if (o->json || !a->lead) return;
-    fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "
-                    "TP %u, DCP %u; KV %s, block %u\n", a->prog, a->model, a->info->name, a->info->driver_name,
-            a->mc.n_layer, a->mc.n_head, a->mc.n_head_kv, a->mc.n_vocab, a->n_prompt, o->tp, o->dcp, o->kv_dtype,
-            o->block_size);
+    if (!a->lead) return;
+    if (!o->json)
+        fprintf(stderr, "%s: %s on %s (%s): %u layers, %u heads / %u KV heads, vocab %u; %zu prompt tokens; "
+                        "TP %u, DCP %u; KV %s, block %u\n", a->prog, a->model, a->info->name, a->info->driver_name,
+                a->mc.n_layer, a->mc.n_head, a->mc.n_head_kv, a->mc.n_vocab, a->n_prompt, o->tp, o->dcp, o->kv_dtype,
+                o->block_size);
     if (a->mpi)
-        fprintf(stderr, "%s: %d MPI processes, %u TP ranks each; process 0 prints\n", a->prog, a->world.nproc,
-                a->nl);
+        fprintf(stderr, "%s: %d MPI processes, %u TP ranks each; process 0 prints; %s\n", a->prog, a->world.nproc,
+                a->nl, a->procs);
+    fflush(stderr);
+    if (o->json) return;
     dcp_cli_put_text(stdout, o->prompt, o->prompt_len); /* the prompt, then the continuation */
     check_output(a);
 }
@@ -405,82 +332,90 @@ static bool emit_piece(run_app *a, const char *piece, size_t len)
     return true;
 }
 
-/* Whether to stop generating, at a step boundary: a signal (SIGINT, SIGTERM) on any process, or a
- * failed write of the output on process 0. Collective under MPI, so that every process stops at
- * the same step. Returns the signal number, STOP_OUTPUT, or 0. */
+/* Whether to stop generating, at a step boundary: a signal (SIGINT, SIGTERM) on this process or
+ * on another (it comes with the last step's plan), or a failed write of the output. Process 0.
+ * Returns the signal number, STOP_OUTPUT, or 0. */
 static int stop_code(const run_app *a)
 {
-    int code = a->out_failed ? STOP_OUTPUT : dcp_cli_stop_signal();
-    if (a->mpi) code = (int)dcp_mpi_max((double)code);
-    return code;
+    if (a->out_failed) return STOP_OUTPUT;
+    int sig = dcp_cli_stop_signal();
+    return sig ? sig : a->followers.stop;
 }
 
-/* Prefills the prompt in one batched forward (its last logits give the first token), then one
- * decode step per further token until n_predict tokens or EOS; streams the text. Stops early at a
- * step boundary when stop_code says so (a->stopped). Collective under MPI. Returns a
- * dcp_exit_code; sets lost for a failure the other processes may not see. */
+/* One event of the request: its token (TOKEN, and FINISHED after a token) and its text. Returns a
+ * dcp_exit_code. */
+static int take_event(run_app *a, const dcp_engine_event *ev)
+{
+    if (ev->token >= 0 && a->n_gen <= a->o.n_predict) a->gen[a->n_gen++] = ev->token;
+    if (!emit_piece(a, ev->text, ev->len)) {
+        fprintf(stderr, "%s: out of host memory for the generated text\n", a->prog);
+        return DCP_EXIT_RUNTIME;
+    }
+    if (ev->kind == DCP_ENGINE_EVENT_FINISHED && ev->finish == DCP_ENGINE_FINISH_ERROR) {
+        fprintf(stderr, "%s: %sgeneration: %s: %s\n", a->prog, a->mpi ? "process 0: " : "",
+                dcp_status_string(ev->status), ev->message);
+        return DCP_EXIT_RUNTIME;
+    }
+    return DCP_EXIT_OK;
+}
+
+/* Process 0: the prompt as one request of the engine, stepped until it finishes (n_predict tokens
+ * or EOS) or stop_code asks to stop (a->stopped; the request is then cancelled at that step
+ * boundary), the text emitted as the events bring it. The first token comes with the prompt's
+ * last step: t_prompt runs until it, t_gen from it to the end. Under MPI the engine sends every
+ * step's plan to the followers first. Returns a dcp_exit_code; a failed step under MPI ends every
+ * process (the followers may be inside it). */
 static int generate(run_app *a)
 {
-    const char *prog = a->prog;
     const run_options *o = &a->o;
-    dcp_status st;
-    if ((a->stopped = stop_code(a))) return DCP_EXIT_OK;
-    double t0 = now_s();
-    int32_t next = -1;
-    /* The prompt in chunks of --prefill-chunk tokens (the state's steps), each a step boundary: the
-     * last chunk's logits give the first token. */
-    for (size_t done = 0; done < a->n_prompt;) {
-        if (done && (a->stopped = stop_code(a))) return DCP_EXIT_OK;
-        uint32_t n = (uint32_t)(a->n_prompt - done < o->prefill_chunk ? a->n_prompt - done : o->prefill_chunk);
-        bool last = done + n == a->n_prompt;
-        if (last && o->n_predict > 0)
-            st = dcp_model_state_forward(a->s, a->prompt + done, n, a->greedy ? NULL : a->logits, &next);
-        else
-            st = dcp_model_state_forward(a->s, a->prompt + done, n, NULL, NULL);
-        if (st) {
-            fail(prog, "prefill", st);
-            a->lost = true;
-            return DCP_EXIT_RUNTIME;
-        }
-        done += n;
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    if (a->mpi) {
+        ec.on_plan = run_plan_broadcast;
+        ec.plan_user = &a->followers;
     }
-    a->t_prompt = now_s() - t0;
-    double t1 = now_s();
-    int32_t eos = dcp_tokenizer_eos(a->tok);
-    while (a->n_gen < o->n_predict) {
-        if ((a->stopped = stop_code(a))) break;
-        if (!a->greedy) next = dcp_sampler_sample(a->smp, a->logits);
-        /* Every process computed the same logits; process 0's choice is the one all feed on. */
-        if (a->mpi && (st = dcp_mpi_bcast(&next, sizeof next, 0))) {
-            fail(prog, "sharing the next token", st);
-            a->lost = true;
-            return DCP_EXIT_RUNTIME;
-        }
-        a->gen[a->n_gen++] = next;
-        if (next == eos) break;
-        const char *piece;
-        size_t len;
-        if ((st = dcp_detokenizer_push(a->detok, next, &piece, &len))) {
-            fail(prog, "detokenizing", st);
-            return DCP_EXIT_RUNTIME;
-        }
-        if (!emit_piece(a, piece, len)) {
-            a->lost = true;
-            return DCP_EXIT_RUNTIME;
-        }
-        if (a->n_gen == o->n_predict) break;
-        if ((st = dcp_model_state_forward(a->s, &next, 1, a->greedy ? NULL : a->logits, &next))) {
-            fail(prog, "decode step", st);
-            a->lost = true;
-            return DCP_EXIT_RUNTIME;
-        }
-    }
-    a->t_gen = now_s() - t1;
-    const char *piece;
-    size_t len;
-    if (dcp_detokenizer_flush(a->detok, &piece, &len) == DCP_OK && !emit_piece(a, piece, len))
+    dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &a->eng);
+    a->gen = malloc((o->n_predict + 1) * sizeof *a->gen);
+    if (st != DCP_OK || !a->gen) {
+        fail(a->prog, "creating the engine", st != DCP_OK ? st : DCP_ERR_OUT_OF_MEMORY);
         return DCP_EXIT_RUNTIME;
-    return DCP_EXIT_OK;
+    }
+    dcp_engine_request rq = DCP_ENGINE_REQUEST_DEFAULT;
+    rq.prompt = a->prompt;
+    rq.n_prompt = (uint32_t)a->n_prompt;
+    rq.max_tokens = o->n_predict;
+    rq.sampling = (dcp_sampler_config){.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed};
+    rq.decode_flags = a->decode_flags;
+    uint64_t id;
+    if ((st = dcp_engine_submit(a->eng, &rq, &id))) {
+        fail(a->prog, "the request", st);
+        return st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_OUT_OF_PAGES ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
+    }
+    const double t0 = now_s();
+    double t1 = t0;
+    bool first = true;
+    int rc = DCP_EXIT_OK;
+    dcp_engine_event ev;
+    while (rc == DCP_EXIT_OK && dcp_engine_busy(a->eng)) {
+        if ((a->stopped = stop_code(a))) {
+            (void)dcp_engine_cancel(a->eng, id);
+            break;
+        }
+        if ((st = dcp_engine_step(a->eng)) && a->mpi) {
+            fail(a->prog, "generation", st);
+            return run_world_abort(&a->world, DCP_EXIT_RUNTIME);
+        }
+        while (dcp_engine_poll(a->eng, &ev) && rc == DCP_EXIT_OK) {
+            if (first && ev.token >= 0) {
+                t1 = now_s();
+                a->t_prompt = t1 - t0;
+                first = false;
+            }
+            rc = take_event(a, &ev);
+        }
+    }
+    while (dcp_engine_poll(a->eng, &ev)) {} /* a cancelled request's FINISHED event */
+    if (!first) a->t_gen = now_s() - t1;
+    return rc;
 }
 
 /* The speed summary: one JSON object on stdout with --json, else a newline after the text and two
@@ -546,12 +481,10 @@ static void report(run_app *a)
 /* Frees whatever the phases made (any of it may be missing). */
 static void run_free(run_app *a)
 {
+    dcp_engine_destroy(a->eng);
     free(a->text);
     free(a->gen);
-    free(a->logits);
     free(a->prompt);
-    dcp_detokenizer_destroy(a->detok);
-    dcp_sampler_destroy(a->smp);
     dcp_model_state_destroy(a->s);
     dcp_model_destroy(a->w);
     dcp_context_destroy(a->ctx);
@@ -560,8 +493,22 @@ static void run_free(run_app *a)
     free(a->prompt_buf);
 }
 
-/* The phases after the options: model, devices, weights, run state, generation, summary. Returns
- * a dcp_exit_code; under MPI the processes agree on it wherever a phase may fail on some only. */
+/* Process 0 after the build: the header, the generation, the summary. Returns a dcp_exit_code. */
+static int lead(run_app *a)
+{
+    print_header(a);
+    int rc = generate(a);
+    if (rc) return rc;
+    report(a);
+    /* A failed write: main's dcp_cli_finish_stdout says so. */
+    if (a->out_failed || a->stopped == STOP_OUTPUT || !dcp_cli_stdout_ok()) return DCP_EXIT_RUNTIME;
+    if (a->stopped > 0) return DCP_EXIT_SIGNAL + a->stopped;
+    return DCP_EXIT_OK;
+}
+
+/* The phases after the options: model, devices, weights, run state, then the generation on
+ * process 0 while the others follow its steps. Returns a dcp_exit_code; under MPI the processes
+ * agree on it wherever a phase may fail on some only, and every process ends with process 0's. */
 static int run_phases(run_app *a)
 {
     int rc;
@@ -575,17 +522,26 @@ static int run_phases(run_app *a)
     if ((rc = open_devices(a))) return rc;
     if ((rc = check_memory(a))) return rc;
     if ((rc = load_weights(a))) return rc;
-    if ((rc = build(a))) return rc;
+    if ((rc = run_world_agree(&a->world, build(a)))) return rc;
     run_field_set(&f[0], "the prompt's tokens", a->prompt, a->n_prompt * sizeof *a->prompt, "%zu tokens, first %d",
                   a->n_prompt, a->prompt[0]);
     if ((rc = run_world_same(&a->world, f, 1, "prompts", a->prog))) return rc;
-    print_header(a);
-    if ((rc = generate(a))) return rc;
-    report(a);
-    /* A failed write: main's dcp_cli_finish_stdout says so on process 0. */
-    if (a->out_failed || a->stopped == STOP_OUTPUT) return DCP_EXIT_RUNTIME;
-    if (a->stopped > 0) return DCP_EXIT_SIGNAL + a->stopped;
-    return DCP_EXIT_OK;
+    if ((rc = run_world_agree(&a->world, run_world_describe(&a->world, a->procs, sizeof a->procs)))) return rc;
+    if ((rc = run_world_agree(&a->world, run_world_watch(&a->world, a->prog)))) {
+        run_world_unwatch();
+        return rc;
+    }
+    if (!a->mpi) return lead(a);
+    /* From here on process 0 runs the engine and the others follow its steps until it says stop
+     * (with its exit code), or a failure on any process ends them all. */
+    if (!a->lead) return run_follow(&a->world, a->s, a->prog, true);
+    rc = lead(a);
+    dcp_status st = run_plan_quit(rc);
+    if (st != DCP_OK) {
+        fail(a->prog, "stopping the other processes", st);
+        return run_world_abort(&a->world, DCP_EXIT_RUNTIME);
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -612,8 +568,6 @@ int main(int argc, char **argv)
     }
     run_quiet(0);
     if (a->lead) rc = dcp_cli_finish_stdout(a->prog, rc);
-    /* After a failure the others may not have seen, leave without MPI_Finalize: the launcher then
-     * ends the whole job instead of leaving the others waiting. */
-    if (!(a->lost && a->mpi)) run_world_finalize(&a->world);
+    run_world_finalize(&a->world);
     return rc;
 }

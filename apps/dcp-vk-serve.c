@@ -15,7 +15,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/vk.h"
 #include "serve/serve.h"
 
@@ -74,14 +74,8 @@ static int open_model(serve_app *a)
 static int load(serve_app *a)
 {
     dcp_device *devs[1024];
-    for (uint32_t r = 0; r < a->nl && r < 1024; r++) devs[r] = dcp_context_device(a->ctx, (int)r);
-    dcp_model_load_config wc = DCP_MODEL_LOAD_CONFIG_DEFAULT;
-    wc.devices = devs;
-    wc.count = a->nl;
-    wc.first_rank = a->first;
-    wc.tp = a->o.run.tp;
-    wc.dcp = a->o.run.dcp;
-    wc.q_replicate = a->o.run.q_replicate;
+    if (a->nl > 1024) return fail(a, "loading the weights", DCP_ERR_INVALID_ARGUMENT);
+    dcp_model_load_config wc = run_load_config(&a->o.run, a->ctx, a->first, a->nl, devs);
     dcp_status st = dcp_model_load(&wc, a->g, &a->mc, &a->m);
     return st ? fail(a, "loading the weights", st) : 0;
 }
@@ -89,17 +83,9 @@ static int load(serve_app *a)
 /* The run state (collective over MPI: it fails on every process or none). */
 static int build_state(serve_app *a)
 {
-    const run_options *r = &a->o.run;
-    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    sc.n_ctx = r->ctx;
+    dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
-    sc.max_rows = r->prefill_chunk;
-    sc.block_size = r->block_size;
-    sc.kv_dtype = DCP_DTYPE_F16;
-    if (!dcp_dtype_parse(r->kv_dtype, &sc.kv_dtype)) sc.kv_dtype = DCP_DTYPE_F16; /* checked by the option parser */
-    sc.interleave = r->interleave;
-    sc.backend = strcmp(r->backend, "ag_rs") == 0 ? DCP_CP_AG_RS : DCP_CP_A2A;
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
 }
@@ -127,27 +113,37 @@ static void chat_setup(serve_app *a, serve_hub *h)
     free(ids);
 }
 
+/* Process 0 under MPI, once, at the end: the followers stop and end with rc. A failure to tell them
+ * ends every process. Returns rc. */
+static int quit(serve_app *a, int rc)
+{
+    if (!a->mpi) return rc;
+    dcp_status st = run_plan_quit(rc);
+    if (st == DCP_OK) return rc;
+    fail(a, "stopping the other processes", st);
+    return run_world_abort(&a->world, DCP_EXIT_RUNTIME);
+}
+
 /* Process 0: the engine, the hub and HTTP until SIGTERM. */
 static int serve(serve_app *a)
 {
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
-    if (a->mpi) ec.on_plan = serve_plan_broadcast;
+    if (a->mpi) ec.on_plan = run_plan_broadcast;
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
         fail(a, "creating the engine", st);
-        if (a->mpi) serve_plan_quit();
-        return DCP_EXIT_RUNTIME;
+        return quit(a, DCP_EXIT_RUNTIME);
     }
     serve_hub h;
     const dcp_model_state_config *sc = dcp_model_state_get_config(a->s);
     if (serve_hub_init(&h, &a->o, a->tok, dcp_model_state_n_ctx(a->s), a->o.run.tp, a->o.run.dcp, sc->kv_pages,
                        sc->max_seqs)) {
         dcp_engine_destroy(e);
-        if (a->mpi) serve_plan_quit();
-        return DCP_EXIT_RUNTIME;
+        return quit(a, DCP_EXIT_RUNTIME);
     }
     h.model_name = a->name;
+    h.lockstep = a->mpi;
     chat_setup(a, &h);
     /* SIGTERM and SIGINT reach this thread only (the server's threads start with them blocked). */
     sigset_t set, old;
@@ -166,6 +162,7 @@ static int serve(serve_app *a)
     /* No listening socket (the address is in use, not this machine's, or not allowed): the
      * --host / --port options, as serve_http_start said. */
     int rc = DCP_EXIT_USAGE;
+    bool step_failed = false; /* under MPI: the processes are out of step */
     if (http) {
         fprintf(stderr,
                 "%s: listening on http://%s:%u (model '%s', TP %u, DCP %u, context %u, %u sequences, %u KV pages "
@@ -173,7 +170,8 @@ static int serve(serve_app *a)
                 a->prog, a->o.host, port, a->name, a->o.run.tp, a->o.run.dcp, h.n_ctx, sc->max_seqs, sc->kv_pages,
                 sc->block_size, dcp_chat_template_name(h.chat));
         fflush(stderr);
-        rc = serve_hub_run(&h, e, &stop_flag, quiesce, http) ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
+        step_failed = serve_hub_run(&h, e, &stop_flag, quiesce, http) != 0;
+        rc = step_failed ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;
         serve_http_stop(http);
         dcp_engine_stats es;
         dcp_engine_get_stats(e, &es);
@@ -181,10 +179,15 @@ static int serve(serve_app *a)
                 (unsigned long long)(es.finished[1] + es.finished[2] + es.finished[3] + es.finished[4]),
                 (unsigned long long)es.generated_tokens, (unsigned long long)es.preemptions);
     }
-    if (a->mpi) serve_plan_quit();
+    if (step_failed && a->mpi) {
+        /* A step failed: the followers may be inside it, so they cannot be told to stop. */
+        fprintf(stderr, "%s: process 0: a step failed with the other processes in it: ending every process\n",
+                a->prog);
+        return run_world_abort(&a->world, rc);
+    }
     dcp_engine_destroy(e);
     serve_hub_free(&h);
-    return rc;
+    return quit(a, rc);
 }
 
 /* One process only: a SIGTERM or SIGINT before serving ends the start-up between its phases. */
@@ -242,7 +245,17 @@ int main(int argc, char **argv)
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
     }
-    rc = a.lead ? serve(&a) : serve_follow(a.s, a.prog, a.world.proc);
+    /* Which pid is which process (a launcher that reports a dead process names its pid). */
+    char procs[4096];
+    if ((rc = run_world_agree(&a.world, run_world_describe(&a.world, procs, sizeof procs)))) goto done;
+    if ((rc = run_world_agree(&a.world, run_world_watch(&a.world, a.prog)))) {
+        run_world_unwatch();
+        goto done;
+    }
+    if (a.mpi && a.lead)
+        fprintf(stderr, "%s: %d MPI processes: %s; process 0 serves, the others follow its steps\n", a.prog,
+                a.world.nproc, procs);
+    rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.prog, false);
 done:
     app_free(&a);
 finish:

@@ -27,7 +27,7 @@ extern uint64_t dcp_fuzz_loader_counted, dcp_fuzz_loader_loaded;
 void dcp_fuzz_loader_done(void);
 
 /* Option parsers (options_fuzz_target.c): the bytes split at NUL into arguments, given to
- * dcp-vk-run's run_parse (messages silenced) and to the strict number parsers of apps/common/cli.h,
+ * dcp-vk-run's run_parse (messages silenced) and to the strict number parsers of apps/cli/cli.h,
  * whose results are checked against a reference reading of the same text. */
 int dcp_fuzz_options(const uint8_t *data, size_t size);
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "more_fuzz_targets.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 enum { MAX_ARGS = 48 };
 

@@ -46,7 +46,7 @@ set_tests_properties(dcp_vk_gguf_make_model PROPERTIES PASS_REGULAR_EXPRESSION "
 # deterministic mutations (fuzz/more_fuzz_targets.h).
 dcp_test(test_fuzz_smoke SOURCES test_fuzz_smoke.c test_gguf_util.c ${CMAKE_SOURCE_DIR}/fuzz/tokenizers_fuzz_target.c
          ${CMAKE_SOURCE_DIR}/fuzz/loader_fuzz_target.c ${CMAKE_SOURCE_DIR}/fuzz/options_fuzz_target.c
-         ${CMAKE_SOURCE_DIR}/apps/common/cli.c ${CMAKE_SOURCE_DIR}/apps/run/options.c ${CMAKE_SOURCE_DIR}/apps/run/world.c
+         ${CMAKE_SOURCE_DIR}/apps/cli/cli.c ${CMAKE_SOURCE_DIR}/apps/cli/options.c ${CMAKE_SOURCE_DIR}/apps/cli/world.c
          ENV "DCP_VK_DEVICES=0,0" TIMEOUT 300 LABELS gguf)
 if(TARGET test_fuzz_smoke)
   target_include_directories(test_fuzz_smoke PRIVATE ${CMAKE_SOURCE_DIR}/fuzz ${CMAKE_SOURCE_DIR}/apps)

@@ -17,6 +17,14 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   dcp_test(test_harden_mpi EXE test_harden ARGS mpi ${CMAKE_BINARY_DIR} ${MPIEXEC_EXECUTABLE} TIMEOUT 300)
   set_tests_properties(test_harden_mpi PROPERTIES PROCESSORS 2)
 endif()
+# MPI processes that fail (issue 16): a process killed mid-generation or mid-request, or failing at
+# load, ends every process of the job within seconds, exit non-zero, naming the process and the cause
+# (dcp-vk-run and dcp-vk-serve under mpiexec -n 2; tests/test_mpi_fail.c).
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE AND TARGET dcp-vk-serve)
+  dcp_test(test_mpi_fail SOURCES test_mpi_fail.c ARGS ${MPIEXEC_EXECUTABLE} ${CMAKE_BINARY_DIR} TIMEOUT 600)
+  add_dependencies(test_mpi_fail dcp-vk-run dcp-vk-serve)
+  set_tests_properties(test_mpi_fail PROPERTIES PROCESSORS 2)
+endif()
 # dcp-vk-bench capacity counts with the placement rule; the count equals the page allocator's.
 dcp_test(test_capacity SOURCES test_capacity.c TIMEOUT 60)
 # Inputs that once ran for minutes and grew to gigabytes: answered at once now (a timeout of 10 s

@@ -1075,7 +1075,7 @@ static void test_key_and_no_template(void **state)
 {
     (void)state;
     server s;
-    const char *args[] = {"--api-key", "sesame", "-c", "128", "--max-seqs", "1", "--max-queued", "0",
+    const char *args[] = {"--api-key", "sesame", "-c", "2048", "--max-seqs", "1", "--max-queued", "0",
                           "--max-prompt-tokens", "16", NULL};
     server_start(&s, args);
     char *resp;
@@ -1104,14 +1104,15 @@ static void test_key_and_no_template(void **state)
     assert_non_null(strstr(resp, "at most 16"));
     assert_non_null(strstr(resp, "\"code\":\"context_length_exceeded\""));
     free(resp);
-    /* One slot and no queue: while a request runs, another gets 429. */
+    /* One slot and no queue: while a request runs, another gets 429. The running one is long (2000
+     * tokens, seconds even on a fast machine) so that it still runs when the second comes. */
     char url[128], *out = tmp_path("sse");
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", s.port);
     fflush(NULL);
     pid_t runner = fork();
     if (runner == 0) {
         execlp("curl", "curl", "-sN", "-o", out, "-H", "Authorization: Bearer sesame", "-d",
-               "{\"prompt\": \"Once\", \"max_tokens\": 100, \"ignore_eos\": true, \"stream\": true}", url, (char *)NULL);
+               "{\"prompt\": \"Once\", \"max_tokens\": 2000, \"ignore_eos\": true, \"stream\": true}", url, (char *)NULL);
         _exit(127);
     }
     const double t0 = now_s();

@@ -1,6 +1,11 @@
 /* dcp-vk-bench attn: paged flash-decoding step time and KV read rate, with the same device's
  * streaming-read shader and vkCmdCopyBuffer rates measured in the same run as yardsticks.
- * Sequences are spread over the devices (sequence b on device b % devices). */
+ * Sequences are spread over the devices (sequence b on device b % devices). Two kinds of attention
+ * share the setup, the timed steps, the yardsticks and the check against the CPU reference: GQA
+ * (K and V pages, query heads over KV heads) and, with --mla, MLA's latent decode (every head
+ * against one K-only latent cache, rows of kv_lora + rope; the two kinds of include/dcpvk/attn.h,
+ * DeepSeek's shape by default: 512 + 64, 16 heads per rank, V3's 128 at TP 8). --dcp runs the DCP
+ * step instead (attn_dcp.c). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -8,23 +13,35 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
 #include "ref/kv_ref.h"
+#include "ref/mla_ref.h"
 #include "ref/ref.h"
 
+typedef enum attn_kind {
+    ATTN_GQA = 0, /* query heads over KV heads, K and V pages */
+    ATTN_MLA = 1, /* --mla: every head against one latent cache, K-only pages */
+} attn_kind;
+
 typedef struct attn_opts {
-    uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters;
+    attn_kind kind;
+    uint32_t ctx, batch, q_heads, kv_heads, head_dim, page_size, iters; /* MLA: q_heads per rank */
     dcp_dtype dtype;
     bool verify, json;
     const char *devices;
+    uint32_t kv_lora, rope; /* MLA: row = kv_lora + rope values, O has kv_lora */
+    float scale;            /* MLA softmax scale; 0: 1/sqrt(192) (GQA: 1/sqrt(head_dim)) */
     dcp_bench_dcp_opts dcp; /* --dcp and its options (apps/bench/attn_dcp.c) */
-    dcp_bench_mla_opts mla; /* --mla and its options (apps/bench/attn_mla.c) */
     int q_heads_set;        /* --q-heads given */
 } attn_opts;
+
+/* Values per cache row (the K row of a head, or the latent row) and per output row. */
+static uint32_t row_values(const attn_opts *o) { return o->kind == ATTN_MLA ? o->kv_lora + o->rope : o->head_dim; }
+static uint32_t out_values(const attn_opts *o) { return o->kind == ATTN_MLA ? o->kv_lora : o->head_dim; }
 
 static void usage(FILE *f)
 {
@@ -62,11 +79,9 @@ static int parse(int argc, char **argv, attn_opts *o)
 {
     static const char *const dtypes[] = {"f32", "f16", "q8_0", NULL};
     const char *p = "dcp-vk-bench attn";
-    *o = (attn_opts){4096, 1, 32, 8, 128, 16, 5, DCP_DTYPE_F16, false, false, NULL, {0}, {0}, 0};
+    *o = (attn_opts){.kind = ATTN_GQA, .ctx = 4096, .batch = 1, .q_heads = 32, .kv_heads = 8, .head_dim = 128,
+                     .page_size = 16, .iters = 5, .dtype = DCP_DTYPE_F16, .kv_lora = 512, .rope = 64};
     o->dcp.interleave = 1;
-    o->mla.kv_lora = 512;
-    o->mla.rope = 64;
-    o->mla.scale = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int ok = 1;
@@ -102,15 +117,15 @@ static int parse(int argc, char **argv, attn_opts *o)
             ok = k >= 0;
             if (ok) o->dcp.transport = k; /* dcp_transport order */
         } else if (strcmp(a, "--q-replicate") == 0) o->dcp.q_replicate = true;
-        else if (strcmp(a, "--mla") == 0) o->mla.mla = 1;
-        U32("--kv-lora", mla.kv_lora, 4, 1020);
-        U32("--rope", mla.rope, 4, 1020);
+        else if (strcmp(a, "--mla") == 0) o->kind = ATTN_MLA;
+        U32("--kv-lora", kv_lora, 4, 1020);
+        U32("--rope", rope, 4, 1020);
         else if (strcmp(a, "--scale") == 0) {
             v = dcp_cli_value(p, argc, argv, &i);
             char *end = NULL;
             double x = v ? strtod(v, &end) : 0.0;
             ok = v && end && !*end && x > 0 && isfinite(x);
-            if (ok) o->mla.scale = (float)x;
+            if (ok) o->scale = (float)x;
             else if (v) fprintf(stderr, "%s: --scale '%s' is not a positive number\n", p, v);
         }
         else if (strcmp(a, "--json") == 0) o->json = true;
@@ -121,18 +136,19 @@ static int parse(int argc, char **argv, attn_opts *o)
 #undef U32
         if (!ok) return -1;
     }
-    if (o->mla.mla) {
+    if (o->kind == ATTN_MLA) {
         if (o->dcp.dcp) {
             fprintf(stderr, "%s: --mla with --dcp is not available yet (the MLA DCP step comes with the deepseek2 "
                     "graph); measure one rank's latent decode with --mla alone\n", p);
             return -1;
         }
-        if (o->mla.kv_lora % 4 || o->mla.rope % 4 || o->mla.kv_lora + o->mla.rope > DCP_KV_MAX_HEAD_DIM) {
+        if (o->kv_lora % 4 || o->rope % 4 || o->kv_lora + o->rope > DCP_KV_MAX_HEAD_DIM) {
             fprintf(stderr, "%s: --kv-lora %u and --rope %u must be multiples of 4 summing to at most %d\n", p,
-                    o->mla.kv_lora, o->mla.rope, DCP_KV_MAX_HEAD_DIM);
+                    o->kv_lora, o->rope, DCP_KV_MAX_HEAD_DIM);
             return -1;
         }
         if (!o->q_heads_set) o->q_heads = 16;
+        if (o->scale == 0.0f) o->scale = 1.0f / sqrtf(192.0f);
         return 0;
     }
     if (o->q_heads % o->kv_heads) {
@@ -186,10 +202,35 @@ typedef struct share {
     double *ns;
 } share;
 
+/* The KV pool of a share of n sequences of ctx tokens (num_pages pages). */
+static dcp_kv_pool_config pool_config(const attn_opts *o, uint32_t num_pages)
+{
+    if (o->kind == ATTN_MLA)
+        return (dcp_kv_pool_config){.kv_heads = 1, .head_dim = row_values(o), .page_size = o->page_size,
+                                    .dtype = o->dtype, .num_pages = num_pages, .k_only = 1};
+    return (dcp_kv_pool_config){.kv_heads = o->kv_heads, .head_dim = o->head_dim, .page_size = o->page_size,
+                                .dtype = o->dtype, .num_pages = num_pages};
+}
+
+/* The decode plan of a share of n sequences: the kind's shapes. */
+static dcp_decode_config decode_config(const attn_opts *o, uint32_t n, uint32_t max_blocks)
+{
+    dcp_decode_config c = DCP_DECODE_CONFIG_DEFAULT;
+    c.kind = o->kind == ATTN_MLA ? DCP_DECODE_LATENT : DCP_DECODE_GQA;
+    c.batch = n;
+    c.q_heads = o->q_heads;
+    c.max_blocks = max_blocks;
+    if (o->kind == ATTN_MLA) {
+        c.latent = o->kv_lora;
+        c.scale = o->scale;
+    }
+    return c;
+}
+
 static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uint64_t seed)
 {
     dcp_status st = DCP_OK;
-    const uint32_t P = o->page_size, D = o->head_dim;
+    const uint32_t P = o->page_size, D = row_values(o), DV = out_values(o);
     for (uint32_t b = 0; b < o->batch; b++)
         if ((int)(b % (uint32_t)ndev) == d) s->n++;
     if (!s->n) return DCP_OK;
@@ -198,8 +239,10 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
     s->num_pages = s->n * s->max_blocks;
     s->lengths = malloc(s->n * sizeof *s->lengths);
     s->bt = malloc((size_t)s->n * s->max_blocks * sizeof *s->bt);
-    uint64_t page_elems = 2ull * o->kv_heads * P * D;
-    s->pages = malloc(s->num_pages * (page_elems / D) * dcp_kv_row_bytes(o->dtype, D));
+    const dcp_kv_pool_config pc = pool_config(o, s->num_pages);
+    /* rows of a page: K and V of every KV head (GQA), the latent rows (MLA) */
+    const uint64_t page_rows = (uint64_t)(pc.k_only ? 1 : 2) * pc.kv_heads * P, page_elems = page_rows * D;
+    s->pages = malloc(s->num_pages * page_rows * dcp_kv_row_bytes(o->dtype, D));
     uint64_t rows = (uint64_t)s->n * o->q_heads;
     s->q = malloc(rows * D * sizeof(float));
     if (!s->lengths || !s->bt || !s->pages || !s->q)
@@ -219,7 +262,7 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
         float *x = malloc(D * sizeof *x);
         if (!x) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "bench: out of host memory");
         const uint64_t rw = dcp_kv_row_bytes(o->dtype, D) / 4;
-        for (uint64_t r = 0; r < s->num_pages * (page_elems / D); r++) {
+        for (uint64_t r = 0; r < s->num_pages * page_rows; r++) {
             dcp_bench_fill_random(x, D, DCP_DTYPE_F32, seed + r);
             dcp_ref_q8_0_quantize_row(x, D, (uint32_t *)s->pages + r * rw);
         }
@@ -229,18 +272,13 @@ static dcp_status share_setup(share *s, const attn_opts *o, int d, int ndev, uin
     }
     dcp_bench_fill_random(s->q, rows * D, DCP_DTYPE_F32, seed + 1);
 
-    dcp_kv_pool_config pc = {.kv_heads = o->kv_heads, .head_dim = D, .page_size = P, .dtype = o->dtype,
-                             .num_pages = s->num_pages};
     DCP_TRY(dcp_kv_pool_create(s->dev, &pc, &s->pool));
     DCP_TRY(dcp_kv_pool_write_pages(s->pool, 0, s->num_pages, s->pages));
-    dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-    dc.batch = s->n;
-    dc.q_heads = o->q_heads;
-    dc.max_blocks = s->max_blocks;
+    const dcp_decode_config dc = decode_config(o, s->n, s->max_blocks);
     DCP_TRY(dcp_decode_plan_create(s->pool, &dc, &s->plan));
     DCP_TRY(dcp_decode_plan_set(s->plan, s->lengths, s->bt));
     DCP_TRY(dcp_buffer_create(s->dev, rows * D * 4, DCP_MEMORY_DEVICE, &s->qb));
-    DCP_TRY(dcp_buffer_create(s->dev, rows * D * 4, DCP_MEMORY_DEVICE, &s->ob));
+    DCP_TRY(dcp_buffer_create(s->dev, rows * DV * 4, DCP_MEMORY_DEVICE, &s->ob));
     DCP_TRY(dcp_buffer_create(s->dev, rows * 4, DCP_MEMORY_DEVICE, &s->lb));
     DCP_TRY(dcp_buffer_upload(s->qb, 0, s->q, rows * D * 4));
     DCP_TRY(dcp_cmd_create(s->dev, &s->cmd));
@@ -273,23 +311,30 @@ static void share_free(share *s)
     free(s->ns);
 }
 
-/* Compares a share's result with the reference; returns the number of mismatches. */
+/* Compares a share's result with the double-precision reference; returns the number of mismatches. */
 static uint64_t share_verify(share *s, const attn_opts *o, double *max_o, double *max_lse)
 {
-    uint64_t rows = (uint64_t)s->n * o->q_heads, bad = 0;
-    float *o_gpu = malloc(rows * o->head_dim * 4), *l_gpu = malloc(rows * 4);
-    float *o_ref = malloc(rows * o->head_dim * 4), *l_ref = malloc(rows * 4);
-    dcp_status st = dcp_buffer_download(s->ob, 0, o_gpu, rows * o->head_dim * 4);
+    const uint64_t rows = (uint64_t)s->n * o->q_heads, DV = out_values(o);
+    uint64_t bad = 0;
+    float *o_gpu = malloc(rows * DV * 4), *l_gpu = malloc(rows * 4);
+    float *o_ref = malloc(rows * DV * 4), *l_ref = malloc(rows * 4);
+    dcp_status st = dcp_buffer_download(s->ob, 0, o_gpu, rows * DV * 4);
     if (st == DCP_OK) st = dcp_buffer_download(s->lb, 0, l_gpu, rows * 4);
     if (st != DCP_OK) {
-        dcp_cli_report("dcp-vk-bench attn", "reading results", st);
+        dcp_cli_report(o->kind == ATTN_MLA ? "dcp-vk-bench attn --mla" : "dcp-vk-bench attn", "reading results", st);
         bad = 1;
     } else {
-        dcp_ref_decode_args ra = {s->n, o->q_heads, o->kv_heads, o->head_dim, o->page_size, s->max_blocks,
-                                  1.0f / sqrtf((float)o->head_dim), o->dtype, s->pages, s->q, s->lengths,
-                                  s->bt, o_ref, l_ref};
-        dcp_ref_paged_decode(&ra);
-        for (uint64_t i = 0; i < rows * o->head_dim; i++) {
+        if (o->kind == ATTN_MLA) {
+            dcp_ref_mla_decode_args ra = {s->n, o->q_heads, row_values(o), o->kv_lora, o->page_size, s->max_blocks,
+                                          o->scale, o->dtype, s->pages, s->q, s->lengths, s->bt, o_ref, l_ref};
+            dcp_ref_mla_decode(&ra);
+        } else {
+            dcp_ref_decode_args ra = {s->n, o->q_heads, o->kv_heads, o->head_dim, o->page_size, s->max_blocks,
+                                      1.0f / sqrtf((float)o->head_dim), o->dtype, s->pages, s->q, s->lengths,
+                                      s->bt, o_ref, l_ref};
+            dcp_ref_paged_decode(&ra);
+        }
+        for (uint64_t i = 0; i < rows * DV; i++) {
             double e = fabs((double)o_gpu[i] - o_ref[i]);
             if (!(e <= 1e-4)) bad++;
             if (e > *max_o || e != e) *max_o = e;
@@ -336,44 +381,129 @@ static void attn_need(void *user, uint32_t ctx, dcp_bench_need *need)
         if (!max_blocks) max_blocks = 1;
         uint64_t pages = n * max_blocks;
         if (pages > UINT32_MAX) pages = UINT32_MAX; /* the pool refuses that many below */
-        dcp_kv_pool_config pc = {.kv_heads = o->kv_heads, .head_dim = o->head_dim, .page_size = o->page_size,
-                                  .dtype = o->dtype, .num_pages = (uint32_t)pages};
-        dcp_decode_config dc = DCP_DECODE_CONFIG_DEFAULT;
-        dc.batch = n;
-        dc.q_heads = o->q_heads;
-        dc.max_blocks = (uint32_t)max_blocks;
+        const dcp_kv_pool_config pc = pool_config(o, (uint32_t)pages);
         uint64_t pool, seg, plan, plan_largest;
         dcp_status st = dcp_kv_pool_bytes(dev, &pc, &pool, &seg);
+        const dcp_decode_config dc = decode_config(o, n, (uint32_t)max_blocks);
         if (st == DCP_OK) st = dcp_decode_plan_bytes(&pc, &dc, ctx, &plan, &plan_largest);
         if (st != DCP_OK) {
             need->status = st;
             snprintf(need->error, sizeof need->error, "%s", dcp_last_error());
             return;
         }
-        const uint64_t rows = (uint64_t)n * o->q_heads, qo = rows * o->head_dim * 4;
-        need->device[d] = pool + plan + 2 * qo + rows * 4 + dcp_device_staging_bytes(dev, seg > qo ? seg : qo);
+        const uint64_t rows = (uint64_t)n * o->q_heads, q = rows * row_values(o) * 4, out = rows * out_values(o) * 4;
+        const uint64_t qo = q > out ? q : out;
+        need->device[d] = pool + plan + q + out + rows * 4 + dcp_device_staging_bytes(dev, seg > qo ? seg : qo);
         need->largest[d] = seg > plan_largest ? seg : plan_largest;
         if (qo > need->largest[d]) need->largest[d] = qo;
-        need->host += pool + (uint64_t)n * max_blocks * 4 + qo;
+        need->host += pool + (uint64_t)n * max_blocks * 4 + q;
     }
+}
+
+/* What one run measured, for the report. */
+typedef struct attn_result {
+    const dcp_device_info *info; /* device 0's */
+    int ndev;
+    double step, step_min;       /* ns: median and fastest step */
+    uint64_t kv_bytes;           /* cache bytes one step reads */
+    double rate, per_dev;        /* bytes/s: all devices, per physical device */
+    dcp_bench_yardsticks y;
+    uint64_t bad;                /* --verify mismatches */
+    double max_o, max_lse;
+} attn_result;
+
+static void report_gqa(const attn_opts *o, const share *sh, const attn_result *r)
+{
+    const dcp_bench_yardsticks *y = &r->y;
+    if (o->json) {
+        printf("{\"bench\": \"attn\", \"device\": ");
+        dcp_cli_json_string(stdout, r->info->name, strlen(r->info->name));
+        printf(", \"devices\": %d, \"ctx\": %u, \"batch\": %u, "
+               "\"q_heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, \"kv_dtype\": \"%s\", "
+               "\"iters\": %u, \"chunks\": %u, \"step_ms\": %.4f, \"step_min_ms\": %.4f, \"kv_bytes\": %llu, \"kv_read_gbps\": %.4f, "
+               "\"stream_read_gbps\": %.4f, \"stream_read_u32_gbps\": %.4f, \"copy_gbps\": %.4f, "
+               "\"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, \"ratio_vs_copy\": %.4f",
+               r->ndev, o->ctx, o->batch, o->q_heads, o->kv_heads, o->head_dim, o->page_size,
+               dcp_dtype_name(o->dtype), o->iters, dcp_decode_plan_chunks(sh[0].plan), r->step * 1e-6,
+               r->step_min * 1e-6, (unsigned long long)r->kv_bytes, r->rate * 1e-9, y->stream_read_bps * 1e-9,
+               y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9, r->per_dev / y->stream_read_bps,
+               r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
+        if (o->verify)
+            printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g",
+                   r->bad ? "FAIL" : "ok", r->max_o, r->max_lse);
+        printf("}\n");
+        return;
+    }
+    printf("attn: %s x%d, ctx %u, batch %u, heads %u/%u, head dim %u, page %u, %s KV, %u chunk(s)/seq\n",
+           r->info->name, r->ndev, o->ctx, o->batch, o->q_heads, o->kv_heads, o->head_dim, o->page_size,
+           dcp_dtype_name(o->dtype), dcp_decode_plan_chunks(sh[0].plan));
+    printf("  step (median of %u, GPU timestamps): %.3f ms\n", o->iters, r->step * 1e-6);
+    printf("  KV read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per physical device)\n",
+           (double)r->kv_bytes / (1 << 20), r->rate * 1e-9, r->per_dev * 1e-9);
+    printf("  yardsticks on device 0: streaming-read shader %.3f GB/s (16-byte loads), %.3f GB/s "
+           "(4-byte loads), vkCmdCopyBuffer %.3f GB/s\n",
+           y->stream_read_bps * 1e-9, y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9);
+    printf("  ratio: %.2f of the streaming-read shader (16-byte loads), %.2f (4-byte loads), %.2f of "
+           "vkCmdCopyBuffer\n",
+           r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
+    if (o->verify) printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", r->bad ? "FAIL" : "ok", r->max_o, r->max_lse);
+}
+
+static void report_mla(const attn_opts *o, const share *sh, const attn_result *r)
+{
+    const dcp_bench_yardsticks *y = &r->y;
+    const uint32_t DK = row_values(o);
+    /* Attention arithmetic: per token and head, DK multiply-adds for the score and kv_lora for O. */
+    const double flops = 2.0 * o->batch * (double)o->ctx * o->q_heads * (DK + o->kv_lora);
+    const uint32_t hg = dcp_decode_plan_heads_per_group(sh[0].plan);
+    if (o->json) {
+        printf("{\"bench\": \"attn_mla\", \"device\": ");
+        dcp_cli_json_string(stdout, r->info->name, strlen(r->info->name));
+        printf(", \"devices\": %d, \"ctx\": %u, \"batch\": %u, \"heads\": %u, \"kv_lora\": %u, \"rope\": %u, "
+               "\"page_size\": %u, \"kv_dtype\": \"%s\", \"iters\": %u, \"heads_per_workgroup\": %u, \"chunks\": %u, "
+               "\"chunk_tokens\": %u, \"step_ms\": %.4f, \"step_min_ms\": %.4f, \"kv_bytes\": %llu, "
+               "\"kv_read_gbps\": %.4f, \"gflops\": %.4f, \"stream_read_gbps\": %.4f, \"stream_read_u32_gbps\": %.4f, "
+               "\"copy_gbps\": %.4f, \"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, "
+               "\"ratio_vs_copy\": %.4f",
+               r->ndev, o->ctx, o->batch, o->q_heads, o->kv_lora, o->rope, o->page_size, dcp_dtype_name(o->dtype),
+               o->iters, hg, dcp_decode_plan_chunks(sh[0].plan), dcp_decode_plan_chunk_tokens(sh[0].plan),
+               r->step * 1e-6, r->step_min * 1e-6, (unsigned long long)r->kv_bytes, r->rate * 1e-9, flops / r->step,
+               y->stream_read_bps * 1e-9, y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9,
+               r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps, r->per_dev / y->copy_bps);
+        if (o->verify)
+            printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g", r->bad ? "FAIL" : "ok",
+                   r->max_o, r->max_lse);
+        printf("}\n");
+        return;
+    }
+    printf("attn --mla: %s x%d, ctx %u, batch %u, %u heads, rows %u (kv_lora %u + rope %u), page %u, %s cache\n",
+           r->info->name, r->ndev, o->ctx, o->batch, o->q_heads, DK, o->kv_lora, o->rope, o->page_size,
+           dcp_dtype_name(o->dtype));
+    printf("  plan: %u heads per workgroup (each row read %u time(s) per step), %u chunk(s) of %u tokens per "
+           "sequence\n", hg, o->q_heads / hg, dcp_decode_plan_chunks(sh[0].plan),
+           dcp_decode_plan_chunk_tokens(sh[0].plan));
+    printf("  step (median of %u, GPU timestamps): %.3f ms (fastest %.3f ms), %.2f GFLOP/s\n", o->iters,
+           r->step * 1e-6, r->step_min * 1e-6, flops / r->step);
+    printf("  latent cache read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per physical device)\n",
+           (double)r->kv_bytes / (1 << 20), r->rate * 1e-9, r->per_dev * 1e-9);
+    printf("  yardsticks on device 0: streaming-read shader %.3f GB/s (16-byte loads), %.3f GB/s (4-byte loads), "
+           "vkCmdCopyBuffer %.3f GB/s\n", y->stream_read_bps * 1e-9, y->stream_read_u32_bps * 1e-9, y->copy_bps * 1e-9);
+    printf("  ratio: %.3f of the streaming-read shader (16-byte loads), %.3f (4-byte loads), %.3f of "
+           "vkCmdCopyBuffer\n", r->per_dev / y->stream_read_bps, r->per_dev / y->stream_read_u32_bps,
+           r->per_dev / y->copy_bps);
+    if (o->verify) printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", r->bad ? "FAIL" : "ok", r->max_o, r->max_lse);
 }
 
 int dcp_bench_attn(int argc, char **argv)
 {
-    const char *prog = "dcp-vk-bench attn";
     attn_opts o;
     int pr = parse(argc, argv, &o);
     if (pr) return pr > 0 ? DCP_EXIT_OK : DCP_EXIT_USAGE;
-    if (o.dtype == DCP_DTYPE_Q8_0 && (o.mla.mla || o.dcp.dcp)) {
-        fprintf(stderr, "%s: --kv-dtype q8_0 is measured on the single-device GQA decode only (not with --mla or "
-                        "--dcp; the model runs it under DCP: dcp-vk-run --kv-dtype q8_0)\n", prog);
+    const char *prog = o.kind == ATTN_MLA ? "dcp-vk-bench attn --mla" : "dcp-vk-bench attn";
+    if (o.dtype == DCP_DTYPE_Q8_0 && (o.kind == ATTN_MLA || o.dcp.dcp)) {
+        fprintf(stderr, "dcp-vk-bench attn: --kv-dtype q8_0 is measured on the single-device GQA decode only (not with "
+                        "--mla or --dcp; the model runs it under DCP: dcp-vk-run --kv-dtype q8_0)\n");
         return DCP_EXIT_USAGE;
-    }
-    if (o.mla.mla) {
-        dcp_bench_mla_opts m = o.mla;
-        m.ctx = o.ctx, m.batch = o.batch, m.heads = o.q_heads, m.page_size = o.page_size, m.iters = o.iters;
-        m.dtype = o.dtype, m.verify = o.verify, m.json = o.json, m.devices = o.devices;
-        return dcp_bench_attn_mla(&m);
     }
     if (o.dcp.dcp) {
         dcp_bench_dcp_opts d = o.dcp;
@@ -400,9 +530,10 @@ int dcp_bench_attn(int argc, char **argv)
     }
     share *sh = calloc((size_t)ndev, sizeof *sh);
     int rc = DCP_EXIT_OK;
+    const uint64_t seed = o.kind == ATTN_MLA ? 2000 : 1000;
     for (int d = 0; d < ndev && st == DCP_OK; d++) {
         sh[d].dev = dcp_context_device(ctx, d);
-        st = share_setup(&sh[d], &o, d, ndev, 1000 + (uint64_t)d);
+        st = share_setup(&sh[d], &o, d, ndev, seed + (uint64_t)d);
     }
     if (st != DCP_OK) {
         dcp_cli_report(prog, "setting up", st);
@@ -431,15 +562,15 @@ int dcp_bench_attn(int argc, char **argv)
         free(step_ns);
         goto done;
     }
-    double step_min = step_ns[0];
+    attn_result r = {.info = dcp_device_get_info(sh[0].dev), .ndev = ndev, .step_min = step_ns[0]};
     for (uint32_t i = 1; i < o.iters; i++)
-        if (step_ns[i] < step_min) step_min = step_ns[i];
-    double step = dcp_bench_median(step_ns, (int)o.iters);
+        if (step_ns[i] < r.step_min) r.step_min = step_ns[i];
+    r.step = dcp_bench_median(step_ns, (int)o.iters);
     free(step_ns);
-    uint64_t kv_bytes = (uint64_t)o.batch * o.ctx * o.kv_heads * 2 * dcp_kv_row_bytes(o.dtype, o.head_dim);
-    double rate = (double)kv_bytes / (step * 1e-9);
-    dcp_bench_yardsticks y = {0};
-    if (dcp_bench_measure_yardsticks(sh[0].dev, 3, &y)) {
+    r.kv_bytes = (uint64_t)o.batch * o.ctx * (o.kind == ATTN_MLA ? 1 : o.kv_heads * 2) *
+                 dcp_kv_row_bytes(o.dtype, row_values(&o));
+    r.rate = (double)r.kv_bytes / (r.step * 1e-9);
+    if (dcp_bench_measure_yardsticks(sh[0].dev, 3, &r.y)) {
         rc = DCP_EXIT_RUNTIME;
         goto done;
     }
@@ -454,49 +585,15 @@ int dcp_bench_attn(int argc, char **argv)
                 seen = 1;
         if (sh[d].n && !seen) physical++;
     }
-    double per_dev_rate = rate / (physical ? physical : 1);
-    double max_o = 0, max_lse = 0;
-    uint64_t bad = 0;
+    r.per_dev = r.rate / (physical ? physical : 1);
     if (o.verify)
         for (int d = 0; d < ndev; d++)
-            if (sh[d].n) bad += share_verify(&sh[d], &o, &max_o, &max_lse);
-    const dcp_device_info *info = dcp_device_get_info(sh[0].dev);
-    if (o.json) {
-        printf("{\"bench\": \"attn\", \"device\": ");
-        dcp_cli_json_string(stdout, info->name, strlen(info->name));
-        printf(", \"devices\": %d, \"ctx\": %u, \"batch\": %u, "
-               "\"q_heads\": %u, \"kv_heads\": %u, \"head_dim\": %u, \"page_size\": %u, \"kv_dtype\": \"%s\", "
-               "\"iters\": %u, \"chunks\": %u, \"step_ms\": %.4f, \"step_min_ms\": %.4f, \"kv_bytes\": %llu, \"kv_read_gbps\": %.4f, "
-               "\"stream_read_gbps\": %.4f, \"stream_read_u32_gbps\": %.4f, \"copy_gbps\": %.4f, "
-               "\"ratio_vs_stream_read\": %.4f, \"ratio_vs_stream_read_u32\": %.4f, \"ratio_vs_copy\": %.4f",
-               ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
-               dcp_dtype_name(o.dtype), o.iters, dcp_decode_plan_chunks(sh[0].plan), step * 1e-6,
-               step_min * 1e-6, (unsigned long long)kv_bytes, rate * 1e-9, y.stream_read_bps * 1e-9, y.stream_read_u32_bps * 1e-9,
-               y.copy_bps * 1e-9, per_dev_rate / y.stream_read_bps, per_dev_rate / y.stream_read_u32_bps,
-               per_dev_rate / y.copy_bps);
-        if (o.verify)
-            printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g",
-                   bad ? "FAIL" : "ok", max_o, max_lse);
-        printf("}\n");
-    } else {
-        printf("attn: %s x%d, ctx %u, batch %u, heads %u/%u, head dim %u, page %u, %s KV, %u chunk(s)/seq\n",
-               info->name, ndev, o.ctx, o.batch, o.q_heads, o.kv_heads, o.head_dim, o.page_size,
-               dcp_dtype_name(o.dtype), dcp_decode_plan_chunks(sh[0].plan));
-        printf("  step (median of %u, GPU timestamps): %.3f ms\n", o.iters, step * 1e-6);
-        printf("  KV read: %.1f MiB per step, %.3f GB/s (%.3f GB/s per physical device)\n",
-               (double)kv_bytes / (1 << 20), rate * 1e-9, per_dev_rate * 1e-9);
-        printf("  yardsticks on device 0: streaming-read shader %.3f GB/s (16-byte loads), %.3f GB/s "
-               "(4-byte loads), vkCmdCopyBuffer %.3f GB/s\n",
-               y.stream_read_bps * 1e-9, y.stream_read_u32_bps * 1e-9, y.copy_bps * 1e-9);
-        printf("  ratio: %.2f of the streaming-read shader (16-byte loads), %.2f (4-byte loads), %.2f of "
-               "vkCmdCopyBuffer\n",
-               per_dev_rate / y.stream_read_bps, per_dev_rate / y.stream_read_u32_bps, per_dev_rate / y.copy_bps);
-        if (o.verify)
-            printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", bad ? "FAIL" : "ok", max_o, max_lse);
-    }
-    if (bad) {
+            if (sh[d].n) r.bad += share_verify(&sh[d], &o, &r.max_o, &r.max_lse);
+    if (o.kind == ATTN_MLA) report_mla(&o, sh, &r);
+    else report_gqa(&o, sh, &r);
+    if (r.bad) {
         fprintf(stderr, "%s: --verify: %llu value(s) differ from the CPU reference beyond tolerance\n", prog,
-                (unsigned long long)bad);
+                (unsigned long long)r.bad);
         rc = DCP_EXIT_RUNTIME;
     }
 done:

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "common/splitmix.h"
 #include "comm/put.h"

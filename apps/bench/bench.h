@@ -8,6 +8,8 @@
 
 #include "dcpvk/vk.h"
 
+/* dcp-vk-bench attn (apps/bench/attn.c): paged decode attention, GQA or (--mla) MLA's latent
+ * decode, on each device; with --dcp the DCP step (attn_dcp.c). */
 int dcp_bench_attn(int argc, char **argv);
 /* dcp-vk-bench comm (apps/bench/comm.c): exchange latency and bandwidth per collective and transport,
  * and a model decode step split into compute and exchange. */
@@ -35,19 +37,6 @@ typedef struct dcp_bench_dcp_opts {
 } dcp_bench_dcp_opts;
 
 int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o);
-
-/* dcp-vk-bench attn --mla (apps/bench/attn_mla.c): MLA's latent decode on each device. */
-typedef struct dcp_bench_mla_opts {
-    int mla;                 /* 1: an MLA run */
-    uint32_t kv_lora, rope;  /* row = kv_lora + rope values */
-    float scale;             /* softmax scale; 0: 1/sqrt(192) */
-    uint32_t ctx, batch, heads, page_size, iters;
-    int dtype;               /* dcp_dtype of the latent cache */
-    int verify, json;
-    const char *devices;
-} dcp_bench_mla_opts;
-
-int dcp_bench_attn_mla(const dcp_bench_mla_opts *o);
 
 /* Fills n elements of dtype t (dcp_dtype f32 or f16) with deterministic values in (-1, 1). */
 void dcp_bench_fill_random(void *dst, uint64_t n, int t, uint64_t seed);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/kv.h"
 

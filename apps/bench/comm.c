@@ -23,7 +23,7 @@
 #include "attn/cp_internal.h"
 #include "bench/bench.h"
 #include "comm/put.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/gguf.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "dcpvk/gguf.h"
 #include "ops/ops_params.h"
 #include "dcpvk/ops.h"

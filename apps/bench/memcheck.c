@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 
 static const char *human(char *buf, size_t cap, uint64_t v)
 {

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "common/error.h"
 #include "vk/yardstick.h"
 

@@ -234,7 +234,7 @@ int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*o
         pthread_mutex_lock(&h->mu);
         if (st != DCP_OK) {
             fprintf(stderr, "dcp-vk-serve: a step failed: %s: %s\n", dcp_status_string(st), dcp_last_error());
-            if (st == DCP_ERR_MPI) { /* the processes are out of step: end */
+            if (st == DCP_ERR_MPI || h->lockstep) { /* the processes are out of step: end */
                 rc = 1;
                 route_events(h, e);
                 break;

@@ -1,5 +1,5 @@
 /* dcp-vk-serve options: its own (listening, limits, API key) are taken out here; every other option
- * goes to dcp-vk-run's parser (run/options.c), so the model, TP/DCP, device and KV options are the
+ * goes to dcp-vk-run's parser (cli/options.c), so the model, TP/DCP, device and KV options are the
  * same in both apps. */
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
 #include "serve/serve.h"
 
 static int quiet_msgs;

@@ -8,12 +8,12 @@
  * resume it, and the worker writes the response (JSON, or server-sent events) without ever waiting
  * on the engine. A watcher thread closes connections that do not deliver a request in time and
  * notices clients that leave while their request waits. The hub's one mutex guards everything the
- * sides share. Under mpiexec the other processes run serve/follow.c: they apply every step the
- * engine plans, broadcast by process 0.
+ * sides share. Under mpiexec the other processes run the follower (cli/follow.c, shared with
+ * dcp-vk-run): they apply every step the engine plans, broadcast by process 0.
  *
- * Files: options.c (options, shared with dcp-vk-run through run/), api.c (OpenAI JSON in and out),
- * chat prompts through include/dcpvk/chat.h, http.c (routes, limits, streaming), hub.c (engine loop,
- * metrics), follow.c (MPI). */
+ * Files: options.c (serve's options; the model, parallel and device options are dcp-vk-run's, in
+ * cli/), api.c (OpenAI JSON in and out), chat prompts through include/dcpvk/chat.h, http.c (routes,
+ * limits, streaming), hub.c (engine loop, metrics). */
 #ifndef DCP_APPS_SERVE_H
 #define DCP_APPS_SERVE_H
 
@@ -25,7 +25,7 @@
 #include "dcpvk/chat.h"
 #include "dcpvk/engine.h"
 #include "dcpvk/tokenizer.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 /* ---- options (serve/options.c) ---------------------------------------------------------------- */
 
@@ -131,6 +131,7 @@ typedef struct serve_hub {
     const char *chat_why;       /* why, when unknown */
     int32_t chat_eot;           /* the chat template's end-of-turn token, or -1 */
     uint32_t n_ctx, max_prompt, max_tokens_limit, tp, dcp, kv_pages, max_seqs;
+    bool lockstep;              /* other processes run every step (MPI): a failed step ends the loop */
     /* shared */
     serve_req **incoming;       /* made, not yet submitted */
     size_t n_incoming, cap_incoming;
@@ -162,7 +163,7 @@ int serve_hub_submit(serve_hub *h, serve_req *r);
 /* Runs the engine loop until a stop (*stop_flag set by SIGTERM) has been served: stops taking
  * requests, lets those in flight finish for up to shutdown_timeout seconds, cancels the rest, and
  * returns once every response has been written. Returns 0, or 1 when a step failed in a way that
- * leaves the processes out of step (MPI). */
+ * leaves the processes out of step (an MPI error; any failure with lockstep). */
 int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*on_stopping)(void *), void *user);
 
 /* Prometheus text of the metrics (malloc'd; NULL when out of memory). */
@@ -218,14 +219,5 @@ const char *serve_api_finish_reason(dcp_engine_finish f);
 /* GET /v1/models, and GET /v1/models/{id} of the served model (malloc'd). */
 char *serve_api_models(const serve_hub *h);
 char *serve_api_model(const serve_hub *h);
-
-/* ---- MPI (serve/follow.c) ---------------------------------------------------------------------- */
-
-/* dcp_engine_config.on_plan of process 0 under MPI: broadcasts the plan. */
-dcp_status serve_plan_broadcast(void *user, const dcp_engine_plan *plan);
-/* Tells the followers to stop (process 0, once, at the end). */
-void serve_plan_quit(void);
-/* The other processes: apply every broadcast plan to s until process 0 says stop. Returns 0 or 1. */
-int serve_follow(dcp_model_state *s, const char *prog, int proc);
 
 #endif

@@ -139,7 +139,10 @@ dcp_status dcp_comm_all_reduce(const dcp_comm_buf *send, const dcp_comm_buf *rec
 
 /* MPI helpers for apps and tests, so that only the transport includes mpi.h. dcp_mpi_init calls
  * MPI_Init (once) and returns this process's rank and the world size; DCP_ERR_UNSUPPORTED when
- * built without MPI. dcp_mpi_finalize calls MPI_Finalize; dcp_mpi_barrier MPI_Barrier. */
+ * built without MPI. It sets MPI_ERRORS_RETURN on MPI_COMM_WORLD (inherited by the communicators
+ * split from it), so that an MPI failure (a process that died) comes back as DCP_ERR_MPI with
+ * MPI's message instead of ending the process inside the library. dcp_mpi_finalize calls
+ * MPI_Finalize; dcp_mpi_barrier MPI_Barrier. */
 dcp_status dcp_mpi_init(int *argc, char ***argv, int *rank, int *size);
 void dcp_mpi_finalize(void);
 void dcp_mpi_barrier(void);
@@ -153,6 +156,16 @@ dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root);
  * process whose data has not come yet sleeps sleep_us microseconds between checks instead of
  * spinning in MPI (MPICH polls at full speed). Every process of the broadcast calls this variant. */
 dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us);
+/* In place, vals [n] becomes the element-wise maximum over every process of MPI_COMM_WORLD, waiting
+ * like dcp_mpi_bcast_idle (sleep_us between checks). Every process calls it with the same n. A
+ * step plan goes from process 0 to the others this way while the others' reports (a stop signal)
+ * come back in the same exchange. DCP_OK without MPI running. */
+dcp_status dcp_mpi_max_u32_idle(uint32_t *vals, uint32_t n, uint32_t sleep_us);
+/* Ends every process of the MPI job with exit status code (MPI_Abort on MPI_COMM_WORLD), for an
+ * app that met a failure the other processes cannot see (they may be waiting for it in a
+ * collective) and has printed why. The library itself never calls it. Returns only when MPI is
+ * not running (or not built); the caller then exits itself. */
+void dcp_mpi_abort(int code);
 
 #ifdef __cplusplus
 }

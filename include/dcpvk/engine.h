@@ -136,7 +136,10 @@ typedef struct dcp_engine_event {
     dcp_engine_event_kind kind;
     uint64_t id;               /* the request */
     void *user;                /* its dcp_engine_request.user */
-    int32_t token;             /* TOKEN: the id generated; FINISHED: -1 */
+    int32_t token;             /* TOKEN: the id generated; FINISHED: the token that ended the request
+                                * (EOS, a stop token, the one completing a stop string, the
+                                * max_tokens-th), or -1 when it ended without one (cancelled, an
+                                * error of the step, max_tokens 0) */
     const char *text;          /* text released by this event, UTF-8, [len] bytes (not NUL-terminated
                                 * when len is 0 it may be NULL): TOKEN: the new text that can no longer
                                 * be part of a stop string (possibly empty: held back, or half a

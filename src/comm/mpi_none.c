@@ -33,6 +33,8 @@ void dcp_mpi_barrier(void) {}
 double dcp_mpi_max(double x) { return x; }
 dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root) { return DCP_OK; }
 dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us) { return DCP_OK; }
+dcp_status dcp_mpi_max_u32_idle(uint32_t *vals, uint32_t n, uint32_t sleep_us) { return DCP_OK; }
+void dcp_mpi_abort(int code) {}
 /* Without MPI every communicator is one process: no pair's copier is the net, so put.c never
  * calls this. */
 dcp_status dcp_comm_net_move(dcp_comm *c, dcp_coll kind, uint64_t slot)

@@ -212,6 +212,8 @@ dcp_status dcp_mpi_init(int *argc, char ***argv, int *rank, int *size)
     MPI_Initialized(&inited);
     dcp_status st = DCP_OK;
     if (!inited) st = mpi_check(MPI_Init(argc, argv), "MPI_Init");
+    /* Failures come back as codes (DCP_ERR_MPI): MPI's default handler would end the process. */
+    if (st == DCP_OK) st = mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     if (st == DCP_OK) st = mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, rank), "MPI_Comm_rank");
     if (st == DCP_OK) st = mpi_check(MPI_Comm_size(MPI_COMM_WORLD, size), "MPI_Comm_size");
     return st;
@@ -268,6 +270,34 @@ dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sle
         if (st != DCP_OK || done) return st;
         nanosleep(&nap, NULL);
     }
+}
+
+dcp_status dcp_mpi_max_u32_idle(uint32_t *vals, uint32_t n, uint32_t sleep_us)
+{
+    int inited = 0, done = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&done);
+    if (!inited || done) return DCP_OK;
+    if (n > INT_MAX) return dcp_fail(DCP_ERR_MPI, "MPI reduction of %u values exceeds INT_MAX", n);
+    MPI_Request req;
+    dcp_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, vals, (int)n, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD, &req),
+                              "MPI_Iallreduce");
+    if (st != DCP_OK) return st;
+    const struct timespec nap = {(time_t)(sleep_us / 1000000u), (long)(sleep_us % 1000000u) * 1000L};
+    for (;;) {
+        int flag = 0;
+        st = mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (st != DCP_OK || flag) return st;
+        nanosleep(&nap, NULL);
+    }
+}
+
+void dcp_mpi_abort(int code)
+{
+    int inited = 0, done = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&done);
+    if (inited && !done) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 /* ---- packing the blocks of mpi pairs (src/comm/put.c's host part) ------------------------- */

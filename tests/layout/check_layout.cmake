@@ -8,7 +8,7 @@
 #                  anything of src/kernels/);
 #   mpi-one-file   only src/comm/mpi_transport.c includes <mpi.h> (src/, include/, apps/);
 #   public-only    src/engine/ uses only include/dcpvk/ (and src/common/'s status plumbing); the
-#                  apps dcp-vk-run, -serve, -gguf and -info (their mains, apps/run/, apps/serve/ and
+#                  apps dcp-vk-run, -serve, -gguf and -info (their mains, apps/serve/ and
 #                  the apps' shared code) use only include/dcpvk/ and the apps' own code;
 #                  dcp-vk-run and dcp-vk-gguf also the test-model library (testmodel/testmodel.h);
 #   lib-sources    src/ref/, src/testmodel/ (and apps/, tests/) never build into libdcpvk, and its

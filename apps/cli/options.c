@@ -7,13 +7,13 @@
 #include <string.h>
 
 #include "dcpvk/dtype.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 static FILE *diag(void) { return dcp_cli_diag(); }
 
 void run_quiet(int quiet) { dcp_cli_quiet(quiet != 0); }
 
-/* Option values through the strict parsers of apps/common/cli.c: 0 or DCP_EXIT_USAGE. */
+/* Option values through the strict parsers of cli/cli.c: 0 or DCP_EXIT_USAGE. */
 static int parse_u32(const char *prog, const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out)
 {
     return dcp_cli_u32(prog, name, v, min, max, out) ? DCP_EXIT_OK : DCP_EXIT_USAGE;
@@ -48,7 +48,8 @@ void run_print_help(const char *prog)
            "  -f, --file FILE                      read the prompt from FILE (- : standard input; under\n"
            "                                       mpiexec process 0 reads it and sends it to the\n"
            "                                       others); a prompt with NUL bytes is refused\n"
-           "  -n, --n-predict N                    tokens to generate (default 64); stops at EOS\n"
+           "  -n, --n-predict N                    tokens to generate (default 64); stops at EOS; 0:\n"
+           "                                       none (the prompt is not run)\n"
            "      --temp T                         sampling temperature, 0 = greedy (default 0.8)\n"
            "      --top-k K                        keep the K most likely tokens, 0 = all (default 40)\n"
            "      --top-p P                        nucleus sampling mass in (0, 1] (default 0.95)\n"
@@ -82,8 +83,10 @@ void run_print_help(const char *prog)
            "Under `mpiexec -n P` the TP ranks spread over the processes, T / P each (e.g. -n T: one\n"
            "each); process k holds ranks [k T/P, (k+1) T/P) on entries [k T/P, (k+1) T/P) of the\n"
            "device list, or all on its one entry. The TP all-reduces run over MPI_COMM_WORLD and a\n"
-           "DCP group spread over processes over an MPI sub-communicator. Process 0 prints the text\n"
-           "and the summary; every process checks the configuration and exits with the same code.\n"
+           "DCP group spread over processes over an MPI sub-communicator. Process 0 runs the engine,\n"
+           "sends each step to the others and prints the text and the summary; every process checks\n"
+           "the configuration and exits with the same code. A process that fails or dies during the\n"
+           "generation ends every process (exit non-zero), naming it and the cause.\n"
            "Before any exchange the processes compare their options (all but --devices), the\n"
            "model's shape and the prompt's tokens with process 0's: a difference is named with the\n"
            "processes that differ, exit 2.\n",

@@ -1,4 +1,7 @@
-/* dcp-vk-run: options, their defaults and their validation (vLLM's TP/DCP rules). */
+/* What the apps that run a model (dcp-vk-run, dcp-vk-serve) share: dcp-vk-run's options, their
+ * defaults and their validation (vLLM's TP/DCP rules; serve parses them too), the processes of an
+ * MPI launch (cli/world.c), the devices of this process's TP ranks (cli/devices.c) and the step
+ * follower of the processes other than 0 (cli/follow.c). */
 #ifndef DCP_APPS_RUN_H
 #define DCP_APPS_RUN_H
 
@@ -6,9 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/cli.h"
+#include "cli/cli.h"
+#include "dcpvk/engine.h"
+#include "dcpvk/model.h"
+#include "dcpvk/vk.h"
 
-/* Exit codes: dcp_exit_code of apps/common/cli.h. */
+/* Exit codes: dcp_exit_code of cli/cli.h. */
 
 typedef struct run_options {
     const char *model;        /* -m: GGUF path; NULL: the project's generated test model */
@@ -51,7 +57,7 @@ int run_validate(const run_options *o, uint32_t q_heads, uint32_t kv_heads, cons
 /* quiet 1: run_parse and run_validate print nothing (MPI processes other than 0); 0: to stderr. */
 void run_quiet(int quiet);
 
-/* ---- processes of an MPI launch (run/world.c) ---------------------------------------------- */
+/* ---- processes of an MPI launch (cli/world.c) ---------------------------------------------- */
 
 typedef struct run_world {
     int nproc, proc; /* MPI world size and this process's rank (1, 0 without a launcher) */
@@ -62,6 +68,25 @@ typedef struct run_world {
  * else one process. Returns 0 or DCP_EXIT_RUNTIME after printing why. */
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog);
 void run_world_finalize(const run_world *w);
+/* After a failure on this process that the others cannot see (they may be waiting for it in a
+ * collective, or about to): ends every process of the launch with exit status rc (MPI_Abort; the
+ * launcher reports it). Say why first, naming the process. With one process it returns rc. */
+int run_world_abort(const run_world *w, int rc);
+/* Collective: which process runs where, for messages (a launcher that reports a dead process names
+ * its pid): "process 0 pid 1234 on node1, process 1 pid 1235 on node1" into out on process 0
+ * (empty on the others). Also notes the other processes of this node for run_world_watch.
+ * Returns 0 or DCP_EXIT_RUNTIME. */
+int run_world_describe(const run_world *w, char *out, size_t cap);
+/* After run_world_describe: a thread that checks every 200 ms that the other processes of this
+ * node still run. When one has ended (killed, crashed, or gone without telling the others) while
+ * this one goes on, the others may wait for it in a collective forever (a launcher that does not
+ * end the job when one process dies: mpiexec -disable-auto-cleanup, a rank wrapped in a script):
+ * the watch says which process ended and ends this one (exit DCP_EXIT_RUNTIME). Processes on other
+ * nodes are left to the launcher and to MPI's errors. Returns 0 or DCP_EXIT_RUNTIME. */
+int run_world_watch(const run_world *w, const char *prog);
+/* Stops the watch: this process and the others are ending together (run_plan_quit and run_follow
+ * call it between their last two exchanges, so that no process ends while another still watches). */
+void run_world_unwatch(void);
 /* The largest rc over the processes (usage 2 beats runtime 1 beats ok 0): every process calls it at
  * the same points, so that all stop together. rc itself with one process. */
 int run_world_agree(const run_world *w, int rc);
@@ -75,7 +100,7 @@ int run_world_split(const run_world *w, uint32_t tp, uint32_t dcp, uint32_t *fir
 int run_world_devices(const run_world *w, const char *list, uint32_t first, uint32_t count, uint32_t tp,
                       char *out, size_t cap, const char *prog);
 
-/* ---- devices of this process's TP ranks (run/devices.c) ------------------------------------- */
+/* ---- devices of this process's TP ranks (cli/devices.c) ------------------------------------- */
 
 struct dcp_context;
 /* This process's TP ranks [*first, *first + *count) (run_world_split) and the Vulkan context that
@@ -83,9 +108,19 @@ struct dcp_context;
  * else one device per rank when there are enough physical devices, else logical devices of device
  * 0 (said on stderr when lead). Every process calls it; they agree on the result. Returns 0 or an
  * exit code after printing why (DCP_EXIT_USAGE for a bad device list). Shared by the apps that
- * load a model (dcp-vk-serve; dcp-vk-run keeps its own copy until its phases use it). */
+ * load a model (dcp-vk-run, dcp-vk-serve). */
 int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
                      uint32_t *count, struct dcp_context **ctx);
+/* ---- the library's configurations from the options (cli/configs.c) -------------------------- */
+
+/* The run state's: -c, --block-size, --kv-dtype, --prefill-chunk (rows per step),
+ * --cp-kv-cache-interleave-size, --dcp-comm-backend; one sequence slot (serve sets its own). */
+dcp_model_state_config run_state_config(const run_options *o);
+/* The weights' load onto this process's TP ranks [first, first + count) of ctx's devices; devs
+ * [count] receives the devices (the config points to it, so it must outlive the load). */
+dcp_model_load_config run_load_config(const run_options *o, struct dcp_context *ctx, uint32_t first, uint32_t count,
+                                      dcp_device **devs);
+
 /* Values every process of one run must have alike (options, the model's shape, the prompt's
  * tokens): a name for messages, a hash of the value's bytes, and the value as shown. */
 typedef struct run_field {
@@ -109,5 +144,26 @@ int run_world_same(const run_world *w, const run_field *fields, uint32_t n, cons
 /* Collective: process 0's bytes *buf [*len] to every process (the others' *buf is replaced by a
  * malloc'd copy, NUL-terminated, which they free). Returns 0 or DCP_EXIT_RUNTIME. */
 int run_world_bcast_bytes(const run_world *w, char **buf, size_t *len, const char *prog);
+
+/* ---- the step follower under MPI (cli/follow.c) --------------------------------------------- */
+
+/* What process 0's engine learns from the followers with each plan. */
+typedef struct run_lead {
+    int stop; /* the largest stop signal (SIGINT, SIGTERM) a follower reported; 0: none */
+} run_lead;
+
+/* dcp_engine_config.on_plan of process 0 under MPI: sends the plan to the followers; user is a
+ * run_lead (their reports are noted there) or NULL. */
+dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan);
+/* Process 0, once, at the end: tells the followers to stop; they return code (so that every
+ * process ends with the same exit code). The watch (run_world_watch) ends here, between the stop
+ * and one last exchange, on every process. */
+dcp_status run_plan_quit(int code);
+/* The processes other than 0: apply every plan of process 0 to s until it says stop; returns the
+ * exit code it gave. With report_signals, a stop signal this process caught (dcp_cli_catch_signals)
+ * goes back to process 0 with the next plan. A failure here (a plan that does not run, an MPI
+ * error) is said, naming this process and the cause, and ends every process (run_world_abort):
+ * process 0 may be waiting for this one inside a step. */
+int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool report_signals);
 
 #endif

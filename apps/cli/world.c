@@ -1,12 +1,21 @@
-/* dcp-vk-run under an MPI launcher (`mpiexec -n P`): which process this is, the devices of its TP
- * ranks, and one exit code agreed by every process, so that none is left waiting in a collective. */
+/* The model apps (dcp-vk-run, dcp-vk-serve) under an MPI launcher (`mpiexec -n P`): which process
+ * this is, the devices of its TP ranks, one exit code agreed by every process at each phase, so
+ * that none is left waiting in a collective, and the end of every process after a failure that
+ * the others cannot see (run_world_abort). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
+#include "cli/run.h"
 #include "dcpvk/comm.h"
-#include "run/run.h"
 
 int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 {
@@ -33,6 +42,127 @@ int run_world_init(int *argc, char ***argv, run_world *w, const char *prog)
 void run_world_finalize(const run_world *w)
 {
     if (w->mpi) dcp_mpi_finalize();
+}
+
+int run_world_abort(const run_world *w, int rc)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (w->nproc > 1) dcp_mpi_abort(rc);
+    return rc;
+}
+
+/* The other processes of this node, as run_world_describe found them, for the watch. */
+enum { WATCH_MAX = 1024, WATCH_PERIOD_MS = 200 };
+static struct {
+    int count;
+    int proc[WATCH_MAX];
+    pid_t pid[WATCH_MAX];
+    char host[64];
+    const char *prog;
+    int me;
+    atomic_int off; /* run_world_unwatch: the processes end together now */
+} watch;
+
+/* Whether pid is a live process (a zombie, dead but not yet reaped by its launcher, is not). */
+static bool alive(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true; /* no /proc: kill() said it exists */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close = strrchr(buf, ')'); /* "pid (name) S ..." */
+    return !(close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X'));
+}
+
+int run_world_describe(const run_world *w, char *out, size_t cap)
+{
+    if (cap) out[0] = 0;
+    watch.count = 0;
+    if (w->nproc < 2) return DCP_EXIT_OK;
+    char host[60] = {0};
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+    /* One broadcast from each process: its pid and host name. */
+    size_t k = 0;
+    for (int p = 0; p < w->nproc; p++) {
+        struct {
+            int32_t pid;
+            char host[60];
+        } them = {0, {0}};
+        if (p == w->proc) {
+            them.pid = (int32_t)getpid();
+            memcpy(them.host, host, sizeof them.host);
+        }
+        dcp_status st = dcp_mpi_bcast(&them, sizeof them, p);
+        if (st != DCP_OK) return DCP_EXIT_RUNTIME;
+        them.host[sizeof them.host - 1] = 0;
+        if (w->proc == 0 && k < cap) {
+            int m = snprintf(out + k, cap - k, "%sprocess %d pid %d on %s", p ? ", " : "", p, (int)them.pid, them.host);
+            if (m > 0) k += (size_t)m < cap - k ? (size_t)m : cap - k - 1;
+        }
+        /* Watched: the others of this host that this process can see (a process of another pid
+         * namespace with the same host name is not). */
+        if (p != w->proc && strcmp(them.host, host) == 0 && watch.count < WATCH_MAX && alive((pid_t)them.pid)) {
+            watch.proc[watch.count] = p;
+            watch.pid[watch.count++] = (pid_t)them.pid;
+        }
+    }
+    snprintf(watch.host, sizeof watch.host, "%s", host);
+    return DCP_EXIT_OK;
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    const struct timespec period = {0, WATCH_PERIOD_MS * 1000000L};
+    for (;;) {
+        nanosleep(&period, NULL);
+        for (int i = 0; i < watch.count; i++) {
+            if (alive(watch.pid[i]) || atomic_load(&watch.off)) continue;
+            /* The others may wait for it in a collective that never ends: say so and end this one
+             * (every process of the node does the same; the launcher ends the rest). */
+            char msg[512];
+            int n = snprintf(msg, sizeof msg,
+                             "%s: process %d: process %d (pid %d on %s) is gone (killed, crashed or ended alone) "
+                             "while the others wait for it: ending process %d too (exit %d)\n",
+                             watch.prog, watch.me, watch.proc[i], (int)watch.pid[i], watch.host, watch.me,
+                             DCP_EXIT_RUNTIME);
+            if (n > 0) (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+            _exit(DCP_EXIT_RUNTIME);
+        }
+    }
+    return NULL;
+}
+
+void run_world_unwatch(void) { atomic_store(&watch.off, 1); }
+
+int run_world_watch(const run_world *w, const char *prog)
+{
+    atomic_store(&watch.off, 0);
+    if (w->nproc < 2 || watch.count == 0) return DCP_EXIT_OK;
+    watch.prog = prog;
+    watch.me = w->proc;
+    pthread_attr_t at;
+    pthread_t t;
+    sigset_t all, old;
+    /* The watch takes no signal (SIGINT and SIGTERM stay the main thread's). */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&t, &at, watch_main, NULL);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e) {
+        fprintf(stderr, "%s: process %d: cannot start the watch of the other processes: %s\n", prog, w->proc,
+                strerror(e));
+        return DCP_EXIT_RUNTIME;
+    }
+    return DCP_EXIT_OK;
 }
 
 int run_world_agree(const run_world *w, int rc)

@@ -1,6 +1,6 @@
 /* Command-line helpers shared by the apps. */
 #define _GNU_SOURCE /* dladdr */
-#include "common/cli.h"
+#include "cli/cli.h"
 
 #include <dlfcn.h>
 #include <errno.h>

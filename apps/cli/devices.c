@@ -1,10 +1,10 @@
-/* The devices of this process's TP ranks (run/run.h run_open_devices): the rank split over the MPI
+/* The devices of this process's TP ranks (cli/run.h run_open_devices): the rank split over the MPI
  * processes, the device list, and the Vulkan context, agreed by every process. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "dcpvk/vk.h"
-#include "run/run.h"
+#include "cli/run.h"
 
 int run_open_devices(const run_world *w, const run_options *o, const char *prog, int lead, uint32_t *first,
                      uint32_t *count, dcp_context **ctx)
@@ -40,7 +40,11 @@ int run_open_devices(const run_world *w, const run_options *o, const char *prog,
     int crc = 0;
     dcp_status st = dcp_context_create(&cc, ctx);
     if (st != DCP_OK) {
-        fprintf(stderr, "%s: creating the Vulkan devices: %s: %s\n", prog, dcp_status_string(st), dcp_last_error());
+        if (w->nproc > 1)
+            fprintf(stderr, "%s: process %d: creating the Vulkan devices: %s: %s\n", prog, w->proc,
+                    dcp_status_string(st), dcp_last_error());
+        else
+            fprintf(stderr, "%s: creating the Vulkan devices: %s: %s\n", prog, dcp_status_string(st), dcp_last_error());
         crc = st == DCP_ERR_INVALID_ARGUMENT ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     } else if (dcp_context_device_count(*ctx) < (int)*count) {
         fprintf(stderr, "%s: --tensor-parallel-size %u needs %u devices; the device list gives %d (--devices or "
