@@ -80,17 +80,18 @@ install_node_client() {
 }
 
 # The shaders (shaders/*.comp) of which no pipeline appears in the dispatch log $1 (written by
-# DCP_VK_DISPATCH_LOG): src/vk/pipelines.def names each pipeline's SPIR-V symbol and
-# shaders/shaders.cmake each symbol's source. Prints them; fails if there is one.
+# DCP_VK_DISPATCH_LOG, one kernel id a line): src/kernels/kernels.def names each kernel's shader;
+# a DCP_KERNEL_WEIGHTS entry OP logs as OP_<weight type>. Prints them; fails if there is one.
 uncovered_shaders() {
     awk 'FNR == 1 { file++ }
-         file == 1 && /^dcp_shader\(/ { sym = $1; sub(/^dcp_shader\(/, "", sym); s = $2; sub(/\)$/, "", s)
-                                        source[sym] = s; shader[s] = 1 }
-         file == 2 && /^DCP_PIPELINE\(/ { l = $0; sub(/^DCP_PIPELINE\(/, "", l); split(l, f, / *, */)
-                                          of[f[1]] = source[f[2]] }
-         file == 3 { seen[of[$1]] = 1 }
-         END { for (s in shader) if (!(s in seen)) { print s; bad = 1 }; exit bad }' \
-        "$here/shaders/shaders.cmake" "$here/src/vk/pipelines.def" "$1"
+         file == 1 && /^DCP_KERNEL(_KV|_WEIGHTS)?\(/ {
+             l = $0; w = (l ~ /^DCP_KERNEL_WEIGHTS\(/); sub(/^DCP_KERNEL[A-Z_]*\(/, "", l); split(l, f, / *, */)
+             shader[f[2]] = 1; if (w) weighted[f[1]] = f[2]; else of[f[1]] = f[2] }
+         file == 2 { if ($1 in of) seen[of[$1]] = 1
+                     else for (op in weighted) if (index($1, op "_") == 1) seen[weighted[op]] = 1 }
+         END { n = 0; for (s in shader) n++; if (n == 0) { print "(no kernels read)"; exit 1 }
+               for (s in shader) if (!(s in seen)) { print s ".comp"; bad = 1 }; exit bad }' \
+        "$here/src/kernels/kernels.def" "$1"
 }
 
 install_packages

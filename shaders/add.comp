@@ -4,7 +4,7 @@
 // the stand-alone kernel.
 // ADD_ROWS: y[t][i] += b[i] (dcp_add_rows_params): a bias added to every token row, in place.
 #extension GL_GOOGLE_include_directive : require
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

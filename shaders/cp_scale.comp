@@ -5,7 +5,7 @@
 // so that a reduce-scatter (sum) over the ranks yields the exact merged O of each rank's heads.
 // Also writes lse_out[b][hl] = LSE_global of this rank's own heads.
 #extension GL_GOOGLE_include_directive : require
-#include "attn/cp_params.h"
+#include "kernels/cp_params.h"
 #include "dcp_math.glsl"
 
 layout(constant_id = 0) const uint WG = 64;

@@ -7,7 +7,7 @@
 // float(((i * DCP_FMA_CHAINS + j) * 2654435761) >> 16) / 32768 - 1, exact in f32 (the reference,
 // dcp_ref_fma_peak in src/ref/yardstick_ref.c, starts from the same values).
 #extension GL_GOOGLE_include_directive : require
-#include "vk/yardstick_params.h"
+#include "kernels/yardstick_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

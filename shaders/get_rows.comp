@@ -3,7 +3,7 @@
 // weights.glsl (block-quantized rows dequantized unit by unit), y f32. One workgroup per token;
 // an id outside [0, n_rows) gives a zero row.
 #extension GL_GOOGLE_include_directive : require
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

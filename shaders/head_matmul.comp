@@ -1,5 +1,5 @@
 #version 450
-// head_matmul: per-head matrix products for MLA (src/ops/ds2_params.h): with W [heads rows][k]
+// head_matmul: per-head matrix products for MLA (src/kernels/ds2_params.h): with W [heads rows][k]
 //   y[t][h y_head_stride + y_offset + n] (+)= sum_k W[h rows + n][k] x[t][h x_head_stride + x_offset + k]
 // (the absorption q_lat[h] = W_UK[h] q_nope[h], kv_lora rows of nope; the up-projection
 // o[h] = W_UV[h] o_lat[h], v rows of kv_lora). W in one of the weight dtypes of weights.glsl
@@ -12,7 +12,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
-#include "ops/ds2_params.h"
+#include "kernels/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
 layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup

@@ -7,7 +7,7 @@
 //     q = round(x / d) (halves away from zero, as ggml's roundf), stored as the row's int8 values and
 //     one word holding both blocks' f16 scales, so no two invocations share a word.
 // Row t of k and of v starts at float t * src_stride. Page layout and addressing:
-// shaders/common/kv_pool.glsl; q8_0 rows: src/kv/kv_params.h.
+// shaders/common/kv_pool.glsl; q8_0 rows: src/kernels/kv_params.h.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
 

@@ -4,7 +4,7 @@
 //   w_p = exp(LSE_p - M);  O = sum_p w_p O_p / sum_p w_p;  LSE = M + ln(sum_p w_p)
 // One invocation per (row, 4 dims). Serves split-KV chunks and DCP ranks alike.
 #extension GL_GOOGLE_include_directive : require
-#include "attn/attn_params.h"
+#include "kernels/attn_params.h"
 #include "dcp_math.glsl"
 
 layout(constant_id = 0) const uint WG = 64;

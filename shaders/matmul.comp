@@ -17,7 +17,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
 layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup: subgroups x R

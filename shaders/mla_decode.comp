@@ -26,8 +26,8 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
 #include "kv_pool.glsl"
-#include "attn/attn_params.h"
-#include "attn/mla_params.h"
+#include "kernels/attn_params.h"
+#include "kernels/mla_params.h"
 #include "dcp_math.glsl"
 
 layout(constant_id = 0) const uint WG = 64;   // invocations
@@ -53,7 +53,7 @@ layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk
 layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][heads]
 // The tile keeps the cache's element type: f16 rows as 4 halves per uvec2 (twice the tokens per
 // tile in the same shared memory), f32 rows as vec4.
-// q8_0 rows (KV_Q8, src/kv/kv_params.h: DK int8 values then the f16 scales of the blocks of 32)
+// q8_0 rows (KV_Q8, src/kernels/kv_params.h: DK int8 values then the f16 scales of the blocks of 32)
 // are dequantized while loading: their tile is f32. load_quad(seg, row, d): quad d of the row whose
 // first unit (of the binding's type) is `row`; ROW_UNITS: units per stored row.
 #if defined(KV_Q8)

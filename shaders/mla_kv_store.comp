@@ -1,5 +1,5 @@
 #version 450
-// mla_kv_store: the write of MLA's latent cache (src/ops/ds2_params.h). A token's row of the
+// mla_kv_store: the write of MLA's latent cache (src/kernels/ds2_params.h). A token's row of the
 // K-only pool (one head, kv_lora + n_rot entries) becomes [c | rope(k_pe)]: c the RMS-normed
 // latent (rmsnorm's output), k_pe the rope part of the kv_a projection, rotated in llama.cpp's NORM
 // mode with the host's (cos, sin) table. Only the owner of a token writes it (slot 0xffffffff: another
@@ -7,8 +7,8 @@
 // each writes one f16 word or one f32 pair, so no two invocations share a word.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
-#include "attn/attn_params.h"
-#include "ops/ds2_params.h"
+#include "kernels/attn_params.h"
+#include "kernels/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
@@ -18,7 +18,7 @@ layout(std430, binding = 1) readonly buffer Kpe { vec2 kpe[]; };  // [tokens][kp
 layout(std430, binding = 2) readonly buffer CS { vec2 cs[]; };    // [tokens][n_rot/2] (cos, sin)
 layout(std430, binding = 3) readonly buffer Slot { uint slot[]; };// [tokens]
 #if defined(KV_Q8)
-// q8_0 (src/kv/kv_params.h): one invocation per (token, pair of blocks of 32 entries) computes the
+// q8_0 (src/kernels/kv_params.h): one invocation per (token, pair of blocks of 32 entries) computes the
 // entries of its blocks, quantizes each block (d = max|x| / 127, q = round(x / d), halves away
 // from zero) and writes their values and the word holding both scales.
 layout(std430, binding = 4) writeonly buffer KV { uint data[]; } kv[DCP_KV_ARRAY];

@@ -1,11 +1,11 @@
 #version 450
 // mla_rope: llama.cpp NORM-mode RoPE (adjacent pairs (2i, 2i+1), i < n_rot/2) of one part of every
-// head of a token row, written to another buffer's place (src/ops/ds2_params.h): MLA's q_pe, from
+// head of a token row, written to another buffer's place (src/kernels/ds2_params.h): MLA's q_pe, from
 // the query projection [heads][nope | rope] to the absorbed query [heads][kv_lora | rope]. The
 // (cos, sin) table cs [tokens][n_rot/2] comes from the host (dcp_rope_cs: YaRN, magnitude).
 // One invocation per (token, head, pair).
 #extension GL_GOOGLE_include_directive : require
-#include "ops/ds2_params.h"
+#include "kernels/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

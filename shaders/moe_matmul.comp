@@ -1,5 +1,5 @@
 #version 450
-// moe_matmul: the selected experts' products of a MoE layer (src/ops/ds2_params.h). W holds every
+// moe_matmul: the selected experts' products of a MoE layer (src/kernels/ds2_params.h). W holds every
 // expert's rows, expert e's at row e * rows, in one of the weight dtypes of weights.glsl.
 //   gate|up (default): y[t][j][n] = W_{ids[t][j]}[n] . x[t][j]   (one workgroup per (token, slot j))
 //   down (MOE_DOWN):   y[t][n] (+)= sum_j w[t][j] (W_{ids[t][j]}[n] . x[t][j])   (one per token)
@@ -10,7 +10,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
-#include "ops/ds2_params.h"
+#include "kernels/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations
 layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup

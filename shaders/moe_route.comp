@@ -1,5 +1,5 @@
 #version 450
-// moe_route: MoE routing of one token per workgroup (src/ops/ds2_params.h, llama.cpp's
+// moe_route: MoE routing of one token per workgroup (src/kernels/ds2_params.h, llama.cpp's
 // build_moe_ffn): gate probabilities (softmax or sigmoid of the router logits), the selection bias
 // (exp_probs_b) added for the choice only, the group limit (keep the n_groups_used groups whose two
 // best selection values sum highest), the top n_used experts in descending order (ties: lower id),
@@ -9,7 +9,7 @@
 // the same bits from the same logits.
 #extension GL_GOOGLE_include_directive : require
 #include "dcp_math.glsl"
-#include "ops/ds2_params.h"
+#include "kernels/ds2_params.h"
 
 layout(constant_id = 0) const uint WG = 1;
 layout(local_size_x_id = 0) in;

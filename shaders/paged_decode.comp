@@ -15,7 +15,7 @@
 //   page = K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row]; addressing in
 //   shaders/common/kv_pool.glsl, in units of one load here (f32, f16), or of 32-bit words for q8_0
 //   (KV_Q8), whose rows are D int8 values then the f16 scales of the blocks of 32
-//   (src/kv/kv_params.h): a unit of 8 values is two words of values and is dequantized in
+//   (src/kernels/kv_params.h): a unit of 8 values is two words of values and is dequantized in
 //   registers with its block's scale (value = d * q).
 // Work per invocation is bounded by chunk_tokens (lavapipe on Mesa 22 ends loops after 65,535
 // iterations per invocation; GPUs kill long dispatches).
@@ -23,7 +23,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "kv_pool.glsl"
-#include "attn/attn_params.h"
+#include "kernels/attn_params.h"
 #include "dcp_math.glsl"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations, a multiple of C

@@ -5,7 +5,7 @@
 // summed from 0 in rank order s = 0 .. parts-1 (fixed, so every rank gets bitwise the same sum).
 // x and y may be the same buffer only when the ranges do not overlap.
 #extension GL_GOOGLE_include_directive : require
-#include "attn/cp_params.h"
+#include "kernels/cp_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

@@ -4,7 +4,7 @@
 // Used by the DCP step to unpack the gathered Q ([rank][batch][Hl*D] -> [batch][rank][Hl*D]) and
 // to pack a2a messages ([batch][rank][Hl*D] -> [rank][batch][Hl*D] inside message blocks).
 #extension GL_GOOGLE_include_directive : require
-#include "attn/cp_params.h"
+#include "kernels/cp_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

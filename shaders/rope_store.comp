@@ -11,7 +11,7 @@
 // reads the partners of its two elements).
 #extension GL_GOOGLE_include_directive : require
 #include "kv_pool.glsl"
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

@@ -3,7 +3,7 @@
 // removed. Each workgroup reads words_per_group consecutive 32-bit words, 16 bytes per load
 // (uvec4), or 4 bytes per load with STREAM_U32.
 #extension GL_GOOGLE_include_directive : require
-#include "vk/yardstick_params.h"
+#include "kernels/yardstick_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

@@ -3,7 +3,7 @@
 // x [tokens][x_stride] f32 (gate half then up half), y [tokens][y_stride] f32.
 // Grid (ceil(n / WG), tokens).
 #extension GL_GOOGLE_include_directive : require
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;

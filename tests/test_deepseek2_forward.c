@@ -161,53 +161,76 @@ static void fwd_step(fwd *f, int32_t token, uint32_t pos, float *logits)
     DCP_ASSERT_OK(dcp_buffer_upload(f->slot, 0, &slot, 4));
     DCP_ASSERT_OK(dcp_buffer_upload(f->cs, 0, cs, P * 4));
     DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-    DCP_ASSERT_OK(dcp_op_get_rows(cmd, &f->tok_embd, f->ids, f->x, E, 1));
+    DCP_ASSERT_OK(dcp_op_get_rows(cmd, &(dcp_get_rows_args){.w = &f->tok_embd, .ids = f->ids, .y = f->x, .y_stride = E,
+                                                            .tokens = 1}));
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const dcp_ds2_layer_dev *L = &f->L[l];
         DCP_ASSERT_OK(dcp_decode_plan_set(f->plans[l], &len, f->bt));
         dcp_cmd_barrier(cmd); /* x -> attn norm */
-        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, f->x, 0, E, L->attn_norm, E, f->xn, E, 1, eps));
+        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = f->x, .x_stride = E, .w = L->attn_norm, .n = E,
+                                                              .y = f->xn, .y_stride = E, .tokens = 1, .eps = eps}));
         dcp_cmd_barrier(cmd); /* xn -> projections */
-        DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->wkv_a, f->xn, 0, E, f->kv, R + P, 1, 0));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wkv_a, .x = f->xn, .x_stride = E, .y = f->kv,
+                                                            .y_stride = R + P, .tokens = 1}));
         if (c->q_lora_rank) {
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->wq_a, f->xn, 0, E, f->qa, c->q_lora_rank, 1, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wq_a, .x = f->xn, .x_stride = E, .y = f->qa,
+                                                                .y_stride = c->q_lora_rank, .tokens = 1}));
             dcp_cmd_barrier(cmd); /* q_a -> its norm */
-            DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, f->qa, 0, c->q_lora_rank, L->q_a_norm, c->q_lora_rank, f->qan,
-                                         c->q_lora_rank, 1, eps));
+            DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = f->qa, .x_stride = c->q_lora_rank,
+                                                                  .w = L->q_a_norm, .n = c->q_lora_rank, .y = f->qan,
+                                                                  .y_stride = c->q_lora_rank, .tokens = 1,
+                                                                  .eps = eps}));
             dcp_cmd_barrier(cmd); /* q_a norm -> q_b */
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->wq, f->qan, 0, c->q_lora_rank, f->q, H * QW, 1, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wq, .x = f->qan, .x_stride = c->q_lora_rank,
+                                                                .y = f->q, .y_stride = H * QW, .tokens = 1}));
         } else {
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->wq, f->xn, 0, E, f->q, H * QW, 1, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wq, .x = f->xn, .x_stride = E, .y = f->q,
+                                                                .y_stride = H * QW, .tokens = 1}));
         }
         dcp_cmd_barrier(cmd); /* kv, q -> latent norm, absorption, rope */
-        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, f->kv, 0, R + P, L->kv_a_norm, R, f->cn, R, 1, eps));
-        dcp_head_matmul_args ab = {&L->wk_b, H, R, 1, f->q, H * QW, QW, 0, f->Q, H * (R + P), R + P, 0, 0};
+        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = f->kv, .x_stride = R + P, .w = L->kv_a_norm, .n = R,
+                                                              .y = f->cn, .y_stride = R, .tokens = 1, .eps = eps}));
+        dcp_head_matmul_args ab = {.w = &L->wk_b, .heads = H, .rows = R, .tokens = 1, .x = f->q, .x_stride = H * QW,
+                                   .x_head_stride = QW, .y = f->Q, .y_stride = H * (R + P), .y_head_stride = R + P};
         DCP_ASSERT_OK(dcp_op_head_matmul(cmd, &ab));
-        dcp_mla_rope_args qr = {1, H, P, f->q, H * QW, QW, N, f->Q, H * (R + P), R + P, R, f->cs};
+        dcp_mla_rope_args qr = {.tokens = 1, .heads = H, .n_rot = P, .src = f->q, .src_stride = H * QW,
+                                .src_head_stride = QW, .src_offset = N, .dst = f->Q, .dst_stride = H * (R + P),
+                                .dst_head_stride = R + P, .dst_offset = R, .cs = f->cs};
         DCP_ASSERT_OK(dcp_op_mla_rope(cmd, &qr));
         dcp_cmd_barrier(cmd); /* latent norm -> store */
-        dcp_mla_kv_store_args ks = {1, R, P, f->cn, R, 0, f->kv, R + P, R, f->cs, f->slot, f->pools[l]};
+        dcp_mla_kv_store_args ks = {.tokens = 1, .kv_lora = R, .n_rot = P, .c = f->cn, .c_stride = R, .kpe = f->kv,
+                                    .kpe_stride = R + P, .kpe_offset = R, .cs = f->cs, .slot = f->slot,
+                                    .pool = f->pools[l]};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &ks));
         dcp_cmd_barrier(cmd); /* store, Q -> decode */
         DCP_ASSERT_OK(dcp_decode_record(cmd, f->plans[l], f->Q, 0, f->olat, 0, f->lse, 0));
         dcp_cmd_barrier(cmd); /* o_lat -> W_UV */
-        dcp_head_matmul_args uv = {&L->wv_b, H, V, 1, f->olat, H * R, R, 0, f->o, H * V, V, 0, 0};
+        dcp_head_matmul_args uv = {.w = &L->wv_b, .heads = H, .rows = V, .tokens = 1, .x = f->olat, .x_stride = H * R,
+                                   .x_head_stride = R, .y = f->o, .y_stride = H * V, .y_head_stride = V};
         DCP_ASSERT_OK(dcp_op_head_matmul(cmd, &uv));
         dcp_cmd_barrier(cmd); /* o -> attn_output */
-        DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->wo, f->o, 0, L->wo.k, f->x, E, 1, 1));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wo, .x = f->o, .x_stride = L->wo.k, .y = f->x,
+                                                            .y_stride = E, .tokens = 1, .accumulate = 1}));
         dcp_cmd_barrier(cmd); /* x -> ffn norm */
-        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, f->x, 0, E, L->ffn_norm, E, f->xn, E, 1, eps));
+        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = f->x, .x_stride = E, .w = L->ffn_norm, .n = E,
+                                                              .y = f->xn, .y_stride = E, .tokens = 1, .eps = eps}));
         dcp_cmd_barrier(cmd); /* xn -> FFN */
         if (!L->moe) {
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->w_gu, f->xn, 0, E, f->gu, 2 * f->s.ff, 1, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->w_gu, .x = f->xn, .x_stride = E, .y = f->gu,
+                                                                .y_stride = 2 * f->s.ff, .tokens = 1}));
             dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-            DCP_ASSERT_OK(dcp_op_swiglu(cmd, f->gu, 2 * f->s.ff, f->h, f->f_pad, f->s.ff, 1));
+            DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = f->gu, .x_stride = 2 * f->s.ff, .y = f->h,
+                                                                .y_stride = f->f_pad, .n = f->s.ff, .tokens = 1}));
             dcp_cmd_barrier(cmd); /* swiglu -> down */
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->w_down, f->h, 0, f->f_pad, f->x, E, 1, 1));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->w_down, .x = f->h, .x_stride = f->f_pad,
+                                                                .y = f->x, .y_stride = E, .tokens = 1,
+                                                                .accumulate = 1}));
             continue;
         }
-        DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->gate_inp, f->xn, 0, E, f->logits_r, X, 1, 0));
-        DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->w_gu_sh, f->xn, 0, E, f->sgu, 2 * f->s.fs, 1, 0));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->gate_inp, .x = f->xn, .x_stride = E,
+                                                            .y = f->logits_r, .y_stride = X, .tokens = 1}));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->w_gu_sh, .x = f->xn, .x_stride = E, .y = f->sgu,
+                                                            .y_stride = 2 * f->s.fs, .tokens = 1}));
         dcp_cmd_barrier(cmd); /* router logits -> route; shared gate|up -> swiglu */
         dcp_moe_route_args ra;
         dcp_moe_route_args_from_config(c, &ra);
@@ -218,23 +241,30 @@ static void fwd_step(fwd *f, int32_t token, uint32_t pos, float *logits)
         ra.ids = f->rids;
         ra.weights = f->rw;
         DCP_ASSERT_OK(dcp_op_moe_route(cmd, &ra));
-        DCP_ASSERT_OK(dcp_op_swiglu(cmd, f->sgu, 2 * f->s.fs, f->sh, f->fs_pad, f->s.fs, 1));
+        DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = f->sgu, .x_stride = 2 * f->s.fs, .y = f->sh,
+                                                            .y_stride = f->fs_pad, .n = f->s.fs, .tokens = 1}));
         dcp_cmd_barrier(cmd); /* ids -> experts; shared h -> shared down */
-        dcp_moe_matmul_args gu = {&L->w_gu_exps, X, 2 * f->s.fe, 1, U, f->rids, f->rw, f->xn, E, 0, f->egu,
-                                  U * 2 * f->s.fe, 2 * f->s.fe, 0};
+        dcp_moe_matmul_args gu = {.w = &L->w_gu_exps, .n_expert = X, .rows = 2 * f->s.fe, .tokens = 1, .n_used = U,
+                                  .ids = f->rids, .weights = f->rw, .x = f->xn, .x_stride = E, .y = f->egu,
+                                  .y_stride = U * 2 * f->s.fe, .y_used_stride = 2 * f->s.fe};
         DCP_ASSERT_OK(dcp_op_moe_gate_up(cmd, &gu));
-        DCP_ASSERT_OK(dcp_op_matmul(cmd, &L->w_down_sh, f->sh, 0, f->fs_pad, f->x, E, 1, 1));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->w_down_sh, .x = f->sh, .x_stride = f->fs_pad,
+                                                            .y = f->x, .y_stride = E, .tokens = 1, .accumulate = 1}));
         dcp_cmd_barrier(cmd); /* experts' gate|up -> swiglu; shared down -> routed down (both add to x) */
-        DCP_ASSERT_OK(dcp_op_swiglu(cmd, f->egu, 2 * f->s.fe, f->eh, f->fe_pad, f->s.fe, U));
+        DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = f->egu, .x_stride = 2 * f->s.fe, .y = f->eh,
+                                                            .y_stride = f->fe_pad, .n = f->s.fe, .tokens = U}));
         dcp_cmd_barrier(cmd); /* swiglu -> down */
-        dcp_moe_matmul_args dn = {&L->w_down_exps, X, E, 1, U, f->rids, f->rw, f->eh, U * f->fe_pad, f->fe_pad, f->x, E,
-                                  0, 1};
+        dcp_moe_matmul_args dn = {.w = &L->w_down_exps, .n_expert = X, .rows = E, .tokens = 1, .n_used = U,
+                                  .ids = f->rids, .weights = f->rw, .x = f->eh, .x_stride = U * f->fe_pad,
+                                  .x_used_stride = f->fe_pad, .y = f->x, .y_stride = E, .accumulate = 1};
         DCP_ASSERT_OK(dcp_op_moe_down(cmd, &dn));
     }
     dcp_cmd_barrier(cmd); /* x -> output norm */
-    DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, f->x, 0, E, f->out_norm, E, f->xn, E, 1, eps));
+    DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = f->x, .x_stride = E, .w = f->out_norm, .n = E,
+                                                          .y = f->xn, .y_stride = E, .tokens = 1, .eps = eps}));
     dcp_cmd_barrier(cmd); /* xn -> output head */
-    DCP_ASSERT_OK(dcp_op_matmul(cmd, &f->output, f->xn, 0, E, f->logits, c->n_vocab, 1, 0));
+    DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &f->output, .x = f->xn, .x_stride = E, .y = f->logits,
+                                                        .y_stride = c->n_vocab, .tokens = 1}));
     DCP_ASSERT_OK(dcp_cmd_run(cmd));
     DCP_ASSERT_OK(dcp_buffer_download(f->logits, 0, logits, (uint64_t)c->n_vocab * 4));
 }

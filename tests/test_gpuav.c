@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "dcpvk/dcpvk.h"
-#include "ops/ops_params.h"
+#include "kernels/kernels.h"
 #include "vk/internal.h"
 #include "vkutil.h"
 
@@ -32,7 +32,7 @@ static uint64_t add_into(dcp_context *ctx, uint64_t y_bytes, uint32_t n)
     const dcp_binding bind[3] = {{a, 0, 0}, {b, 0, 0}, {y, 0, 0}};
     const dcp_add_params p = {n};
     const uint64_t before = dcp_context_validation_count(ctx);
-    DCP_ASSERT_OK(dcp_cmd_dispatch(cmd, DCP_PIPE_ADD, spec, bind, &p, (n + wg - 1) / wg, 1, 1));
+    DCP_ASSERT_OK(dcp_kernel_dispatch(cmd, DCP_KERNEL_ADD, spec, bind, &p, (n + wg - 1) / wg, 1, 1));
     dcp_cmd_barrier_host(cmd);
     DCP_ASSERT_OK(dcp_cmd_run(cmd));
     const uint64_t said = dcp_context_validation_count(ctx) - before;

@@ -14,7 +14,7 @@
 #include "dcpvk/kv.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/ops.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "ref/deepseek2_ref.h"
 #include "ref/mla_ref.h"
 #include "ref/model_ref.h"
@@ -97,8 +97,10 @@ static void test_head_matmul(void **state)
                 dcp_buffer *yb = dcp_test_upload(dev, y, (uint64_t)T * ys * 4);
                 dcp_cmd *cmd;
                 DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-                dcp_head_matmul_args a = {&m, H, R, T, xb, xs, shapes[si].xhs, shapes[si].xoff,
-                                          yb, ys, shapes[si].yhs, shapes[si].yoff, acc};
+                dcp_head_matmul_args a = {.w = &m, .heads = H, .rows = R, .tokens = T, .x = xb, .x_stride = xs,
+                                          .x_head_stride = shapes[si].xhs, .x_offset = shapes[si].xoff, .y = yb,
+                                          .y_stride = ys, .y_head_stride = shapes[si].yhs, .y_offset = shapes[si].yoff,
+                                          .accumulate = acc};
                 DCP_ASSERT_OK(dcp_op_head_matmul(cmd, &a));
                 DCP_ASSERT_OK(dcp_cmd_run(cmd));
                 DCP_ASSERT_OK(dcp_buffer_download(yb, 0, yg, (uint64_t)T * ys * 4));
@@ -126,7 +128,8 @@ static void test_head_matmul(void **state)
     dcp_buffer *b = dcp_test_upload(dev, NULL, 1024);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-    dcp_head_matmul_args bad = {&m, 3, 3, 1, b, 16, 4, 0, b, 16, 4, 0, 0};
+    dcp_head_matmul_args bad = {.w = &m, .heads = 3, .rows = 3, .tokens = 1, .x = b, .x_stride = 16, .x_head_stride = 4,
+                                .y = b, .y_stride = 16, .y_head_stride = 4};
     assert_int_equal(dcp_op_head_matmul(cmd, &bad), DCP_ERR_INVALID_ARGUMENT);
     dcp_cmd_destroy(cmd);
     dcp_buffer_destroy(b);
@@ -170,7 +173,9 @@ static void test_rope_and_store(void **state)
     dcp_buffer *csb = dcp_test_upload(dev, cs, sizeof cs);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-    dcp_mla_rope_args ra = {T, H, P, qb, H * QW, QW, N, ob, H * DK, DK, R, csb};
+    dcp_mla_rope_args ra = {.tokens = T, .heads = H, .n_rot = P, .src = qb, .src_stride = H * QW, .src_head_stride = QW,
+                            .src_offset = N, .dst = ob, .dst_stride = H * DK, .dst_head_stride = DK, .dst_offset = R,
+                            .cs = csb};
     DCP_ASSERT_OK(dcp_op_mla_rope(cmd, &ra));
     DCP_ASSERT_OK(dcp_cmd_run(cmd));
     DCP_ASSERT_OK(dcp_buffer_download(ob, 0, qo, (uint64_t)T * H * DK * 4));
@@ -202,7 +207,9 @@ static void test_rope_and_store(void **state)
         dcp_buffer *kvb = dcp_test_upload(dev, kv, (uint64_t)T * (R + P) * 4);
         dcp_buffer *sb = dcp_test_upload(dev, slots, sizeof slots);
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        dcp_mla_kv_store_args sa = {T, R, P, cb, cst, 4, kvb, R + P, R, csb, sb, pool};
+        dcp_mla_kv_store_args sa = {.tokens = T, .kv_lora = R, .n_rot = P, .c = cb, .c_stride = cst, .c_offset = 4,
+                                    .kpe = kvb, .kpe_stride = R + P, .kpe_offset = R, .cs = csb, .slot = sb,
+                                    .pool = pool};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &sa));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         uint64_t elems = (uint64_t)pages * B * DK;
@@ -244,7 +251,9 @@ static void test_rope_and_store(void **state)
         dcp_buffer *kvb = dcp_test_upload(dev, kv, (uint64_t)T * (R2 + P) * 4);
         dcp_buffer *sb = dcp_test_upload(dev, slots, sizeof slots);
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        dcp_mla_kv_store_args sa = {T, R2, P, cb, cst, 4, kvb, R2 + P, R2, csb, sb, pool};
+        dcp_mla_kv_store_args sa = {.tokens = T, .kv_lora = R2, .n_rot = P, .c = cb, .c_stride = cst, .c_offset = 4,
+                                    .kpe = kvb, .kpe_stride = R2 + P, .kpe_offset = R2, .cs = csb, .slot = sb,
+                                    .pool = pool};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &sa));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         const uint64_t rows = (uint64_t)pages * B, rb = dcp_kv_row_bytes(DCP_DTYPE_Q8_0, DK2);
@@ -343,15 +352,21 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
         dcp_matrix mk;
         make_matrix(dev, DCP_GGML_TYPE_F32, LH * LR, LN, wk, &mk, wkd);
         /* c = rmsnorm(kv[:, :R]); the owned rows into the latent pool. */
-        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, kvb, 0, DK, nb, LR, cb, LR, S, 1e-6f));
+        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = kvb, .x_stride = DK, .w = nb, .n = LR, .y = cb,
+                                                              .y_stride = LR, .tokens = S, .eps = 1e-6f}));
         dcp_cmd_barrier(cmd); /* rmsnorm -> mla_kv_store */
-        dcp_mla_kv_store_args sa = {S, LR, LP, cb, LR, 0, kvb, DK, LR, csb, sb, dcp_kv_cache_pool(cache, r)};
+        dcp_mla_kv_store_args sa = {.tokens = S, .kv_lora = LR, .n_rot = LP, .c = cb, .c_stride = LR, .kpe = kvb,
+                                    .kpe_stride = DK, .kpe_offset = LR, .cs = csb, .slot = sb,
+                                    .pool = dcp_kv_cache_pool(cache, r)};
         DCP_ASSERT_OK(dcp_op_mla_kv_store(cmd, &sa));
         /* Q = [W_UK q_nope | rope(q_pe)] at the last position (cs row S - 1). */
-        dcp_head_matmul_args ha = {&mk, LH, LR, 1, qb, LH * QW, QW, 0, qlat, LH * DK, DK, 0, 0};
+        dcp_head_matmul_args ha = {.w = &mk, .heads = LH, .rows = LR, .tokens = 1, .x = qb, .x_stride = LH * QW,
+                                   .x_head_stride = QW, .y = qlat, .y_stride = LH * DK, .y_head_stride = DK};
         DCP_ASSERT_OK(dcp_op_head_matmul(cmd, &ha));
         dcp_buffer *cs_last = dcp_test_upload(dev, cs + (size_t)(S - 1) * LP, LP * 4);
-        dcp_mla_rope_args ra = {1, LH, LP, qb, LH * QW, QW, LN, qlat, LH * DK, DK, LR, cs_last};
+        dcp_mla_rope_args ra = {.tokens = 1, .heads = LH, .n_rot = LP, .src = qb, .src_stride = LH * QW,
+                                .src_head_stride = QW, .src_offset = LN, .dst = qlat, .dst_stride = LH * DK,
+                                .dst_head_stride = DK, .dst_offset = LR, .cs = cs_last};
         DCP_ASSERT_OK(dcp_op_mla_rope(cmd, &ra));
         dcp_cmd_barrier(cmd); /* kv store, Q -> decode */
         dcp_decode_config mc = {.kind = DCP_DECODE_LATENT, .batch = 1, .q_heads = LH, .latent = LR,
@@ -386,7 +401,8 @@ static void run_layer(dcp_context *ctx, const layer_case *lc, dcp_test_rng *rng)
     float *wvd = malloc((size_t)LH * LV * LR * 4);
     dcp_matrix mv;
     make_matrix(dev, DCP_GGML_TYPE_F32, LH * LV, LR, wvv, &mv, wvd);
-    dcp_head_matmul_args ua = {&mv, LH, LV, 1, om, LH * LR, LR, 0, out, LH * LV, LV, 0, 0};
+    dcp_head_matmul_args ua = {.w = &mv, .heads = LH, .rows = LV, .tokens = 1, .x = om, .x_stride = LH * LR,
+                               .x_head_stride = LR, .y = out, .y_stride = LH * LV, .y_head_stride = LV};
     DCP_ASSERT_OK(dcp_op_head_matmul(cmd, &ua));
     DCP_ASSERT_OK(dcp_cmd_run(cmd));
     float got[LH * LV];

@@ -60,8 +60,10 @@ static void test_route(void **state)
         dcp_buffer *wb = dcp_test_upload(dev, NULL, (uint64_t)T * K * 4);
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-        dcp_moe_route_args a = {T, X, K, cases[ci].G, cases[ci].GU, cases[ci].gating, cases[ci].norm, cases[ci].scale,
-                                lb, stride, cases[ci].bias ? bb : NULL, ib, wb};
+        dcp_moe_route_args a = {.tokens = T, .n_expert = X, .n_used = K, .n_groups = cases[ci].G,
+                                .n_groups_used = cases[ci].GU, .gating = cases[ci].gating, .norm = cases[ci].norm,
+                                .scale = cases[ci].scale, .logits = lb, .logits_stride = stride,
+                                .bias = cases[ci].bias ? bb : NULL, .ids = ib, .weights = wb};
         DCP_ASSERT_OK(dcp_op_moe_route(cmd, &a));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         uint32_t ids[8 * 7];
@@ -111,7 +113,9 @@ static void test_route(void **state)
     dcp_buffer *b = dcp_test_upload(dev, NULL, 4096);
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-    dcp_moe_route_args bad = {1, 6, 2, 4, 2, DCP_EXPERT_GATING_SOFTMAX, 0, 1.0f, b, 6, NULL, b, b};
+    dcp_moe_route_args bad = {.tokens = 1, .n_expert = 6, .n_used = 2, .n_groups = 4, .n_groups_used = 2,
+                              .gating = DCP_EXPERT_GATING_SOFTMAX, .scale = 1.0f, .logits = b, .logits_stride = 6,
+                              .ids = b, .weights = b};
     assert_int_equal(dcp_op_moe_route(cmd, &bad), DCP_ERR_INVALID_ARGUMENT);
     bad.n_groups = 1;
     bad.n_expert = 600;
@@ -163,12 +167,17 @@ static void test_expert_matmuls(void **state)
         dcp_buffer *yb = dcp_test_upload(dev, y0, sizeof y0);
         dcp_cmd *cmd;
         DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-        dcp_moe_matmul_args gu = {&mgu, X, 2 * FE, T, U, ib, wb, xb, E, 0, gub, U * 2 * FE, 2 * FE, 0};
+        dcp_moe_matmul_args gu = {.w = &mgu, .n_expert = X, .rows = 2 * FE, .tokens = T, .n_used = U, .ids = ib,
+                                  .weights = wb, .x = xb, .x_stride = E, .y = gub, .y_stride = U * 2 * FE,
+                                  .y_used_stride = 2 * FE};
         DCP_ASSERT_OK(dcp_op_moe_gate_up(cmd, &gu));
         dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-        DCP_ASSERT_OK(dcp_op_swiglu(cmd, gub, 2 * FE, hb, FP, FE, T * U));
+        DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gub, .x_stride = 2 * FE, .y = hb, .y_stride = FP,
+                                                            .n = FE, .tokens = T * U}));
         dcp_cmd_barrier(cmd); /* swiglu -> down */
-        dcp_moe_matmul_args dn = {&md, X, E, T, U, ib, wb, hb, U * FP, FP, yb, E, 0, 1};
+        dcp_moe_matmul_args dn = {.w = &md, .n_expert = X, .rows = E, .tokens = T, .n_used = U, .ids = ib,
+                                  .weights = wb, .x = hb, .x_stride = U * FP, .x_used_stride = FP, .y = yb,
+                                  .y_stride = E, .accumulate = 1};
         DCP_ASSERT_OK(dcp_op_moe_down(cmd, &dn));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         float gug[T * U * 2 * FE], yg[T * E], gur[T * U * 2 * FE], h[T * U * FP], yr[T * E];
@@ -275,8 +284,10 @@ static void test_moe_ffn_tp(void **state)
             dcp_buffer *yb = dcp_test_upload(dev, NULL, (uint64_t)T * E * 4);
             dcp_cmd *cmd;
             DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.gate_inp, xb, 0, E, lgb, X, T, 0));
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.w_gu_sh, xb, 0, E, sgu, 2 * s.fs, T, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &d.gate_inp, .x = xb, .x_stride = E, .y = lgb,
+                                                                .y_stride = X, .tokens = T}));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &d.w_gu_sh, .x = xb, .x_stride = E, .y = sgu,
+                                                                .y_stride = 2 * s.fs, .tokens = T}));
             dcp_cmd_barrier(cmd); /* router logits, shared gate|up -> route, swiglu */
             dcp_moe_route_args ra2;
             dcp_moe_route_args_from_config(c, &ra2);
@@ -287,15 +298,22 @@ static void test_moe_ffn_tp(void **state)
             ra2.ids = ib;
             ra2.weights = wb;
             DCP_ASSERT_OK(dcp_op_moe_route(cmd, &ra2));
-            DCP_ASSERT_OK(dcp_op_swiglu(cmd, sgu, 2 * s.fs, sh, fsp, s.fs, T));
+            DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = sgu, .x_stride = 2 * s.fs, .y = sh,
+                                                                .y_stride = fsp, .n = s.fs, .tokens = T}));
             dcp_cmd_barrier(cmd); /* route -> experts; shared swiglu -> shared down */
-            dcp_moe_matmul_args gu = {&d.w_gu_exps, X, 2 * s.fe, T, U, ib, wb, xb, E, 0, gub, U * 2 * s.fe, 2 * s.fe, 0};
+            dcp_moe_matmul_args gu = {.w = &d.w_gu_exps, .n_expert = X, .rows = 2 * s.fe, .tokens = T, .n_used = U,
+                                      .ids = ib, .weights = wb, .x = xb, .x_stride = E, .y = gub,
+                                      .y_stride = U * 2 * s.fe, .y_used_stride = 2 * s.fe};
             DCP_ASSERT_OK(dcp_op_moe_gate_up(cmd, &gu));
-            DCP_ASSERT_OK(dcp_op_matmul(cmd, &d.w_down_sh, sh, 0, fsp, yb, E, T, 0));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &d.w_down_sh, .x = sh, .x_stride = fsp, .y = yb,
+                                                                .y_stride = E, .tokens = T}));
             dcp_cmd_barrier(cmd); /* experts' gate|up -> swiglu; shared down -> routed down (accumulates) */
-            DCP_ASSERT_OK(dcp_op_swiglu(cmd, gub, 2 * s.fe, hb, fp, s.fe, T * U));
+            DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gub, .x_stride = 2 * s.fe, .y = hb, .y_stride = fp,
+                                                                .n = s.fe, .tokens = T * U}));
             dcp_cmd_barrier(cmd); /* swiglu -> down */
-            dcp_moe_matmul_args dn = {&d.w_down_exps, X, E, T, U, ib, wb, hb, U * fp, fp, yb, E, 0, 1};
+            dcp_moe_matmul_args dn = {.w = &d.w_down_exps, .n_expert = X, .rows = E, .tokens = T, .n_used = U,
+                                      .ids = ib, .weights = wb, .x = hb, .x_stride = U * fp, .x_used_stride = fp,
+                                      .y = yb, .y_stride = E, .accumulate = 1};
             DCP_ASSERT_OK(dcp_op_moe_down(cmd, &dn));
             DCP_ASSERT_OK(dcp_cmd_run(cmd));
             float y[5 * 64];

@@ -10,7 +10,7 @@
 #include "dcpvk/dtype.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "dcpvk/ops.h"
 #include "ref/cp_ref.h"
 #include "ref/kv_ref.h"
@@ -82,7 +82,9 @@ static void test_matmul(void **state)
                 dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
                 dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, xoff, xs, yb, ys, T, acc));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
+                                                                    .y = yb, .y_stride = ys, .tokens = T,
+                                                                    .accumulate = acc}));
                 run(cmd);
                 float *y = malloc((uint64_t)T * ys * 4);
                 DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * ys * 4));
@@ -151,7 +153,8 @@ static void test_get_rows(void **state)
         dcp_buffer *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * (K + 4) * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &m, ib, yb, K + 4, T));
+        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &(dcp_get_rows_args){.w = &m, .ids = ib, .y = yb, .y_stride = K + 4,
+                                                                .tokens = T}));
         run(cmd);
         float *y = malloc((uint64_t)T * (K + 4) * 4);
         DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * (K + 4) * 4));
@@ -193,7 +196,11 @@ static void test_rmsnorm_parts(void **state)
         dcp_buffer *pb = dcp_test_upload(dev, pt, pn * 4), *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * n * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_rmsnorm_parts(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f, pb, 0, P, stride, po));
+        const dcp_rmsnorm_parts_args pa = {
+            .norm = {.x = xb, .x_offset = xo, .x_stride = n, .w = wb, .n = n, .y = yb, .y_stride = n, .tokens = T,
+                     .eps = 1e-5f},
+            .p = pb, .parts = P, .part_stride = stride, .part_offset = po};
+        DCP_ASSERT_OK(dcp_op_rmsnorm_parts(cmd, &pa));
         run(cmd);
         DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * n * 4));
         DCP_ASSERT_OK(dcp_buffer_download(xb, 0, x2, xn * 4));
@@ -206,8 +213,9 @@ static void test_rmsnorm_parts(void **state)
             if (!(e <= ELEM_REL)) fail_msg("rmsnorm_parts n %u: [%llu] %g vs %g", n, (unsigned long long)j, y[j], ref[j]);
         }
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        assert_int_equal(dcp_op_rmsnorm_parts(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f, pb, 0, P, T * n - 1, po),
-                         DCP_ERR_INVALID_ARGUMENT);
+        dcp_rmsnorm_parts_args tight = pa; /* a part stride under tokens * n: rejected */
+        tight.part_stride = T * n - 1;
+        assert_int_equal(dcp_op_rmsnorm_parts(cmd, &tight), DCP_ERR_INVALID_ARGUMENT);
         dcp_buffer_destroy(xb);
         dcp_buffer_destroy(wb);
         dcp_buffer_destroy(pb);
@@ -233,7 +241,8 @@ static void test_rmsnorm_swiglu_add(void **state)
         dcp_buffer *xb = dcp_test_upload(dev, x, (xo + (uint64_t)T * n) * 4), *wb = dcp_test_upload(dev, w, n * 4), *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * n * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, xb, xo, n, wb, n, yb, n, T, 1e-5f));
+        DCP_ASSERT_OK(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = xb, .x_offset = xo, .x_stride = n, .w = wb, .n = n,
+                                                              .y = yb, .y_stride = n, .tokens = T, .eps = 1e-5f}));
         run(cmd);
         DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * n * 4));
         dcp_ref_rmsnorm(n, T, x + xo, w, 1e-5f, ref);
@@ -245,7 +254,8 @@ static void test_rmsnorm_swiglu_add(void **state)
         /* swiglu over the same x seen as [T][2 * (n/2)] */
         const uint32_t h = n / 2;
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_swiglu(cmd, xb, n, yb, h, h, T));
+        DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = xb, .x_stride = n, .y = yb, .y_stride = h, .n = h,
+                                                            .tokens = T}));
         run(cmd);
         DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * h * 4));
         dcp_ref_swiglu(h, T, x, ref);
@@ -293,9 +303,13 @@ static void test_rmsnorm_heads_add_rows(void **state)
         dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)T * stride * 4), *wb = dcp_test_upload(dev, w, 2 * D * 4);
         dcp_buffer *bb = dcp_test_upload(dev, b, width * 4);
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_add_rows(cmd, xb, stride, bb, width, T));
+        DCP_ASSERT_OK(dcp_op_add_rows(cmd, &(dcp_add_rows_args){.y = xb, .y_stride = stride, .b = bb, .n = width,
+                                                                .tokens = T}));
         dcp_cmd_barrier(cmd);
-        DCP_ASSERT_OK(dcp_op_rmsnorm_heads(cmd, xb, 0, stride, Hq + Hkv, D, Hq, wb, T, 1e-6f));
+        DCP_ASSERT_OK(dcp_op_rmsnorm_heads(cmd, &(dcp_rmsnorm_heads_args){.x = xb, .x_stride = stride,
+                                                                          .heads = Hq + Hkv, .head_dim = D,
+                                                                          .w_split = Hq, .w = wb, .tokens = T,
+                                                                          .eps = 1e-6f}));
         run(cmd);
         DCP_ASSERT_OK(dcp_buffer_download(xb, 0, y, (uint64_t)T * stride * 4));
         memcpy(ref, x, (uint64_t)T * stride * 4);
@@ -367,7 +381,9 @@ static void test_rope_store(void **state)
             dcp_buffer *slb = dcp_test_upload(dev, slot, sizeof slot);
             dcp_buffer *csb = dcp_test_upload(dev, cs, (uint64_t)T * (R / 2) * 8), *qb;
             DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * Hq * D * 4, DCP_MEMORY_DEVICE, &qb));
-            dcp_rope_store_args a = {T, Hq, Hkv, D, R, stride, sb, slb, csb, qb, pool, (uint32_t)neox, stage, stage_slots};
+            dcp_rope_store_args a = {.tokens = T, .q_heads = Hq, .kv_heads = Hkv, .head_dim = D, .n_rot = R,
+                                     .src_stride = stride, .src = sb, .slot = slb, .cs = csb, .q_out = qb, .pool = pool,
+                                     .neox = (uint32_t)neox, .kv_stage = stage, .stage_slots = stage_slots};
             if (q8) { /* without the stage a q8_0 pool is refused */
                 dcp_rope_store_args bad = a;
                 bad.kv_stage = NULL;
@@ -484,7 +500,7 @@ static void test_argmax(void **state)
     DCP_ASSERT_OK(dcp_buffer_create(dev, rows * 4, DCP_MEMORY_DEVICE, &ob));
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
-    DCP_ASSERT_OK(dcp_op_argmax(cmd, xb, n, stride, rows, ob));
+    DCP_ASSERT_OK(dcp_op_argmax(cmd, &(dcp_argmax_args){.x = xb, .n = n, .stride = stride, .rows = rows, .out = ob}));
     run(cmd);
     uint32_t got[5];
     DCP_ASSERT_OK(dcp_buffer_download(ob, 0, got, sizeof got));

@@ -9,7 +9,7 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "dcpvk/kv.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "ref/kv_ref.h"
 #include "ref/ref.h"
 #include "vkutil.h"

@@ -23,6 +23,7 @@
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/ops.h"
+#include "kernels/weight_types.h"
 #include "quant/quants.h"
 #include "vkutil.h"
 
@@ -104,7 +105,9 @@ static void test_matmul(void **state)
                 dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
                 dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, xoff, xs, yb, ys, T, acc));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
+                                                                    .y = yb, .y_stride = ys, .tokens = T,
+                                                                    .accumulate = acc}));
                 DCP_ASSERT_OK(dcp_cmd_run(cmd));
                 float *y = download(yb, (uint64_t)T * ys);
                 for (uint32_t t = 0; t < T; t++)
@@ -162,7 +165,9 @@ static void test_batch_invariance(void **state)
             for (uint32_t first = 0; first + batches[bi] <= TMAX; first += batches[bi] == TMAX ? TMAX : 5) {
                 const uint32_t T = batches[bi];
                 DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &m, xb, first * K, K, yb, N, T, 0));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = first * K,
+                                                                    .x_stride = K, .y = yb, .y_stride = N,
+                                                                    .tokens = T}));
                 DCP_ASSERT_OK(dcp_cmd_run(cmd));
                 float *y = download(yb, (uint64_t)T * N);
                 if (!ref) {
@@ -211,7 +216,8 @@ static void test_get_rows(void **state)
         dcp_buffer *yb;
         DCP_ASSERT_OK(dcp_buffer_create(dev, (uint64_t)T * ys * 4, DCP_MEMORY_DEVICE, &yb));
         DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &m, ib, yb, ys, T));
+        DCP_ASSERT_OK(dcp_op_get_rows(cmd, &(dcp_get_rows_args){.w = &m, .ids = ib, .y = yb, .y_stride = ys,
+                                                                .tokens = T}));
         DCP_ASSERT_OK(dcp_cmd_run(cmd));
         float *y = download(yb, (uint64_t)T * ys);
         double worst = 0.0;
@@ -259,6 +265,25 @@ static void test_odd_shapes(void **state)
     }
 }
 
+/* The weight kernels' type list (src/kernels/weight_types.h, which the shaders, the kernel ids and
+ * the ops' type choice are generated from) is the supported list the library names in its errors,
+ * in the same order; each of its types has a name and a matrix layout. */
+static void test_weight_list(void **state)
+{
+    (void)state;
+#define NAME_(t, ...) #t ", "
+    static const char listed[] = DCP_WEIGHT_TYPES(NAME_, );
+#undef NAME_
+    char want[sizeof listed + 2];
+    snprintf(want, sizeof want, "%s, ", DCP_GGML_SUPPORTED_LIST);
+    assert_string_equal(listed, want);
+#define CHECK_(t, ...)                                                                             \
+    assert_string_equal(dcp_ggml_type_name(DCP_GGML_TYPE_##t), #t);                                \
+    assert_true(dcp_matrix_bytes(DCP_GGML_TYPE_##t, 256, 2) > 0);
+    DCP_WEIGHT_TYPES(CHECK_, )
+#undef CHECK_
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_odd_shapes),
+        cmocka_unit_test(test_weight_list),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ref/yardstick_ref.h"
-#include "vk/yardstick.h"
+#include "kernels/yardstick.h"
 #include "vkutil.h"
 
 /* Runs fma_peak with (groups, iters, mul, add) on every device and checks every invocation. */

@@ -12,7 +12,7 @@
 #include "bench/bench.h"
 #include "cli/cli.h"
 #include "dcpvk/gguf.h"
-#include "ops/ops_params.h"
+#include "kernels/ops_params.h"
 #include "dcpvk/ops.h"
 
 enum { MAX_TYPES = 16, MAX_BATCHES = 8, MAX_ITERS = 30 };
@@ -87,10 +87,11 @@ static dcp_status time_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, 
 {
     double t[MAX_ITERS];
     uint32_t slot[MAX_ITERS + 2];
+    const dcp_matmul_args args = {.w = m, .x = x, .x_stride = m->k, .y = y, .y_stride = m->rows, .tokens = B};
     dcp_status st = dcp_cmd_reset(cmd);
     for (uint32_t i = 0; st == DCP_OK && i <= iters + 1; i++) {
         if (i > 0) st = dcp_cmd_timestamp(cmd, &slot[i - 1]); /* before run i - 1 (run 0 warms up) */
-        if (st == DCP_OK && i <= iters) st = dcp_op_matmul(cmd, m, x, 0, m->k, y, m->rows, B, 0);
+        if (st == DCP_OK && i <= iters) st = dcp_op_matmul(cmd, &args);
         if (st == DCP_OK) dcp_cmd_barrier(cmd); /* matmul -> the next matmul (same y) */
     }
     if (st == DCP_OK) st = dcp_cmd_run(cmd);

@@ -11,7 +11,7 @@
 #include "bench/bench.h"
 #include "cli/cli.h"
 #include "common/error.h"
-#include "vk/yardstick.h"
+#include "kernels/yardstick.h"
 
 enum {
     MAX_SAMPLES = 4096,

@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/status.h"
 #include "dcpvk/vk.h"
@@ -73,16 +74,16 @@ typedef struct dcp_decode_config {
  * then read once per step), the tile, and the longest chunk one workgroup may scan (the Mesa 22
  * loop bound). Errors: DCP_ERR_INVALID_ARGUMENT for bad shapes (naming them),
  * DCP_ERR_UNSUPPORTED for what the kind or the device cannot do. *out is NULL on failure. */
-dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *config, dcp_decode_plan **out);
+DCP_API dcp_status dcp_decode_plan_create(dcp_kv_pool *pool, const dcp_decode_config *config, dcp_decode_plan **out);
 /* Destroys a plan (NULL is ignored). No command that reads it may be in flight. */
-void dcp_decode_plan_destroy(dcp_decode_plan *plan);
+DCP_API void dcp_decode_plan_destroy(dcp_decode_plan *plan);
 /* Device bytes a plan for config over a pool of `pool` holds once its rows reach max_length tokens
  * (its tables, and the split-KV workspace, which grows to the longest rows: chunks of
  * config->chunk_tokens, or at most one per 256 tokens when automatic, an upper bound then):
  * *bytes in all, *largest the largest buffer. Allocates nothing. DCP_ERR_CONFIG when max_length
  * needs more split-KV chunks than the merge takes (the longest row a plan can decode). */
-dcp_status dcp_decode_plan_bytes(const dcp_kv_pool_config *pool, const dcp_decode_config *config,
-                                 uint64_t max_length, uint64_t *bytes, uint64_t *largest);
+DCP_API dcp_status dcp_decode_plan_bytes(const dcp_kv_pool_config *pool, const dcp_decode_config *config,
+                                         uint64_t max_length, uint64_t *bytes, uint64_t *largest);
 
 /* Sets the step's rows: the first `rows` (1 .. batch) rows, lengths [rows] tokens, block_tables
  * [rows][max_blocks] page ids (entries past a row's last page are ignored). Validates every used
@@ -90,23 +91,23 @@ dcp_status dcp_decode_plan_bytes(const dcp_kv_pool_config *pool, const dcp_decod
  * the plan's host-visible tables (a memcpy, no submit: no command that reads the plan may be in
  * flight) and chooses the chunking. The step decodes rows x q_heads queries; q, o and lse of the
  * recording hold `rows` rows. On failure the plan keeps its previous state. */
-dcp_status dcp_decode_plan_set_rows(dcp_decode_plan *plan, uint32_t rows, const uint32_t *lengths,
-                                    const uint32_t *block_tables);
+DCP_API dcp_status dcp_decode_plan_set_rows(dcp_decode_plan *plan, uint32_t rows, const uint32_t *lengths,
+                                            const uint32_t *block_tables);
 /* dcp_decode_plan_set_rows for all `batch` rows of the config. */
-dcp_status dcp_decode_plan_set(dcp_decode_plan *plan, const uint32_t *lengths, const uint32_t *block_tables);
+DCP_API dcp_status dcp_decode_plan_set(dcp_decode_plan *plan, const uint32_t *lengths, const uint32_t *block_tables);
 /* Rows of the last set (the config's batch before the first). */
-uint32_t dcp_decode_plan_rows(const dcp_decode_plan *plan);
+DCP_API uint32_t dcp_decode_plan_rows(const dcp_decode_plan *plan);
 /* A value that changes whenever a recording of the plan would differ (rows, chunking, workspace
  * reallocation): commands recorded once and replayed stay valid while it does not change. */
-uint64_t dcp_decode_plan_key(const dcp_decode_plan *plan);
+DCP_API uint64_t dcp_decode_plan_key(const dcp_decode_plan *plan);
 
 /* Split-KV chunks per row chosen by the last set, and their size in tokens. */
-uint32_t dcp_decode_plan_chunks(const dcp_decode_plan *plan);
-uint32_t dcp_decode_plan_chunk_tokens(const dcp_decode_plan *plan);
+DCP_API uint32_t dcp_decode_plan_chunks(const dcp_decode_plan *plan);
+DCP_API uint32_t dcp_decode_plan_chunk_tokens(const dcp_decode_plan *plan);
 /* Query heads one workgroup serves (each cache row is read q_heads / heads_per_group times per
  * step), and the longest chunk the plan allows (tokens). */
-uint32_t dcp_decode_plan_heads_per_group(const dcp_decode_plan *plan);
-uint32_t dcp_decode_plan_max_chunk(const dcp_decode_plan *plan);
+DCP_API uint32_t dcp_decode_plan_heads_per_group(const dcp_decode_plan *plan);
+DCP_API uint32_t dcp_decode_plan_max_chunk(const dcp_decode_plan *plan);
 
 /* Records the decode of the rows of the last set into cmd (on the plan's device):
  *   q   [rows][q_heads][head_dim] f32 at byte q_offset (head_dim: the pool's; latent kv_lora + rope)
@@ -114,8 +115,8 @@ uint32_t dcp_decode_plan_max_chunk(const dcp_decode_plan *plan);
  *   lse [rows][q_heads] f32 at byte lse_offset (natural log)
  * When the plan has several chunks it records the chunk pass, a barrier and the merge. The caller
  * orders the writes of q before and the reads of o / lse after with dcp_cmd_barrier. */
-dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *plan, dcp_buffer *q, uint64_t q_offset,
-                             dcp_buffer *o, uint64_t o_offset, dcp_buffer *lse, uint64_t lse_offset);
+DCP_API dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *plan, dcp_buffer *q, uint64_t q_offset,
+                                     dcp_buffer *o, uint64_t o_offset, dcp_buffer *lse, uint64_t lse_offset);
 
 /* Records the merge of `parts` partial states per row: part p of row r is
  * o_in[p * o_part_stride + r * head_dim ...] (f32, floats) and lse_in[p * lse_part_stride + r].
@@ -134,7 +135,7 @@ typedef struct dcp_merge_args {
     uint64_t lse_out_offset;
 } dcp_merge_args;
 
-dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *args);
+DCP_API dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *args);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/status.h"
 
 #ifdef __cplusplus
@@ -43,16 +44,16 @@ typedef enum dcp_chat_template {
 
 /* The family of a template text, or of a family name (dcp_chat_template_name's, e.g. "chatml",
  * "llama3"); DCP_CHAT_UNKNOWN when neither (NULL included). */
-dcp_chat_template dcp_chat_template_detect(const char *tmpl);
+DCP_API dcp_chat_template dcp_chat_template_detect(const char *tmpl);
 /* The family of a name only; DCP_CHAT_UNKNOWN for another name. */
-dcp_chat_template dcp_chat_template_from_name(const char *name);
+DCP_API dcp_chat_template dcp_chat_template_from_name(const char *name);
 /* "chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
  * "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3", "llama3", "gemma", "deepseek",
  * "deepseek2", "deepseek3", "zephyr"; "unknown". */
-const char *dcp_chat_template_name(dcp_chat_template t);
+DCP_API const char *dcp_chat_template_name(dcp_chat_template t);
 /* The text of the marker that ends an assistant turn ("<|im_end|>", "<|eot_id|>", ...), or NULL
  * when the family ends turns with the vocabulary's EOS. A server stops generation at its token. */
-const char *dcp_chat_template_end_of_turn(dcp_chat_template t);
+DCP_API const char *dcp_chat_template_end_of_turn(dcp_chat_template t);
 
 typedef struct dcp_chat_message {
     const char *role;    /* "system", "user" or "assistant" */
@@ -63,8 +64,8 @@ typedef struct dcp_chat_message {
  * turn (the generation prompt). *out receives a malloc'd NUL-terminated string of *len bytes
  * (free() it). DCP_ERR_UNSUPPORTED for DCP_CHAT_UNKNOWN; DCP_ERR_INVALID_ARGUMENT for a role other
  * than the three (naming it and the message index) or no messages; DCP_ERR_OUT_OF_MEMORY. */
-dcp_status dcp_chat_apply(dcp_chat_template t, const dcp_chat_message *messages, size_t n, bool add_assistant,
-                          char **out, size_t *len);
+DCP_API dcp_status dcp_chat_apply(dcp_chat_template t, const dcp_chat_message *messages, size_t n, bool add_assistant,
+                                  char **out, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "dcpvk/dtype.h"
+#include "dcpvk/export.h"
 #include "dcpvk/status.h"
 #include "dcpvk/vk.h"
 
@@ -80,13 +81,13 @@ typedef struct dcp_comm_buf {
 
 /* All `count` ranks in this process: devices[i] is rank i (devices may repeat the same physical
  * device; they must be distinct dcp_devices). Destroy with dcp_comm_destroy before the devices. */
-dcp_status dcp_comm_init_local(dcp_device *const *devices, int count, const dcp_comm_config *config,
-                               dcp_comm **out);
+DCP_API dcp_status dcp_comm_init_local(dcp_device *const *devices, int count, const dcp_comm_config *config,
+                                       dcp_comm **out);
 /* Collective over MPI_COMM_WORLD: every process passes local_count devices (the same number
  * everywhere); process p holds ranks [p * local_count, (p + 1) * local_count). MPI must be
  * initialised (dcp_mpi_init). DCP_ERR_UNSUPPORTED when built without MPI. */
-dcp_status dcp_comm_init_mpi(dcp_device *const *devices, int local_count, const dcp_comm_config *config,
-                             dcp_comm **out);
+DCP_API dcp_status dcp_comm_init_mpi(dcp_device *const *devices, int local_count, const dcp_comm_config *config,
+                                     dcp_comm **out);
 /* Sub-communicator (e.g. one DCP group of a TP group spread over processes). Collective over
  * MPI_COMM_WORLD: every process calls it at the same point (MPI_Comm_split). The processes that
  * pass the same color >= 0 form one communicator, ordered by world rank; each passes local_count
@@ -95,47 +96,47 @@ dcp_status dcp_comm_init_mpi(dcp_device *const *devices, int local_count, const 
  * (DCP_OK, *out NULL). A communicator of one process uses the in-process transport of config;
  * otherwise the transport is mpi. The communicator owns the MPI sub-communicator and frees it in
  * dcp_comm_destroy (before dcp_mpi_finalize). DCP_ERR_UNSUPPORTED when built without MPI. */
-dcp_status dcp_comm_init_mpi_split(dcp_device *const *devices, int local_count, int color,
-                                   const dcp_comm_config *config, dcp_comm **out);
-void dcp_comm_destroy(dcp_comm *comm);
+DCP_API dcp_status dcp_comm_init_mpi_split(dcp_device *const *devices, int local_count, int color,
+                                           const dcp_comm_config *config, dcp_comm **out);
+DCP_API void dcp_comm_destroy(dcp_comm *comm);
 
-int dcp_comm_size(const dcp_comm *comm);
-int dcp_comm_local_count(const dcp_comm *comm);
-int dcp_comm_first_rank(const dcp_comm *comm);
-dcp_device *dcp_comm_device(const dcp_comm *comm, int local);
+DCP_API int dcp_comm_size(const dcp_comm *comm);
+DCP_API int dcp_comm_local_count(const dcp_comm *comm);
+DCP_API int dcp_comm_first_rank(const dcp_comm *comm);
+DCP_API dcp_device *dcp_comm_device(const dcp_comm *comm, int local);
 /* The transport of every pair of distinct ranks when they all use the same one, else
  * DCP_TRANSPORT_MIXED; for a communicator of one rank, how its own block moves (the forced
  * transport, or DCP_TRANSPORT_SELF under auto). */
-dcp_transport dcp_comm_transport(const dcp_comm *comm);
+DCP_API dcp_transport dcp_comm_transport(const dcp_comm *comm);
 /* The transport rank src's blocks take to rank dst (0 <= src, dst < size; src == dst: how a rank's
  * own block moves), and why it was chosen (a sentence naming what was checked). */
-dcp_transport dcp_comm_pair_transport(const dcp_comm *comm, int src, int dst);
-const char *dcp_comm_pair_reason(const dcp_comm *comm, int src, int dst);
+DCP_API dcp_transport dcp_comm_pair_transport(const dcp_comm *comm, int src, int dst);
+DCP_API const char *dcp_comm_pair_reason(const dcp_comm *comm, int src, int dst);
 /* Writes a summary of the pairs' transports into buf (cap bytes, NUL-terminated, one line per
  * transport and reason: "peer, 12 pairs: same physical device ..."); returns buf. */
-const char *dcp_comm_describe(const dcp_comm *comm, char *buf, size_t cap);
+DCP_API const char *dcp_comm_describe(const dcp_comm *comm, char *buf, size_t cap);
 /* Bytes local rank i has sent to other ranks since creation or the last reset (logical message
  * bytes; its own block is not counted). */
-uint64_t dcp_comm_bytes_sent(const dcp_comm *comm, int local);
-void dcp_comm_reset_stats(dcp_comm *comm);
+DCP_API uint64_t dcp_comm_bytes_sent(const dcp_comm *comm, int local);
+DCP_API void dcp_comm_reset_stats(dcp_comm *comm);
 
 /* "auto", "devgroup", "hostmem", "staging", "mpi", "peer", "dmabuf", "mixed", "self". */
-const char *dcp_transport_name(dcp_transport t);
+DCP_API const char *dcp_transport_name(dcp_transport t);
 /* Parses a transport name; DCP_ERR_INVALID_ARGUMENT lists the allowed names. */
-dcp_status dcp_transport_parse(const char *name, dcp_transport *out);
+DCP_API dcp_status dcp_transport_parse(const char *name, dcp_transport *out);
 
 /* send [count] -> recv [size][count]: block n is rank n's send. */
-dcp_status dcp_comm_all_gather(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
-                               dcp_dtype dtype, dcp_comm *comm);
+DCP_API dcp_status dcp_comm_all_gather(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
+                                       dcp_dtype dtype, dcp_comm *comm);
 /* send [size][count] -> recv [count] = op over ranks n of rank n's send block `rank`. */
-dcp_status dcp_comm_reduce_scatter(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
-                                   dcp_dtype dtype, dcp_red_op op, dcp_comm *comm);
+DCP_API dcp_status dcp_comm_reduce_scatter(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
+                                           dcp_dtype dtype, dcp_red_op op, dcp_comm *comm);
 /* send [size][count] -> recv [size][count]: recv block n = rank n's send block `rank`. */
-dcp_status dcp_comm_all_to_all(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
-                               dcp_dtype dtype, dcp_comm *comm);
+DCP_API dcp_status dcp_comm_all_to_all(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
+                                       dcp_dtype dtype, dcp_comm *comm);
 /* send [count] -> recv [count] = op over all ranks' send. */
-dcp_status dcp_comm_all_reduce(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
-                               dcp_dtype dtype, dcp_red_op op, dcp_comm *comm);
+DCP_API dcp_status dcp_comm_all_reduce(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
+                                       dcp_dtype dtype, dcp_red_op op, dcp_comm *comm);
 
 /* MPI helpers for apps and tests, so that only the transport includes mpi.h. dcp_mpi_init calls
  * MPI_Init (once) and returns this process's rank and the world size; DCP_ERR_UNSUPPORTED when
@@ -143,29 +144,29 @@ dcp_status dcp_comm_all_reduce(const dcp_comm_buf *send, const dcp_comm_buf *rec
  * split from it), so that an MPI failure (a process that died) comes back as DCP_ERR_MPI with
  * MPI's message instead of ending the process inside the library. dcp_mpi_finalize calls
  * MPI_Finalize; dcp_mpi_barrier MPI_Barrier. */
-dcp_status dcp_mpi_init(int *argc, char ***argv, int *rank, int *size);
-void dcp_mpi_finalize(void);
-void dcp_mpi_barrier(void);
+DCP_API dcp_status dcp_mpi_init(int *argc, char ***argv, int *rank, int *size);
+DCP_API void dcp_mpi_finalize(void);
+DCP_API void dcp_mpi_barrier(void);
 /* Max over processes of a double (timings); identity without MPI. */
-double dcp_mpi_max(double x);
+DCP_API double dcp_mpi_max(double x);
 /* MPI_Bcast over MPI_COMM_WORLD of `bytes` bytes at data from process root (apps: the sampled
  * token of rank 0, so that every process feeds the same one). DCP_OK without MPI running;
  * DCP_ERR_UNSUPPORTED never (a no-op when built without MPI). */
-dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root);
+DCP_API dcp_status dcp_mpi_bcast(void *data, uint64_t bytes, int root);
 /* dcp_mpi_bcast for a wait that may be long (a server's followers waiting for the next step): a
  * process whose data has not come yet sleeps sleep_us microseconds between checks instead of
  * spinning in MPI (MPICH polls at full speed). Every process of the broadcast calls this variant. */
-dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us);
+DCP_API dcp_status dcp_mpi_bcast_idle(void *data, uint64_t bytes, int root, uint32_t sleep_us);
 /* In place, vals [n] becomes the element-wise maximum over every process of MPI_COMM_WORLD, waiting
  * like dcp_mpi_bcast_idle (sleep_us between checks). Every process calls it with the same n. A
  * step plan goes from process 0 to the others this way while the others' reports (a stop signal)
  * come back in the same exchange. DCP_OK without MPI running. */
-dcp_status dcp_mpi_max_u32_idle(uint32_t *vals, uint32_t n, uint32_t sleep_us);
+DCP_API dcp_status dcp_mpi_max_u32_idle(uint32_t *vals, uint32_t n, uint32_t sleep_us);
 /* Ends every process of the MPI job with exit status code (MPI_Abort on MPI_COMM_WORLD), for an
  * app that met a failure the other processes cannot see (they may be waiting for it in a
  * collective) and has printed why. The library itself never calls it. Returns only when MPI is
  * not running (or not built); the caller then exits itself. */
-void dcp_mpi_abort(int code);
+DCP_API void dcp_mpi_abort(int code);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "dcpvk/comm.h"
+#include "dcpvk/export.h"
 #include "dcpvk/kv.h"
 
 #ifdef __cplusplus
@@ -27,15 +28,15 @@ typedef enum dcp_cp_backend {
 } dcp_cp_backend;
 
 /* "a2a" / "ag_rs". */
-const char *dcp_cp_backend_name(dcp_cp_backend b);
-dcp_status dcp_cp_backend_parse(const char *name, dcp_cp_backend *out);
+DCP_API const char *dcp_cp_backend_name(dcp_cp_backend b);
+DCP_API dcp_status dcp_cp_backend_parse(const char *name, dcp_cp_backend *out);
 
 /* vLLM's constraints on a TP group of tp_size ranks with DCP groups of dcp_size ranks, for a model
  * of q_heads query heads and kv_heads KV heads: T % N == 0 and, when N > 1, N <= T / Hkv and
  * (Hq / Hkv) % N == 0. DCP_ERR_CONFIG names the broken rule. */
-dcp_status dcp_cp_check(uint32_t tp_size, uint32_t dcp_size, uint32_t q_heads, uint32_t kv_heads);
+DCP_API dcp_status dcp_cp_check(uint32_t tp_size, uint32_t dcp_size, uint32_t q_heads, uint32_t kv_heads);
 /* The DCP group of TP rank tp_rank: group index and first TP rank of its run of N ranks. */
-void dcp_cp_group_of(uint32_t tp_rank, uint32_t dcp_size, uint32_t *group, uint32_t *first);
+DCP_API void dcp_cp_group_of(uint32_t tp_rank, uint32_t dcp_size, uint32_t *group, uint32_t *first);
 
 /* Created by dcp_cp_attn_create, destroyed by dcp_cp_attn_destroy; its communicator and KV cache
  * must outlive it. It owns one decode plan per local rank and the step's buffers; the step that
@@ -65,32 +66,35 @@ typedef struct dcp_cp_attn_config {
  * same devices; both must outlive the step), reserving comm's mailboxes for its largest block.
  * Checks N * Hl % Hkv == 0 and (N * Hl / Hkv) % N == 0 (DCP_ERR_CONFIG). Records nothing and
  * creates no commands. Destroy with dcp_cp_attn_destroy. */
-dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *config, dcp_cp_attn **out);
-void dcp_cp_attn_destroy(dcp_cp_attn *attn);
+DCP_API dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_attn_config *config,
+                                      dcp_cp_attn **out);
+DCP_API void dcp_cp_attn_destroy(dcp_cp_attn *attn);
 /* Device bytes the step for config over a cache configured as kc holds on each local rank once
  * its sequences reach max_length tokens: *bytes (the local decode plan over the rank's shard,
  * gathered Q, partial O and LSE), *largest its largest buffer, and *mailbox_block, the block its
  * communicator's mailboxes are reserved for. Allocates nothing; DCP_ERR_CONFIG as
  * dcp_decode_plan_bytes. */
-dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_config *config, uint64_t max_length,
-                             uint64_t *bytes, uint64_t *largest, uint64_t *mailbox_block);
+DCP_API dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_config *config,
+                                     uint64_t max_length, uint64_t *bytes, uint64_t *largest,
+                                     uint64_t *mailbox_block);
 
 /* Sets the step's sequences: seqs [batch] sequence slots of the cache (their current lengths and
  * block tables on every local rank). Call again after the cache changed (append, free). */
-dcp_status dcp_cp_attn_set(dcp_cp_attn *attn, const uint32_t *seqs);
+DCP_API dcp_status dcp_cp_attn_set(dcp_cp_attn *attn, const uint32_t *seqs);
 /* Sets the step's rows: rows (1 .. batch) queries; row b attends over the first lengths[b] tokens
  * (global positions) of sequence seqs[b] (each rank over its share of them, by the interleaved
  * placement). A sequence may appear in several rows: the causal rows of a prefill chunk (or of the
  * k + 1 positions a speculative verification scores) are the same sequence at growing lengths.
  * lengths NULL: every row over its sequence's whole length. */
-dcp_status dcp_cp_attn_set_rows(dcp_cp_attn *attn, uint32_t rows, const uint32_t *seqs, const uint64_t *lengths);
+DCP_API dcp_status dcp_cp_attn_set_rows(dcp_cp_attn *attn, uint32_t rows, const uint32_t *seqs,
+                                        const uint64_t *lengths);
 /* Rows of the last set. */
-uint32_t dcp_cp_attn_rows(const dcp_cp_attn *attn);
+DCP_API uint32_t dcp_cp_attn_rows(const dcp_cp_attn *attn);
 /* Split-KV chunks of local rank i's decode plan chosen by the last set. */
-uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *attn, uint32_t local);
+DCP_API uint32_t dcp_cp_attn_plan_chunks(const dcp_cp_attn *attn, uint32_t local);
 /* A value that changes whenever a recording of the step would differ (rows, every local rank's
  * dcp_decode_plan_key): recorded steps stay valid while it and the communicator's mailboxes do. */
-uint64_t dcp_cp_attn_key(const dcp_cp_attn *attn);
+DCP_API uint64_t dcp_cp_attn_key(const dcp_cp_attn *attn);
 
 /* Per-step figures (nanoseconds; max over local ranks for device phases; host clock for total). */
 typedef struct dcp_cp_attn_timing {
@@ -114,8 +118,8 @@ typedef struct dcp_cp_attn_timing {
  *   lse[i] [rows][Hl] f32 merged LSE (natural log; -inf for an empty sequence)
  * The step's commands are recorded once and replayed while the rows, the chunking and the buffers
  * stay the same. timing may be NULL. */
-dcp_status dcp_cp_attn_run(dcp_cp_attn *attn, const dcp_comm_buf *q, const dcp_comm_buf *o, const dcp_comm_buf *lse,
-                        dcp_cp_attn_timing *timing);
+DCP_API dcp_status dcp_cp_attn_run(dcp_cp_attn *attn, const dcp_comm_buf *q, const dcp_comm_buf *o,
+                                   const dcp_comm_buf *lse, dcp_cp_attn_timing *timing);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,15 +22,15 @@ typedef enum dcp_dtype {
 
 /* Bytes per element: 4, 2, or 1 for q8_0 (its int8 values; the block scales come on top, see
  * dcp_kv_row_bytes). */
-uint32_t dcp_dtype_size(dcp_dtype t);
+DCP_API uint32_t dcp_dtype_size(dcp_dtype t);
 /* "f32" / "f16" / "q8_0". */
-const char *dcp_dtype_name(dcp_dtype t);
+DCP_API const char *dcp_dtype_name(dcp_dtype t);
 
 /* Round-to-nearest-even float -> half (overflow gives +-inf, NaN stays NaN). Thread-safe. */
-uint16_t dcp_f32_to_f16(float f);
-float dcp_f16_to_f32(uint16_t h);
+DCP_API uint16_t dcp_f32_to_f16(float f);
+DCP_API float dcp_f16_to_f32(uint16_t h);
 /* Parses "f32", "f16" or "q8_0"; returns false for anything else (*out unchanged). */
-bool dcp_dtype_parse(const char *name, dcp_dtype *out);
+DCP_API bool dcp_dtype_parse(const char *name, dcp_dtype *out);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/model.h"
 #include "dcpvk/status.h"
 #include "dcpvk/tokenizer.h"
@@ -69,10 +70,10 @@ typedef struct dcp_engine_config {
 /* Creates an engine over the run state s (all its slots free; the engine uses every slot) and the
  * model's tokenizer tok (for EOS and the text of the tokens). Both must outlive the engine. Destroy
  * with dcp_engine_destroy. DCP_ERR_INVALID_ARGUMENT when the state holds sequences already. */
-dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const dcp_engine_config *config,
-                             dcp_engine **out);
+DCP_API dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const dcp_engine_config *config,
+                                     dcp_engine **out);
 /* Ends every sequence (their slots freed in the state; no events) and frees the engine. */
-void dcp_engine_destroy(dcp_engine *e);
+DCP_API void dcp_engine_destroy(dcp_engine *e);
 
 /* A request. Everything it points to is copied by dcp_engine_submit. */
 typedef struct dcp_engine_request {
@@ -102,19 +103,19 @@ typedef struct dcp_engine_request {
  * values, an empty stop string, n_prompt + max_tokens beyond the context n_ctx),
  * DCP_ERR_OUT_OF_PAGES (the sequence would not fit in the whole pool even alone),
  * DCP_ERR_OUT_OF_MEMORY. Each message names the value and the limit. */
-dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_t *id);
+DCP_API dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_t *id);
 
 /* Ends request id now: its slot's pages go back to the pool at once and a FINISHED event with
  * reason CANCELLED follows. DCP_ERR_INVALID_ARGUMENT for an id that is not queued or running
  * (finished already, or never submitted). */
-dcp_status dcp_engine_cancel(dcp_engine *e, uint64_t id);
+DCP_API dcp_status dcp_engine_cancel(dcp_engine *e, uint64_t id);
 
 /* Schedules and runs one step (nothing when no request is queued or running). Returns DCP_OK when
  * the step ran or there was nothing to run; a failure of the model step (or of on_plan) ends every
  * sequence of that step with an ERROR event and is returned (the others go on). */
-dcp_status dcp_engine_step(dcp_engine *e);
+DCP_API dcp_status dcp_engine_step(dcp_engine *e);
 /* True while requests are queued or running (more steps to run). */
-bool dcp_engine_busy(const dcp_engine *e);
+DCP_API bool dcp_engine_busy(const dcp_engine *e);
 
 typedef enum dcp_engine_event_kind {
     DCP_ENGINE_EVENT_TOKEN = 0,    /* a token was generated */
@@ -130,7 +131,7 @@ typedef enum dcp_engine_finish {
 } dcp_engine_finish;
 
 /* "stop", "length", "cancelled", "error" ("" for NONE). */
-const char *dcp_engine_finish_name(dcp_engine_finish f);
+DCP_API const char *dcp_engine_finish_name(dcp_engine_finish f);
 
 typedef struct dcp_engine_event {
     dcp_engine_event_kind kind;
@@ -156,7 +157,7 @@ typedef struct dcp_engine_event {
 
 /* Takes the oldest pending event into *ev; false when there is none. Events of one request come
  * in order; its FINISHED event is its last. */
-bool dcp_engine_poll(dcp_engine *e, dcp_engine_event *ev);
+DCP_API bool dcp_engine_poll(dcp_engine *e, dcp_engine_event *ev);
 
 /* Counters and gauges, for metrics. */
 typedef struct dcp_engine_stats {
@@ -175,16 +176,16 @@ typedef struct dcp_engine_stats {
     double last_step_seconds;   /* wall time of the last step's model call */
 } dcp_engine_stats;
 
-void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);
+DCP_API void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);
 
 /* The state's slot that request id holds, or -1 (queued, finished or unknown). */
-int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id);
+DCP_API int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id);
 /* The run state the engine drives. */
-dcp_model_state *dcp_engine_state(dcp_engine *e);
+DCP_API dcp_model_state *dcp_engine_state(dcp_engine *e);
 
 /* Follower side of a plan (the processes other than the leader): frees the plan's slots, then runs
  * its rows in s without logits. Every process must apply every plan, in order. */
-dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan);
+DCP_API dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan);
 
 #ifdef __cplusplus
 }

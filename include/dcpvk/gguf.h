@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/quant.h"
 #include "dcpvk/status.h"
 
@@ -43,7 +44,7 @@ typedef enum dcp_gguf_type {
 } dcp_gguf_type;
 
 /* Name of a metadata value type ("uint32", "string", ...), or "unknown". Thread-safe. */
-const char *dcp_gguf_type_name(dcp_gguf_type type);
+DCP_API const char *dcp_gguf_type_name(dcp_gguf_type type);
 
 /* ---- reader --------------------------------------------------------------------------------- */
 
@@ -95,63 +96,63 @@ typedef struct dcp_gguf_tensor {
  * -00001-of-0000N.gguf, a missing part, a part whose split.count or split.tensors.count differs
  * (another model's), a part whose split.no is not its place (reordered or renamed), a tensor name
  * in two parts, a tensor total other than split.tensors.count. */
-dcp_status dcp_gguf_open(const char *path, dcp_gguf **out);
+DCP_API dcp_status dcp_gguf_open(const char *path, dcp_gguf **out);
 
 /* Same over bytes in memory (borrowed: data must outlive the handle). `name` is used in errors.
  * One file: split keys are kept as they are, no other part is looked for. */
-dcp_status dcp_gguf_open_memory(const void *data, size_t size, const char *name, dcp_gguf **out);
+DCP_API dcp_status dcp_gguf_open_memory(const void *data, size_t size, const char *name, dcp_gguf **out);
 
 /* Unmaps and frees. NULL is allowed. */
-void dcp_gguf_close(dcp_gguf *g);
+DCP_API void dcp_gguf_close(dcp_gguf *g);
 
-const char *dcp_gguf_name(const dcp_gguf *g);      /* path or name given at open */
-uint32_t dcp_gguf_version(const dcp_gguf *g);      /* 2 or 3 */
-uint64_t dcp_gguf_file_size(const dcp_gguf *g);    /* bytes (a split model: of all its parts) */
-uint64_t dcp_gguf_alignment(const dcp_gguf *g);    /* bytes; general.alignment or 32 */
-uint64_t dcp_gguf_data_offset(const dcp_gguf *g);  /* file offset of the tensor data section (split
-                                                    * models: the first part's) */
+DCP_API const char *dcp_gguf_name(const dcp_gguf *g);      /* path or name given at open */
+DCP_API uint32_t dcp_gguf_version(const dcp_gguf *g);      /* 2 or 3 */
+DCP_API uint64_t dcp_gguf_file_size(const dcp_gguf *g);    /* bytes (a split model: of all its parts) */
+DCP_API uint64_t dcp_gguf_alignment(const dcp_gguf *g);    /* bytes; general.alignment or 32 */
+DCP_API uint64_t dcp_gguf_data_offset(const dcp_gguf *g);  /* file offset of the tensor data section (split
+                                                            * models: the first part's) */
 
 /* Parts of a split model: their number (1 for a single file) and part i (0 .. count-1) as a
  * file of its own, with its own keys and tensor directory (a single file: part 0 is g). The part
  * handles belong to g. NULL for i out of range. */
-uint32_t dcp_gguf_part_count(const dcp_gguf *g);
-const dcp_gguf *dcp_gguf_part(const dcp_gguf *g, uint32_t i);
+DCP_API uint32_t dcp_gguf_part_count(const dcp_gguf *g);
+DCP_API const dcp_gguf *dcp_gguf_part(const dcp_gguf *g, uint32_t i);
 /* The file name of part `part` (0-based) of `count`: "PREFIX-%05u-of-%05u.gguf" with part + 1.
  * Returns snprintf's count (the name is cut when it is >= size). */
-int dcp_gguf_split_path(char *buf, size_t size, const char *prefix, uint32_t part, uint32_t count);
+DCP_API int dcp_gguf_split_path(char *buf, size_t size, const char *prefix, uint32_t part, uint32_t count);
 
 /* Metadata: count, lookup by index (0..count-1, in file order) and by key. */
-uint64_t dcp_gguf_kv_count(const dcp_gguf *g);
-const dcp_gguf_kv *dcp_gguf_kv_at(const dcp_gguf *g, uint64_t index);
+DCP_API uint64_t dcp_gguf_kv_count(const dcp_gguf *g);
+DCP_API const dcp_gguf_kv *dcp_gguf_kv_at(const dcp_gguf *g, uint64_t index);
 /* Returns the kv with that key, or NULL when absent. */
-const dcp_gguf_kv *dcp_gguf_kv_find(const dcp_gguf *g, const char *key);
+DCP_API const dcp_gguf_kv *dcp_gguf_kv_find(const dcp_gguf *g, const char *key);
 
 /* Typed getters by key. A missing key or a value that does not convert gives DCP_ERR_FORMAT with
  * a message naming the key and file; *out is left unchanged on failure.
  * get_uint: any integer type holding a non-negative value; get_int: any integer type that fits
  * int64; get_float: FLOAT32/FLOAT64 or any integer; get_string: pointer valid until close. */
-dcp_status dcp_gguf_get_uint(const dcp_gguf *g, const char *key, uint64_t *out);
-dcp_status dcp_gguf_get_int(const dcp_gguf *g, const char *key, int64_t *out);
-dcp_status dcp_gguf_get_float(const dcp_gguf *g, const char *key, double *out);
-dcp_status dcp_gguf_get_bool(const dcp_gguf *g, const char *key, bool *out);
-dcp_status dcp_gguf_get_string(const dcp_gguf *g, const char *key, const char **out, size_t *len);
+DCP_API dcp_status dcp_gguf_get_uint(const dcp_gguf *g, const char *key, uint64_t *out);
+DCP_API dcp_status dcp_gguf_get_int(const dcp_gguf *g, const char *key, int64_t *out);
+DCP_API dcp_status dcp_gguf_get_float(const dcp_gguf *g, const char *key, double *out);
+DCP_API dcp_status dcp_gguf_get_bool(const dcp_gguf *g, const char *key, bool *out);
+DCP_API dcp_status dcp_gguf_get_string(const dcp_gguf *g, const char *key, const char **out, size_t *len);
 
 /* Array elements (kv->type must be ARRAY, i < kv->array_len; else DCP_ERR_INVALID_ARGUMENT).
  * Numeric elements are widened like scalars; string elements are NUL-terminated copies. */
-dcp_status dcp_gguf_array_uint(const dcp_gguf_kv *kv, uint64_t i, uint64_t *out);
-dcp_status dcp_gguf_array_int(const dcp_gguf_kv *kv, uint64_t i, int64_t *out);
-dcp_status dcp_gguf_array_float(const dcp_gguf_kv *kv, uint64_t i, double *out);
-dcp_status dcp_gguf_array_string(const dcp_gguf_kv *kv, uint64_t i, const char **out, size_t *len);
+DCP_API dcp_status dcp_gguf_array_uint(const dcp_gguf_kv *kv, uint64_t i, uint64_t *out);
+DCP_API dcp_status dcp_gguf_array_int(const dcp_gguf_kv *kv, uint64_t i, int64_t *out);
+DCP_API dcp_status dcp_gguf_array_float(const dcp_gguf_kv *kv, uint64_t i, double *out);
+DCP_API dcp_status dcp_gguf_array_string(const dcp_gguf_kv *kv, uint64_t i, const char **out, size_t *len);
 
 /* Tensor directory, in file order. */
-uint64_t dcp_gguf_tensor_count(const dcp_gguf *g);
-const dcp_gguf_tensor *dcp_gguf_tensor_at(const dcp_gguf *g, uint64_t index);
+DCP_API uint64_t dcp_gguf_tensor_count(const dcp_gguf *g);
+DCP_API const dcp_gguf_tensor *dcp_gguf_tensor_at(const dcp_gguf *g, uint64_t index);
 /* Returns the tensor with that name, or NULL. */
-const dcp_gguf_tensor *dcp_gguf_tensor_find(const dcp_gguf *g, const char *name);
+DCP_API const dcp_gguf_tensor *dcp_gguf_tensor_find(const dcp_gguf *g, const char *name);
 
 /* Reads a tensor as f32 into dst [n_elements]. DCP_ERR_UNSUPPORTED (naming the tensor and its
  * type) for types outside DCP_GGML_SUPPORTED_LIST. */
-dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, float *dst);
+DCP_API dcp_status dcp_gguf_tensor_to_f32(const dcp_gguf *g, const dcp_gguf_tensor *t, float *dst);
 
 /* ---- writer ---------------------------------------------------------------------------------- */
 
@@ -162,32 +163,32 @@ typedef struct dcp_gguf_writer dcp_gguf_writer;
 
 /* alignment: bytes, a power of two (0 = 32). A value other than 32 is also written as
  * general.alignment. */
-dcp_status dcp_gguf_writer_create(uint32_t alignment, dcp_gguf_writer **out);
-void dcp_gguf_writer_destroy(dcp_gguf_writer *w);
+DCP_API dcp_status dcp_gguf_writer_create(uint32_t alignment, dcp_gguf_writer **out);
+DCP_API void dcp_gguf_writer_destroy(dcp_gguf_writer *w);
 
 /* Scalars. A duplicated key gives DCP_ERR_INVALID_ARGUMENT. */
-dcp_status dcp_gguf_writer_set_uint(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, uint64_t v);
-dcp_status dcp_gguf_writer_set_int(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, int64_t v);
-dcp_status dcp_gguf_writer_set_float(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, double v);
-dcp_status dcp_gguf_writer_set_bool(dcp_gguf_writer *w, const char *key, bool v);
-dcp_status dcp_gguf_writer_set_string(dcp_gguf_writer *w, const char *key, const char *s, size_t len);
+DCP_API dcp_status dcp_gguf_writer_set_uint(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, uint64_t v);
+DCP_API dcp_status dcp_gguf_writer_set_int(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, int64_t v);
+DCP_API dcp_status dcp_gguf_writer_set_float(dcp_gguf_writer *w, const char *key, dcp_gguf_type type, double v);
+DCP_API dcp_status dcp_gguf_writer_set_bool(dcp_gguf_writer *w, const char *key, bool v);
+DCP_API dcp_status dcp_gguf_writer_set_string(dcp_gguf_writer *w, const char *key, const char *s, size_t len);
 /* Numeric/bool array: n elements of elem_type, packed little-endian, in `data`. */
-dcp_status dcp_gguf_writer_set_array(dcp_gguf_writer *w, const char *key, dcp_gguf_type elem_type,
-                                     const void *data, uint64_t n);
+DCP_API dcp_status dcp_gguf_writer_set_array(dcp_gguf_writer *w, const char *key, dcp_gguf_type elem_type,
+                                             const void *data, uint64_t n);
 /* String array; lens may be NULL (then strlen is used). */
-dcp_status dcp_gguf_writer_set_string_array(dcp_gguf_writer *w, const char *key,
-                                            const char *const *strs, const size_t *lens, uint64_t n);
+DCP_API dcp_status dcp_gguf_writer_set_string_array(dcp_gguf_writer *w, const char *key,
+                                                    const char *const *strs, const size_t *lens, uint64_t n);
 /* Copies one key/value exactly (same type) from an open file. */
-dcp_status dcp_gguf_writer_copy_kv(dcp_gguf_writer *w, const dcp_gguf_kv *kv);
+DCP_API dcp_status dcp_gguf_writer_copy_kv(dcp_gguf_writer *w, const dcp_gguf_kv *kv);
 
 /* Adds a tensor: data holds the packed bytes for ne (row size from the type's block layout);
  * size must equal that. ne[0] must be a multiple of the block size. */
-dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
-                                      uint32_t n_dims, const uint64_t *ne, const void *data,
-                                      uint64_t size);
+DCP_API dcp_status dcp_gguf_writer_add_tensor(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
+                                              uint32_t n_dims, const uint64_t *ne, const void *data,
+                                              uint64_t size);
 
 /* Tensors added so far. */
-uint64_t dcp_gguf_writer_tensor_count(const dcp_gguf_writer *w);
+DCP_API uint64_t dcp_gguf_writer_tensor_count(const dcp_gguf_writer *w);
 
 /* Produces the bytes of tensor `index` (in the order added) at write time: size bytes into dst.
  * Returns DCP_OK or a status that aborts the write (the target is left untouched). */
@@ -195,16 +196,16 @@ typedef dcp_status (*dcp_gguf_tensor_fill_fn)(void *user, uint64_t index, void *
 
 /* Adds a tensor whose bytes fill produces when the file is written (one tensor in memory at a
  * time; user must outlive the write). Checks as dcp_gguf_writer_add_tensor. */
-dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
-                                           uint32_t n_dims, const uint64_t *ne, uint64_t size,
-                                           dcp_gguf_tensor_fill_fn fill, void *user);
+DCP_API dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name, dcp_ggml_type type,
+                                                   uint32_t n_dims, const uint64_t *ne, uint64_t size,
+                                                   dcp_gguf_tensor_fill_fn fill, void *user);
 
 /* Writes the file: to an exclusive temporary (mkstemp: created with O_EXCL under a random name,
  * so a link planted beside the target is never followed) in path's directory, synced, then renamed
  * over path, so readers see the old file or the whole new one. An existing path that is not a
  * regular file (a symbolic link, directory, device node, FIFO, socket) is refused; nothing is
  * opened through it. DCP_ERR_IO on failure (the target and everything else left untouched). */
-dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path);
+DCP_API dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path);
 
 enum {
     /* An existing target that is not a regular file and not a directory (a symbolic link, device
@@ -213,16 +214,16 @@ enum {
     DCP_GGUF_WRITE_REPLACE = 1u << 0,
 };
 /* dcp_gguf_writer_write with flags (DCP_GGUF_WRITE_*; 0: the same as dcp_gguf_writer_write). */
-dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags);
+DCP_API dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags);
 /* Writes n files (the parts of a split model): each checked and written to its exclusive
  * temporary first, and only when all are complete renamed into place, so a failure leaves no
  * part replaced and no temporary behind (a rename failing part-way is reported naming the parts
  * already in place). flags as dcp_gguf_writer_write_to. */
-dcp_status dcp_gguf_writer_write_parts(const dcp_gguf_writer *const *w, const char *const *paths, uint32_t n,
-                                       unsigned flags);
+DCP_API dcp_status dcp_gguf_writer_write_parts(const dcp_gguf_writer *const *w, const char *const *paths, uint32_t n,
+                                               unsigned flags);
 /* Serialises the file into memory: *data (malloc'd, the caller frees it) of *size bytes, the same
  * bytes dcp_gguf_writer_write puts in a file. DCP_ERR_OUT_OF_MEMORY on failure (*data NULL). */
-dcp_status dcp_gguf_writer_write_memory(const dcp_gguf_writer *w, void **data, size_t *size);
+DCP_API dcp_status dcp_gguf_writer_write_memory(const dcp_gguf_writer *w, void **data, size_t *size);
 
 /* ---- quantizing a file (llama-quantize's file types and mixes) -------------------------------- */
 
@@ -275,14 +276,14 @@ typedef enum dcp_ftype {
 } dcp_ftype;
 
 /* "Q4_K_M", ... or NULL for an unknown code. Thread-safe. */
-const char *dcp_ftype_name(dcp_ftype f);
+DCP_API const char *dcp_ftype_name(dcp_ftype f);
 /* Case-insensitive; Q3_K, Q4_K, Q5_K are the _M mixes (as in llama-quantize). An unknown name gives
  * DCP_ERR_INVALID_ARGUMENT listing the allowed names. */
-dcp_status dcp_ftype_from_name(const char *name, dcp_ftype *out);
+DCP_API dcp_status dcp_ftype_from_name(const char *name, dcp_ftype *out);
 /* The weight type of most matrices of a file type (Q4_K for Q4_K_M). */
-dcp_ggml_type dcp_ftype_base_type(dcp_ftype f);
+DCP_API dcp_ggml_type dcp_ftype_base_type(dcp_ftype f);
 /* type, or its fallback when rows of ne0 elements are not whole blocks of it (see dcp_ftype). */
-dcp_ggml_type dcp_quantize_fallback(dcp_ggml_type type, uint64_t ne0);
+DCP_API dcp_ggml_type dcp_quantize_fallback(dcp_ggml_type type, uint64_t ne0);
 
 /* What the mix rules read from a file (see dcp_ftype). Filled by dcp_quantize_plan_init; then
  * dcp_quantize_tensor_type answers for any tensor of that file, in any order. */
@@ -297,9 +298,9 @@ typedef struct dcp_quantize_plan {
     uint32_t n_attn_v;          /* tensors named *attn_v.weight, *attn_qkv.weight, *attn_kv_b.weight */
 } dcp_quantize_plan;
 
-dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure, dcp_quantize_plan *p);
+DCP_API dcp_status dcp_quantize_plan_init(const dcp_gguf *g, dcp_ftype ftype, bool pure, dcp_quantize_plan *p);
 /* Target type of tensor t; *fell_back = 1 when its rows forced a fallback. Thread-safe. */
-dcp_ggml_type dcp_quantize_tensor_type(const dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back);
+DCP_API dcp_ggml_type dcp_quantize_tensor_type(const dcp_quantize_plan *p, const dcp_gguf_tensor *t, int *fell_back);
 
 typedef struct dcp_quantize_config {
     dcp_ftype ftype;            /* file type. Default DCP_FTYPE_Q4_K_M */
@@ -330,8 +331,8 @@ typedef void (*dcp_quantize_report_fn)(void *user, const dcp_gguf_tensor *t, dcp
  * ... (every part with split.no, split.count, split.tensors.count; the model's keys in the first).
  * Written safely, every part staged before any is renamed (dcp_gguf_writer_write_parts). One
  * tensor is converted at a time. cfg NULL = defaults; report may be NULL. */
-dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
-                             dcp_quantize_report_fn report, void *user);
+DCP_API dcp_status dcp_gguf_quantize(const char *in_path, const char *out_path, const dcp_quantize_config *cfg,
+                                     dcp_quantize_report_fn report, void *user);
 
 #ifdef __cplusplus
 }

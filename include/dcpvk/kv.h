@@ -3,7 +3,7 @@
  *
  * Page layout: K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row], a row being
  * head_dim values of the pool's dtype (f32, f16), or for q8_0 head_dim int8 values then the f16
- * scales of the row's blocks of 32 (dcp_kv_row_bytes; word layout in src/kv/kv_params.h); a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
+ * scales of the row's blocks of 32 (dcp_kv_row_bytes; word layout in src/kernels/kv_params.h); a K-only pool (k_only, MLA's latent cache: each row [c_kv | k_pe], the values
  * being the first kv_lora entries of the same row) has no V part. Page p lives in segment
  * p / pages_per_segment.
  *
@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "dcpvk/dtype.h"
+#include "dcpvk/export.h"
 #include "dcpvk/status.h"
 #include "dcpvk/vk.h"
 
@@ -46,26 +47,26 @@ typedef struct dcp_kv_pool_config {
  * q8_0: head_dim int8 values then head_dim / 32 f16 scales padded to a multiple of 4 bytes
  * (136 bytes for head_dim 128: 1.0625 bytes per value). A page holds (k_only ? 1 : 2) * kv_heads
  * * page_size rows. */
-uint64_t dcp_kv_row_bytes(dcp_dtype dtype, uint32_t head_dim);
+DCP_API uint64_t dcp_kv_row_bytes(dcp_dtype dtype, uint32_t head_dim);
 
 /* Creates the pool's segments on dev (device-local memory, zero-filled). Errors: unsupported head
  * dim (DCP_ERR_UNSUPPORTED), a page larger than the device's binding range, more segments than
  * a pool may span (64; DCP_ERR_INVALID_ARGUMENT), allocation failure (DCP_ERR_OUT_OF_MEMORY).
  * Destroy with dcp_kv_pool_destroy before the device's context. */
-dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *config, dcp_kv_pool **out);
-void dcp_kv_pool_destroy(dcp_kv_pool *pool);
+DCP_API dcp_status dcp_kv_pool_create(dcp_device *dev, const dcp_kv_pool_config *config, dcp_kv_pool **out);
+DCP_API void dcp_kv_pool_destroy(dcp_kv_pool *pool);
 /* Device bytes dcp_kv_pool_create would allocate on dev for config (*bytes: every segment;
  * *largest: the largest segment), with the same checks and errors, allocating nothing. */
-dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *config, uint64_t *bytes,
-                             uint64_t *largest);
+DCP_API dcp_status dcp_kv_pool_bytes(const dcp_device *dev, const dcp_kv_pool_config *config, uint64_t *bytes,
+                                     uint64_t *largest);
 
-const dcp_kv_pool_config *dcp_kv_pool_get_config(const dcp_kv_pool *pool);
-dcp_device *dcp_kv_pool_device(const dcp_kv_pool *pool);
+DCP_API const dcp_kv_pool_config *dcp_kv_pool_get_config(const dcp_kv_pool *pool);
+DCP_API dcp_device *dcp_kv_pool_device(const dcp_kv_pool *pool);
 /* Bytes of one page (K and V, or K only). */
-uint64_t dcp_kv_pool_page_bytes(const dcp_kv_pool *pool);
-uint32_t dcp_kv_pool_pages_per_segment(const dcp_kv_pool *pool);
-uint32_t dcp_kv_pool_segment_count(const dcp_kv_pool *pool);
-dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
+DCP_API uint64_t dcp_kv_pool_page_bytes(const dcp_kv_pool *pool);
+DCP_API uint32_t dcp_kv_pool_pages_per_segment(const dcp_kv_pool *pool);
+DCP_API uint32_t dcp_kv_pool_segment_count(const dcp_kv_pool *pool);
+DCP_API dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
 
 /* Records the kv_append shader (f32 rows converted to the pool's dtype; q8_0 pools quantize) on
  * cmd, cmd being on the pool's device: token t < tokens goes to slot slots[t] of the pool
@@ -73,31 +74,31 @@ dcp_buffer *dcp_kv_pool_segment(const dcp_kv_pool *pool, uint32_t i);
  * [tokens] u32; k, v: row t of the token's K (and V) heads [kv_heads][head_dim] f32 starts at float
  * t * src_stride from k_offset (v_offset). K+V pools only. dcp_kv_cache_record_append uses it; the
  * model uses it for q8_0 pools after RoPE. */
-dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer *slots, uint32_t tokens,
-                                    dcp_buffer *k, uint64_t k_offset, dcp_buffer *v, uint64_t v_offset,
-                                    uint32_t src_stride);
+DCP_API dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer *slots, uint32_t tokens,
+                                            dcp_buffer *k, uint64_t k_offset, dcp_buffer *v, uint64_t v_offset,
+                                            uint32_t src_stride);
 
 /* Uploads `count` whole pages starting at page `first` from data (count * page_bytes bytes, page
  * layout above, pool dtype). Synchronous. */
-dcp_status dcp_kv_pool_write_pages(dcp_kv_pool *pool, uint32_t first, uint32_t count, const void *data);
+DCP_API dcp_status dcp_kv_pool_write_pages(dcp_kv_pool *pool, uint32_t first, uint32_t count, const void *data);
 
 /* ---- interleaved placement (docs/design.md section 4) ---------------------------------- */
 /* DCP size N (ranks of the group), interleave I (tokens in a row on one rank), positions and
  * lengths in tokens. Pure functions, thread-safe. */
 
 /* Checks N >= 1, 1 <= I <= page_size and page_size % I == 0; DCP_ERR_CONFIG names what is wrong. */
-dcp_status dcp_kv_placement_check(uint32_t dcp_size, uint32_t interleave, uint32_t page_size);
+DCP_API dcp_status dcp_kv_placement_check(uint32_t dcp_size, uint32_t interleave, uint32_t page_size);
 /* owner(p) = (p / I) mod N: the rank that stores position p. */
-uint32_t dcp_kv_owner(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
+DCP_API uint32_t dcp_kv_owner(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
 /* local(p) = (p / (I*N)) * I + p mod I: index of position p inside its owner's shard. */
-uint64_t dcp_kv_local_index(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
+DCP_API uint64_t dcp_kv_local_index(uint64_t pos, uint32_t dcp_size, uint32_t interleave);
 /* L_r: tokens rank r stores of a sequence of `length` tokens. */
-uint64_t dcp_kv_local_length(uint64_t length, uint32_t rank, uint32_t dcp_size, uint32_t interleave);
+DCP_API uint64_t dcp_kv_local_length(uint64_t length, uint32_t rank, uint32_t dcp_size, uint32_t interleave);
 /* The longest sequence whose shard fits in `pages` pages of page_size tokens on every rank (rank 0
  * holds the most): with C = pages * page_size, (C / I) * I * N + C mod I tokens. Counts instead of
  * allocating, so capacity planning answers at once for any size; a host_only dcp_kv_cache accepts
  * exactly this many (tests/test_capacity.c checks it). */
-uint64_t dcp_kv_max_length(uint64_t pages, uint32_t page_size, uint32_t dcp_size, uint32_t interleave);
+DCP_API uint64_t dcp_kv_max_length(uint64_t pages, uint32_t page_size, uint32_t dcp_size, uint32_t interleave);
 
 /* ---- KV cache of a DCP group: per-rank page pools, free lists and per-sequence block tables --- */
 
@@ -122,50 +123,50 @@ typedef struct dcp_kv_cache_config {
  * devices, first_rank + local_count <= dcp_size). Errors: DCP_ERR_CONFIG for a bad placement
  * (dcp_kv_placement_check), pool errors (dcp_kv_pool_create). The devices must outlive the cache.
  * Destroy with dcp_kv_cache_destroy. Not thread-safe. */
-dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
-                               const dcp_kv_cache_config *config, dcp_kv_cache **out);
-void dcp_kv_cache_destroy(dcp_kv_cache *cache);
+DCP_API dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
+                                       const dcp_kv_cache_config *config, dcp_kv_cache **out);
+DCP_API void dcp_kv_cache_destroy(dcp_kv_cache *cache);
 
-const dcp_kv_cache_config *dcp_kv_cache_get_config(const dcp_kv_cache *cache);
-uint32_t dcp_kv_cache_local_count(const dcp_kv_cache *cache);
+DCP_API const dcp_kv_cache_config *dcp_kv_cache_get_config(const dcp_kv_cache *cache);
+DCP_API uint32_t dcp_kv_cache_local_count(const dcp_kv_cache *cache);
 /* Pool of local rank i (owned by the cache; NULL for a host_only cache). */
-dcp_kv_pool *dcp_kv_cache_pool(const dcp_kv_cache *cache, uint32_t local);
+DCP_API dcp_kv_pool *dcp_kv_cache_pool(const dcp_kv_cache *cache, uint32_t local);
 
 /* Host step of appending tokens: sequence seqs[j] grows by counts[j] tokens (j < n, distinct
  * slots). Reserves on every local rank the pages its shard needs, all or nothing: when any rank
  * lacks pages, returns DCP_ERR_OUT_OF_PAGES naming the rank and the sequence and changes nothing.
  * Computes each new token's destination slot on its owner (the other ranks skip it) for the next
  * dcp_kv_cache_record_append; tokens are numbered sequence by sequence in position order. */
-dcp_status dcp_kv_cache_append(dcp_kv_cache *cache, uint32_t n, const uint32_t *seqs,
-                               const uint32_t *counts);
+DCP_API dcp_status dcp_kv_cache_append(dcp_kv_cache *cache, uint32_t n, const uint32_t *seqs,
+                                       const uint32_t *counts);
 /* Tokens of the last dcp_kv_cache_append (the rows k and v must hold). */
-uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *cache);
+DCP_API uint32_t dcp_kv_cache_append_tokens(const dcp_kv_cache *cache);
 /* Records the kv_append shader of local rank `local` on its command: writes the K and V rows of
  * the tokens this rank owns, k and v [tokens][kv_heads][head_dim] f32 (the same on every rank),
  * converted to the pool dtype (K+V pools; K-only pools are written by their model's own store,
  * DCP_ERR_INVALID_ARGUMENT here). Uploads the slot table (synchronously) into a per-rank buffer that
  * the recording reads: submit before the next dcp_kv_cache_append. */
-dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache, uint32_t local, dcp_buffer *k,
-                                      uint64_t k_offset, dcp_buffer *v, uint64_t v_offset);
+DCP_API dcp_status dcp_kv_cache_record_append(dcp_cmd *cmd, dcp_kv_cache *cache, uint32_t local, dcp_buffer *k,
+                                              uint64_t k_offset, dcp_buffer *v, uint64_t v_offset);
 /* Device bytes of the slot table record_append keeps per local rank once a step appended `tokens`
  * tokens (it grows to the largest step's). */
-uint64_t dcp_kv_cache_slot_bytes(uint32_t tokens);
+DCP_API uint64_t dcp_kv_cache_slot_bytes(uint32_t tokens);
 /* Returns every page of sequence seq on every local rank to the free lists; its length becomes 0. */
-void dcp_kv_cache_free_seq(dcp_kv_cache *cache, uint32_t seq);
+DCP_API void dcp_kv_cache_free_seq(dcp_kv_cache *cache, uint32_t seq);
 
 /* Global length of sequence seq (tokens), and the tokens / pages local rank i holds of it. */
-uint64_t dcp_kv_cache_seq_length(const dcp_kv_cache *cache, uint32_t seq);
-uint32_t dcp_kv_cache_seq_local_length(const dcp_kv_cache *cache, uint32_t local, uint32_t seq);
+DCP_API uint64_t dcp_kv_cache_seq_length(const dcp_kv_cache *cache, uint32_t seq);
+DCP_API uint32_t dcp_kv_cache_seq_local_length(const dcp_kv_cache *cache, uint32_t local, uint32_t seq);
 /* Block table [max_blocks] page ids of seq on local rank i (entries past its pages are 0). */
-const uint32_t *dcp_kv_cache_block_table(const dcp_kv_cache *cache, uint32_t local, uint32_t seq);
+DCP_API const uint32_t *dcp_kv_cache_block_table(const dcp_kv_cache *cache, uint32_t local, uint32_t seq);
 /* Pages in use / free on local rank i, and bytes in use (pages * page bytes). */
-uint32_t dcp_kv_cache_pages_used(const dcp_kv_cache *cache, uint32_t local);
-uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *cache, uint32_t local);
-uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *cache, uint32_t local);
+DCP_API uint32_t dcp_kv_cache_pages_used(const dcp_kv_cache *cache, uint32_t local);
+DCP_API uint32_t dcp_kv_cache_pages_free(const dcp_kv_cache *cache, uint32_t local);
+DCP_API uint64_t dcp_kv_cache_bytes_used(const dcp_kv_cache *cache, uint32_t local);
 
 /* Slot table of the last append on local rank i: [tokens] page * page_size + offset, or
  * UINT32_MAX (not stored on this rank) for tokens another rank owns. */
-const uint32_t *dcp_kv_cache_append_slots(const dcp_kv_cache *cache, uint32_t local);
+DCP_API const uint32_t *dcp_kv_cache_append_slots(const dcp_kv_cache *cache, uint32_t local);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 
 #include "dcpvk/cp.h"
 #include "dcpvk/dtype.h"
+#include "dcpvk/export.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/status.h"
@@ -90,27 +91,27 @@ typedef struct dcp_model_load_config {
  * DCP_ERR_CONFIG for sizes the heads do not allow (vLLM's rules) or a rank layout that is not one
  * of the above. g and cfg need not outlive the model (it copies what it needs). Destroy with
  * dcp_model_destroy, before the devices. */
-dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, const dcp_model_config *cfg,
-                          dcp_model **out);
-void dcp_model_destroy(dcp_model *m);
+DCP_API dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, const dcp_model_config *cfg,
+                                  dcp_model **out);
+DCP_API void dcp_model_destroy(dcp_model *m);
 /* Tensor-parallel and DCP sizes of the model (the whole group's, wherever its ranks are), and
  * whether every rank projects its DCP group's query heads itself. */
-uint32_t dcp_model_tp(const dcp_model *m);
-uint32_t dcp_model_dcp(const dcp_model *m);
-bool dcp_model_q_replicate(const dcp_model *m);
+DCP_API uint32_t dcp_model_tp(const dcp_model *m);
+DCP_API uint32_t dcp_model_dcp(const dcp_model *m);
+DCP_API bool dcp_model_q_replicate(const dcp_model *m);
 /* TP ranks held by this process: [first_rank, first_rank + local_count). */
-uint32_t dcp_model_first_rank(const dcp_model *m);
-uint32_t dcp_model_local_count(const dcp_model *m);
-const dcp_model_config *dcp_model_get_config(const dcp_model *m);
+DCP_API uint32_t dcp_model_first_rank(const dcp_model *m);
+DCP_API uint32_t dcp_model_local_count(const dcp_model *m);
+DCP_API const dcp_model_config *dcp_model_get_config(const dcp_model *m);
 /* Bytes of device memory the weights use (all ranks held here). */
-uint64_t dcp_model_bytes(const dcp_model *m);
+DCP_API uint64_t dcp_model_bytes(const dcp_model *m);
 /* Bytes of the GGUF file (all parts of a split model) read to build the weights of the ranks
  * held here: each rank reads its own tensor-parallel slices (rows, and for row-parallel matrices
  * the blocks covering its columns) and the replicated tensors, nothing else of the mapped file.
  * Counted by a count_only load too (which reads no tensor data). */
-uint64_t dcp_model_file_bytes(const dcp_model *m);
+DCP_API uint64_t dcp_model_file_bytes(const dcp_model *m);
 /* Bytes of device memory the weights of local rank i use (counted by a count_only load too). */
-uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
+DCP_API uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
 
 /* Quantized matrices a rank holds as F32 instead of their file's type: a tensor-parallel slice
  * that does not start and end on the type's blocks (k-quants: 256 weights; at TP 8 the
@@ -124,7 +125,7 @@ typedef struct dcp_model_fallback {
     uint64_t native_bytes;   /* what they would take in their own type */
 } dcp_model_fallback;
 /* What was held as F32 (count 0: nothing). */
-const dcp_model_fallback *dcp_model_fallbacks(const dcp_model *m);
+DCP_API const dcp_model_fallback *dcp_model_fallbacks(const dcp_model *m);
 
 /* ---- run state ----------------------------------------------------------------------------- */
 
@@ -160,11 +161,11 @@ typedef struct dcp_model_state dcp_model_state;
  * sub-communicator (dcp_comm_init_mpi_split), and a failure on any process fails it on every
  * process (DCP_ERR_MPI on the others), so that none waits in a collective. Steps are then
  * collective too: every process passes the same rows. Destroy with dcp_model_state_destroy. */
-dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out);
-void dcp_model_state_destroy(dcp_model_state *s);
-const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s);
+DCP_API dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *config, dcp_model_state **out);
+DCP_API void dcp_model_state_destroy(dcp_model_state *s);
+DCP_API const dcp_model_state_config *dcp_model_state_get_config(const dcp_model_state *s);
 /* The model the state runs (what dcp_model_state_create was given). */
-dcp_model *dcp_model_state_get_model(const dcp_model_state *s);
+DCP_API dcp_model *dcp_model_state_get_model(const dcp_model_state *s);
 
 /* One row of a step: the next token of sequence seq (its position is the sequence's length so far,
  * plus the rows of the same sequence before it in the step). logits: whether the step returns
@@ -184,35 +185,35 @@ typedef struct dcp_model_row {
  * DCP_ERR_INVALID_ARGUMENT (a token outside the vocabulary, a sequence outside the slots, rows of
  * a sequence not consecutive, a sequence beyond n_ctx), DCP_ERR_OUT_OF_PAGES (the pools cannot
  * hold the new tokens: dcp_model_state_pages_needed tells what a step needs); Vulkan failures. */
-dcp_status dcp_model_state_step(dcp_model_state *s, const dcp_model_row *rows, uint32_t n, float *logits,
-                                int32_t *next);
+DCP_API dcp_status dcp_model_state_step(dcp_model_state *s, const dcp_model_row *rows, uint32_t n, float *logits,
+                                        int32_t *next);
 /* Sequence 0 as one stream: runs tokens [n] in steps of up to max_rows rows; logits (if not NULL)
  * receives the last token's logits [n_vocab], next (if not NULL) their argmax. */
-dcp_status dcp_model_state_forward(dcp_model_state *s, const int32_t *tokens, uint32_t n, float *logits,
-                                   int32_t *next);
+DCP_API dcp_status dcp_model_state_forward(dcp_model_state *s, const int32_t *tokens, uint32_t n, float *logits,
+                                           int32_t *next);
 /* Ends sequence seq: its pages go back to the pools at once; its length becomes 0. */
-void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq);
+DCP_API void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq);
 /* Forgets every sequence. */
-void dcp_model_state_reset(dcp_model_state *s);
+DCP_API void dcp_model_state_reset(dcp_model_state *s);
 /* Tokens held of sequence seq (the position of its next token). */
-uint32_t dcp_model_state_seq_length(const dcp_model_state *s, uint32_t seq);
+DCP_API uint32_t dcp_model_state_seq_length(const dcp_model_state *s, uint32_t seq);
 /* The context capacity per sequence in tokens (config n_ctx after defaults). */
-uint32_t dcp_model_state_n_ctx(const dcp_model_state *s);
+DCP_API uint32_t dcp_model_state_n_ctx(const dcp_model_state *s);
 
 /* Page accounting (per rank and layer; every layer holds the same pages). Free pages of the
  * fullest rank held here; pages per rank pool; the pages sequence seq would take on its busiest
  * rank to grow by `add` tokens (0 when it fits in the pages it holds). */
-uint32_t dcp_model_state_pages_free(const dcp_model_state *s);
-uint32_t dcp_model_state_pages_total(const dcp_model_state *s);
-uint32_t dcp_model_state_pages_needed(const dcp_model_state *s, uint32_t seq, uint32_t add);
+DCP_API uint32_t dcp_model_state_pages_free(const dcp_model_state *s);
+DCP_API uint32_t dcp_model_state_pages_total(const dcp_model_state *s);
+DCP_API uint32_t dcp_model_state_pages_needed(const dcp_model_state *s, uint32_t seq, uint32_t add);
 /* Pages held by sequence seq on local rank i (per layer). */
-uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint32_t local);
+DCP_API uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t seq, uint32_t local);
 /* Per DCP rank r of a group (0 <= r < dcp; 0 without DCP), by the placement formulas, so the same
  * on every process: the pages a sequence of `length` tokens holds there, and the free pages of
  * rank r's pools (the ranks r of every DCP group hold the same pages). A scheduler that adds up
  * the growth of a step per rank knows exactly whether dcp_model_state_step will fit. */
-uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r);
-uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r);
+DCP_API uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r);
+DCP_API uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r);
 
 /* Device memory of one TP rank, by use, in bytes: what the weights and a run state allocate,
  * counted from the same sizes the allocations use (src/model/graph_state.c). */
@@ -234,7 +235,8 @@ typedef struct dcp_model_memory {
  * per_rank [dcp_model_local_count(m)]. m may be a count_only model (weights counted, not loaded).
  * Errors as dcp_model_state_create's configuration checks (DCP_ERR_CONFIG: interleave, a context
  * longer than the split-KV chunking allows). Thread-safe. */
-dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config, dcp_model_memory *per_rank);
+DCP_API dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config,
+                                         dcp_model_memory *per_rank);
 
 /* Checks config against the devices before anything is allocated: every buffer within its
  * device's storage-buffer range, and the ranks on one physical device (all CPU devices together:
@@ -244,29 +246,29 @@ dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_confi
  * that), and the longest context that fits; *max_ctx (may be NULL) receives that context in
  * tokens (0: none fits, the weights alone are too large), or config's n_ctx when it fits.
  * dcp_model_state_create runs this check first. */
-dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_config *config, uint32_t *max_ctx);
+DCP_API dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_config *config, uint32_t *max_ctx);
 
 /* Bytes of the KV cache pools of one rank (all layers). */
-uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);
+DCP_API uint64_t dcp_model_state_kv_bytes(const dcp_model_state *s);
 /* Bytes rank 0 has sent to other ranks (all-reduces, DCP exchanges) since creation, and tokens run
  * since then (the warm-up excluded): their ratio is the exchange volume per token. */
-uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s);
-uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
+DCP_API uint64_t dcp_model_state_exchange_bytes(const dcp_model_state *s);
+DCP_API uint64_t dcp_model_state_tokens_run(const dcp_model_state *s);
 /* Rounds of the last step (one per exchange point, plus one), the host waits it took (every round
  * when the host synchronises the rounds, 1 when they wait on each other on the GPU), and whether
  * it was replayed from a kept recording. */
-uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
-uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s);
-bool dcp_model_state_last_replayed(const dcp_model_state *s);
+DCP_API uint32_t dcp_model_state_last_rounds(const dcp_model_state *s);
+DCP_API uint32_t dcp_model_state_last_host_waits(const dcp_model_state *s);
+DCP_API bool dcp_model_state_last_replayed(const dcp_model_state *s);
 /* Step timing (off by default; turning it on makes the next step record again): after a step,
  * compute_ns = the GPU time of its rounds (device timestamps, the slowest rank of each round) and
  * exchange_ns = its wall-clock time minus that (host round trips, waits, host moves). */
-void dcp_model_state_set_timing(dcp_model_state *s, bool on);
-void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns);
+DCP_API void dcp_model_state_set_timing(dcp_model_state *s, bool on);
+DCP_API void dcp_model_state_last_timing(const dcp_model_state *s, double *compute_ns, double *exchange_ns);
 /* How the state's exchanges move: each communicator's transports per pair with their reasons, and
  * how the rounds are synchronised (host or GPU) and why; written into buf (cap bytes, lines);
  * returns buf. Complete after the first step (the state's warm-up runs one). */
-const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap);
+DCP_API const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *buf, size_t cap);
 
 /* ---- sampling (host) ----------------------------------------------------------------------- */
 
@@ -287,12 +289,12 @@ typedef struct dcp_sampler dcp_sampler;
 
 /* DCP_ERR_INVALID_ARGUMENT for temperature < 0, top_p outside (0, 1]. Destroy with
  * dcp_sampler_destroy. */
-dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
-void dcp_sampler_destroy(dcp_sampler *s);
+DCP_API dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
+DCP_API void dcp_sampler_destroy(dcp_sampler *s);
 /* True when the sampler is greedy (the caller may use the device argmax instead of logits). */
-bool dcp_sampler_is_greedy(const dcp_sampler *s);
+DCP_API bool dcp_sampler_is_greedy(const dcp_sampler *s);
 /* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream. */
-int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
+DCP_API int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/ops.h" /* dcp_expert_gating, dcp_moe_route_args */
 #include "dcpvk/status.h"
@@ -122,7 +123,7 @@ typedef struct dcp_rope_params {
 } dcp_rope_params;
 
 /* The RoPE parameters of cfg (no frequency factors: the caller sets freq_factors). */
-void dcp_rope_params_from_config(const dcp_model_config *cfg, dcp_rope_params *out);
+DCP_API void dcp_rope_params_from_config(const dcp_model_config *cfg, dcp_rope_params *out);
 
 /* The (cos, sin) table of positions pos[0..n): cs [n][n_rot/2][2] f32, computed in double and
  * rounded once. Pair i at position p has angle theta = p * base^(-2i/n_rot) (divided by
@@ -132,7 +133,7 @@ void dcp_rope_params_from_config(const dcp_model_config *cfg, dcp_rope_params *o
  * ramp r = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1): theta (1 - r) / factor + theta r
  * (no magnitude scaling beyond attn_factor). cos and sin are multiplied by attn_factor.
  * Thread-safe. */
-void dcp_rope_cs(const dcp_rope_params *rope, const uint32_t *pos, uint32_t n, float *cs);
+DCP_API void dcp_rope_cs(const dcp_rope_params *rope, const uint32_t *pos, uint32_t n, float *cs);
 
 /* Reads and checks the hyperparameters (all counts > 0, n_head_kv divides n_head, head sizes
  * consistent, n_rot <= head_dim and even; deepseek2: the MLA and MoE keys above, key_length =
@@ -141,10 +142,10 @@ void dcp_rope_cs(const dcp_rope_params *rope, const uint32_t *pos, uint32_t n, f
  * the key and the file; an architecture other than those of DCP_ARCH_SUPPORTED_LIST (named, with
  * the list), or a rope scaling type or gating function (dcp_expert_gating) other than those above, gives
  * DCP_ERR_UNSUPPORTED. */
-dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out);
+DCP_API dcp_status dcp_model_config_read(const dcp_gguf *g, dcp_model_config *out);
 
 /* The routing of a model config's MoE layer (tokens, logits and outputs still to be set). */
-void dcp_moe_route_args_from_config(const dcp_model_config *cfg, dcp_moe_route_args *out);
+DCP_API void dcp_moe_route_args_from_config(const dcp_model_config *cfg, dcp_moe_route_args *out);
 
 #ifdef __cplusplus
 }

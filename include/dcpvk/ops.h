@@ -1,15 +1,18 @@
 /* The model kernels: weight matrices on a device and the recording of the ops a model graph is
  * made of (shaders/matmul, get_rows, rmsnorm, rope_store, swiglu, add, argmax) into a caller's
- * command buffer. Implemented in src/ops/ops.c; push constants in src/ops/ops_params.h.
+ * command buffer. Implemented in src/ops/ops.c; push constants in src/kernels/ops_params.h.
  *
  * Every op only records (no submit, no wait); the caller orders dependent ops with
  * dcp_cmd_barrier. Buffers are bound whole (offset 0) so no binding offset alignment applies;
- * row offsets go through push constants. Activations are f32. Not thread-safe per command. */
+ * row offsets go through push constants. Activations are f32. Not thread-safe per command.
+ * An op of more than a few parameters takes them in an args struct (dcp_<op>_args, read only during
+ * the call), meant to be filled with designated initializers: a field left out is 0 (or NULL). */
 #ifndef DCPVK_OPS_H
 #define DCPVK_OPS_H
 
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/kv.h"
 #include "dcpvk/quant.h"
 #include "dcpvk/vk.h"
@@ -37,49 +40,90 @@ typedef struct dcp_matrix {
  * DCP_ERR_UNSUPPORTED for another type or k not a multiple of 4 (of the block size, 32 or 256,
  * for the quantized types);
  * DCP_ERR_INVALID_ARGUMENT when the matrix exceeds the device's storage-buffer range. */
-dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
-                             const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
-void dcp_matrix_destroy(dcp_matrix *m);
+DCP_API dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
+                                     const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
+DCP_API void dcp_matrix_destroy(dcp_matrix *m);
 /* Device bytes of a rows x k matrix of `type` (the buffer dcp_matrix_create makes), or 0 for an
  * unsupported type. Thread-safe. */
-uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows);
+DCP_API uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows);
 
-/* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T.
- * x_stride, x_offset multiples of 4. accumulate != 0 adds to y (fused residual). */
-dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
-                         uint32_t x_stride, dcp_buffer *y, uint32_t y_stride, uint32_t tokens,
-                         int accumulate);
+/* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T (y's rows w->rows
+ * values, x's w->k). x_stride, x_offset multiples of 4. */
+typedef struct dcp_matmul_args {
+    const dcp_matrix *w;
+    dcp_buffer *x;          /* [tokens][x_stride] f32, read from float x_offset */
+    uint32_t x_offset;      /* floats; a multiple of 4 */
+    uint32_t x_stride;      /* floats between token rows; a multiple of 4, >= w->k */
+    dcp_buffer *y;          /* [tokens][y_stride] f32 */
+    uint32_t y_stride;      /* floats, >= w->rows */
+    uint32_t tokens;
+    int accumulate;         /* != 0: y += the product (fused residual); 0: y = it */
+} dcp_matmul_args;
+DCP_API dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a);
 
-/* y [tokens][y_stride] = rows ids[0..tokens) (u32) of W (embedding lookup). */
-dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,
-                           uint32_t y_stride, uint32_t tokens);
+/* y [tokens][y_stride] = rows ids[0..tokens) of W (embedding lookup), as f32. */
+typedef struct dcp_get_rows_args {
+    const dcp_matrix *w;
+    dcp_buffer *ids;        /* [tokens] u32, each < w->rows */
+    dcp_buffer *y;          /* [tokens][y_stride] f32 */
+    uint32_t y_stride;      /* floats, >= w->k */
+    uint32_t tokens;
+} dcp_get_rows_args;
+DCP_API dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_get_rows_args *a);
 
-/* y [tokens][y_stride] = rmsnorm(x rows from float x_offset, stride x_stride) * w [n] f32. */
-dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                          dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
-                          uint32_t tokens, float eps);
+/* y [tokens][y_stride] = rmsnorm(x rows of n values) * w. */
+typedef struct dcp_rmsnorm_args {
+    dcp_buffer *x;          /* [tokens][x_stride] f32, rows from float x_offset */
+    uint32_t x_offset;      /* floats */
+    uint32_t x_stride;      /* floats, >= n */
+    dcp_buffer *w;          /* [n] f32 */
+    uint32_t n;
+    dcp_buffer *y;          /* [tokens][y_stride] f32 */
+    uint32_t y_stride;      /* floats, >= n */
+    uint32_t tokens;
+    float eps;              /* added to the mean square */
+} dcp_rmsnorm_args;
+DCP_API dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, const dcp_rmsnorm_args *a);
 
 /* The all-reduce's receiving side fused into the next rmsnorm: first x rows += the sum, in rank
  * order s = 0 .. parts-1 from 0 (as part_sum: bitwise the same on every rank), of the parts
  * p [parts][tokens][n] f32 (part s's row t at float part_offset + s * part_stride + t * n of p,
- * bound from byte p_offset), writing x back; then y = rmsnorm(x) * w as dcp_op_rmsnorm. */
-dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                                dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
-                                uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
-                                uint32_t parts, uint32_t part_stride, uint32_t part_offset);
+ * bound from byte p_offset), writing x back; then y = rmsnorm(x) * w as dcp_op_rmsnorm (norm). */
+typedef struct dcp_rmsnorm_parts_args {
+    dcp_rmsnorm_args norm;
+    dcp_buffer *p;          /* the parts, f32 */
+    uint64_t p_offset;      /* bytes: where p is bound from */
+    uint32_t parts;         /* >= 1 */
+    uint32_t part_stride;   /* floats between parts, >= tokens * n */
+    uint32_t part_offset;   /* floats from p_offset to part 0 */
+} dcp_rmsnorm_parts_args;
+DCP_API dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, const dcp_rmsnorm_parts_args *a);
 
 /* The per-head RMSNorm of qwen3's Q and K, in place: for every token row t < tokens and head
  * h < heads, the D = head_dim values x[x_offset + t x_stride + h D ..] become rmsnorm(.) * w_h,
- * w_h = w[0..D) for h < w_split (the query heads), w[D..2D) otherwise (the key heads); w [2][D]
- * f32. x_offset, x_stride in floats. */
-dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                                uint32_t heads, uint32_t head_dim, uint32_t w_split, dcp_buffer *w,
-                                uint32_t tokens, float eps);
+ * w_h = w[0..D) for h < w_split (the query heads), w[D..2D) otherwise (the key heads). */
+typedef struct dcp_rmsnorm_heads_args {
+    dcp_buffer *x;          /* [tokens][x_stride] f32, heads from float x_offset */
+    uint32_t x_offset;      /* floats */
+    uint32_t x_stride;      /* floats, >= heads * head_dim */
+    uint32_t heads, head_dim;
+    uint32_t w_split;       /* heads below use w[0..D), the others w[D..2D) */
+    dcp_buffer *w;          /* [2][head_dim] f32 */
+    uint32_t tokens;
+    float eps;              /* added to the mean square */
+} dcp_rmsnorm_heads_args;
+DCP_API dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, const dcp_rmsnorm_heads_args *a);
 
-/* y[t][i] += b[i] for t < tokens, i < n: y [tokens][y_stride] f32, b [n] f32 (a bias on every
- * row, e.g. qwen2's Q|K|V bias after the fused projection). */
-dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_buffer *b, uint32_t n,
-                           uint32_t tokens);
+/* y[t][i] += b[i] for t < tokens, i < n (a bias on every row, e.g. qwen2's Q|K|V bias after the
+ * fused projection). */
+typedef struct dcp_add_rows_args {
+    dcp_buffer *y;          /* [tokens][y_stride] f32 */
+    uint32_t y_stride;      /* floats, >= n */
+    dcp_buffer *b;          /* [n] f32 */
+    uint32_t n;
+    uint32_t tokens;
+} dcp_add_rows_args;
+DCP_API dcp_status dcp_op_add_rows(dcp_cmd *cmd, const dcp_add_rows_args *a);
 
 /* RoPE of Q and K plus the KV write (shaders/rope_store.comp): src [tokens][src_stride] f32 rows
  * of [q_heads][D] | [kv_heads][D] | [kv_heads][D]; slot [tokens] u32 (page * page_size + row, or
@@ -97,23 +141,35 @@ typedef struct dcp_rope_store_args {
     uint32_t neox;
     dcp_buffer *kv_stage, *stage_slots;
 } dcp_rope_store_args;
-dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);
+DCP_API dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a);
 
-/* y [tokens][y_stride] = silu(x[:, :n]) * x[:, n:2n], x [tokens][x_stride]. */
-dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buffer *y,
-                         uint32_t y_stride, uint32_t n, uint32_t tokens);
+/* y [tokens][y_stride] = silu(x[:, :n]) * x[:, n:2n]. */
+typedef struct dcp_swiglu_args {
+    dcp_buffer *x;          /* [tokens][x_stride] f32: gate [n] | up [n] */
+    uint32_t x_stride;      /* floats, >= 2 n */
+    dcp_buffer *y;          /* [tokens][y_stride] f32 */
+    uint32_t y_stride;      /* floats, >= n */
+    uint32_t n;
+    uint32_t tokens;
+} dcp_swiglu_args;
+DCP_API dcp_status dcp_op_swiglu(dcp_cmd *cmd, const dcp_swiglu_args *a);
 
 /* y[i] = a[i] + b[i] for n floats (y may be a or b). */
-dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b, dcp_buffer *y, uint32_t n);
+DCP_API dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b, dcp_buffer *y, uint32_t n);
 
-/* out [rows] u32 = argmax of each row of x [rows][stride] (n values; ties: smallest index). */
-dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
-                         dcp_buffer *out);
-
+/* out [rows] u32 = argmax of each row's first n values (ties: smallest index). */
+typedef struct dcp_argmax_args {
+    dcp_buffer *x;          /* [rows][stride] f32 */
+    uint32_t n;
+    uint32_t stride;        /* floats, >= n */
+    uint32_t rows;
+    dcp_buffer *out;        /* [rows] u32 */
+} dcp_argmax_args;
+DCP_API dcp_status dcp_op_argmax(dcp_cmd *cmd, const dcp_argmax_args *a);
 
 /* ---- deepseek2 (MLA attention + MoE) kernels --------------------------------------------------
  * Per-head matrix products (absorption, W_UV), the q_pe rope, the latent-cache write, MoE routing
- * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/ops/ds2_params.h).
+ * and the selected experts' products (src/ops/ds2_ops.c; push constants in src/kernels/ds2_params.h).
  * The latent RMSNorm is dcp_op_rmsnorm over the first kv_lora values of each kv_a row (x_stride
  * kv_lora + rope); the expert SwiGLU is dcp_op_swiglu over tokens * n_used rows; the latent decode
  * itself is the latent kind of the decode plan (include/dcpvk/attn.h).
@@ -143,7 +199,7 @@ typedef struct dcp_head_matmul_args {
     uint32_t y_stride, y_head_stride, y_offset;
     int accumulate;
 } dcp_head_matmul_args;
-dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a);
+DCP_API dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a);
 
 /* NORM-mode RoPE of the n_rot values at src_offset of every head, written at dst_offset of the
  * same head in dst: src [tokens][src_stride], dst [tokens][dst_stride], cs [tokens][n_rot/2][2]
@@ -156,7 +212,7 @@ typedef struct dcp_mla_rope_args {
     uint32_t dst_stride, dst_head_stride, dst_offset;
     dcp_buffer *cs;
 } dcp_mla_rope_args;
-dcp_status dcp_op_mla_rope(dcp_cmd *cmd, const dcp_mla_rope_args *a);
+DCP_API dcp_status dcp_op_mla_rope(dcp_cmd *cmd, const dcp_mla_rope_args *a);
 
 /* Writes [c | rope(k_pe)] into the latent pool (K-only, one head of kv_lora + n_rot) for the
  * tokens whose slot[t] is not DCP_KV_NO_SLOT (slots from dcp_kv_cache_append_slots; page *
@@ -171,7 +227,7 @@ typedef struct dcp_mla_kv_store_args {
     dcp_buffer *cs, *slot;
     dcp_kv_pool *pool;
 } dcp_mla_kv_store_args;
-dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a);
+DCP_API dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a);
 
 /* Expert gating function of a MoE layer (the GGUF's <arch>.expert_gating_func codes). */
 typedef enum dcp_expert_gating {
@@ -179,7 +235,7 @@ typedef enum dcp_expert_gating {
     DCP_EXPERT_GATING_SIGMOID = 2, /* probs = sigmoid of each router logit */
 } dcp_expert_gating;
 
-/* MoE routing (see dcp_moe_route_params in src/ops/ds2_params.h): logits [tokens][logits_stride]
+/* MoE routing (see dcp_moe_route_params in src/kernels/ds2_params.h): logits [tokens][logits_stride]
  * f32, bias [n_expert] f32 or NULL; writes ids [tokens][n_used] u32 (descending selection) and
  * weights [tokens][n_used] f32. */
 typedef struct dcp_moe_route_args {
@@ -192,7 +248,7 @@ typedef struct dcp_moe_route_args {
     dcp_buffer *bias;
     dcp_buffer *ids, *weights;
 } dcp_moe_route_args;
-dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a);
+DCP_API dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a);
 
 /* The selected experts' products. w: every expert's rows, expert e's `rows` rows at e * rows
  * (w->rows == n_expert * rows). ids / weights from dcp_op_moe_route. Input (t, j) is x[t x_stride +
@@ -209,8 +265,8 @@ typedef struct dcp_moe_matmul_args {
     uint32_t y_stride, y_used_stride;
     int accumulate;
 } dcp_moe_matmul_args;
-dcp_status dcp_op_moe_gate_up(dcp_cmd *cmd, const dcp_moe_matmul_args *a);
-dcp_status dcp_op_moe_down(dcp_cmd *cmd, const dcp_moe_matmul_args *a);
+DCP_API dcp_status dcp_op_moe_gate_up(dcp_cmd *cmd, const dcp_moe_matmul_args *a);
+DCP_API dcp_status dcp_op_moe_down(dcp_cmd *cmd, const dcp_moe_matmul_args *a);
 
 #ifdef __cplusplus
 }

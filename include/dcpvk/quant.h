@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/status.h"
 
 #ifdef __cplusplus
@@ -60,27 +61,27 @@ enum { DCP_Q8_0_BLOCK = 32, DCP_Q8_0_BYTES = 34 };
 
 /* Name of a ggml type ("F32", "Q4_K", ...), or NULL when the code is not a known ggml type.
  * Thread-safe. */
-const char *dcp_ggml_type_name(dcp_ggml_type type);
+DCP_API const char *dcp_ggml_type_name(dcp_ggml_type type);
 
 /* Looks up a ggml type by name (case-insensitive, e.g. "q8_0"). Returns DCP_ERR_INVALID_ARGUMENT
  * for an unknown name. */
-dcp_status dcp_ggml_type_from_name(const char *name, dcp_ggml_type *out);
+DCP_API dcp_status dcp_ggml_type_from_name(const char *name, dcp_ggml_type *out);
 
 /* Block layout of a ggml type: *block_elems elements are stored in *block_bytes bytes. Returns
  * false (outputs 0) for an unknown code. Thread-safe. */
-bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *block_bytes);
+DCP_API bool dcp_ggml_type_block(dcp_ggml_type type, uint32_t *block_elems, uint32_t *block_bytes);
 
 /* True for the types whose data dcp-vk reads (DCP_GGML_SUPPORTED_LIST). */
-bool dcp_ggml_type_supported(dcp_ggml_type type);
+DCP_API bool dcp_ggml_type_supported(dcp_ggml_type type);
 
 /* Converts n elements of a supported type to f32. n must be a multiple of the block size.
  * src: n elements of `type` (any alignment); dst: [n] f32. Thread-safe. */
-dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint64_t n);
+DCP_API dcp_status dcp_ggml_to_f32(dcp_ggml_type type, const void *src, float *dst, uint64_t n);
 
 /* Converts n f32 values to a supported type (round to nearest even; Q8_0 scale = max|x|/127 per
  * block; the other quantized types by the reference quantizers of src/quant/quants.h). n must be
  * a multiple of the block size. dst: n / block elements * block bytes. */
-dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
+DCP_API dcp_status dcp_ggml_from_f32(dcp_ggml_type type, const float *src, void *dst, uint64_t n);
 
 #ifdef __cplusplus
 }

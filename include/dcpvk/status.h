@@ -6,6 +6,8 @@
 #ifndef DCPVK_STATUS_H
 #define DCPVK_STATUS_H
 
+#include "dcpvk/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,14 +28,14 @@ typedef enum dcp_status {
 } dcp_status;
 
 /* Short constant name of a status ("DCP_ERR_FORMAT"). Thread-safe. */
-const char *dcp_status_string(dcp_status status);
+DCP_API const char *dcp_status_string(dcp_status status);
 
 /* The message of the most recent failing dcp-vk call on this thread ("" if none). The pointer stays
  * valid until the next dcp-vk call on this thread. Thread-safe (thread-local storage). */
-const char *dcp_last_error(void);
+DCP_API const char *dcp_last_error(void);
 
 /* Clears this thread's last-error message. */
-void dcp_clear_error(void);
+DCP_API void dcp_clear_error(void);
 
 #ifdef __cplusplus
 }

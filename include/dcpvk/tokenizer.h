@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/gguf.h"
 #include "dcpvk/status.h"
 
@@ -41,25 +42,25 @@ typedef enum dcp_token_type {
 /* Loads the tokenizer of a GGUF file. DCP_ERR_FORMAT for missing/inconsistent tokenizer keys,
  * DCP_ERR_UNSUPPORTED for another tokenizer model or pre-tokenizer (or BPE in a build without
  * PCRE2). */
-dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out);
-void dcp_tokenizer_destroy(dcp_tokenizer *t);
+DCP_API dcp_status dcp_tokenizer_create(const dcp_gguf *g, dcp_tokenizer **out);
+DCP_API void dcp_tokenizer_destroy(dcp_tokenizer *t);
 
-dcp_tokenizer_kind dcp_tokenizer_get_kind(const dcp_tokenizer *t);
+DCP_API dcp_tokenizer_kind dcp_tokenizer_get_kind(const dcp_tokenizer *t);
 /* Pre-tokenizer name ("default", "llama3", "deepseek-llm"; "default" for SPM). */
-const char *dcp_tokenizer_pre(const dcp_tokenizer *t);
-uint32_t dcp_tokenizer_n_vocab(const dcp_tokenizer *t);
-int32_t dcp_tokenizer_bos(const dcp_tokenizer *t); /* -1 if none */
-int32_t dcp_tokenizer_eos(const dcp_tokenizer *t); /* -1 if none */
+DCP_API const char *dcp_tokenizer_pre(const dcp_tokenizer *t);
+DCP_API uint32_t dcp_tokenizer_n_vocab(const dcp_tokenizer *t);
+DCP_API int32_t dcp_tokenizer_bos(const dcp_tokenizer *t); /* -1 if none */
+DCP_API int32_t dcp_tokenizer_eos(const dcp_tokenizer *t); /* -1 if none */
 /* tokenizer.ggml.add_bos_token (default: true for SPM, false for BPE). */
-bool dcp_tokenizer_wants_bos(const dcp_tokenizer *t);
+DCP_API bool dcp_tokenizer_wants_bos(const dcp_tokenizer *t);
 /* Raw vocabulary text of a token (NUL-terminated), or NULL for an id out of range. */
-const char *dcp_tokenizer_token_text(const dcp_tokenizer *t, int32_t id, size_t *len);
+DCP_API const char *dcp_tokenizer_token_text(const dcp_tokenizer *t, int32_t id, size_t *len);
 /* The type the tokenizer treats a token as (DCP_TOKEN_UNUSED for an id out of range): the file's
  * tokenizer.ggml.token_type, except that the well-known end-of-generation and fill-in-the-middle
  * spellings ("</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>",
  * "<|fim_prefix|>", ...) are CONTROL whatever the file stores, as llama.cpp loads them (see
  * src/text/tokenizer.c for the list and its two exceptions). */
-dcp_token_type dcp_tokenizer_token_type(const dcp_tokenizer *t, int32_t id);
+DCP_API dcp_token_type dcp_tokenizer_token_type(const dcp_tokenizer *t, int32_t id);
 
 /* Flags of dcp_tokenizer_encode. */
 enum {
@@ -72,8 +73,8 @@ enum {
  * *ids is a malloc'd array of *n ids (free() it; NULL when *n == 0). User-defined tokens are
  * always matched in the text; control tokens (dcp_tokenizer_token_type) only with
  * DCP_TOKENIZE_PARSE_SPECIAL: without it their text is tokenized as ordinary text. */
-dcp_status dcp_tokenizer_encode(const dcp_tokenizer *t, const char *text, size_t len,
-                                unsigned flags, int32_t **ids, size_t *n);
+DCP_API dcp_status dcp_tokenizer_encode(const dcp_tokenizer *t, const char *text, size_t len,
+                                        unsigned flags, int32_t **ids, size_t *n);
 
 /* Flags of decoding. */
 enum {
@@ -83,8 +84,8 @@ enum {
 
 /* Decodes ids into a malloc'd, NUL-terminated UTF-8 string (*text, *len bytes; free() it).
  * Invalid UTF-8 produced by byte tokens becomes U+FFFD. Ids out of range: DCP_ERR_INVALID_ARGUMENT. */
-dcp_status dcp_tokenizer_decode(const dcp_tokenizer *t, const int32_t *ids, size_t n,
-                                unsigned flags, char **text, size_t *len);
+DCP_API dcp_status dcp_tokenizer_decode(const dcp_tokenizer *t, const int32_t *ids, size_t n,
+                                        unsigned flags, char **text, size_t *len);
 
 /* Streaming detokenizer: feed ids one at a time, print what comes back. Output only ever holds
  * whole, valid UTF-8 characters; an incomplete sequence is held until the next piece completes it
@@ -92,13 +93,13 @@ dcp_status dcp_tokenizer_decode(const dcp_tokenizer *t, const int32_t *ids, size
  * dcp_detokenizer_destroy; the tokenizer must outlive it. One thread at a time. */
 typedef struct dcp_detokenizer dcp_detokenizer;
 
-dcp_status dcp_detokenizer_create(const dcp_tokenizer *t, unsigned flags, dcp_detokenizer **out);
-void dcp_detokenizer_destroy(dcp_detokenizer *d);
+DCP_API dcp_status dcp_detokenizer_create(const dcp_tokenizer *t, unsigned flags, dcp_detokenizer **out);
+DCP_API void dcp_detokenizer_destroy(dcp_detokenizer *d);
 /* Adds one token; *text and *len receive the bytes ready to print (possibly 0). The pointer is valid
  * until the next call on d. */
-dcp_status dcp_detokenizer_push(dcp_detokenizer *d, int32_t id, const char **text, size_t *len);
+DCP_API dcp_status dcp_detokenizer_push(dcp_detokenizer *d, int32_t id, const char **text, size_t *len);
 /* Ends the stream: returns any held bytes (as U+FFFD when incomplete) and resets d. */
-dcp_status dcp_detokenizer_flush(dcp_detokenizer *d, const char **text, size_t *len);
+DCP_API dcp_status dcp_detokenizer_flush(dcp_detokenizer *d, const char **text, size_t *len);
 
 #ifdef __cplusplus
 }

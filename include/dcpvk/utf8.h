@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,12 +32,12 @@ typedef struct dcp_utf8_stream {
 
 /* Appends the sanitized form of in[0, n) to out (room for DCP_UTF8_OUT_MAX(n) bytes); returns
  * the bytes written. The tail of an incomplete character is held in s for the next push. */
-size_t dcp_utf8_push(dcp_utf8_stream *s, const char *in, size_t n, char *out);
+DCP_API size_t dcp_utf8_push(dcp_utf8_stream *s, const char *in, size_t n, char *out);
 /* Ends the stream: a held incomplete character becomes U+FFFD. Returns the bytes written (0 or
  * 3) and leaves s ready for a new stream. */
-size_t dcp_utf8_flush(dcp_utf8_stream *s, char *out);
+DCP_API size_t dcp_utf8_flush(dcp_utf8_stream *s, char *out);
 /* Whole text at once: push then flush. out has room for DCP_UTF8_OUT_MAX(n) bytes. */
-size_t dcp_utf8_sanitize(const char *in, size_t n, char *out);
+DCP_API size_t dcp_utf8_sanitize(const char *in, size_t n, char *out);
 
 #ifdef __cplusplus
 }

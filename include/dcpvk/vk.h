@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dcpvk/export.h"
 #include "dcpvk/status.h"
 
 #ifdef __cplusplus
@@ -112,26 +113,26 @@ enum {
 /* Creates the instance and the logical devices that config names. Returns DCP_ERR_NO_DEVICE when
  * there is no Vulkan device or an index does not exist (the message lists what exists).
  * Destroy with dcp_context_destroy. */
-dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **out);
+DCP_API dcp_status dcp_context_create(const dcp_context_config *config, dcp_context **out);
 
 /* Waits for every device to go idle and destroys them, then the instance. NULL is allowed. Every
  * buffer and command created from the context must be destroyed first. */
-void dcp_context_destroy(dcp_context *ctx);
+DCP_API void dcp_context_destroy(dcp_context *ctx);
 
-int dcp_context_device_count(const dcp_context *ctx);
+DCP_API int dcp_context_device_count(const dcp_context *ctx);
 /* The i-th logical device (0 <= i < count); owned by the context. */
-dcp_device *dcp_context_device(const dcp_context *ctx, int i);
+DCP_API dcp_device *dcp_context_device(const dcp_context *ctx, int i);
 /* Number of physical devices the instance sees. */
-int dcp_context_physical_device_count(const dcp_context *ctx);
+DCP_API int dcp_context_physical_device_count(const dcp_context *ctx);
 /* Validation-layer messages seen so far (warnings and errors); tests require 0. */
-uint64_t dcp_context_validation_count(const dcp_context *ctx);
+DCP_API uint64_t dcp_context_validation_count(const dcp_context *ctx);
 
-const dcp_device_info *dcp_device_get_info(const dcp_device *dev);
-dcp_context *dcp_device_context(const dcp_device *dev);
+DCP_API const dcp_device_info *dcp_device_get_info(const dcp_device *dev);
+DCP_API dcp_context *dcp_device_context(const dcp_device *dev);
 
 /* Parses a device list "0,0,1" into indices. Returns DCP_ERR_INVALID_ARGUMENT naming the bad
  * entry. *count receives the number of entries (at most max). */
-dcp_status dcp_parse_device_list(const char *list, int *indices, int max, int *count);
+DCP_API dcp_status dcp_parse_device_list(const char *list, int *indices, int max, int *count);
 
 /* ---- buffers ------------------------------------------------------------------------------- */
 
@@ -144,19 +145,19 @@ typedef enum dcp_memory {
 
 /* Creates a storage buffer of size bytes (> 0, at most the device's max storage-buffer range,
  * since every buffer is bindable whole). Destroy with dcp_buffer_destroy before the device. */
-dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, dcp_buffer **out);
-void dcp_buffer_destroy(dcp_buffer *buf);
+DCP_API dcp_status dcp_buffer_create(dcp_device *dev, uint64_t size, dcp_memory memory, dcp_buffer **out);
+DCP_API void dcp_buffer_destroy(dcp_buffer *buf);
 /* Bytes of buf (0 for NULL). */
-uint64_t dcp_buffer_size(const dcp_buffer *buf);
+DCP_API uint64_t dcp_buffer_size(const dcp_buffer *buf);
 
 /* ---- memory accounting ---------------------------------------------------------------------- */
 
 /* Bytes of the buffers dcp_buffer_create has made on dev and not destroyed (their sizes as
  * requested; imported host memory is not counted). */
-uint64_t dcp_device_memory_allocated(const dcp_device *dev);
+DCP_API uint64_t dcp_device_memory_allocated(const dcp_device *dev);
 /* Bytes of the staging buffer dev keeps once it has uploaded or downloaded `largest` bytes at once
  * (at least 1 MiB, at most 64 MiB or the storage-buffer range): the size dcp_buffer_upload uses. */
-uint64_t dcp_device_staging_bytes(const dcp_device *dev, uint64_t largest);
+DCP_API uint64_t dcp_device_staging_bytes(const dcp_device *dev, uint64_t largest);
 
 /* What a device may still allocate, for checking a configuration before allocating it. */
 typedef struct dcp_memory_budget {
@@ -171,14 +172,14 @@ typedef struct dcp_memory_budget {
     char source[96];      /* what set `available`, for messages, e.g. "RLIMIT_AS (ulimit -v)" */
 } dcp_memory_budget;
 /* Fills *out for dev. Reads the driver and, for CPU devices, /proc and /sys; never fails. */
-void dcp_device_memory_budget(const dcp_device *dev, dcp_memory_budget *out);
-dcp_device *dcp_buffer_device(const dcp_buffer *buf);
+DCP_API void dcp_device_memory_budget(const dcp_device *dev, dcp_memory_budget *out);
+DCP_API dcp_device *dcp_buffer_device(const dcp_buffer *buf);
 /* Host pointer of a DCP_MEMORY_HOST buffer; NULL for device memory. */
-void *dcp_buffer_map(dcp_buffer *buf);
+DCP_API void *dcp_buffer_map(dcp_buffer *buf);
 /* Synchronous copies through a staging buffer (or directly for host memory). Range-checked. */
-dcp_status dcp_buffer_upload(dcp_buffer *buf, uint64_t offset, const void *data, uint64_t size);
-dcp_status dcp_buffer_download(dcp_buffer *buf, uint64_t offset, void *data, uint64_t size);
-dcp_status dcp_buffer_fill(dcp_buffer *buf, uint64_t offset, uint64_t size, uint32_t value);
+DCP_API dcp_status dcp_buffer_upload(dcp_buffer *buf, uint64_t offset, const void *data, uint64_t size);
+DCP_API dcp_status dcp_buffer_download(dcp_buffer *buf, uint64_t offset, void *data, uint64_t size);
+DCP_API dcp_status dcp_buffer_fill(dcp_buffer *buf, uint64_t offset, uint64_t size, uint32_t value);
 
 /* ---- command recording and submission ------------------------------------------------------ */
 
@@ -186,34 +187,34 @@ typedef struct dcp_cmd dcp_cmd;
 
 /* A command buffer of one device, in the recording state after creation and after reset. Owns the
  * descriptor sets and timestamp queries of what was recorded. Destroy before its device. */
-dcp_status dcp_cmd_create(dcp_device *dev, dcp_cmd **out);
-void dcp_cmd_destroy(dcp_cmd *cmd);
-dcp_device *dcp_cmd_device(const dcp_cmd *cmd);
+DCP_API dcp_status dcp_cmd_create(dcp_device *dev, dcp_cmd **out);
+DCP_API void dcp_cmd_destroy(dcp_cmd *cmd);
+DCP_API dcp_device *dcp_cmd_device(const dcp_cmd *cmd);
 /* Drops everything recorded and starts recording again. */
-dcp_status dcp_cmd_reset(dcp_cmd *cmd);
+DCP_API dcp_status dcp_cmd_reset(dcp_cmd *cmd);
 /* Ends recording (once) and submits; dcp_cmd_wait waits for completion. A submitted command may
  * be submitted again after it completed (the recording is kept). */
-dcp_status dcp_cmd_submit(dcp_cmd *cmd);
-dcp_status dcp_cmd_wait(dcp_cmd *cmd);
+DCP_API dcp_status dcp_cmd_submit(dcp_cmd *cmd);
+DCP_API dcp_status dcp_cmd_wait(dcp_cmd *cmd);
 /* Submit and wait. */
-dcp_status dcp_cmd_run(dcp_cmd *cmd);
+DCP_API dcp_status dcp_cmd_run(dcp_cmd *cmd);
 /* Submits cmds[0..n) (one per device, each on its own queue), then waits for all of them: the
  * devices run side by side. On failure waits for every command already submitted. */
-dcp_status dcp_cmd_run_all(dcp_cmd *const *cmds, uint32_t n);
+DCP_API dcp_status dcp_cmd_run_all(dcp_cmd *const *cmds, uint32_t n);
 
 /* Full memory barrier between compute and transfer work recorded before and after it. */
-void dcp_cmd_barrier(dcp_cmd *cmd);
+DCP_API void dcp_cmd_barrier(dcp_cmd *cmd);
 /* Barrier: compute and transfer writes recorded before -> host reads (of host-visible memory)
  * after the command completes. */
-void dcp_cmd_barrier_host(dcp_cmd *cmd);
-dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_buffer *dst,
-                        uint64_t dst_offset, uint64_t size);
-dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
-                        uint32_t value);
+DCP_API void dcp_cmd_barrier_host(dcp_cmd *cmd);
+DCP_API dcp_status dcp_cmd_copy(dcp_cmd *cmd, dcp_buffer *src, uint64_t src_offset, dcp_buffer *dst,
+                                uint64_t dst_offset, uint64_t size);
+DCP_API dcp_status dcp_cmd_fill(dcp_cmd *cmd, dcp_buffer *dst, uint64_t offset, uint64_t size,
+                                uint32_t value);
 /* Records a timestamp and returns its slot in *slot (at most 64 per recording). */
-dcp_status dcp_cmd_timestamp(dcp_cmd *cmd, uint32_t *slot);
+DCP_API dcp_status dcp_cmd_timestamp(dcp_cmd *cmd, uint32_t *slot);
 /* After completion: nanoseconds between timestamp slots a and b. */
-dcp_status dcp_cmd_elapsed_ns(dcp_cmd *cmd, uint32_t a, uint32_t b, double *ns);
+DCP_API dcp_status dcp_cmd_elapsed_ns(dcp_cmd *cmd, uint32_t a, uint32_t b, double *ns);
 
 #ifdef __cplusplus
 }

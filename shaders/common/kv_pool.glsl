@@ -1,5 +1,5 @@
 // A KV page pool as the shaders see it (kv_append, rope_store, paged_decode): the binding array of
-// its segments and the page addressing. Constants: src/kv/kv_params.h; layout: include/dcpvk/kv.h.
+// its segments and the page addressing. Constants: src/kernels/kv_params.h; layout: include/dcpvk/kv.h.
 //
 // A pool is num_pages equal pages. Page `page` lives in segment page / pages_per_segment (a power
 // of two) as local page page % pages_per_segment. A page holds K[kv_heads][page_size][D] followed by
@@ -11,10 +11,10 @@
 // By default the segment index may differ between invocations (non-uniform indexing, Vulkan 1.2
 // feature shaderStorageBufferArrayNonUniformIndexing). Built with KV_ONE_SEGMENT, the shader only
 // touches segment 0: the variant for devices without that feature, where pools have one segment
-// (src/vk/pipelines.def selects it per device).
+// (DCP_KERNEL_KV in src/kernels/kernels.def builds it; src/vk/pipeline.c picks it per device).
 #ifndef DCP_KV_POOL_GLSL
 #define DCP_KV_POOL_GLSL
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 
 // Declare the pool binding as `... kv[DCP_KV_ARRAY]` and index it with DCP_KV_SEG(segment).
 #ifdef KV_ONE_SEGMENT

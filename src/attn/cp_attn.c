@@ -17,7 +17,7 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/cp.h"
 #include "step/step.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 typedef struct attn_rank {
     dcp_device *dev;

@@ -4,23 +4,23 @@
 #ifndef DCP_ATTN_CP_INTERNAL_H
 #define DCP_ATTN_CP_INTERNAL_H
 
-#include "attn/cp_params.h"
+#include "kernels/cp_params.h"
 #include "comm/put.h"
 #include "dcpvk/cp.h"
 #include "dcpvk/vk.h"
 #include "step/step.h"
 
-/* cp_scale (see src/attn/cp_params.h): o_in [batch][N*Hl][D] f32, lse_all [N][batch][N*Hl] f32
+/* cp_scale (see src/kernels/cp_params.h): o_in [batch][N*Hl][D] f32, lse_all [N][batch][N*Hl] f32
  * (rank n's at n * lse_stride floats)
  * -> send [N][batch][Hl][D] f32, lse_out [batch][Hl] f32. Offsets in bytes. */
 dcp_status dcp_cp_scale_record(dcp_cmd *cmd, const dcp_cp_scale_params *p, dcp_buffer *o_in, uint64_t o_in_offset,
                             dcp_buffer *lse_all, uint64_t lse_all_offset, dcp_buffer *send, uint64_t send_offset,
                             dcp_buffer *lse_out, uint64_t lse_out_offset);
-/* permute (see src/attn/cp_params.h) from src to dst, offsets in bytes. */
+/* permute (see src/kernels/cp_params.h) from src to dst, offsets in bytes. */
 dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buffer *src, uint64_t src_offset,
                               dcp_buffer *dst, uint64_t dst_offset);
 
-/* part_sum (see src/attn/cp_params.h): y = (accumulate ? y : 0) + the rank-ordered sum of parts of
+/* part_sum (see src/kernels/cp_params.h): y = (accumulate ? y : 0) + the rank-ordered sum of parts of
  * x, f32; x_offset / y_offset in bytes are binding offsets (the params' offsets are in floats). */
 dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_buffer *x, uint64_t x_offset,
                                dcp_buffer *y, uint64_t y_offset);

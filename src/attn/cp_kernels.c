@@ -2,7 +2,7 @@
  * part_sum (mailbox reductions: all-reduce, reduce-scatter). */
 #include "attn/cp_internal.h"
 #include "common/error.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 /* Workgroups for n invocations: x up to 65535, the rest in y. */
 static void grid(uint64_t n, uint32_t wg, uint32_t *gx, uint32_t *gy)
@@ -29,7 +29,7 @@ dcp_status dcp_cp_scale_record(dcp_cmd *cmd, const dcp_cp_scale_params *p, dcp_b
     uint64_t n = B * NH * (D / 4);
     if ((n + spec[0] - 1) / spec[0] > 65535)
         return dcp_fail(DCP_ERR_UNSUPPORTED, "cp_scale: %llu invocations exceed one dispatch row", (unsigned long long)n);
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_CP_SCALE, spec, b, p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_CP_SCALE, spec, b, p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }
 
 dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buffer *src, uint64_t src_offset,
@@ -47,7 +47,7 @@ dcp_status dcp_permute_record(dcp_cmd *cmd, const dcp_permute_params *p, dcp_buf
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     uint32_t gx, gy;
     grid(n, spec[0], &gx, &gy);
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_PERMUTE, spec, b, p, gx, gy, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_PERMUTE, spec, b, p, gx, gy, 1);
 }
 
 dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_buffer *x, uint64_t x_offset,
@@ -63,5 +63,5 @@ dcp_status dcp_part_sum_record(dcp_cmd *cmd, const dcp_part_sum_params *p, dcp_b
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     uint32_t gx, gy;
     grid(p->n, spec[0], &gx, &gy);
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_PART_SUM, spec, b, p, gx, gy, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_PART_SUM, spec, b, p, gx, gy, 1);
 }

@@ -10,7 +10,7 @@
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
 #include "kv/kv_internal.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 enum {
     DCP_DECODE_MIN_CHUNK = 256,   /* shortest automatic chunk (tokens) */
@@ -20,7 +20,7 @@ enum {
 
 /* What a kind fixes at plan creation: its kernel and how the work is tiled. */
 typedef struct decode_shape {
-    dcp_pipeline_id pipeline;
+    dcp_kernel_id pipeline;
     uint32_t spec[DCP_DECODE_MAX_SPEC]; /* the pipeline's specialization constants */
     uint32_t wg;                        /* workgroup size */
     uint32_t hg;                        /* query heads per workgroup */
@@ -105,10 +105,10 @@ static dcp_status gqa_shape(const dcp_kv_pool_config *pc, const dcp_decode_confi
             break;
         }
     *s = (decode_shape){
-        .pipeline = pc->dtype == DCP_DTYPE_F32    ? DCP_PIPE_PAGED_DECODE_F32
-                    : pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_PAGED_DECODE_Q8_0
-                    : unit_quads == 2             ? DCP_PIPE_PAGED_DECODE_F16X8
-                                                  : DCP_PIPE_PAGED_DECODE_F16,
+        .pipeline = pc->dtype == DCP_DTYPE_F32    ? DCP_KERNEL_PAGED_DECODE_F32
+                    : pc->dtype == DCP_DTYPE_Q8_0 ? DCP_KERNEL_PAGED_DECODE_Q8_0
+                    : unit_quads == 2             ? DCP_KERNEL_PAGED_DECODE_F16X8
+                                                  : DCP_KERNEL_PAGED_DECODE_F16,
         .spec = {wg, hg, pc->head_dim, cluster},
         .wg = wg, .hg = hg, .od = pc->head_dim,
         .max_chunk = DCP_DECODE_MAX_CHUNK, .granule = wg, .gpu_target = 1024};
@@ -185,9 +185,9 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
         return dcp_fail(DCP_ERR_UNSUPPORTED, "MLA decode plan: one tile needs %llu loop iterations per invocation",
                         (unsigned long long)per_tile);
     *s = (decode_shape){
-        .pipeline = pc->dtype == DCP_DTYPE_Q8_0  ? DCP_PIPE_MLA_DECODE_Q8_0
-                    : pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_DECODE_F16
-                                                 : DCP_PIPE_MLA_DECODE_F32,
+        .pipeline = pc->dtype == DCP_DTYPE_Q8_0  ? DCP_KERNEL_MLA_DECODE_Q8_0
+                    : pc->dtype == DCP_DTYPE_F16 ? DCP_KERNEL_MLA_DECODE_F16
+                                                 : DCP_KERNEL_MLA_DECODE_F32,
         .spec = {wg, hg, dk, c->latent, tile, uniform_part},
         .wg = wg, .hg = hg, .od = c->latent,
         .max_chunk = (uint32_t)max_chunk, .granule = tile, .gpu_target = 512};
@@ -207,13 +207,13 @@ static dcp_status dispatch(dcp_cmd *cmd, const dcp_decode_plan *p, const dcp_bin
             .batch = p->rows, .heads = c->q_heads, .page_size = pc->page_size, .chunk_tokens = p->chunk_tokens,
             .num_chunks = p->chunks, .bt_stride = c->max_blocks, .segment_shift = shift,
             .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale};
-        return dcp_cmd_dispatch(cmd, p->sh.pipeline, p->sh.spec, b, &pp, gx, gy, gz);
+        return dcp_kernel_dispatch(cmd, p->sh.pipeline, p->sh.spec, b, &pp, gx, gy, gz);
     }
     dcp_paged_decode_params pp = {
         .batch = p->rows, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
         .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,
         .segment_shift = shift, .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale};
-    return dcp_cmd_dispatch(cmd, p->sh.pipeline, p->sh.spec, b, &pp, gx, gy, gz);
+    return dcp_kernel_dispatch(cmd, p->sh.pipeline, p->sh.spec, b, &pp, gx, gy, gz);
 }
 
 /* ---- the plan, both kinds --------------------------------------------------------------- */

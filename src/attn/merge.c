@@ -1,7 +1,7 @@
 /* Recording of the lse_merge shader. */
 #include "common/error.h"
 #include "dcpvk/attn.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *a)
 {
@@ -20,5 +20,5 @@ dcp_status dcp_lse_merge_record(dcp_cmd *cmd, const dcp_merge_args *a)
     dcp_device *dev = dcp_cmd_device(cmd);
     uint32_t spec[1] = {dcp_vk_workgroup_size(dev)};
     uint64_t n = (uint64_t)a->rows * (a->head_dim / 4);
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_LSE_MERGE, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_LSE_MERGE, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }

@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "dcpvk/kv.h"
 #include "kv/kv_internal.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
 
 typedef struct kv_rank {
     dcp_kv_pool *pool;
@@ -254,10 +254,10 @@ dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer 
     /* Invocations: one per 4 values (f32, f16) or per pair of q8_0 blocks (64 values). */
     const uint32_t per_row = pc->dtype == DCP_DTYPE_Q8_0 ? (pc->head_dim + 63) / 64 : pc->head_dim / 4;
     uint64_t n = (uint64_t)tokens * pc->kv_heads * per_row;
-    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_PIPE_KV_APPEND_Q8_0
-                         : pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_KV_APPEND_F16
-                                                      : DCP_PIPE_KV_APPEND_F32;
-    return dcp_cmd_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
+    dcp_kernel_id id = pc->dtype == DCP_DTYPE_Q8_0 ? DCP_KERNEL_KV_APPEND_Q8_0
+                         : pc->dtype == DCP_DTYPE_F16 ? DCP_KERNEL_KV_APPEND_F16
+                                                      : DCP_KERNEL_KV_APPEND_F32;
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }
 
 void dcp_kv_cache_free_seq(dcp_kv_cache *kc, uint32_t s)

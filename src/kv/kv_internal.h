@@ -4,8 +4,8 @@
 #define DCP_KV_INTERNAL_H
 
 #include "dcpvk/kv.h"
-#include "kv/kv_params.h"
-#include "vk/pipelines.h"
+#include "kernels/kv_params.h"
+#include "kernels/kernels.h"
 
 /* Fills out [DCP_KV_MAX_SEGMENTS] with the descriptors of pool's segment array binding (the last
  * binding of kv_append, rope_store, mla_kv_store and the paged and latent decode kernels,

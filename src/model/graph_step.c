@@ -124,7 +124,9 @@ static dcp_status embed(dcp_model_state *s)
     dcp_status st = DCP_OK;
     for (uint32_t i = 0; i < s->m->nl; i++) {
         dcp_graph_rank *r = &s->r[i];
-        DCP_TRY(dcp_op_get_rows(dcp_graph_cmd(s, i), &s->m->ranks[i].tok_embd, r->ids, r->x, s->m->cfg.n_embd, s->rows));
+        DCP_TRY(dcp_op_get_rows(dcp_graph_cmd(s, i), &(dcp_get_rows_args){.w = &s->m->ranks[i].tok_embd, .ids = r->ids,
+                                                                          .y = r->x, .y_stride = s->m->cfg.n_embd,
+                                                                          .tokens = s->rows}));
         dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* get_rows x -> rmsnorm */
     }
 fail:
@@ -137,12 +139,15 @@ dcp_status dcp_graph_norm(dcp_model_state *s, uint32_t i, dcp_buffer *w)
     const uint32_t E = mc->n_embd;
     dcp_graph_rank *r = &s->r[i];
     dcp_cmd *cmd = dcp_graph_cmd(s, i);
-    if (!s->ar_tokens) return dcp_op_rmsnorm(cmd, r->x, 0, E, w, E, r->xn, E, s->rows, mc->rms_eps);
+    const dcp_rmsnorm_args norm = {.x = r->x, .x_stride = E, .w = w, .n = E, .y = r->xn, .y_stride = E,
+                                   .tokens = s->rows, .eps = mc->rms_eps};
+    if (!s->ar_tokens) return dcp_op_rmsnorm(cmd, &norm);
     dcp_comm_buf in; /* rank j's part [ar_tokens][E] f32 at in.offset + j * stride */
     uint64_t stride;
     dcp_comm_put_view(s->comm, (int)i, DCP_COLL_ALL_GATHER, (uint64_t)s->ar_tokens * E * 4, &in, &stride);
-    return dcp_op_rmsnorm_parts(cmd, r->x, 0, E, w, E, r->xn, E, s->rows, mc->rms_eps, in.buffer, in.offset,
-                                s->m->tp, (uint32_t)(stride / 4), 0);
+    return dcp_op_rmsnorm_parts(cmd, &(dcp_rmsnorm_parts_args){.norm = norm, .p = in.buffer, .p_offset = in.offset,
+                                                               .parts = s->m->tp,
+                                                               .part_stride = (uint32_t)(stride / 4)});
 }
 
 void dcp_graph_norm_done(dcp_model_state *s) { s->ar_tokens = 0; }
@@ -176,12 +181,15 @@ dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix 
     dcp_status st = DCP_OK;
     dcp_cmd *cmd = dcp_graph_cmd(s, i);
     const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = w_down->k;
-    DCP_TRY(dcp_op_matmul(cmd, w_gu, s->r[i].xn, 0, E, gu, 2 * f, T, 0));
+    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_gu, .x = s->r[i].xn, .x_stride = E, .y = gu, .y_stride = 2 * f,
+                                                  .tokens = T}));
     dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-    DCP_TRY(dcp_op_swiglu(cmd, gu, 2 * f, h, f_pad, f, T));
+    DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gu, .x_stride = 2 * f, .y = h, .y_stride = f_pad, .n = f,
+                                                  .tokens = T}));
     dcp_cmd_barrier(cmd); /* h -> down */
-    DCP_TRY(dcp_op_matmul(cmd, w_down, h, 0, f_pad, dcp_graph_row_parallel_out(s, i), E, T,
-                          dcp_graph_row_parallel_accumulate(s)));
+    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_down, .x = h, .x_stride = f_pad,
+                                                  .y = dcp_graph_row_parallel_out(s, i), .y_stride = E, .tokens = T,
+                                                  .accumulate = dcp_graph_row_parallel_accumulate(s)}));
 fail:
     return st;
 }
@@ -217,9 +225,11 @@ static dcp_status head(dcp_model_state *s)
     for (uint32_t k = 0; k < s->n_out; k++)
         DCP_TRY(dcp_cmd_copy(cmd, r->xn, (uint64_t)s->out_row[k] * E * 4, r->xo, (uint64_t)k * E * 4, E * 4));
     dcp_cmd_barrier(cmd); /* gathered rows -> output head */
-    DCP_TRY(dcp_op_matmul(cmd, &rw->output, r->xo, 0, (uint32_t)E, r->logits, mc->n_vocab, s->n_out, 0));
+    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &rw->output, .x = r->xo, .x_stride = (uint32_t)E, .y = r->logits,
+                                                  .y_stride = mc->n_vocab, .tokens = s->n_out}));
     dcp_cmd_barrier(cmd); /* logits -> argmax */
-    DCP_TRY(dcp_op_argmax(cmd, r->logits, mc->n_vocab, mc->n_vocab, s->n_out, r->next));
+    DCP_TRY(dcp_op_argmax(cmd, &(dcp_argmax_args){.x = r->logits, .n = mc->n_vocab, .stride = mc->n_vocab,
+                                                  .rows = s->n_out, .out = r->next}));
     dcp_cmd_barrier_host(cmd); /* logits, next (host-visible) -> host reads after the step */
 fail:
     return st;

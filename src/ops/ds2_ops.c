@@ -4,7 +4,8 @@
 #include "common/error.h"
 #include "dcpvk/ops.h"
 #include "kv/kv_internal.h"
-#include "vk/pipelines.h"
+#include "kernels/kernels.h"
+#include "ops/ops_internal.h"
 
 typedef unsigned long long ull;
 
@@ -24,32 +25,6 @@ static dcp_status fits(const char *op, const char *what, dcp_buffer *b, uint64_t
                         (ull)dcp_buffer_size(b));
     return DCP_OK;
 }
-
-/* The pipeline of a weight type among 15 variants listed in the order of `types`. */
-static const dcp_ggml_type types[15] = {
-    DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,  DCP_GGML_TYPE_BF16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0,
-    DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q5_0, DCP_GGML_TYPE_Q5_1, DCP_GGML_TYPE_Q2_K, DCP_GGML_TYPE_Q3_K,
-    DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K, DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
-
-static dcp_status by_type(const char *op, dcp_ggml_type t, const dcp_pipeline_id *ids, dcp_pipeline_id *out)
-{
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (types[i] == t) {
-            *out = ids[i];
-            return DCP_OK;
-        }
-    const char *n = dcp_ggml_type_name(t);
-    return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (" DCP_GGML_SUPPORTED_LIST ")", op,
-                    n ? n : "unknown");
-}
-
-#define TYPE_PIPES(P)                                                                              \
-    {DCP_PIPE_##P##_F32,  DCP_PIPE_##P##_F16,  DCP_PIPE_##P##_BF16, DCP_PIPE_##P##_Q8_0, DCP_PIPE_##P##_Q4_0, \
-     DCP_PIPE_##P##_Q4_1, DCP_PIPE_##P##_Q5_0, DCP_PIPE_##P##_Q5_1, DCP_PIPE_##P##_Q2_K, DCP_PIPE_##P##_Q3_K, \
-     DCP_PIPE_##P##_Q4_K, DCP_PIPE_##P##_Q5_K, DCP_PIPE_##P##_Q6_K, DCP_PIPE_##P##_IQ4_NL, DCP_PIPE_##P##_IQ4_XS}
-static const dcp_pipeline_id head_pipes[15] = TYPE_PIPES(HEAD_MATMUL);
-static const dcp_pipeline_id gate_up_pipes[15] = TYPE_PIPES(MOE_MATMUL);
-static const dcp_pipeline_id down_pipes[15] = TYPE_PIPES(MOE_DOWN);
 
 /* Workgroup size and rows per workgroup of the subgroup-per-row kernels. */
 static void rows_spec(dcp_device *dev, uint32_t spec[2])
@@ -86,10 +61,10 @@ dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a)
         .x_head_stride = a->x_head_stride, .x_offset = a->x_offset, .y_stride = a->y_stride,
         .y_head_stride = a->y_head_stride, .y_offset = a->y_offset, .accumulate = a->accumulate ? 1u : 0u,
         .scale_offset = w->scale_offset};
-    dcp_pipeline_id id = DCP_PIPELINE_COUNT;
-    if ((st = by_type("head_matmul", w->type, head_pipes, &id))) return st;
-    return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div(a->rows, spec[1]), a->heads,
-                            ceil_div(a->tokens, DCP_HEAD_MATMUL_TOKENS));
+    dcp_kernel_id id;
+    if ((st = dcp_ops_weight_kernel("head_matmul", DCP_KERNEL_HEAD_MATMUL, w->type, &id))) return st;
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(a->rows, spec[1]), a->heads,
+                               ceil_div(a->tokens, DCP_HEAD_MATMUL_TOKENS));
 }
 
 dcp_status dcp_op_mla_rope(dcp_cmd *cmd, const dcp_mla_rope_args *a)
@@ -112,8 +87,8 @@ dcp_status dcp_op_mla_rope(dcp_cmd *cmd, const dcp_mla_rope_args *a)
         .tokens = a->tokens, .heads = a->heads, .n_rot = a->n_rot, .src_stride = a->src_stride,
         .src_head_stride = a->src_head_stride, .src_offset = a->src_offset, .dst_stride = a->dst_stride,
         .dst_head_stride = a->dst_head_stride, .dst_offset = a->dst_offset};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_MLA_ROPE, spec, b, &p, ceil_div((uint64_t)a->heads * a->n_rot / 2, wg),
-                            a->tokens, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_MLA_ROPE, spec, b, &p, ceil_div((uint64_t)a->heads * a->n_rot / 2, wg),
+                               a->tokens, 1);
 }
 
 dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a)
@@ -149,10 +124,10 @@ dcp_status dcp_op_mla_kv_store(dcp_cmd *cmd, const dcp_mla_kv_store_args *a)
     uint32_t wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
     if (pc->dtype == DCP_DTYPE_Q8_0) /* one invocation per pair of blocks of 32 (shaders/mla_kv_store.comp) */
-        return dcp_cmd_dispatch(cmd, DCP_PIPE_MLA_KV_STORE_Q8_0, spec, b, &p,
-                                ceil_div(((uint64_t)a->kv_lora + a->n_rot + 63) / 64, wg), a->tokens, 1);
-    dcp_pipeline_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_PIPE_MLA_KV_STORE_F16 : DCP_PIPE_MLA_KV_STORE_F32;
-    return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((a->kv_lora + a->n_rot) / 2, wg), a->tokens, 1);
+        return dcp_kernel_dispatch(cmd, DCP_KERNEL_MLA_KV_STORE_Q8_0, spec, b, &p,
+                                   ceil_div(((uint64_t)a->kv_lora + a->n_rot + 63) / 64, wg), a->tokens, 1);
+    dcp_kernel_id id = pc->dtype == DCP_DTYPE_F16 ? DCP_KERNEL_MLA_KV_STORE_F16 : DCP_KERNEL_MLA_KV_STORE_F32;
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div((a->kv_lora + a->n_rot) / 2, wg), a->tokens, 1);
 }
 
 dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a)
@@ -179,7 +154,7 @@ dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a)
         .n_groups_used = G > 1 ? a->n_groups_used : 1, .sigmoid = a->gating == DCP_EXPERT_GATING_SIGMOID,
         .norm = a->norm ? 1u : 0u, .has_bias = a->bias ? 1u : 0u, .logits_stride = a->logits_stride,
         .scale = a->scale};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_MOE_ROUTE, spec, b, &p, a->tokens, 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_MOE_ROUTE, spec, b, &p, a->tokens, 1, 1);
 }
 
 static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int down)
@@ -210,12 +185,12 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
         .n_expert = a->n_expert, .rows = a->rows, .k = w->k, .tokens = a->tokens, .n_used = a->n_used,
         .x_stride = a->x_stride, .x_used_stride = a->x_used_stride, .y_stride = a->y_stride,
         .y_used_stride = a->y_used_stride, .accumulate = a->accumulate ? 1u : 0u, .scale_offset = w->scale_offset};
-    dcp_pipeline_id id = DCP_PIPELINE_COUNT;
-    if ((st = by_type(op, w->type, down ? down_pipes : gate_up_pipes, &id))) return st;
+    dcp_kernel_id id;
+    if ((st = dcp_ops_weight_kernel(op, down ? DCP_KERNEL_MOE_DOWN : DCP_KERNEL_MOE_MATMUL, w->type, &id))) return st;
     uint64_t groups_y = down ? a->tokens : (uint64_t)a->tokens * a->n_used;
     if (groups_y > 65535)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: %llu token slots exceed one dispatch (65535)", op, (ull)groups_y);
-    return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div(a->rows, spec[1]), (uint32_t)groups_y, 1);
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(a->rows, spec[1]), (uint32_t)groups_y, 1);
 }
 
 dcp_status dcp_op_moe_gate_up(dcp_cmd *cmd, const dcp_moe_matmul_args *a) { return moe_matmul(cmd, a, 0); }

@@ -6,8 +6,9 @@
 #include "dcpvk/dtype.h"
 #include "kv/kv_internal.h"
 #include "dcpvk/ops.h"
+#include "kernels/kernels.h"
+#include "ops/ops_internal.h"
 #include "quant/quants.h"
-#include "vk/pipelines.h"
 
 static dcp_status check_type(dcp_ggml_type type, uint32_t k, const char *what)
 {
@@ -110,54 +111,27 @@ void dcp_matrix_destroy(dcp_matrix *m)
     memset(m, 0, sizeof *m);
 }
 
-static dcp_pipeline_id matmul_pipe(dcp_ggml_type t)
+dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_type type, dcp_kernel_id *out)
 {
-    switch (t) {
-    case DCP_GGML_TYPE_F16: return DCP_PIPE_MATMUL_F16;
-    case DCP_GGML_TYPE_BF16: return DCP_PIPE_MATMUL_BF16;
-    case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_MATMUL_Q8_0;
-    case DCP_GGML_TYPE_Q4_0: return DCP_PIPE_MATMUL_Q4_0;
-    case DCP_GGML_TYPE_Q4_1: return DCP_PIPE_MATMUL_Q4_1;
-    case DCP_GGML_TYPE_Q5_0: return DCP_PIPE_MATMUL_Q5_0;
-    case DCP_GGML_TYPE_Q5_1: return DCP_PIPE_MATMUL_Q5_1;
-    case DCP_GGML_TYPE_Q2_K: return DCP_PIPE_MATMUL_Q2_K;
-    case DCP_GGML_TYPE_Q3_K: return DCP_PIPE_MATMUL_Q3_K;
-    case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_MATMUL_Q4_K;
-    case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_MATMUL_Q5_K;
-    case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_MATMUL_Q6_K;
-    case DCP_GGML_TYPE_IQ4_NL: return DCP_PIPE_MATMUL_IQ4_NL;
-    case DCP_GGML_TYPE_IQ4_XS: return DCP_PIPE_MATMUL_IQ4_XS;
-    default: return DCP_PIPE_MATMUL_F32;
+    switch (type) {
+#define WEIGHT_CASE_(t, ...)                                                                       \
+    case DCP_GGML_TYPE_##t: *out = dcp_kernel_weighted(op, DCP_WEIGHT_##t); return DCP_OK;
+        DCP_WEIGHT_TYPES(WEIGHT_CASE_, )
+#undef WEIGHT_CASE_
+    default: break;
     }
-}
-
-static dcp_pipeline_id get_rows_pipe(dcp_ggml_type t)
-{
-    switch (t) {
-    case DCP_GGML_TYPE_F16: return DCP_PIPE_GET_ROWS_F16;
-    case DCP_GGML_TYPE_BF16: return DCP_PIPE_GET_ROWS_BF16;
-    case DCP_GGML_TYPE_Q8_0: return DCP_PIPE_GET_ROWS_Q8_0;
-    case DCP_GGML_TYPE_Q4_0: return DCP_PIPE_GET_ROWS_Q4_0;
-    case DCP_GGML_TYPE_Q4_1: return DCP_PIPE_GET_ROWS_Q4_1;
-    case DCP_GGML_TYPE_Q5_0: return DCP_PIPE_GET_ROWS_Q5_0;
-    case DCP_GGML_TYPE_Q5_1: return DCP_PIPE_GET_ROWS_Q5_1;
-    case DCP_GGML_TYPE_Q2_K: return DCP_PIPE_GET_ROWS_Q2_K;
-    case DCP_GGML_TYPE_Q3_K: return DCP_PIPE_GET_ROWS_Q3_K;
-    case DCP_GGML_TYPE_Q4_K: return DCP_PIPE_GET_ROWS_Q4_K;
-    case DCP_GGML_TYPE_Q5_K: return DCP_PIPE_GET_ROWS_Q5_K;
-    case DCP_GGML_TYPE_Q6_K: return DCP_PIPE_GET_ROWS_Q6_K;
-    case DCP_GGML_TYPE_IQ4_NL: return DCP_PIPE_GET_ROWS_IQ4_NL;
-    case DCP_GGML_TYPE_IQ4_XS: return DCP_PIPE_GET_ROWS_IQ4_XS;
-    default: return DCP_PIPE_GET_ROWS_F32;
-    }
+    const char *n = dcp_ggml_type_name(type);
+    return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: weight type %s is not supported (" DCP_GGML_SUPPORTED_LIST ")", what,
+                    n ? n : "unknown");
 }
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
-dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint32_t x_offset,
-                         uint32_t x_stride, dcp_buffer *y, uint32_t y_stride, uint32_t tokens,
-                         int accumulate)
+dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
 {
+    const dcp_matrix *w = a->w;
+    dcp_buffer *x = a->x, *y = a->y;
+    const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, y_stride = a->y_stride, tokens = a->tokens;
     if (x_stride % 4 || x_offset % 4 || x_stride < w->k || y_stride < w->rows)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "matmul %u x %u: x offset %u / stride %u must be multiples of 4 and >= k, y stride %u >= rows",
@@ -186,15 +160,19 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *x, uint3
      * accumulators; the sums are the same for any value (same lanes, same order). */
     uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
     dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
-    dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, accumulate ? 1u : 0u, w->scale_offset,
+    dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, a->accumulate ? 1u : 0u, w->scale_offset,
                            x_offset};
-    return dcp_cmd_dispatch(cmd, matmul_pipe(w->type), spec, b, &p, ceil_div(w->rows, rpw),
-                            ceil_div(tokens, spec[2]), 1);
+    dcp_kernel_id id;
+    dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);
+    if (st != DCP_OK) return st;
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(w->rows, rpw), ceil_div(tokens, spec[2]), 1);
 }
 
-dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, dcp_buffer *y,
-                           uint32_t y_stride, uint32_t tokens)
+dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_get_rows_args *a)
 {
+    const dcp_matrix *w = a->w;
+    dcp_buffer *ids = a->ids, *y = a->y;
+    const uint32_t y_stride = a->y_stride, tokens = a->tokens;
     if (tokens == 0) return DCP_OK;
     if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
         (uint64_t)tokens * 4 > dcp_buffer_size(ids))
@@ -202,13 +180,18 @@ dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_matrix *w, dcp_buffer *ids, d
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[3] = {{w->buf, 0, 0}, {ids, 0, 0}, {y, 0, 0}};
     dcp_get_rows_params p = {w->k, tokens, w->rows, y_stride, w->scale_offset};
-    return dcp_cmd_dispatch(cmd, get_rows_pipe(w->type), spec, b, &p, tokens, 1, 1);
+    dcp_kernel_id id;
+    dcp_status st = dcp_ops_weight_kernel("get_rows", DCP_KERNEL_GET_ROWS, w->type, &id);
+    if (st != DCP_OK) return st;
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, tokens, 1, 1);
 }
 
-dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                          dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
-                          uint32_t tokens, float eps)
+dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, const dcp_rmsnorm_args *a)
 {
+    dcp_buffer *x = a->x, *w = a->w, *y = a->y;
+    const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, n = a->n, y_stride = a->y_stride,
+                   tokens = a->tokens;
+    const float eps = a->eps;
     if (tokens == 0) return DCP_OK;
     if (x_stride < n || y_stride < n ||
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + n) * 4 > dcp_buffer_size(x) ||
@@ -217,14 +200,17 @@ dcp_status dcp_op_rmsnorm(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[3] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}};
     dcp_rmsnorm_params p = {n, tokens, x_stride, y_stride, x_offset, eps};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM, spec, b, &p, tokens, 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_RMSNORM, spec, b, &p, tokens, 1, 1);
 }
 
-dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                                dcp_buffer *w, uint32_t n, dcp_buffer *y, uint32_t y_stride,
-                                uint32_t tokens, float eps, dcp_buffer *p, uint64_t p_offset,
-                                uint32_t parts, uint32_t part_stride, uint32_t part_offset)
+dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, const dcp_rmsnorm_parts_args *a)
 {
+    dcp_buffer *x = a->norm.x, *w = a->norm.w, *y = a->norm.y, *p = a->p;
+    const uint32_t x_offset = a->norm.x_offset, x_stride = a->norm.x_stride, n = a->norm.n,
+                   y_stride = a->norm.y_stride, tokens = a->norm.tokens;
+    const float eps = a->norm.eps;
+    const uint64_t p_offset = a->p_offset;
+    const uint32_t parts = a->parts, part_stride = a->part_stride, part_offset = a->part_offset;
     if (tokens == 0) return DCP_OK;
     uint64_t p_need = ((uint64_t)part_offset + (uint64_t)(parts ? parts - 1 : 0) * part_stride + (uint64_t)tokens * n) * 4;
     if (parts == 0 || part_stride < (uint64_t)tokens * n || p_offset > dcp_buffer_size(p) ||
@@ -238,7 +224,7 @@ dcp_status dcp_op_rmsnorm_parts(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[4] = {{x, 0, 0}, {w, 0, 0}, {y, 0, 0}, {p, p_offset, p_need}};
     dcp_rmsnorm_parts_params pp = {{n, tokens, x_stride, y_stride, x_offset, eps}, parts, part_stride, part_offset};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_PARTS, spec, b, &pp, tokens, 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_RMSNORM_PARTS, spec, b, &pp, tokens, 1, 1);
 }
 
 /* A q8_0 pool: RoPE into the f32 stage seen as a pool of one-token pages (token t in page t of
@@ -259,18 +245,20 @@ static dcp_status rope_store_q8(dcp_cmd *cmd, const dcp_rope_store_args *a, dcp_
     for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = (dcp_binding){a->kv_stage, 0, stage};
     const uint32_t heads = a->q_heads + 2 * a->kv_heads, wg = dcp_vk_workgroup_size(dcp_cmd_device(cmd));
     uint32_t spec[1] = {wg};
-    dcp_status st = dcp_cmd_dispatch(cmd, DCP_PIPE_ROPE_STORE_F32, spec, b, p,
-                                     ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
+    dcp_status st = dcp_kernel_dispatch(cmd, DCP_KERNEL_ROPE_STORE_F32, spec, b, p,
+                                        ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
     if (st != DCP_OK) return st;
     dcp_cmd_barrier(cmd); /* stage -> kv_append */
     return dcp_kv_pool_record_store(cmd, a->pool, a->slot, a->tokens, a->kv_stage, 0, a->kv_stage, row * 4,
                                     (uint32_t)(2 * row));
 }
 
-dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, uint32_t x_stride,
-                                uint32_t heads, uint32_t head_dim, uint32_t w_split, dcp_buffer *w,
-                                uint32_t tokens, float eps)
+dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, const dcp_rmsnorm_heads_args *a)
 {
+    dcp_buffer *x = a->x, *w = a->w;
+    const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, heads = a->heads, head_dim = a->head_dim,
+                   w_split = a->w_split, tokens = a->tokens;
+    const float eps = a->eps;
     if (tokens == 0 || heads == 0) return DCP_OK;
     if (head_dim == 0 || x_stride < (uint64_t)heads * head_dim ||
         ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + (uint64_t)heads * head_dim) * 4 > dcp_buffer_size(x) ||
@@ -281,12 +269,13 @@ dcp_status dcp_op_rmsnorm_heads(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_offset, 
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[2] = {{x, 0, 0}, {w, 0, 0}};
     dcp_rmsnorm_heads_params p = {head_dim, heads, w_split, tokens, x_stride, x_offset, eps};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_RMSNORM_HEADS, spec, b, &p, heads, tokens, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_RMSNORM_HEADS, spec, b, &p, heads, tokens, 1);
 }
 
-dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_buffer *b_, uint32_t n,
-                           uint32_t tokens)
+dcp_status dcp_op_add_rows(dcp_cmd *cmd, const dcp_add_rows_args *a)
 {
+    dcp_buffer *y = a->y, *b_ = a->b;
+    const uint32_t y_stride = a->y_stride, n = a->n, tokens = a->tokens;
     if (tokens == 0 || n == 0) return DCP_OK;
     if (y_stride < n || ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y) ||
         (uint64_t)n * 4 > dcp_buffer_size(b_))
@@ -296,7 +285,7 @@ dcp_status dcp_op_add_rows(dcp_cmd *cmd, dcp_buffer *y, uint32_t y_stride, dcp_b
     uint32_t spec[1] = {wg};
     dcp_binding b[2] = {{y, 0, 0}, {b_, 0, 0}};
     dcp_add_rows_params p = {n, tokens, y_stride};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_ADD_ROWS, spec, b, &p, ceil_div(n, wg), tokens, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_ADD_ROWS, spec, b, &p, ceil_div(n, wg), tokens, 1);
 }
 
 dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
@@ -317,7 +306,7 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
     b[1] = (dcp_binding){a->slot, 0, 0};
     b[2] = (dcp_binding){a->cs, 0, 0};
     b[3] = (dcp_binding){a->q_out, 0, 0};
-    dcp_pipeline_id id = DCP_PIPE_ROPE_STORE_F32;
+    dcp_kernel_id id = DCP_KERNEL_ROPE_STORE_F32;
     if (a->pool) {
         const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(a->pool);
         if (pc->k_only)
@@ -330,19 +319,20 @@ dcp_status dcp_op_rope_store(dcp_cmd *cmd, const dcp_rope_store_args *a)
         p.page_size = pc->page_size;
         p.pages_per_segment = dcp_kv_pool_pages_per_segment(a->pool);
         p.total_pages = pc->num_pages;
-        if (pc->dtype == DCP_DTYPE_F16) id = DCP_PIPE_ROPE_STORE_F16;
+        if (pc->dtype == DCP_DTYPE_F16) id = DCP_KERNEL_ROPE_STORE_F16;
         dcp_kv_pool_bindings(a->pool, b + 4);
     } else { /* nothing is stored: any valid buffer fills the array */
         for (uint32_t s = 0; s < DCP_KV_MAX_SEGMENTS; s++) b[4 + s] = b[3];
     }
     uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t spec[1] = {wg};
-    return dcp_cmd_dispatch(cmd, id, spec, b, &p, ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div((uint64_t)heads * a->head_dim / 2, wg), a->tokens, 1);
 }
 
-dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buffer *y,
-                         uint32_t y_stride, uint32_t n, uint32_t tokens)
+dcp_status dcp_op_swiglu(dcp_cmd *cmd, const dcp_swiglu_args *a)
 {
+    dcp_buffer *x = a->x, *y = a->y;
+    const uint32_t x_stride = a->x_stride, y_stride = a->y_stride, n = a->n, tokens = a->tokens;
     if (tokens == 0) return DCP_OK;
     if (x_stride < 2 * n || y_stride < n || ((uint64_t)(tokens - 1) * x_stride + 2 * n) * 4 > dcp_buffer_size(x) ||
         ((uint64_t)(tokens - 1) * y_stride + n) * 4 > dcp_buffer_size(y))
@@ -351,7 +341,7 @@ dcp_status dcp_op_swiglu(dcp_cmd *cmd, dcp_buffer *x, uint32_t x_stride, dcp_buf
     uint32_t spec[1] = {wg};
     dcp_binding b[2] = {{x, 0, 0}, {y, 0, 0}};
     dcp_swiglu_params p = {n, tokens, x_stride, y_stride};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_SWIGLU, spec, b, &p, ceil_div(n, wg), tokens, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_SWIGLU, spec, b, &p, ceil_div(n, wg), tokens, 1);
 }
 
 dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b_, dcp_buffer *y, uint32_t n)
@@ -365,12 +355,13 @@ dcp_status dcp_op_add(dcp_cmd *cmd, dcp_buffer *a, dcp_buffer *b_, dcp_buffer *y
     dcp_binding b[3] = {{a, 0, 0}, {b_, 0, 0}, {y, 0, 0}};
     dcp_add_params p = {n};
     uint32_t groups = ceil_div(n, wg), gx = groups < 65535 ? groups : 65535;
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_ADD, spec, b, &p, gx, ceil_div(groups, gx), 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_ADD, spec, b, &p, gx, ceil_div(groups, gx), 1);
 }
 
-dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t stride, uint32_t rows,
-                         dcp_buffer *out)
+dcp_status dcp_op_argmax(dcp_cmd *cmd, const dcp_argmax_args *a)
 {
+    dcp_buffer *x = a->x, *out = a->out;
+    const uint32_t n = a->n, stride = a->stride, rows = a->rows;
     if (rows == 0) return DCP_OK;
     if (n == 0 || stride < n || ((uint64_t)(rows - 1) * stride + n) * 4 > dcp_buffer_size(x) ||
         (uint64_t)rows * 4 > dcp_buffer_size(out))
@@ -378,5 +369,5 @@ dcp_status dcp_op_argmax(dcp_cmd *cmd, dcp_buffer *x, uint32_t n, uint32_t strid
     uint32_t spec[1] = {dcp_vk_workgroup_size(dcp_cmd_device(cmd))};
     dcp_binding b[2] = {{x, 0, 0}, {out, 0, 0}};
     dcp_argmax_params p = {n, rows, stride};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_ARGMAX, spec, b, &p, rows, 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_ARGMAX, spec, b, &p, rows, 1, 1);
 }

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "dcpvk/dtype.h"
-#include "kv/kv_params.h"
+#include "kernels/kv_params.h"
 #include "ref/kv_ref.h"
 
 void dcp_ref_kv_append(float *pages, uint32_t num_pages, uint32_t kv_heads, uint32_t page_size,

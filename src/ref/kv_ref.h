@@ -13,7 +13,7 @@ void dcp_ref_kv_append(float *pages, uint32_t num_pages, uint32_t kv_heads, uint
                        uint32_t head_dim, const uint32_t *slots, uint32_t tokens, const float *k,
                        const float *v);
 
-/* q8_0 KV rows (layout: src/kv/kv_params.h, DCP_KV_Q8_ROW_WORDS(n) words for n values, n a multiple
+/* q8_0 KV rows (layout: src/kernels/kv_params.h, DCP_KV_Q8_ROW_WORDS(n) words for n values, n a multiple
  * of 32), written from the definition: per block of 32, amax = max|x|, d = amax / 127 (f32), the
  * f16 of d stored, q = round(x * (1 / d)) halves away from zero (0 when d = 0), clamped to
  * [-127, 127]; in float arithmetic, as the shader computes it. The shader's 1/d and amax/127 may

@@ -6,7 +6,7 @@
 #include "ref/kv_ref.h"
 #include "ref/mla_ref.h"
 
-/* Entry d of stored row r (rows of dk entries; q8_0 rows as in src/kv/kv_params.h). */
+/* Entry d of stored row r (rows of dk entries; q8_0 rows as in src/kernels/kv_params.h). */
 static double element(const void *pages, dcp_dtype dtype, uint64_t r, uint32_t dk, uint32_t d)
 {
     if (dtype == DCP_DTYPE_Q8_0)

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "ref/yardstick_ref.h"
-#include "vk/yardstick_params.h"
+#include "kernels/yardstick_params.h"
 
 double dcp_ref_fma_peak(uint64_t invocations, uint32_t iters, float mul, float add, double *out)
 {

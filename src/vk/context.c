@@ -250,7 +250,7 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     info->nonuniform_indexing = f12.shaderStorageBufferArrayNonUniformIndexing &&
                                 f2.features.shaderStorageBufferArrayDynamicIndexing;
     info->kv_multi_segment = info->nonuniform_indexing &&
-                             info->max_storage_buffers_per_stage >= DCP_KV_MAX_SEGMENTS + DCP_MAX_BINDINGS;
+                             info->max_storage_buffers_per_stage >= DCP_MAX_ARRAY + DCP_MAX_BINDINGS;
     VkPhysicalDeviceVulkan12Features en12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
         .shaderStorageBufferArrayNonUniformIndexing = info->nonuniform_indexing,

@@ -41,10 +41,21 @@ const char *dcp_vk_result_string(VkResult r);
         }                                                                                          \
     } while (0)
 
+/* What a device made of one pipeline description (vk/pipelines.h): layouts and shader module,
+ * created with its first pipeline. */
+typedef struct dcp_pipeline_program {
+    const dcp_pipeline_desc *desc;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout layout;
+    VkShaderModule module;
+    bool dispatched; /* recorded at least once ($DCP_VK_DISPATCH_LOG) */
+} dcp_pipeline_program;
+
+/* A created pipeline: a description's program specialised with spec[0..desc->spec_count). */
 typedef struct dcp_pipeline_entry {
-    dcp_pipeline_id id;
+    const dcp_pipeline_desc *desc;
+    uint32_t program;       /* index in the device's programs */
     uint32_t spec[DCP_MAX_SPEC];
-    uint32_t spec_count;
     VkPipeline pipeline;
 } dcp_pipeline_entry;
 
@@ -66,12 +77,10 @@ struct dcp_device {
     /* Descriptor pools: a chain, a new pool is added when the last one is full. */
     VkDescriptorPool *desc_pools;
     uint32_t desc_pool_count;
-    /* Per pipeline id: set layout and pipeline layout (created with the first pipeline). */
-    VkDescriptorSetLayout set_layouts[DCP_PIPELINE_COUNT];
-    VkPipelineLayout pipe_layouts[DCP_PIPELINE_COUNT];
-    VkShaderModule modules[DCP_PIPELINE_COUNT];
-    bool dispatched[DCP_PIPELINE_COUNT]; /* recorded at least once ($DCP_VK_DISPATCH_LOG) */
-    /* Created pipelines, one per (id, specialization values). */
+    /* Per pipeline description dispatched here: layouts and module. */
+    dcp_pipeline_program *programs;
+    uint32_t program_count, program_cap;
+    /* Created pipelines, one per (description, specialization values). */
     dcp_pipeline_entry *pipelines;
     uint32_t pipeline_count, pipeline_cap;
     /* Staging buffer for uploads and downloads (grown on demand). */
@@ -116,7 +125,7 @@ struct dcp_sem {
 typedef struct dcp_cmd_set {
     VkDescriptorSet set;
     uint32_t pool;        /* index in the device's descriptor pools */
-    dcp_pipeline_id id;   /* the set's layout is that of this pipeline */
+    const dcp_pipeline_desc *desc; /* the set's layout is that of this description */
 } dcp_cmd_set;
 
 struct dcp_cmd {

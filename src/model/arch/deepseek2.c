@@ -393,18 +393,24 @@ static dcp_status attention_in(dcp_model_state *s, uint32_t l, uint32_t i)
     const float eps = c->rms_eps;
     DCP_TRY(dcp_graph_norm(s, i, Lw->attn_norm));
     dcp_cmd_barrier(cmd); /* xn (and x += parts) -> projections */
-    DCP_TRY(dcp_op_matmul(cmd, &Lw->wkv_a, gr->xn, 0, E, rs->kv, R + P, T, 0));
+    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->wkv_a, .x = gr->xn, .x_stride = E, .y = rs->kv,
+                                                  .y_stride = R + P, .tokens = T}));
     if (QL) {
-        DCP_TRY(dcp_op_matmul(cmd, &Lw->wq_a, gr->xn, 0, E, rs->qa, QL, T, 0));
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->wq_a, .x = gr->xn, .x_stride = E, .y = rs->qa,
+                                                      .y_stride = QL, .tokens = T}));
         dcp_cmd_barrier(cmd); /* q_a -> its norm */
-        DCP_TRY(dcp_op_rmsnorm(cmd, rs->qa, 0, QL, Lw->q_a_norm, QL, rs->qan, QL, T, eps));
+        DCP_TRY(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = rs->qa, .x_stride = QL, .w = Lw->q_a_norm, .n = QL,
+                                                        .y = rs->qan, .y_stride = QL, .tokens = T, .eps = eps}));
         dcp_cmd_barrier(cmd); /* q_a norm -> q_b */
-        DCP_TRY(dcp_op_matmul(cmd, &Lw->wq, rs->qan, 0, QL, rs->q, Hq * QW, T, 0));
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->wq, .x = rs->qan, .x_stride = QL, .y = rs->q,
+                                                      .y_stride = Hq * QW, .tokens = T}));
     } else {
-        DCP_TRY(dcp_op_matmul(cmd, &Lw->wq, gr->xn, 0, E, rs->q, Hq * QW, T, 0));
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->wq, .x = gr->xn, .x_stride = E, .y = rs->q,
+                                                      .y_stride = Hq * QW, .tokens = T}));
     }
     dcp_cmd_barrier(cmd); /* kv, q -> latent norm, absorption, rope */
-    DCP_TRY(dcp_op_rmsnorm(cmd, rs->kv, 0, R + P, Lw->kv_a_norm, R, rs->cn, R, T, eps));
+    DCP_TRY(dcp_op_rmsnorm(cmd, &(dcp_rmsnorm_args){.x = rs->kv, .x_stride = R + P, .w = Lw->kv_a_norm, .n = R,
+                                                    .y = rs->cn, .y_stride = R, .tokens = T, .eps = eps}));
     dcp_head_matmul_args ab = {.w = &Lw->wk_b, .heads = Hq, .rows = R, .tokens = T, .x = rs->q, .x_stride = Hq * QW,
                                .x_head_stride = QW, .x_offset = 0, .y = rs->Q, .y_stride = Hq * (R + P),
                                .y_head_stride = R + P, .y_offset = 0, .accumulate = 0};
@@ -454,8 +460,9 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
                                    .y_stride = Lw->wo.k, .y_head_stride = V, .y_offset = 0, .accumulate = 0};
         DCP_TRY(dcp_op_head_matmul(cmd, &uv));
         dcp_cmd_barrier(cmd); /* o -> attn_output */
-        DCP_TRY(dcp_op_matmul(cmd, &Lw->wo, rs->o, 0, Lw->wo.k, dcp_graph_row_parallel_out(s, i), E, T,
-                              dcp_graph_row_parallel_accumulate(s)));
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->wo, .x = rs->o, .x_stride = Lw->wo.k,
+                                                      .y = dcp_graph_row_parallel_out(s, i), .y_stride = E, .tokens = T,
+                                                      .accumulate = dcp_graph_row_parallel_accumulate(s)}));
         dcp_cmd_barrier(cmd); /* x (residual) or part -> ffn norm / all-reduce */
     }
 fail:
@@ -472,8 +479,10 @@ static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const
     const uint32_t T = s->rows, E = c->n_embd, X = c->n_expert, U = c->n_expert_used;
     const uint32_t fe_pad = Lw->w_down_exps.k, fs_pad = Lw->w_down_sh.buf ? Lw->w_down_sh.k : 0;
     const bool shared = sh->fs > 0, acc = dcp_graph_row_parallel_accumulate(s);
-    DCP_TRY(dcp_op_matmul(cmd, &Lw->gate_inp, xn, 0, E, rs->logits_r, X, T, 0));
-    if (shared) DCP_TRY(dcp_op_matmul(cmd, &Lw->w_gu_sh, xn, 0, E, rs->sgu, 2 * sh->fs, T, 0));
+    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->gate_inp, .x = xn, .x_stride = E, .y = rs->logits_r,
+                                                  .y_stride = X, .tokens = T}));
+    if (shared) DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->w_gu_sh, .x = xn, .x_stride = E, .y = rs->sgu,
+                                                              .y_stride = 2 * sh->fs, .tokens = T}));
     dcp_cmd_barrier(cmd); /* router logits -> route; shared gate|up -> swiglu */
     dcp_moe_route_args ra;
     dcp_moe_route_args_from_config(c, &ra);
@@ -484,15 +493,19 @@ static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const
     ra.ids = rs->rids;
     ra.weights = rs->rw;
     DCP_TRY(dcp_op_moe_route(cmd, &ra));
-    if (shared) DCP_TRY(dcp_op_swiglu(cmd, rs->sgu, 2 * sh->fs, rs->sh, fs_pad, sh->fs, T));
+    if (shared) DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = rs->sgu, .x_stride = 2 * sh->fs, .y = rs->sh,
+                                                              .y_stride = fs_pad, .n = sh->fs, .tokens = T}));
     dcp_cmd_barrier(cmd); /* ids -> experts; shared h -> shared down */
     dcp_moe_matmul_args gu = {.w = &Lw->w_gu_exps, .n_expert = X, .rows = 2 * sh->fe, .tokens = T, .n_used = U,
                               .ids = rs->rids, .weights = rs->rw, .x = xn, .x_stride = E, .x_used_stride = 0,
                               .y = rs->egu, .y_stride = U * 2 * sh->fe, .y_used_stride = 2 * sh->fe, .accumulate = 0};
     DCP_TRY(dcp_op_moe_gate_up(cmd, &gu));
-    if (shared) DCP_TRY(dcp_op_matmul(cmd, &Lw->w_down_sh, rs->sh, 0, fs_pad, out, E, T, acc));
+    if (shared)
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->w_down_sh, .x = rs->sh, .x_stride = fs_pad, .y = out,
+                                                      .y_stride = E, .tokens = T, .accumulate = acc}));
     dcp_cmd_barrier(cmd); /* experts' gate|up -> swiglu; shared down -> routed down (both into out) */
-    DCP_TRY(dcp_op_swiglu(cmd, rs->egu, 2 * sh->fe, rs->eh, fe_pad, sh->fe, T * U));
+    DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = rs->egu, .x_stride = 2 * sh->fe, .y = rs->eh, .y_stride = fe_pad,
+                                                  .n = sh->fe, .tokens = T * U}));
     dcp_cmd_barrier(cmd); /* swiglu -> down */
     dcp_moe_matmul_args dn = {.w = &Lw->w_down_exps, .n_expert = X, .rows = E, .tokens = T, .n_used = U,
                               .ids = rs->rids, .weights = rs->rw, .x = rs->eh, .x_stride = U * fe_pad,

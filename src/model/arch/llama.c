@@ -507,21 +507,35 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
         dcp_buffer *xn = s->r[i].xn;
         DCP_TRY(dcp_graph_norm(s, i, L->attn_norm));
         dcp_cmd_barrier(cmd); /* rmsnorm xn (and x += parts) -> qkv matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &L->wqkv, xn, 0, E, rs->qkv, rs->qkv4, T, 0));
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wqkv, .x = xn, .x_stride = E, .y = rs->qkv,
+                                                       .y_stride = rs->qkv4, .tokens = T}));
         dcp_cmd_barrier(cmd); /* qkv -> bias / Q,K norm / rope_store */
         if (L->bqkv) {
-            DCP_TRY(dcp_op_add_rows(cmd, rs->qkv, rs->qkv4, L->bqkv, (rw->qh + 2 * rw->hkv) * D, T));
+            DCP_TRY(dcp_op_add_rows(cmd, &(dcp_add_rows_args){.y = rs->qkv, .y_stride = rs->qkv4, .b = L->bqkv,
+                                                               .n = (rw->qh + 2 * rw->hkv) * D, .tokens = T}));
             dcp_cmd_barrier(cmd); /* qkv + bias -> Q,K norm / rope_store */
         }
         if (L->qk_norm) {
-            DCP_TRY(dcp_op_rmsnorm_heads(cmd, rs->qkv, 0, rs->qkv4, rw->qh + rw->hkv, D, rw->qh, L->qk_norm, T,
-                                         m->cfg.rms_eps));
+            DCP_TRY(dcp_op_rmsnorm_heads(cmd, &(dcp_rmsnorm_heads_args){.x = rs->qkv, .x_stride = rs->qkv4,
+                                                                         .heads = rw->qh + rw->hkv, .head_dim = D,
+                                                                         .w_split = rw->qh, .w = L->qk_norm,
+                                                                         .tokens = T, .eps = m->cfg.rms_eps}));
             dcp_cmd_barrier(cmd); /* normed Q, K heads -> rope_store */
         }
-        dcp_rope_store_args ra = {T,        rw->qh,         rw->hkv,  D,     m->cfg.n_rot,
-                                  rs->qkv4, rs->qkv,        s->r[i].slots[l], dcp_graph_rope(s, i),
-                                  rs->q,    dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], s->r[i].gl),
-                                  m->cfg.rope_neox, rs->kv_stage, rs->stage_slots};
+        dcp_rope_store_args ra = {.tokens = T,
+                                  .q_heads = rw->qh,
+                                  .kv_heads = rw->hkv,
+                                  .head_dim = D,
+                                  .n_rot = m->cfg.n_rot,
+                                  .src_stride = rs->qkv4,
+                                  .src = rs->qkv,
+                                  .slot = s->r[i].slots[l],
+                                  .cs = dcp_graph_rope(s, i),
+                                  .q_out = rs->q,
+                                  .pool = dcp_kv_cache_pool(s->caches[l * s->ng + s->r[i].g], s->r[i].gl),
+                                  .neox = m->cfg.rope_neox,
+                                  .kv_stage = rs->kv_stage,
+                                  .stage_slots = rs->stage_slots};
         DCP_TRY(dcp_op_rope_store(cmd, &ra));
         dcp_cmd_barrier(cmd); /* q, KV pages -> attention */
         if (m->dcp == 1) {
@@ -536,8 +550,10 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
     }
     for (uint32_t i = 0; i < m->nl; i++) {
         const llama_rank *rw = &w->ranks[i];
-        DCP_TRY(dcp_op_matmul(dcp_graph_cmd(s, i), &rw->layers[l].wo, ls->r[i].o, 0, rw->hq * D,
-                              dcp_graph_row_parallel_out(s, i), E, T, dcp_graph_row_parallel_accumulate(s)));
+        DCP_TRY(dcp_op_matmul(dcp_graph_cmd(s, i),
+                              &(dcp_matmul_args){.w = &rw->layers[l].wo, .x = ls->r[i].o, .x_stride = rw->hq * D,
+                                                 .y = dcp_graph_row_parallel_out(s, i), .y_stride = E, .tokens = T,
+                                                 .accumulate = dcp_graph_row_parallel_accumulate(s)}));
         dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* x (residual) or part -> ffn rmsnorm / all-reduce */
     }
 fail:

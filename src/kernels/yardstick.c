@@ -1,7 +1,7 @@
-/* The yardsticks (see src/vk/yardstick.h). */
+/* The yardsticks (see src/kernels/yardstick.h). */
 #include "common/error.h"
-#include "vk/pipelines.h"
-#include "vk/yardstick.h"
+#include "kernels/kernels.h"
+#include "kernels/yardstick.h"
 
 dcp_status dcp_cmd_stream_read(dcp_cmd *cmd, dcp_buffer *src, uint64_t bytes, dcp_buffer *dst,
                                uint32_t load_bytes)
@@ -18,8 +18,8 @@ dcp_status dcp_cmd_stream_read(dcp_cmd *cmd, dcp_buffer *src, uint64_t bytes, dc
     dcp_stream_read_params p = {words, per_group};
     dcp_binding b[2] = {{src, 0, bytes}, {dst, 0, 0}};
     uint32_t spec[1] = {wg};
-    return dcp_cmd_dispatch(cmd, load_bytes == 16 ? DCP_PIPE_STREAM_READ : DCP_PIPE_STREAM_READ_U32, spec, b,
-                            &p, (words + per_group - 1) / per_group, 1, 1);
+    return dcp_kernel_dispatch(cmd, load_bytes == 16 ? DCP_KERNEL_STREAM_READ : DCP_KERNEL_STREAM_READ_U32, spec, b,
+                               &p, (words + per_group - 1) / per_group, 1, 1);
 }
 
 uint64_t dcp_fma_peak_invocations(const dcp_device *dev, uint32_t groups)
@@ -50,5 +50,5 @@ dcp_status dcp_cmd_fma_peak(dcp_cmd *cmd, dcp_buffer *dst, uint32_t groups, uint
     dcp_fma_peak_params p = {iters, mul, add};
     dcp_binding b[1] = {{dst, 0, need}};
     uint32_t spec[1] = {dcp_vk_workgroup_size(dev)};
-    return dcp_cmd_dispatch(cmd, DCP_PIPE_FMA_PEAK, spec, b, &p, groups, 1, 1);
+    return dcp_kernel_dispatch(cmd, DCP_KERNEL_FMA_PEAK, spec, b, &p, groups, 1, 1);
 }

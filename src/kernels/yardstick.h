@@ -2,13 +2,13 @@
  * multiply-adds (fma_peak), the ceilings a kernel's memory and FLOP rates are compared with. A
  * benchmark tool, not part of the public API: dcp-vk-bench (apps/bench/yardsticks.c, which
  * measures them) and the tests include this header. */
-#ifndef DCP_VK_YARDSTICK_H
-#define DCP_VK_YARDSTICK_H
+#ifndef DCP_KERNELS_YARDSTICK_H
+#define DCP_KERNELS_YARDSTICK_H
 
 #include <stdint.h>
 
 #include "dcpvk/vk.h"
-#include "vk/yardstick_params.h"
+#include "kernels/yardstick_params.h"
 
 /* Records the stream_read shader (shaders/stream_read.comp): reads the first `bytes` bytes (a
  * positive multiple of 16, within src) of src, load_bytes (16 or 4) per load per invocation, 256

@@ -93,7 +93,7 @@ DCP_PARAMS_END(dcp_add_rows_params)
  * Rotates pair i < n_rot/2 of every Q and K head by the angle whose (cos, sin) is cs[t][i]: the
  * adjacent elements (2i, 2i+1) in llama's NORM mode (neox = 0), elements (i, i + n_rot/2) in NEOX
  * mode (neox = 1: qwen2, qwen3, phi3); elements from n_rot on are copied. Writes Q to q_out
- * [tokens][q_heads][D] and, for tokens with slot[t] != DCP_KV_NO_SLOT (src/kv/kv_params.h),
+ * [tokens][q_heads][D] and, for tokens with slot[t] != DCP_KV_NO_SLOT (src/kernels/kv_params.h),
  * rotated K and plain V into the KV page of token slot (page = slot / page_size, row = slot %
  * page_size). One invocation per output element pair (2j, 2j+1): grid (ceil(heads * D/2 / WG),
  * tokens). */
