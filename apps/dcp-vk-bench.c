@@ -17,7 +17,7 @@ static void usage(FILE *f)
                "            the DCP step over N devices or MPI ranks (a2a or ag_rs)\n"
                "  capacity  longest context that fits a KV budget per device, KV duplicated as\n"
                "            under plain TP against sharded with DCP, counted by the placement rule\n"
-               "  matmul    weight read rate of the matmul shader for each weight type (F32 .. Q6_K)\n"
+               "  matmul    weight read rate of the matmul shader for each weight type (F32 .. IQ4_XS)\n"
                "            at batch 1, 8, 32 against the streaming-read yardsticks of the same device\n"
                "  ops       the model kernels other than matmul and attention (norms, RoPE and the KV store,\n"
                "            SwiGLU, MLA and MoE kernels, ...) against the roofline of the same device\n"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -25,10 +26,12 @@ static void usage(FILE *f)
             "       dcp-vk-gguf FILE --detokenize IDS [--special]\n"
             "       dcp-vk-gguf --make-model OUT.gguf [model options]\n"
             "       dcp-vk-gguf --quantize IN.gguf OUT.gguf --type T [--pure]\n"
+            "                   [--split-max-size N[M|G]] [--split-max-tensors N]\n"
             "       dcp-vk-gguf --version | --help\n"
             "\n"
             "  FILE                print the metadata (arrays longer than %d elements abbreviated)\n"
-            "                      and the tensor directory\n"
+            "                      and the tensor directory; of a split model (FILE its first part,\n"
+            "                      NAME-00001-of-0000N.gguf) every part's\n"
             "  --json              print them as one JSON object instead\n"
             "  --full              print whole arrays (default: abbreviated)\n"
             "  --tokenize TEXT     print the token ids of TEXT on one line, space-separated\n"
@@ -40,10 +43,17 @@ static void usage(FILE *f)
             "  --quantize IN OUT   convert IN (F32, F16, BF16 or quantized) to OUT with --type T, a\n"
             "                      llama-quantize file type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
             "                      q5_1, q2_k, q3_k_s, q3_k_m (= q3_k), q3_k_l, q4_k_s, q4_k_m (= q4_k),\n"
-            "                      q5_k_s, q5_k_m (= q5_k), q6_k; its mix rules give output.weight Q6_K,\n"
-            "                      some attn_v / ffn_down more bits, and tensors whose rows are not whole\n"
-            "                      blocks a fallback type (see include/dcpvk/gguf.h); prints each tensor\n"
+            "                      q5_k_s, q5_k_m (= q5_k), q6_k, iq4_nl, iq4_xs; its mix rules give\n"
+            "                      output.weight Q6_K, some attn_v / ffn_down more bits, and\n"
+            "                      tensors whose rows are not whole blocks a fallback type (see\n"
+            "                      include/dcpvk/gguf.h); prints each tensor\n"
             "  --pure              with --quantize: no mix rules, every matrix in the base type\n"
+            "                      (--type copy: every tensor keeps its type, to re-split a file)\n"
+            "  --split-max-size N  with --quantize: write a split model as gguf-split does,\n"
+            "                      OUT-00001-of-0000K.gguf, ... (OUT less .gguf), a new part when the\n"
+            "                      next tensor would pass N bytes of tensor data (N, NM or NG: bytes,\n"
+            "                      MiB or GiB; default: one file)\n"
+            "  --split-max-tensors N  with --quantize: split, at most N tensors a part (default: none)\n"
             "  --force             with --make-model / --quantize: an OUT that is a symbolic link,\n"
             "                      device node, FIFO or socket is replaced by the new file (the entry\n"
             "                      itself; what it points to is never written). Without it such an\n"
@@ -70,11 +80,13 @@ static void usage(FILE *f)
             "  --rms-eps X         RMS norm epsilon (default 1e-5)\n"
             "  --rope-base X       RoPE frequency base (default 10000)\n"
             "  --type T            matrix weight type, every matrix (f32, f16, bf16, q8_0, q4_0, q4_1,\n"
-            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k; its block must divide the\n"
-            "                      sizes), or a file type mix (q3_k_s/m/l, q4_k_s, q4_k_m, q5_k_s,\n"
-            "                      q5_k_m: an F32 model quantized as --quantize does) (default f32)\n"
+            "                      q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs; its block\n"
+            "                      must divide the sizes), or a file type mix (q3_k_s/m/l, q4_k_s,\n"
+            "                      q4_k_m, q5_k_s, q5_k_m: an F32 model quantized as --quantize does)\n"
+            "                      (default f32)\n"
             "  --seed N            random seed (default 1234)\n"
-            "  --rope-freqs, --rope-scaling none|linear|yarn, --rope-scale X (1..1024),\n"
+            "  --rope-freqs        rope_freqs.weight, Llama 3.x-style factors (--arch llama only)\n"
+            "  --rope-scaling none|linear|yarn, --rope-scale X (1..1024),\n"
             "  --sliding-window N, --tie-output (no output.weight): llama family extras\n"
             "\n"
             "Errors print a message on stderr; the exit status is 1 for a failure (unreadable file,\n"
@@ -209,7 +221,8 @@ static void put_shape(const dcp_gguf_tensor *t)
     putchar(']');
 }
 
-static void print_text(const dcp_gguf *g, bool full)
+/* One file's header, metadata and tensor directory. */
+static void print_file_text(const dcp_gguf *g, bool full)
 {
     printf("file: %s\n", dcp_gguf_name(g));
     printf("GGUF version %u, %llu bytes, alignment %llu, tensor data at offset %llu\n",
@@ -241,6 +254,20 @@ static void print_text(const dcp_gguf *g, bool full)
         printf("  %5llu  %-32s %-6s %-24s %12llu %12llu%s\n", (unsigned long long)i, t->name,
                dcp_ggml_type_name(t->type), shape, (unsigned long long)t->offset,
                (unsigned long long)t->size, dcp_ggml_type_supported(t->type) ? "" : "  (unsupported type)");
+    }
+}
+
+static void print_text(const dcp_gguf *g, bool full)
+{
+    const uint32_t parts = dcp_gguf_part_count(g);
+    if (parts == 1) print_file_text(g, full);
+    else {
+        printf("split model: %u parts, %llu tensors, %llu bytes\n", parts,
+               (unsigned long long)dcp_gguf_tensor_count(g), (unsigned long long)dcp_gguf_file_size(g));
+        for (uint32_t k = 0; k < parts; k++) {
+            printf("\n== part %u of %u ==\n", k + 1, parts);
+            print_file_text(dcp_gguf_part(g, k), full);
+        }
     }
     dcp_model_config mc;
     if (dcp_gguf_kv_find(g, "general.architecture") && dcp_gguf_tensor_count(g)) {
@@ -277,7 +304,8 @@ static void print_text(const dcp_gguf *g, bool full)
     }
 }
 
-static void print_json(const dcp_gguf *g, bool full)
+/* One file as a JSON object (no newline after it). */
+static void print_file_json(const dcp_gguf *g, bool full)
 {
     printf("{\"file\": ");
     put_str(dcp_gguf_name(g), strlen(dcp_gguf_name(g)), true);
@@ -303,7 +331,28 @@ static void print_json(const dcp_gguf *g, bool full)
         put_shape(t);
         printf(", \"offset\": %llu, \"size\": %llu}", (unsigned long long)t->offset, (unsigned long long)t->size);
     }
-    printf("\n ]\n}\n");
+    printf("\n ]\n}");
+}
+
+/* A single file: its object; a split model: {"file": first part, "split_count": N, "size": all
+ * parts' bytes, "tensor_count": T, "parts": [each part's object]}. */
+static void print_json(const dcp_gguf *g, bool full)
+{
+    const uint32_t parts = dcp_gguf_part_count(g);
+    if (parts == 1) {
+        print_file_json(g, full);
+        putchar('\n');
+        return;
+    }
+    printf("{\"file\": ");
+    put_str(dcp_gguf_name(g), strlen(dcp_gguf_name(g)), true);
+    printf(", \"split_count\": %u, \"size\": %llu, \"tensor_count\": %llu, \"parts\": [\n", parts,
+           (unsigned long long)dcp_gguf_file_size(g), (unsigned long long)dcp_gguf_tensor_count(g));
+    for (uint32_t k = 0; k < parts; k++) {
+        if (k) printf(",\n");
+        print_file_json(dcp_gguf_part(g, k), full);
+    }
+    printf("\n]}\n");
 }
 
 /* ---- commands ------------------------------------------------------------------------------ */
@@ -366,41 +415,82 @@ out:
     return rc;
 }
 
-static void quantize_report(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back)
+static void quantize_report(void *user, const dcp_gguf_tensor *t, dcp_ggml_type to, int fell_back, uint32_t part)
 {
-    (void)user;
+    uint32_t *parts = user;
+    if (part + 1 > *parts) *parts = part + 1;
     char shape[64];
     int k = snprintf(shape, sizeof shape, "[");
     for (uint32_t d = 0; d < t->n_dims && k < (int)sizeof shape; ++d)
         k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
     if (k < (int)sizeof shape) snprintf(shape + k, sizeof shape - (size_t)k, "]");
-    printf("  %-32s %-16s %-6s -> %-6s%s\n", t->name, shape, dcp_ggml_type_name(t->type), dcp_ggml_type_name(to),
+    printf("  %-32s %-16s %-6s -> %-6s%s", t->name, shape, dcp_ggml_type_name(t->type), dcp_ggml_type_name(to),
            fell_back ? "  (fallback: rows are not whole blocks of the mix's type)" : "");
+    if (part) printf("  (part %u)", part + 1);
+    putchar('\n');
 }
 
-static int quantize(const char *in, const char *out, dcp_ftype ftype, bool pure, unsigned flags)
+static int quantize(const char *in, const char *out, const dcp_quantize_config *qc)
 {
-    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
-    qc.ftype = ftype;
-    qc.pure = pure;
-    qc.write_flags = flags;
-    printf("quantizing %s to %s as %s%s\n", in, out, dcp_ftype_name(ftype), pure ? " (pure)" : "");
-    if (dcp_gguf_quantize(in, out, &qc, quantize_report, NULL) != DCP_OK) {
+    const bool split = qc->split_max_bytes || qc->split_max_tensors;
+    printf("quantizing %s to %s as %s%s%s\n", in, out, qc->copy ? "copy" : dcp_ftype_name(qc->ftype),
+           qc->pure ? " (pure)" : "", split ? " (split)" : "");
+    uint32_t parts = 0;
+    if (dcp_gguf_quantize(in, out, qc, quantize_report, &parts) != DCP_OK) {
         fflush(stdout);
         return die("--quantize");
     }
+    char *first = NULL;
+    if (split) { /* read back from the first part */
+        size_t len = strlen(out);
+        if (len > 5 && !strcmp(out + len - 5, ".gguf")) len -= 5;
+        char *prefix = strndup(out, len);
+        int need = prefix ? dcp_gguf_split_path(NULL, 0, prefix, 0, parts ? parts : 1) : -1;
+        first = need > 0 ? malloc((size_t)need + 1) : NULL;
+        if (first) dcp_gguf_split_path(first, (size_t)need + 1, prefix, 0, parts ? parts : 1);
+        free(prefix);
+        if (!first) return die("--quantize: out of memory");
+    }
     dcp_gguf *g;
-    if (dcp_gguf_open(out, &g) != DCP_OK) return die("--quantize: reading the output back");
+    if (dcp_gguf_open(first ? first : out, &g) != DCP_OK) {
+        free(first);
+        return die("--quantize: reading the output back");
+    }
     uint64_t weights = 0, bytes = 0;
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); ++i) {
         weights += dcp_gguf_tensor_at(g, i)->n_elements;
         bytes += dcp_gguf_tensor_at(g, i)->size;
     }
-    printf("wrote %s: %llu bytes, %.3f bits per weight over %llu tensors\n", out,
+    for (uint32_t k = 0; split && k < dcp_gguf_part_count(g); k++) {
+        const dcp_gguf *p = dcp_gguf_part(g, k);
+        printf("wrote part %u of %u, %s: %llu bytes, %llu tensors\n", k + 1, dcp_gguf_part_count(g), dcp_gguf_name(p),
+               (unsigned long long)dcp_gguf_file_size(p), (unsigned long long)dcp_gguf_tensor_count(p));
+    }
+    printf("wrote %s: %llu bytes, %.3f bits per weight over %llu tensors\n", first ? first : out,
            (unsigned long long)dcp_gguf_file_size(g), weights ? 8.0 * (double)bytes / (double)weights : 0.0,
            (unsigned long long)dcp_gguf_tensor_count(g));
     dcp_gguf_close(g);
+    free(first);
     return 0;
+}
+
+/* N, NM or NG (bytes, MiB, GiB), > 0. */
+static bool parse_size(const char *v, uint64_t *out)
+{
+    size_t n = strlen(v);
+    uint64_t mul = 1;
+    if (n && (v[n - 1] == 'M' || v[n - 1] == 'G')) {
+        mul = v[n - 1] == 'M' ? 1ull << 20 : 1ull << 30;
+        n--;
+    }
+    char num[32];
+    if (n == 0 || n >= sizeof num) return false;
+    memcpy(num, v, n);
+    num[n] = '\0';
+    uint64_t x;
+    if (!dcp_cli_parse_u64(num, &x) || x == 0 || x > UINT64_MAX / mul) return false;
+    *out = x * mul;
+    return true;
 }
 
 /* --make-model with a file type mix: an F32 model in an exclusive temporary beside OUT, quantized
@@ -450,6 +540,8 @@ static int run(int argc, char **argv)
     const char *file = NULL, *tok_text = NULL, *detok = NULL, *make = NULL, *q_in = NULL, *q_out = NULL;
     const char *type_name = NULL;
     bool json = false, full = false, bos = false, special = false, pure = false;
+    uint64_t split_bytes = 0;
+    uint32_t split_tensors = 0;
     dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
     bool model_opt = false, force = false;
     const char *prog = "dcp-vk-gguf";
@@ -486,6 +578,14 @@ static int run(int argc, char **argv)
             q_in = argv[++i];
             q_out = argv[++i];
         } else if (!strcmp(a, "--pure")) pure = true;
+        else if (!strcmp(a, "--split-max-size")) {
+            NEEDS_VALUE;
+            if (!parse_size(v, &split_bytes))
+                return bad_usage("--split-max-size: not a size (N, NM or NG: bytes, MiB, GiB, N > 0):", v);
+        } else if (!strcmp(a, "--split-max-tensors")) {
+            NEEDS_VALUE;
+            ok = dcp_cli_u32(prog, a, v, 1, UINT32_MAX, &split_tensors);
+        }
         else if (!strcmp(a, "--arch")) { NEEDS_VALUE; mc.arch = v; model_opt = true; }
         else if (!strcmp(a, "--name")) { NEEDS_VALUE; mc.name = v; model_opt = true; given |= G_NAME; }
         else if (!strcmp(a, "--n-embd")) { NEEDS_VALUE; ok = U32(&mc.n_embd); model_opt = true; given |= G_EMBD; }
@@ -544,13 +644,23 @@ static int run(int argc, char **argv)
 
     if (q_in) {
         if (make || file || tok_text || detok || json || model_opt)
-            return bad_usage("--quantize takes only --type and --pure", NULL);
+            return bad_usage("--quantize takes only --type, --pure, --split-max-size, --split-max-tensors and --force",
+                             NULL);
         if (!type_name) return bad_usage("--quantize needs --type T", NULL);
-        dcp_ftype ft;
-        if (dcp_ftype_from_name(type_name, &ft) != DCP_OK) return bad_usage(dcp_last_error(), NULL);
-        return quantize(q_in, q_out, ft, pure, force ? DCP_GGUF_WRITE_REPLACE : 0);
+        dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+        if (!strcasecmp(type_name, "copy")) {
+            if (pure) return bad_usage("--pure does not apply to --type copy", NULL);
+            qc.copy = true;
+        } else if (dcp_ftype_from_name(type_name, &qc.ftype) != DCP_OK)
+            return bad_usage(dcp_last_error(), "(or copy)");
+        qc.pure = pure;
+        qc.write_flags = force ? DCP_GGUF_WRITE_REPLACE : 0;
+        qc.split_max_bytes = split_bytes;
+        qc.split_max_tensors = split_tensors;
+        return quantize(q_in, q_out, &qc);
     }
     if (pure) return bad_usage("--pure needs --quantize", NULL);
+    if (split_bytes || split_tensors) return bad_usage("--split-max-size / --split-max-tensors need --quantize", NULL);
     if (force && !make) return bad_usage("--force needs --make-model or --quantize", NULL);
     if (make) {
         if (file || tok_text || detok || json) return bad_usage("--make-model takes no FILE, --tokenize, --detokenize or --json", NULL);
@@ -583,6 +693,9 @@ static int run(int argc, char **argv)
             return DCP_EXIT_OK;
         }
         if (mla_config) return bad_usage("--mla-config needs --arch deepseek2", NULL);
+        if (mc.rope_freqs && strcmp(mc.arch, "llama"))
+            return bad_usage("--rope-freqs applies to --arch llama only (qwen2, qwen3 and phi3 files have no "
+                             "rope_freqs.weight; llama.cpp refuses one); got --arch", mc.arch);
         if (mc.rope_scaling && strcmp(mc.rope_scaling, "none") && mc.rope_scale == 0.0f)
             return bad_usage("--rope-scaling linear / yarn needs --rope-scale X", NULL);
         dcp_ftype mix = DCP_FTYPE_F32;

@@ -33,21 +33,6 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-typedef struct load_progress {
-    double start;
-    int shown;
-} load_progress;
-
-/* Shows loading progress on stderr once loading has taken more than half a second. */
-static void on_progress(void *user, uint64_t done, uint64_t total)
-{
-    load_progress *p = user;
-    if (now_s() - p->start < 0.5 && !p->shown) return;
-    p->shown = 1;
-    fprintf(stderr, "\rloading model: %3.0f%% (%llu / %llu MiB)", total ? 100.0 * done / total : 100.0,
-            (unsigned long long)(done >> 20), (unsigned long long)(total >> 20));
-    if (done >= total) fprintf(stderr, "\n");
-}
 
 /* MPI process index for messages (-1: one process). */
 static int msg_proc = -1;
@@ -232,12 +217,13 @@ static int check_memory(run_app *a)
 static int load_weights(run_app *a)
 {
     dcp_device *devs[1024];
-    load_progress lp = {now_s(), 0};
+    dcp_cli_progress lp;
+    dcp_cli_progress_init(&lp, "loading model"); /* a bar when stderr is a terminal */
     double t0 = now_s();
     int wrc = DCP_EXIT_OK;
     dcp_status st;
     dcp_model_load_config lc = load_config(a, devs, false);
-    lc.progress = a->lead ? on_progress : NULL;
+    lc.progress = a->lead ? dcp_cli_progress_fn : NULL;
     lc.progress_user = &lp;
     if ((st = dcp_model_load(&lc, a->g, &a->mc, &a->w))) {
         fail(a->prog, "loading the weights", st);

@@ -8,3 +8,6 @@ dcp_test(test_quant SOURCES test_quant.c test_gguf_util.c vkutil.c TIMEOUT 120 L
 dcp_test(test_quant_model SOURCES test_quant_model.c LABELS quant
          ARGS $<TARGET_FILE:dcp-vk-gguf> $<TARGET_FILE:dcp-vk-run> ${CMAKE_CURRENT_BINARY_DIR})
 add_dependencies(test_quant_model dcp-vk-gguf dcp-vk-run)
+# The quantizer's per-tensor types against a table of llama-quantize's choices (written in the
+# test from reading its rules): every architecture's generated model, every file type.
+dcp_test(test_quant_table SOURCES test_quant_table.c test_gguf_util.c vkutil.c TIMEOUT 600 LABELS quant host)

@@ -9,12 +9,14 @@
  *  - greedy tokens (64 from the prompt, past YaRN's original context) identical for (TP, DCP) in
  *    {(1,1), (2,2), (4,2), (4,4)} x {a2a, ag_rs} x interleave {1, block size} x q_replicate on/off;
  *    short prompts leave shards empty at the start;
- *  - several sequences in one state: bitwise the same as alone (TP 4 / DCP 4). */
+ *  - several sequences in one state: bitwise the same as alone (TP 4 / DCP 4);
+ *  - B and C quantized as Q2_K (IQ4_NL fallbacks) against the oracle, TP 4 / DCP 2 = TP 1. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dcpvk/gguf.h"
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
 #include "testmodel/testmodel.h"
@@ -278,6 +280,48 @@ static void test_batch(void **state)
     unload(&L);
 }
 
+/* Models B and C quantized as llama-quantize's Q2_K: their rows of 32 to 64 are not whole blocks
+ * of 256, so nearly every matrix falls back to IQ4_NL (the experts' down projections, rows of 56,
+ * to F16): the file loads, its logits match the oracle built from the same dequantized weights,
+ * and TP 4 / DCP 2 gives TP 1's greedy tokens (head_matmul, the expert matmuls and get_rows in
+ * IQ4_NL). */
+static void test_iq4_nl_fallback(void **state)
+{
+    (void)state;
+    const char *src[2] = {path_b, path_c};
+    for (int k = 0; k < 2; k++) {
+        char out[512];
+        dcp_test_ds2_tmp(k ? "model-C-q2_k.gguf" : "model-B-q2_k.gguf", out, sizeof out);
+        dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+        qc.ftype = DCP_FTYPE_Q2_K;
+        DCP_ASSERT_OK(dcp_gguf_quantize(src[k], out, &qc, NULL, NULL));
+        dcp_gguf *g;
+        DCP_ASSERT_OK(dcp_gguf_open(out, &g));
+        static const char *const iq4[] = {"token_embd.weight", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_shexp.weight"};
+        for (size_t i = 0; i < sizeof iq4 / sizeof iq4[0]; i++)
+            assert_int_equal(dcp_gguf_tensor_find(g, iq4[i])->type, DCP_GGML_TYPE_IQ4_NL);
+        const dcp_gguf_tensor *vb = dcp_gguf_tensor_find(g, k ? "blk.0.attn_kv_b.weight" : "blk.0.attn_v_b.weight");
+        assert_int_equal(vb->type, DCP_GGML_TYPE_IQ4_NL);
+        dcp_gguf_close(g);
+        const par one = {1, 1, 1, DCP_CP_A2A, false}, four = {4, 2, 1, DCP_CP_A2A, false};
+        int32_t ids[GEN_ORACLE + 1], ids4[GEN_ORACLE + 1];
+        float *logits;
+        loaded L;
+        load(&L, out, &one, 1);
+        uint32_t total = generate(&L, GEN_ORACLE, &logits, ids);
+        unload(&L);
+        double err = oracle_error(out, logits, total, ids, 0, 0.0, 0);
+        printf("model %c as Q2_K (IQ4_NL fallback): %u positions, max |logit - oracle| = %.3g\n", 'B' + k, total, err);
+        if (!(err <= 1e-4)) fail_msg("model %c as Q2_K: logits differ from the oracle by %.3g > 1e-4", 'B' + k, err);
+        load(&L, out, &four, 1);
+        generate(&L, GEN_ORACLE, NULL, ids4);
+        unload(&L);
+        if (memcmp(ids, ids4, sizeof ids) != 0) fail_msg("model %c as Q2_K: TP 4 / DCP 2 tokens differ from TP 1", 'B' + k);
+        free(logits);
+        remove(out);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name (the GPU-assisted run) */
@@ -285,6 +329,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_oracle),
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_iq4_nl_fallback),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -267,16 +267,18 @@ static void test_tp_bad(void **state)
     assert_non_null(strstr(dcp_last_error(), "query heads"));
 }
 
-/* The project's generated llama models with F16 and Q8_0 weights (matrices in that
- * type, norms F32): 24 greedy steps from BOS, logits against the reference built from the same
- * dequantised weights, at TP 1 and (Q8_0: block-aligned slices stay Q8_0) TP 2. */
+/* The project's generated llama models with F16, Q8_0, IQ4_NL and IQ4_XS weights (matrices in
+ * that type, norms F32): 24 greedy steps from BOS, logits against the reference built from the
+ * same dequantised weights, at TP 1 and (Q8_0, IQ4_NL: block-aligned slices keep their type) TP 2.
+ * IQ4_XS's blocks of 256 need rows of 256: that model is twice as wide. */
 static void test_generated_models(void **state)
 {
     fixture *base = *state;
-    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q8_0};
-    static const uint32_t tps[] = {1, 1, 2};
+    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q8_0,
+                                          DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
+    static const uint32_t tps[] = {1, 1, 2, 2, 1};
     dcp_context *ctx2 = dcp_test_context_of(2);
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < (int)(sizeof types / sizeof types[0]); c++) {
         char path[] = "/tmp/dcp-vk-test-llama-XXXXXX";
         int fd = mkstemp(path);
         assert_true(fd >= 0);
@@ -288,6 +290,11 @@ static void test_generated_models(void **state)
         mc.n_head_kv = 4;
         mc.head_dim = 16;
         mc.n_ff = 256;
+        if (types[c] == DCP_GGML_TYPE_IQ4_XS) {
+            mc.n_embd = 256;
+            mc.n_head = 16;
+            mc.n_ff = 512;
+        }
         mc.weight_type = types[c];
         mc.seed = 77 + (uint64_t)c;
         DCP_ASSERT_OK(dcp_gguf_make_test_model(path, &mc));

@@ -72,7 +72,8 @@ static void test_head_matmul(void **state)
         {16, 128, 512, 512, 0, 128, 0}, /* DeepSeek W_UV */
     };
     static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,  DCP_GGML_TYPE_BF16,
-                                          DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_K};
+                                          DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_K,
+                                          DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
     static const uint32_t tokens[] = {1, 9};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)

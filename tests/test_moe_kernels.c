@@ -130,9 +130,10 @@ static void test_expert_matmuls(void **state)
     dcp_context *ctx = *state;
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_test_rng rng = {51};
-    enum { X = 5, E = 64, FE = 14, FP = 16, U = 2, T = 3 };
+    enum { X = 5, E = 256, FE = 14, FP = 16, U = 2, T = 3 }; /* E: whole blocks of 256 for IQ4_XS */
     const uint32_t rows_gu = X * 2 * FE, rows_d = X * E;
-    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F32, DCP_GGML_TYPE_F16, DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_1};
+    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,    DCP_GGML_TYPE_Q8_0,
+                                          DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         /* gate|up: [X 2 FE][E]; down: [X E][FP] with zero pad columns. */
         float *wgu = malloc((size_t)rows_gu * E * 4), *wd = calloc((size_t)rows_d * FP, 4);

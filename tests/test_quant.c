@@ -14,7 +14,9 @@
  *   Q4_1  4  0.0700  0.061           Q3_K  3  0.1500  0.118
  *   Q5_0  5  0.0339  0.031           Q4_K  4  0.0700  0.055
  *   Q5_1  5  0.0339  0.030           Q5_K  5  0.0339  0.027
- *                                    Q6_K  6  0.0167  0.013 */
+ *   IQ4_NL 4 0.0700  0.063           Q6_K  6  0.0167  0.013
+ *   IQ4_XS 4 0.0700  0.063
+ * (IQ4's 16 levels are not evenly spaced; the bound is that of 4 bits all the same.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +32,9 @@
 
 static const dcp_ggml_type qtypes[] = {DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q5_0,
                                        DCP_GGML_TYPE_Q5_1, DCP_GGML_TYPE_Q2_K, DCP_GGML_TYPE_Q3_K,
-                                       DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K};
-static const int qbits[] = {4, 4, 5, 5, 2, 3, 4, 5, 6};
+                                       DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K,
+                                       DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
+static const int qbits[] = {4, 4, 5, 5, 2, 3, 4, 5, 6, 4, 4};
 enum { NTYPES = sizeof qtypes / sizeof qtypes[0] };
 
 static void put_h(uint8_t *p, uint16_t h)
@@ -175,6 +178,43 @@ static void test_known_blocks_256(void **state)
     free(y);
 }
 
+/* IQ4_NL and IQ4_XS: the nibbles index the 16 levels K = -127, -104, ..., 113. */
+static void test_known_blocks_iq4(void **state)
+{
+    (void)state;
+    static const int K[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    uint8_t b[136];
+    float *y;
+    /* IQ4_NL: d | qs[16]; weight i = low nibble of qs[i], weight 16 + i = high nibble */
+    memset(b, 0, sizeof b);
+    put_h(b, H_0_5);
+    for (int i = 0; i < 16; i++) b[2 + i] = (uint8_t)(i | (15 - i) << 4);
+    y = deq(DCP_GGML_TYPE_IQ4_NL, b, 32);
+    for (int i = 0; i < 16; i++) {
+        assert_true(y[i] == 0.5f * (float)K[i]);
+        assert_true(y[16 + i] == 0.5f * (float)K[15 - i]);
+    }
+    free(y);
+    /* IQ4_XS: d | scales_h u16 | scales_l[4] | qs[128]. Sub-block 5: 6-bit scale = high nibble of
+     * scales_l[2] | bits 10..11 of scales_h << 4 = 7 | 2 << 4 = 39, so (39 - 32) d; weight
+     * 32 * 5 + 16 + 3 = 179 = high nibble of qs[16 * 5 + 3]. Sub-block 0: scale = low nibble of
+     * scales_l[0] | bits 0..1 << 4 = 1 | 0 = 1, i.e. -31 d; weight 2 = low nibble of qs[2]. */
+    memset(b, 0, sizeof b);
+    put_h(b, H_0_25);
+    put_h(b + 2, 2u << 10);
+    b[4 + 2] = 0x70;
+    b[4 + 0] = 0x01;
+    b[8 + 83] = 0xc0;
+    b[8 + 2] = 0x03;
+    y = deq(DCP_GGML_TYPE_IQ4_XS, b, 256);
+    assert_true(y[179] == 0.25f * 7.0f * (float)K[12]);
+    assert_true(y[2] == 0.25f * -31.0f * (float)K[3]);
+    assert_true(y[3] == 0.25f * -31.0f * (float)K[0]);
+    assert_true(y[160] == 0.25f * 7.0f * (float)K[0]);
+    assert_true(y[40] == 0.25f * -32.0f * (float)K[0]); /* sub-block 1: all-zero fields, scale -32 */
+    free(y);
+}
+
 static double rel_rms(const float *x, const float *y, uint64_t n)
 {
     double se = 0, sx = 0;
@@ -267,7 +307,7 @@ static void test_repack(void **state)
         free(dev);
     }
     assert_null(dcp_quant_layout_of(DCP_GGML_TYPE_Q8_0));
-    assert_null(dcp_quant_layout_of(DCP_GGML_TYPE_IQ4_XS));
+    assert_null(dcp_quant_layout_of(DCP_GGML_TYPE_IQ2_XS));
 }
 
 /* A llama-like directory of n_layer layers (F32 data of zeros) with rows of `e`, ffn_down rows of
@@ -304,16 +344,11 @@ static dcp_gguf *mix_model(uint32_t n_layer, uint64_t e, uint64_t f, int tied, u
     return g;
 }
 
-static dcp_ggml_type plan_type(dcp_quantize_plan *p, const dcp_gguf *g, const char *name, int *fb)
+static dcp_ggml_type plan_type(const dcp_quantize_plan *p, const dcp_gguf *g, const char *name, int *fb)
 {
-    /* The plan counts attn_v / ffn_down in file order: walk the directory up to name. */
-    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
-        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
-        dcp_ggml_type ty = dcp_quantize_tensor_type(p, t, fb);
-        if (strcmp(t->name, name) == 0) return ty;
-    }
-    fail_msg("no tensor %s", name);
-    return DCP_GGML_TYPE_F32;
+    const dcp_gguf_tensor *t = dcp_gguf_tensor_find(g, name);
+    if (!t) fail_msg("no tensor %s", name);
+    return dcp_quantize_tensor_type(p, t, fb);
 }
 
 /* llama-quantize's mixes: which tensor gets which type. */
@@ -372,13 +407,18 @@ static void test_mix_rules(void **state)
     DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q5_K_S, false, &p));
     assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_Q5_1);
     DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q2_K, false, &p));
-    assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_Q4_0);
+    assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_IQ4_NL);
+    DCP_ASSERT_OK(dcp_quantize_plan_init(g, DCP_FTYPE_Q3_K_S, false, &p));
+    assert_int_equal(plan_type(&p, g, "blk.1.attn_q.weight", &fb), DCP_GGML_TYPE_IQ4_NL);
     dcp_gguf_close(g);
     free(mem);
     assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q6_K, 96), DCP_GGML_TYPE_Q8_0);
     assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q6_K, 100), DCP_GGML_TYPE_F16);
     assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q4_0, 172), DCP_GGML_TYPE_F16);
     assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q4_K, 512), DCP_GGML_TYPE_Q4_K);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q3_K, 96), DCP_GGML_TYPE_IQ4_NL);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_IQ4_XS, 96), DCP_GGML_TYPE_IQ4_NL);
+    assert_int_equal(dcp_quantize_fallback(DCP_GGML_TYPE_Q2_K, 100), DCP_GGML_TYPE_F16);
     dcp_ftype f;
     DCP_ASSERT_OK(dcp_ftype_from_name("q4_k", &f));
     assert_int_equal(f, DCP_FTYPE_Q4_K_M);
@@ -455,6 +495,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_blocks_32),
         cmocka_unit_test(test_known_blocks_256),
+        cmocka_unit_test(test_known_blocks_iq4),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_repack),
         cmocka_unit_test(test_mix_rules),

@@ -1,7 +1,8 @@
 /* Whole quantized models end to end (argv[1] = dcp-vk-gguf, argv[2] = dcp-vk-run, argv[3] = a
  * scratch directory): `dcp-vk-gguf --quantize stories260K.gguf --type q4_0` and a generated model
  * made as Q4_K_M run in dcp-vk-run with the same greedy text at TP 1 and at TP 8 / DCP 2 (a2a and
- * ag_rs); the quantized stories260K still tells its story; the files carry the mix's types. */
+ * ag_rs); the quantized stories260K still tells its story; its Q2_K (IQ4_NL: rows of 64) runs the
+ * same at every layout; the files carry the mix's types. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,29 @@ static void test_stories_q4_0(void **state)
     same_text_tp1_tp8(out);
 }
 
+/* llama-quantize's Q2_K on rows that are not whole blocks of 256 (stories260K: 64) writes
+ * IQ4_NL: such a file runs, the same text at every layout. */
+static void test_stories_q2_k_iq4_nl(void **state)
+{
+    (void)state;
+    const char *out = path_in("stories260K-q2_k.gguf");
+    const char *argv[] = {gguf_app, "--quantize", dcp_test_data_path("stories260K.gguf"), out, "--type", "q2_k", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("--quantize: exit %d: %s", r.code, r.err);
+    dcp_test_result_free(&r);
+    expect_type(out, "blk.0.attn_output.weight", DCP_GGML_TYPE_IQ4_NL);
+    expect_type(out, "blk.0.attn_q.weight", DCP_GGML_TYPE_IQ4_NL);
+    expect_type(out, "blk.4.ffn_gate.weight", DCP_GGML_TYPE_IQ4_NL);
+    const char *tp1[] = {run_app, "-m", out, "--temp", "0", "-n", "2", NULL};
+    r = dcp_test_spawn(tp1);
+    if (r.code != 0 || strstr(r.err, "held as F32")) fail_msg("TP 1: exit %d, or an F32 notice:\n%s", r.code, r.err);
+    dcp_test_result_free(&r);
+    char *t = run_text(out, "1", "1", "a2a");
+    assert_non_null(strstr(t, "Once upon a time"));
+    free(t);
+    same_text_tp1_tp8(out);
+}
+
 static void test_generated_q4_k_m(void **state)
 {
     (void)state;
@@ -119,6 +143,7 @@ int main(int argc, char **argv)
     dir = argv[3];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_q4_0),
+        cmocka_unit_test(test_stories_q2_k_iq4_nl),
         cmocka_unit_test(test_generated_q4_k_m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,8 @@
  * values, so only the arithmetic differs):
  *   matmul    |y - y_ref| <= 2e-6 * sum_k |w_k x_k| + 1e-6   (f32 accumulation over k in lanes
  *             and a subgroup reduction; the shader may fuse the dequantizing multiply-add)
- *   get_rows  exact for Q4_0, Q5_0, Q3_K, Q6_K (w = scale * q: one rounding, as on the CPU);
+ *   get_rows  exact for Q4_0, Q5_0, Q3_K, Q6_K, IQ4_NL (w = scale * q: one rounding, as on the
+ *             CPU) and IQ4_XS (w = (d * (ls - 32)) * level: the same two roundings as the CPU);
  *             Q4_1, Q5_1, Q2_K, Q4_K, Q5_K (w = scale * q - min) within 2^-21 of the row's
  *             largest |w| (one fused multiply-add instead of a product and a subtraction)
  * The measured worst error of each type is printed (the table in the closing note of issue 11). */
@@ -31,7 +32,8 @@
 
 static const dcp_ggml_type qtypes[] = {DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q5_0,
                                        DCP_GGML_TYPE_Q5_1, DCP_GGML_TYPE_Q2_K, DCP_GGML_TYPE_Q3_K,
-                                       DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K};
+                                       DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q5_K, DCP_GGML_TYPE_Q6_K,
+                                       DCP_GGML_TYPE_IQ4_NL, DCP_GGML_TYPE_IQ4_XS};
 enum { NTYPES = sizeof qtypes / sizeof qtypes[0] };
 
 static int setup(void **state)
@@ -134,7 +136,7 @@ static void test_matmul(void **state)
                 free(y0);
                 free(y);
             }
-        printf("matmul %-5s: max |y - y_ref| %.3g, max |y - y_ref| / sum|w x| %.3g\n",
+        printf("matmul %-6s: max |y - y_ref| %.3g, max |y - y_ref| / sum|w x| %.3g\n",
                dcp_ggml_type_name(qtypes[ti]), worst_abs, worst_rel);
     }
     dcp_cmd_destroy(cmd);
@@ -231,7 +233,7 @@ static void test_get_rows(void **state)
                     fail_msg("get_rows %s: row %u col %u = %.9g, want %.9g", dcp_ggml_type_name(qtypes[ti]), t, k, got, want);
             }
         }
-        printf("get_rows %-5s: max error %.3g%s\n", dcp_ggml_type_name(qtypes[ti]), worst, worst == 0.0 ? " (exact)" : "");
+        printf("get_rows %-6s: max error %.3g%s\n", dcp_ggml_type_name(qtypes[ti]), worst, worst == 0.0 ? " (exact)" : "");
         dcp_matrix_destroy(&m);
         dcp_buffer_destroy(yb);
         free(w);

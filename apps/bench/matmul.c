@@ -26,7 +26,7 @@ typedef struct mm_opts {
     int json;
 } mm_opts;
 
-static const char *const default_types = "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k";
+static const char *const default_types = "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs";
 
 static void usage(FILE *f)
 {

@@ -292,6 +292,32 @@ bool dcp_cli_mpi_launched(int *size)
     return launched;
 }
 
+void dcp_cli_progress_init(dcp_cli_progress *p, const char *what)
+{
+    p->what = what;
+    p->tty = isatty(STDERR_FILENO);
+    p->last = -1;
+}
+
+void dcp_cli_progress_fn(void *user, uint64_t done, uint64_t total)
+{
+    dcp_cli_progress *p = user;
+    if (!p->tty) return;
+    if (done > total) done = total;
+    const int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (pct == p->last) return;
+    p->last = pct;
+    enum { WIDTH = 30 };
+    char bar[WIDTH + 1];
+    const int fill = pct * WIDTH / 100;
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+    bar[WIDTH] = '\0';
+    fprintf(stderr, "\r%s [%s] %3d%% (%llu / %llu MiB)", p->what, bar, pct, (unsigned long long)(done >> 20),
+            (unsigned long long)(total >> 20));
+    if (pct >= 100) fputc('\n', stderr);
+    fflush(stderr);
+}
+
 void dcp_cli_release_mpi_signals(void)
 {
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGHUP};

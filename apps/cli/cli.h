@@ -89,6 +89,18 @@ void dcp_cli_catch_signals(void);
 /* The signal that asked to stop (SIGINT, SIGTERM), or 0. */
 int dcp_cli_stop_signal(void);
 
+/* A progress bar on stderr for a dcp_progress_fn (model loading): "\r<what> [#####.....]  45%
+ * (123 / 456 MiB)", redrawn when the percentage moves and ended with a newline at 100%. Drawn only
+ * when stderr is a terminal (isatty), so logs and pipes get nothing. Not thread-safe. */
+typedef struct dcp_cli_progress {
+    const char *what; /* e.g. "loading model" */
+    int tty;          /* stderr is a terminal */
+    int last;         /* percentage drawn last, -1: none yet */
+} dcp_cli_progress;
+void dcp_cli_progress_init(dcp_cli_progress *p, const char *what);
+/* dcp_progress_fn-shaped: user is a dcp_cli_progress. */
+void dcp_cli_progress_fn(void *user, uint64_t done, uint64_t total);
+
 /* True when an MPI launcher started this process, as its environment says: MPICH Hydra and other
  * PMI launchers ($PMI_RANK), PMIx ($PMIX_RANK), Open MPI ($OMPI_COMM_WORLD_RANK). *size receives
  * the world size the launcher announces ($PMI_SIZE, $OMPI_COMM_WORLD_SIZE; 1 if none). Reads the

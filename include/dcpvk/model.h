@@ -38,7 +38,7 @@ extern "C" {
 
 typedef struct dcp_model dcp_model;
 
-/* Called while weights load: done / total bytes uploaded so far. */
+/* Called while weights load: done / total bytes (see dcp_model_load_config.progress). */
 typedef void (*dcp_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 /* Where the weights go: the TP ranks this process holds and the parallel layout of the group. */
@@ -52,7 +52,9 @@ typedef struct dcp_model_load_config {
                                  * heads and shard the KV cache along the sequence (default 1: none) */
     bool q_replicate;           /* dcp > 1: every rank projects its whole group's query heads itself
                                  * (dcp times the Q weights) instead of all-gathering Q (default false) */
-    dcp_progress_fn progress;   /* called while weights load; NULL (default): none */
+    dcp_progress_fn progress;   /* called while weights load with the bytes of the file read so far
+                                 * and in all (dcp_model_file_bytes; deepseek2: of all tensors, the
+                                 * count rising layer by layer); NULL (default): none */
     void *progress_user;        /* passed to progress (default NULL) */
     bool count_only;            /* check the model and count each rank's weight bytes without
                                  * allocating or uploading anything: such a model holds no device
@@ -65,9 +67,10 @@ typedef struct dcp_model_load_config {
                                        .count_only = false}
 
 /* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
- * devices of lc. Matrices keep their GGUF type, any of the 13 of DCP_GGML_SUPPORTED_LIST (F32,
- * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; the quantized ones
- * repacked into the device layout of include/dcpvk/ops.h, except the F32 fallbacks below); norms
+ * devices of lc. Matrices keep their GGUF type, any of the 15 of DCP_GGML_SUPPORTED_LIST (F32,
+ * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; the
+ * quantized ones repacked into the device layout of include/dcpvk/ops.h, except the F32 fallbacks
+ * below); norms
  * (and deepseek2's router) become F32; a missing output.weight means it is tied to
  * token_embd.weight.
  *
@@ -102,6 +105,11 @@ DCP_API uint32_t dcp_model_local_count(const dcp_model *m);
 DCP_API const dcp_model_config *dcp_model_get_config(const dcp_model *m);
 /* Bytes of device memory the weights use (all ranks held here). */
 DCP_API uint64_t dcp_model_bytes(const dcp_model *m);
+/* Bytes of the GGUF file (all parts of a split model) read to build the weights of the ranks
+ * held here: each rank reads its own tensor-parallel slices (rows, and for row-parallel matrices
+ * the blocks covering its columns) and the replicated tensors, nothing else of the mapped file.
+ * Counted by a count_only load too (which reads no tensor data). */
+DCP_API uint64_t dcp_model_file_bytes(const dcp_model *m);
 /* Bytes of device memory the weights of local rank i use (counted by a count_only load too). */
 DCP_API uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
 

@@ -24,9 +24,9 @@ extern "C" {
 /* A weight matrix on one device: rows x k, k contiguous (GGUF ne0 = k, ne1 = rows).
  * Device layout by type: F32 [rows][k] f32; F16 / BF16 [rows][k] 16-bit; Q8_0 repacked as
  * int8 quants [rows][k] followed (at word scale_offset) by f32 block scales [rows][k/32] (the
- * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K as block
- * bodies [rows][k/block][body words] followed (at word scale_offset) by their f16 scales
- * (src/quant/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
+ * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+ * IQ4_XS as block bodies [rows][k/block][body words] followed (at word scale_offset) by their f16
+ * scales (src/quant/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
  * dcp_matrix_destroy (before the device). */
 typedef struct dcp_matrix {
     dcp_buffer *buf;

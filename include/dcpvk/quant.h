@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 /* Tensor element types (ggml type codes). F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
- * Q3_K, Q4_K, Q5_K and Q6_K can be read as data (DCP_GGML_SUPPORTED_LIST); the others are known by
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS can be read as data (DCP_GGML_SUPPORTED_LIST); the others are known by
  * name and size so that a directory can be listed and checked, and reading their data fails with
  * DCP_ERR_UNSUPPORTED naming the type. */
 typedef enum dcp_ggml_type {
@@ -57,7 +57,7 @@ typedef enum dcp_ggml_type {
 enum { DCP_Q8_0_BLOCK = 32, DCP_Q8_0_BYTES = 34 };
 
 /* The tensor types whose data dcp-vk reads, for messages. */
-#define DCP_GGML_SUPPORTED_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
+#define DCP_GGML_SUPPORTED_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
 
 /* Name of a ggml type ("F32", "Q4_K", ...), or NULL when the code is not a known ggml type.
  * Thread-safe. */

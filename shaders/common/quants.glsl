@@ -1,9 +1,9 @@
 // Decoders of the block-quantized weight types in their device layout (src/quant/quants.h):
 // [blocks][body words] u32 (each GGUF block without its f16 field(s)), then at word
 // wscale_offset the f16 fields [blocks][1 or 2] packed two to a word (Q4_K, Q5_K: [blocks][16 bytes]:
-// d | dmin, then the 12 scale bytes). Blocks are numbered
-// row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q2_K,
-// W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K.
+// d | dmin, then the 12 scale bytes; IQ4_XS: [blocks][8 bytes]: d | scales_h, then scales_l[4]).
+// Blocks are numbered row * (k / block) + b. Included by weights.glsl for one of W_Q4_0, W_Q4_1,
+// W_Q5_0, W_Q5_1, W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_NL, W_IQ4_XS.
 //
 // A row is read in units of W_UNIT_GROUPS groups of 16 consecutive weights with one scale (and
 // min) each: w_group(row, u, g, k, wv) dequantizes group g of unit u into wv[W_GROUP_VEC4 = 4]
@@ -13,6 +13,9 @@
 //   Q4_K, Q5_K: 16 bytes of qs = 32 weights of sub-blocks 2c (low nibbles) and 2c+1 (high)
 //   Q2_K, Q3_K: 16 bytes of qs = 64 weights, one group per 2-bit shift s (4 groups)
 //   Q6_K: 16 bytes of each ql half and of qh = 64 weights (4 groups)
+//   IQ4_NL, IQ4_XS: 16 bytes of qs = 32 weights of one (sub-)block (low nibbles = weights 0..15,
+//   high = 16..31), each nibble an index into the 16 levels q_iq4 (the format's table); the
+//   weight is (d * (IQ4_XS: sub-block scale - 32)) * level
 // Each weight is (scale * q - min) with q the integer quant as f32, as the CPU dequantizer
 // (src/quant/quants.c) computes it.
 #ifndef DCP_QUANTS_GLSL
@@ -159,6 +162,46 @@ void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
     }
 #endif
 }
+
+#elif defined(W_IQ4_NL) || defined(W_IQ4_XS)
+// ---- IQ4_NL (blocks of 32) / IQ4_XS (sub-blocks of 32 of a 256 super-block): unit = 32 weights;
+// group 0 = weights 0..15 (low nibbles of its 16 qs bytes), 1 = 16..31 (high nibbles)
+#define W_UNIT_GROUPS 2
+uint w_units(uint k) { return k / 32u; }
+uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
+
+const float q_iq4[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0,
+                                  53.0, 69.0, 89.0, 113.0);
+// The levels of the 4 low (hi = 0) or high nibbles of a word's bytes, as 4 lanes (byte 0 first).
+vec4 q_iq4_levels(uint v, uint hi)
+{
+    const uvec4 n = (uvec4(v, v >> 8, v >> 16, v >> 24) >> (4u * hi)) & 15u;
+    return vec4(q_iq4[n.x], q_iq4[n.y], q_iq4[n.z], q_iq4[n.w]);
+}
+// Word offset of unit u's 16 qs bytes and its scale (d, or d * (sub-block scale - 32)).
+void q_iq4_unit(uint row, uint u, uint k, out uint o, out float dl)
+{
+#if defined(W_IQ4_NL)
+    const uint bi = row * (k / 32u) + u;
+    o = 4u * bi;                                   // qs[16]
+    dl = q_d(bi);
+#else
+    const uint bi = row * (k / 256u) + u / 8u, j = u % 8u;
+    o = 32u * bi + 4u * j;                         // qs[128]: 16 bytes a sub-block
+    const uint f = w[wscale_offset + 2u * bi];     // d (low half) | scales_h (high half, raw bits)
+    const uint sl = w[wscale_offset + 2u * bi + 1u]; // scales_l[4]
+    const uint ls = ((sl >> (4u * j)) & 15u) | ((f >> (16u + 2u * j)) & 3u) << 4;
+    dl = unpackHalf2x16(f).x * float(int(ls) - 32);
+#endif
+}
+
+void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
+{
+    uint o;
+    float dl;
+    q_iq4_unit(row, u, k, o, dl);
+    for (uint i = 0u; i < 4u; i++) wv[i] = dl * q_iq4_levels(w[o + i], g);
+}
 #endif
 
 #ifdef W_UNIT_DOT
@@ -300,6 +343,20 @@ void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
         q[i] = a;
     }
     sc = vec2(r.dl[g], r.ml[g]);
+}
+
+#elif defined(W_IQ4_NL) || defined(W_IQ4_XS)
+struct w_raw { uvec4 q; float dl; };
+void w_unit_load(uint row, uint u, uint k, out w_raw r)
+{
+    uint o;
+    q_iq4_unit(row, u, k, o, r.dl);
+    r.q = wq4[o / 4u];                             // 16 bytes of qs, 16-byte aligned
+}
+void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
+{
+    [[unroll]] for (uint i = 0u; i < 4u; i++) q[i] = q_iq4_levels(r.q[i], g);
+    sc = vec2(r.dl, 0.0);
 }
 #endif
 #endif // W_UNIT_DOT

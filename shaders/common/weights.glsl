@@ -1,7 +1,8 @@
 // Loads of weight matrices stored as 32-bit words, one dtype per shader variant (-D W_F32,
 // W_F16, W_BF16, W_Q8_0, or a block-quantized type of quants.glsl: W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1,
-// W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K). w4(row, q, k) returns elements [4q, 4q+4) of row `row`
-// of a matrix with k elements per row, as f32 (not for the block-quantized types).
+// W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K, W_IQ4_NL, W_IQ4_XS). w4(row, q, k) returns elements
+// [4q, 4q+4) of row `row` of a matrix with k elements per row, as f32 (not for the block-quantized
+// types).
 // Every type also reads a row in units of W_UNIT_GROUPS groups (what matmul and get_rows use):
 // w_units(k) units per row; w_group(row, u, g, k, wv) puts group g of unit u in
 // wv[W_GROUP_VEC4], the elements at vec4 indices w_group_x4(u, g) .. + W_GROUP_VEC4 - 1 of the
@@ -41,7 +42,8 @@ vec4 w4(uint row, uint q, uint k)
 }
 
 #if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1) || defined(W_Q2_K) || \
-    defined(W_Q3_K) || defined(W_Q4_K) || defined(W_Q5_K) || defined(W_Q6_K)
+    defined(W_Q3_K) || defined(W_Q4_K) || defined(W_Q5_K) || defined(W_Q6_K) || defined(W_IQ4_NL) ||   \
+    defined(W_IQ4_XS)
 #define W_GROUP_VEC4 4
 #include "quants.glsl"
 #elif defined(W_F32) || defined(W_F16) || defined(W_BF16) || defined(W_Q8_0)

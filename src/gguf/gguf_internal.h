@@ -39,6 +39,12 @@ struct dcp_gguf {
     dcp_gguf_chunk *chunks;   /* string arena */
     void **allocs;            /* string-array tables, freed at close [n_allocs] */
     uint64_t n_allocs, cap_allocs;
+    /* A split model (dcp_gguf_open of its first part): the parts, each opened as a file of its
+     * own; this handle borrows part 0's keys (kvs, kv_hash) and owns the merged tensor directory
+     * (tensors, tensor_hash; names and data point into the parts). base, map are NULL and size
+     * is the sum of the parts'. n_parts 0: a single file. */
+    uint32_t n_parts;
+    dcp_gguf **parts;         /* [n_parts] */
 };
 
 /* Size in bytes of one element of a numeric/bool value type (0 for STRING/ARRAY/unknown). */

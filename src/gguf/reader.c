@@ -551,7 +551,8 @@ dcp_status dcp_gguf_open_memory(const void *data, size_t size, const char *name,
     return open_common(g, out);
 }
 
-dcp_status dcp_gguf_open(const char *path, dcp_gguf **out)
+/* Opens one file (a whole model or one part of a split model). */
+static dcp_status open_file(const char *path, dcp_gguf **out)
 {
     dcp_status st = DCP_OK;
     dcp_gguf *g = NULL;
@@ -592,9 +593,206 @@ fail:
     return st;
 }
 
+/* ---- split models (llama.cpp's gguf-split: NAME-00001-of-00003.gguf, ...) ---------------------- */
+
+int dcp_gguf_split_path(char *buf, size_t size, const char *prefix, uint32_t part, uint32_t count)
+{
+    return snprintf(buf, size, "%s-%05u-of-%05u.gguf", prefix, part + 1, count);
+}
+
+/* A split key of g as an unsigned value; *present false when absent. */
+static dcp_status split_key(const dcp_gguf *g, const char *key, bool *present, uint64_t *v)
+{
+    *present = dcp_gguf_kv_find(g, key) != NULL;
+    *v = 0;
+    return *present ? dcp_gguf_get_uint(g, key, v) : DCP_OK;
+}
+
+static dcp_status open_split(dcp_gguf *first, uint64_t count, dcp_gguf **out)
+{
+    dcp_status st = DCP_OK;
+    const char *path = first->name;
+    char *prefix = NULL, *part_path = NULL;
+    dcp_gguf *m = NULL;
+    uint64_t no, total;
+    bool has;
+    *out = NULL;
+    DCP_TRY(split_key(first, "split.no", &has, &no));
+    if (no != 0) {
+        char tail[40], first_name[300] = "";
+        snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", (ull)no + 1, (ull)count);
+        size_t pn = strlen(path), tl = strlen(tail);
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (pn > tl && strcmp(path + pn - tl, tail) == 0 && (size_t)(path + pn - tl - base) < 256)
+            snprintf(first_name, sizeof first_name, ": %.*s-00001-of-%05llu.gguf", (int)(path + pn - tl - base), base,
+                     (ull)count);
+        st = dcp_fail(DCP_ERR_FORMAT, "%s: this is part %llu of %llu of a split model (split.no = %llu): open the "
+                      "first part%s%s", path, (ull)no + 1, (ull)count, (ull)no, first_name[0] ? "" : " (-00001-of-N)",
+                      first_name);
+        goto fail;
+    }
+    DCP_TRY(split_key(first, "split.tensors.count", &has, &total));
+    if (!has) {
+        st = dcp_fail(DCP_ERR_FORMAT, "%s: split model of %llu parts without the key split.tensors.count", path,
+                      (ull)count);
+        goto fail;
+    }
+    if (count > 99999) {
+        st = dcp_fail(DCP_ERR_FORMAT, "%s: split.count %llu is more than 99999 parts", path, (ull)count);
+        goto fail;
+    }
+    /* The other parts' names follow from the first's: PREFIX-00001-of-0000N.gguf. */
+    char tail[32];
+    snprintf(tail, sizeof tail, "-%05u-of-%05u.gguf", 1u, (unsigned)count);
+    size_t n = strlen(path), tn = strlen(tail);
+    if (n <= tn || strcmp(path + n - tn, tail) != 0) {
+        st = dcp_fail(DCP_ERR_FORMAT, "%s: first part of a split model of %llu parts, but its name does not end in "
+                      "%s, so the other parts cannot be found (gguf-split's naming: NAME%s, NAME-00002-of-%05llu.gguf, "
+                      "...)", path, (ull)count, tail, tail, (ull)count);
+        goto fail;
+    }
+    prefix = strndup(path, n - tn);
+    part_path = malloc(n + 1);
+    m = calloc(1, sizeof *m);
+    if (!prefix || !part_path || !m || !(m->name = strdup(path)) ||
+        !(m->parts = calloc((size_t)count, sizeof *m->parts))) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        goto fail;
+    }
+    m->parts[0] = first;
+    m->n_parts = 1;
+    first = NULL;
+    uint64_t n_tensors = m->parts[0]->n_tensors;
+    for (uint32_t i = 1; i < count; i++) {
+        dcp_gguf_split_path(part_path, n + 1, prefix, i, (uint32_t)count);
+        if (access(part_path, F_OK) != 0) {
+            st = dcp_fail(DCP_ERR_IO, "%s: part %u of %llu of the split model is missing: %s: %s", path, i + 1,
+                          (ull)count, part_path, strerror(errno));
+            goto fail;
+        }
+        dcp_gguf *p = NULL;
+        if ((st = open_file(part_path, &p))) {
+            dcp_fail_context(st, "%s: part %u of %llu of the split model", path, i + 1, (ull)count);
+            goto fail;
+        }
+        m->parts[m->n_parts++] = p;
+        uint64_t pc, pno, pt;
+        bool has_c, has_no, has_t;
+        if ((st = split_key(p, "split.count", &has_c, &pc)) || (st = split_key(p, "split.no", &has_no, &pno)) ||
+            (st = split_key(p, "split.tensors.count", &has_t, &pt)))
+            goto fail;
+        if (!has_c || !has_no || !has_t) {
+            st = dcp_fail(DCP_ERR_FORMAT, "%s: not a part of a split model (no %s), expected part %u of %llu of %s",
+                          part_path, !has_c ? "split.count" : !has_no ? "split.no" : "split.tensors.count", i + 1,
+                          (ull)count, path);
+            goto fail;
+        }
+        if (pc != count) {
+            st = dcp_fail(DCP_ERR_FORMAT, "%s: split.count is %llu but %s has %llu: a part of another split model",
+                          part_path, (ull)pc, path, (ull)count);
+            goto fail;
+        }
+        if (pt != total) {
+            st = dcp_fail(DCP_ERR_FORMAT, "%s: split.tensors.count is %llu but %s has %llu: a part of another split "
+                          "model", part_path, (ull)pt, path, (ull)total);
+            goto fail;
+        }
+        if (pno != i) {
+            st = dcp_fail(DCP_ERR_FORMAT, "%s: split.no is %llu (part %llu), expected %u (part %u of %llu): parts "
+                          "out of order or renamed", part_path, (ull)pno, (ull)pno + 1, i, i + 1, (ull)count);
+            goto fail;
+        }
+        n_tensors += p->n_tensors;
+    }
+    if (n_tensors != total) {
+        st = dcp_fail(DCP_ERR_FORMAT, "%s: the %llu parts of the split model hold %llu tensors, split.tensors.count "
+                      "says %llu", path, (ull)count, (ull)n_tensors, (ull)total);
+        goto fail;
+    }
+    /* The merged directory: the parts' tensors in part order, names unique over all parts. */
+    m->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *m->tensors);
+    m->tensor_hash_cap = hash_cap_for(n_tensors);
+    m->tensor_hash = calloc(m->tensor_hash_cap, sizeof *m->tensor_hash);
+    if (!m->tensors || !m->tensor_hash) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        goto fail;
+    }
+    uint32_t *part_of = malloc((n_tensors ? n_tensors : 1) * sizeof *part_of);
+    if (!part_of) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < m->n_parts; i++) {
+        const dcp_gguf *p = m->parts[i];
+        for (uint64_t k = 0; k < p->n_tensors; k++) {
+            dcp_gguf_tensor *t = &m->tensors[m->n_tensors];
+            *t = p->tensors[k];
+            t->part = i;
+            part_of[m->n_tensors] = i;
+            int64_t dup = hash_insert(m->tensor_hash, m->tensor_hash_cap, t->name, (uint32_t)m->n_tensors,
+                                      tensor_name, m);
+            if (dup >= 0) {
+                st = dcp_fail(DCP_ERR_FORMAT, "%s: tensor %s is also in %s (a tensor name twice in the split model)",
+                              p->name, t->name, m->parts[part_of[dup]]->name);
+                free(part_of);
+                goto fail;
+            }
+            m->n_tensors++;
+        }
+    }
+    free(part_of);
+    /* The model's keys are the first part's. */
+    const dcp_gguf *p0 = m->parts[0];
+    m->kvs = p0->kvs;
+    m->n_kv = p0->n_kv;
+    m->kv_hash = p0->kv_hash;
+    m->kv_hash_cap = p0->kv_hash_cap;
+    m->version = p0->version;
+    m->alignment = p0->alignment;
+    m->data_offset = p0->data_offset;
+    for (uint32_t i = 0; i < m->n_parts; i++) m->size += m->parts[i]->size;
+    *out = m;
+    m = NULL;
+fail:
+    dcp_gguf_close(first);
+    dcp_gguf_close(m);
+    free(prefix);
+    free(part_path);
+    return st;
+}
+
+dcp_status dcp_gguf_open(const char *path, dcp_gguf **out)
+{
+    dcp_gguf *g = NULL;
+    uint64_t count;
+    bool has;
+    *out = NULL;
+    dcp_status st = open_file(path, &g);
+    if (st) return st;
+    if ((st = split_key(g, "split.count", &has, &count))) {
+        dcp_gguf_close(g);
+        return st;
+    }
+    if (!has || count <= 1) {
+        *out = g;
+        return DCP_OK;
+    }
+    return open_split(g, count, out);
+}
+
 void dcp_gguf_close(dcp_gguf *g)
 {
     if (!g) return;
+    if (g->parts) { /* a split model: the keys are part 0's */
+        for (uint32_t i = 0; i < g->n_parts; i++) dcp_gguf_close(g->parts[i]);
+        free(g->parts);
+        free(g->tensors);
+        free(g->tensor_hash);
+        free(g->name);
+        free(g);
+        return;
+    }
     if (g->map) munmap(g->map, (size_t)g->size);
     free(g->owned);
     while (g->chunks) {
@@ -621,6 +819,13 @@ uint64_t dcp_gguf_alignment(const dcp_gguf *g) { return g->alignment; }
 uint64_t dcp_gguf_data_offset(const dcp_gguf *g) { return g->data_offset; }
 uint64_t dcp_gguf_kv_count(const dcp_gguf *g) { return g->n_kv; }
 uint64_t dcp_gguf_tensor_count(const dcp_gguf *g) { return g->n_tensors; }
+uint32_t dcp_gguf_part_count(const dcp_gguf *g) { return g->n_parts ? g->n_parts : 1; }
+
+const dcp_gguf *dcp_gguf_part(const dcp_gguf *g, uint32_t i)
+{
+    if (!g->n_parts) return i == 0 ? g : NULL;
+    return i < g->n_parts ? g->parts[i] : NULL;
+}
 
 const dcp_gguf_kv *dcp_gguf_kv_at(const dcp_gguf *g, uint64_t index)
 {

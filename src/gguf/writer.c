@@ -311,6 +311,8 @@ dcp_status dcp_gguf_writer_add_tensor_fill(dcp_gguf_writer *w, const char *name,
     return add_tensor(w, name, type, n_dims, ne, NULL, size, fill, user);
 }
 
+uint64_t dcp_gguf_writer_tensor_count(const dcp_gguf_writer *w) { return w->n_tensors; }
+
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 /* The header, key/values and tensor infos, serialised into head. */
@@ -377,30 +379,34 @@ dcp_status dcp_gguf_writer_write(const dcp_gguf_writer *w, const char *path)
     return dcp_gguf_writer_write_to(w, path, 0);
 }
 
-dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags)
+/* Checks the target: an existing path must be a regular file (a symbolic link, directory, device,
+ * FIFO or socket is refused; with DCP_GGUF_WRITE_REPLACE anything but a directory is replaced: the
+ * rename swaps the directory entry, never writing through a link or to a device). */
+static dcp_status check_target(const char *path, unsigned flags)
 {
-    dcp_status st = DCP_OK;
-    buf head = {0};
-    FILE *f = NULL;
-    char *tmp = NULL;
-    DCP_TRY(build_head(w, &head));
-    /* An existing target must be a regular file: a symbolic link, directory, device, FIFO or
-     * socket is refused (with DCP_GGUF_WRITE_REPLACE, anything but a directory is replaced: the
-     * rename below swaps the directory entry, never writing through a link or to a device). The
-     * data goes to an exclusive temporary (mkstemp: O_CREAT | O_EXCL, a random name, so a link
-     * planted beside the target is never followed) in the same directory, renamed over the target
-     * when complete and synced. */
     struct stat sb;
     if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         const char *kind = S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ? "a directory"
                            : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device node"
                            : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not a regular file";
-        if (S_ISDIR(sb.st_mode) || !(flags & DCP_GGUF_WRITE_REPLACE)) {
-            st = dcp_fail(DCP_ERR_IO, "%s: exists and is %s, not a regular file: not overwriting it%s", path, kind,
-                          S_ISDIR(sb.st_mode) ? "" : " (replace the entry itself with --force)");
-            goto fail;
-        }
+        if (S_ISDIR(sb.st_mode) || !(flags & DCP_GGUF_WRITE_REPLACE))
+            return dcp_fail(DCP_ERR_IO, "%s: exists and is %s, not a regular file: not overwriting it%s", path, kind,
+                            S_ISDIR(sb.st_mode) ? "" : " (replace the entry itself with --force)");
     }
+    return DCP_OK;
+}
+
+/* Writes w to an exclusive temporary beside path (mkstemp: O_CREAT | O_EXCL, a random name, so a
+ * link planted beside the target is never followed), synced and closed; *tmp_out is its name
+ * (malloc'd). On failure nothing is left behind and *tmp_out is NULL. */
+static dcp_status stage(const dcp_gguf_writer *w, const char *path, char **tmp_out)
+{
+    dcp_status st = DCP_OK;
+    buf head = {0};
+    FILE *f = NULL;
+    char *tmp = NULL;
+    *tmp_out = NULL;
+    DCP_TRY(build_head(w, &head));
     size_t plen = strlen(path);
     tmp = malloc(plen + 8);
     if (!tmp) {
@@ -427,19 +433,47 @@ dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, 
     st = write_stream(w, &head, f, tmp);
     if (st == DCP_OK && fsync(fileno(f)) != 0) st = dcp_fail(DCP_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (fclose(f) != 0 && st == DCP_OK) st = dcp_fail(DCP_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-    f = NULL;
     if (st != DCP_OK) {
         remove(tmp);
         goto fail;
     }
-    if (rename(tmp, path) != 0) {
-        st = dcp_fail(DCP_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        remove(tmp);
-        goto fail;
-    }
+    *tmp_out = tmp;
+    tmp = NULL;
 fail:
     free(tmp);
     free(head.p);
+    return st;
+}
+
+dcp_status dcp_gguf_writer_write_to(const dcp_gguf_writer *w, const char *path, unsigned flags)
+{
+    return dcp_gguf_writer_write_parts(&w, &path, 1, flags);
+}
+
+dcp_status dcp_gguf_writer_write_parts(const dcp_gguf_writer *const *w, const char *const *paths, uint32_t n,
+                                       unsigned flags)
+{
+    dcp_status st = DCP_OK;
+    char **tmp = calloc(n ? n : 1, sizeof *tmp);
+    if (!tmp) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "gguf writer: out of memory");
+    for (uint32_t i = 0; i < n; i++) DCP_TRY(check_target(paths[i], flags));
+    for (uint32_t i = 0; i < n; i++) DCP_TRY(stage(w[i], paths[i], &tmp[i]));
+    /* Every part is complete: rename them into place. */
+    for (uint32_t i = 0; i < n; i++) {
+        if (rename(tmp[i], paths[i]) != 0) {
+            st = dcp_fail(DCP_ERR_IO, "%s: cannot rename to %s: %s%s", tmp[i], paths[i], strerror(errno),
+                          i ? " (the parts before it were written)" : "");
+            goto fail;
+        }
+        free(tmp[i]);
+        tmp[i] = NULL;
+    }
+fail:
+    for (uint32_t i = 0; i < n; i++) {
+        if (tmp[i]) remove(tmp[i]);
+        free(tmp[i]);
+    }
+    free(tmp);
     return st;
 }
 

@@ -20,6 +20,8 @@
     X(Q3_K, __VA_ARGS__)         \
     X(Q4_K, __VA_ARGS__)         \
     X(Q5_K, __VA_ARGS__)         \
-    X(Q6_K, __VA_ARGS__)
+    X(Q6_K, __VA_ARGS__)         \
+    X(IQ4_NL, __VA_ARGS__)       \
+    X(IQ4_XS, __VA_ARGS__)
 
 #endif

@@ -54,6 +54,7 @@ struct dcp_model {
     dcp_graph_rank_weights *ranks;   /* [nl]: ranks[i] is TP rank first + i */
     void *arch;                      /* the architecture's weights (its ops own them) */
     uint64_t bytes;                  /* device bytes of every rank's weights */
+    uint64_t file_bytes;             /* bytes of the file(s) read for the ranks held here */
     float *rope_freqs;               /* [n_rot/2] f32 RoPE frequency factors (rope_freqs.weight,
                                       * Llama 3.x) or NULL */
     uint64_t *rank_bytes;            /* [nl] device bytes of each rank's weights */
@@ -120,6 +121,9 @@ struct dcp_arch_ops {
     dcp_status (*check)(const dcp_model *m, const dcp_gguf *g);
     /* Loads the layers of every rank held here into m->arch (load context lc). */
     dcp_status (*load)(dcp_model *m, dcp_load_ctx *lc);
+    /* Whether load with lc->count_only reads and uploads nothing (then the progress total is
+     * counted by such a pass first); deepseek2's slices and uploads as a real load does. */
+    bool count_only_cheap;
     void (*unload)(dcp_model *m);
     /* The KV pool of a rank (kv_heads, head_dim; the state sets page size, dtype and pages). */
     void (*kv_pool)(const dcp_model *m, uint32_t local, dcp_kv_pool_config *pool);

@@ -114,13 +114,25 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
     }
     dcp_load_ctx ctx = {g, lc->count_only ? NULL : lc->progress, lc->progress_user, 0, 0,
                         lc->devices, m->nl, m->rank_bytes, m->rank_largest, lc->count_only, &m->fallback};
-    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) ctx.total += dcp_gguf_tensor_at(g, i)->size;
-    ctx.total *= m->nl; /* embedding and norms are replicated; close enough for a progress bar */
+    if (ctx.progress && ops->count_only_cheap) {
+        /* The total: the bytes of the file the ranks' slices read, counted by a pass that reads
+         * and uploads nothing. */
+        dcp_model_load_config cc = *lc;
+        cc.count_only = true;
+        cc.progress = NULL;
+        dcp_model *counted = NULL;
+        DCP_TRY(dcp_model_load(&cc, g, cfg, &counted));
+        ctx.total = counted->file_bytes;
+        dcp_model_destroy(counted);
+    } else if (ctx.progress) {
+        for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) ctx.total += dcp_gguf_tensor_at(g, i)->size;
+    }
     for (uint32_t i = 0; i < m->nl; i++) {
         m->ranks[i].dev = lc->devices[i];
         DCP_TRY(load_common(m, &ctx, i));
     }
     DCP_TRY(ops->load(m, &ctx));
+    m->file_bytes = ctx.done;
     if (lc->count_only) {
         m->bytes = 0;
         for (uint32_t i = 0; i < m->nl; i++) m->bytes += m->rank_bytes[i];
@@ -154,6 +166,7 @@ void dcp_model_destroy(dcp_model *m)
 
 const dcp_model_config *dcp_model_get_config(const dcp_model *m) { return &m->cfg; }
 uint64_t dcp_model_bytes(const dcp_model *m) { return m->bytes; }
+uint64_t dcp_model_file_bytes(const dcp_model *m) { return m->file_bytes; }
 uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local) { return local < m->nl ? m->rank_bytes[local] : 0; }
 uint32_t dcp_model_tp(const dcp_model *m) { return m->tp; }
 uint32_t dcp_model_dcp(const dcp_model *m) { return m->dcp; }

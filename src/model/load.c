@@ -35,17 +35,38 @@ static bool slice_native(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t 
     return s->c0 % be == 0 && s->nc % be == 0 && k_pad % be == 0;
 }
 
+uint64_t dcp_load_cols_bytes(dcp_ggml_type type, uint64_t c0, uint64_t nc)
+{
+    uint32_t be, bb;
+    dcp_ggml_type_block(type, &be, &bb);
+    if (!be || !nc) return 0;
+    return ((c0 + nc + be - 1) / be - c0 / be) * bb;
+}
+
+dcp_status dcp_load_row_f32(const dcp_gguf_tensor *t, uint64_t r, uint64_t c0, uint64_t nc, float *dst, float *scratch)
+{
+    uint32_t be, bb;
+    dcp_ggml_type_block(t->type, &be, &bb);
+    const uint64_t b0 = c0 / be, b1 = (c0 + nc + be - 1) / be;
+    const uint8_t *row = (const uint8_t *)t->data + r * (t->ne[0] / be * bb);
+    dcp_status st = dcp_ggml_to_f32(t->type, row + b0 * bb, scratch, (b1 - b0) * be);
+    if (st) return st;
+    memcpy(dst, scratch + (c0 - b0 * be), nc * sizeof *dst);
+    return DCP_OK;
+}
+
 /* GGUF-layout bytes of a slice, zero-padded to k_pad columns, in `type` (the tensor's own type,
- * or F32). *out is malloc'd. */
-static dcp_status slice_bytes(const dcp_gguf *g, const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad,
-                              dcp_ggml_type type, uint8_t **out)
+ * or F32). *out is malloc'd. Only the slice's bytes of the file are read (for F32 from another
+ * type: the blocks covering its columns); *read adds them. */
+static dcp_status slice_bytes(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad, dcp_ggml_type type,
+                              uint8_t **out, uint64_t *read)
 {
     dcp_status st = DCP_OK;
     uint32_t be, bb;
     dcp_ggml_type_block(type, &be, &bb);
     uint64_t dst_row = (uint64_t)k_pad / be * bb;
     uint8_t *dst = calloc((size_t)s->nr, dst_row);
-    float *row = NULL;
+    float *scratch = NULL;
     if (!dst) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
     uint32_t tbe, tbb;
     dcp_ggml_type_block(t->type, &tbe, &tbb);
@@ -56,21 +77,20 @@ static dcp_status slice_bytes(const dcp_gguf *g, const dcp_gguf_tensor *t, const
             memcpy(dst + r * dst_row, src + (uint64_t)(s->r0 + r) * src_row + (uint64_t)s->c0 / be * bb,
                    (uint64_t)s->nc / be * bb);
     } else {
-        row = malloc(t->ne[0] * sizeof *row);
-        if (!row) {
+        scratch = malloc(((uint64_t)s->nc + 2ull * tbe) * sizeof *scratch);
+        if (!scratch) {
             st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
             goto fail;
         }
-        for (uint32_t r = 0; r < s->nr; r++) {
-            DCP_TRY(dcp_ggml_to_f32(t->type, src + (uint64_t)(s->r0 + r) * src_row, row, t->ne[0]));
-            memcpy(dst + r * dst_row, row + s->c0, (uint64_t)s->nc * 4);
-        }
+        for (uint32_t r = 0; r < s->nr; r++)
+            DCP_TRY(dcp_load_row_f32(t, s->r0 + r, s->c0, s->nc, (float *)(dst + r * dst_row), scratch));
     }
-    free(row);
+    *read += (uint64_t)s->nr * dcp_load_cols_bytes(t->type, s->c0, s->nc);
+    free(scratch);
     *out = dst;
     return DCP_OK;
 fail:
-    free(row);
+    free(scratch);
     free(dst);
     return st;
 }
@@ -124,6 +144,7 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     }
     if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
         memset(out, 0, sizeof *out);
+        for (uint32_t i = 0; i < n; i++) lc->done += (uint64_t)sl[i].nr * dcp_load_cols_bytes(t[i]->type, sl[i].c0, sl[i].nc);
         const dcp_device_info *info = dcp_device_get_info(dev);
         if (bytes_on_device > info->max_storage_buffer_range)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
@@ -139,10 +160,9 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     uint32_t rows[DCP_LOAD_MAX_PARTS];
     uint64_t done = 0;
     for (uint32_t i = 0; i < n; i++) {
-        DCP_TRY(slice_bytes(lc->g, t[i], &sl[i], k_pad, type, &bytes[i]));
+        DCP_TRY(slice_bytes(t[i], &sl[i], k_pad, type, &bytes[i], &done));
         data[i] = bytes[i];
         rows[i] = sl[i].nr;
-        done += t[i]->size * sl[i].nr / rows_total[i] * sl[i].nc / k_total[i];
     }
     st = dcp_matrix_create(dev, type, k_pad, n, data, rows, out);
     if (st) {
@@ -151,7 +171,7 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     }
     count_bytes(lc, dev, bytes_on_device);
     lc->done += done;
-    if (lc->progress) lc->progress(lc->user, lc->done, lc->total);
+    if (lc->progress) lc->progress(lc->user, lc->done < lc->total ? lc->done : lc->total, lc->total);
 fail:
     for (uint32_t i = 0; i < n; i++) free(bytes[i]);
     return st;
@@ -164,6 +184,7 @@ dcp_status dcp_load_norm(dcp_load_ctx *lc, dcp_device *dev, const char *name, ui
     float *v = NULL;
     DCP_TRY(dcp_load_find(lc->g, name, n, 1, &t));
     count_bytes(lc, dev, (uint64_t)n * 4);
+    lc->done += t->size;
     if (lc->count_only) return DCP_OK;
     v = malloc((size_t)n * sizeof *v);
     if (!v) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -195,6 +216,7 @@ dcp_status dcp_load_vector_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n,
         for (uint32_t i = 0; i < n; i++) {
             const dcp_gguf_tensor *t;
             DCP_TRY(dcp_load_find(lc->g, sl[i].name, sl[i].total, 1, &t));
+            lc->done += t->size;
         }
         count_bytes(lc, dev, bytes_on_device);
         return DCP_OK;
@@ -211,6 +233,7 @@ dcp_status dcp_load_vector_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n,
             goto fail;
         }
         DCP_TRY(dcp_gguf_tensor_to_f32(lc->g, t, part));
+        lc->done += t->size;
         memcpy(v + at, part + sl[i].e0, (size_t)sl[i].n * sizeof *v);
         at += sl[i].n;
         free(part);

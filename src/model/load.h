@@ -11,13 +11,14 @@
 
 enum { DCP_LOAD_MAX_PARTS = 4 };
 
-/* The file being loaded and the progress count (bytes of tensors uploaded / to upload), and the
- * device bytes of each local rank's weights (counted from the same sizes the uploads use). */
+/* The file being loaded and the progress count (bytes of the file read for the ranks' slices so
+ * far / in all), and the device bytes of each local rank's weights (counted from the same sizes
+ * the uploads use). */
 typedef struct dcp_load_ctx {
     const dcp_gguf *g;
     dcp_progress_fn progress; /* may be NULL */
     void *user;
-    uint64_t done, total;
+    uint64_t done, total;     /* bytes of the file read (also counted with count_only) / to read */
     dcp_device *const *devs;  /* [nl] the local ranks' devices */
     uint32_t nl;
     uint64_t *rank_bytes;     /* [nl] device bytes of each rank's weights so far */
@@ -26,6 +27,13 @@ typedef struct dcp_load_ctx {
     dcp_model_fallback *fallback; /* matrices held as F32 because their slice cuts blocks or their
                                    * fused parts differ in type (may be NULL) */
 } dcp_load_ctx;
+
+/* Bytes of a row of `type` that hold columns [c0, c0 + nc): the whole blocks covering them. */
+uint64_t dcp_load_cols_bytes(dcp_ggml_type type, uint64_t c0, uint64_t nc);
+/* Columns [c0, c0 + nc) of row r of t (rows of ne0 elements; any readable type) as f32 into dst
+ * [nc], reading only the blocks that hold them (the file's other bytes are not touched, so a
+ * mapped file pages in the rank's slice only). scratch: nc + 2 block elements of f32. */
+dcp_status dcp_load_row_f32(const dcp_gguf_tensor *t, uint64_t r, uint64_t c0, uint64_t nc, float *dst, float *scratch);
 
 /* One part of a matrix: rows [r0, r0 + nr) and input columns [c0, c0 + nc) of tensor `name`. */
 typedef struct dcp_slice {

@@ -1,6 +1,6 @@
 /* ggml tensor-type tables (include/dcpvk/quant.h), block layouts, and the conversions between f32
  * and the tensor types dcp-vk reads (F32, F16, BF16, Q8_0, and the block-quantized types of
- * src/quant/quants.c: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K). */
+ * src/quant/quants.c: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS). */
 #include "dcpvk/dtype.h"
 #include "dcpvk/quant.h"
 

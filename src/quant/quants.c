@@ -19,7 +19,12 @@ static const dcp_quant_layout layouts[] = {
     {DCP_GGML_TYPE_Q4_K, 256, 144, 0, 8, 32}, /* d, dmin, scales[12] moved out together: 16 B */
     {DCP_GGML_TYPE_Q5_K, 256, 176, 0, 8, 40},
     {DCP_GGML_TYPE_Q6_K, 256, 210, 208, 1, 52},
+    {DCP_GGML_TYPE_IQ4_NL, 32, 18, 0, 1, 4},
+    {DCP_GGML_TYPE_IQ4_XS, 256, 136, 0, 4, 32}, /* d, scales_h, scales_l[4] moved out: 8 B */
 };
+
+/* The 16 levels of IQ4_NL and IQ4_XS (the format's table, in ascending order). */
+const int8_t dcp_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 const dcp_quant_layout *dcp_quant_layout_of(dcp_ggml_type type)
 {
@@ -157,6 +162,28 @@ static void deq_block(dcp_ggml_type t, const uint8_t *b, float *y)
         }
         break;
     }
+    case DCP_GGML_TYPE_IQ4_NL: {
+        float d = ld_h(b);
+        for (int i = 0; i < 16; i++) {
+            y[i] = d * (float)dcp_iq4_levels[b[2 + i] & 15];
+            y[i + 16] = d * (float)dcp_iq4_levels[b[2 + i] >> 4];
+        }
+        break;
+    }
+    case DCP_GGML_TYPE_IQ4_XS: {
+        float d = ld_h(b);
+        uint32_t sh = (uint32_t)(b[2] | b[3] << 8);
+        const uint8_t *sl = b + 4, *qs = b + 8;
+        for (int j = 0; j < 8; j++) {
+            int ls = ((sl[j / 2] >> (4 * (j % 2))) & 15) | (int)((sh >> (2 * j)) & 3) << 4;
+            float dl = d * (float)(ls - 32);
+            for (int i = 0; i < 16; i++) {
+                y[32 * j + i] = dl * (float)dcp_iq4_levels[qs[16 * j + i] & 15];
+                y[32 * j + 16 + i] = dl * (float)dcp_iq4_levels[qs[16 * j + i] >> 4];
+            }
+        }
+        break;
+    }
     case DCP_GGML_TYPE_Q6_K: {
         const uint8_t *ql = b, *qh = b + 128;
         const int8_t *sc = (const int8_t *)(b + 192);
@@ -287,6 +314,69 @@ static float fit_sym(int n, int nmax, const float *x)
     return best_scale;
 }
 
+/* Index of the IQ4 level nearest v (ties to the lower level): the number of midpoints between
+ * consecutive levels below v, by bisection. */
+static int iq4_nearest(float v)
+{
+    int lo = 0, hi = 15; /* the answer is in [lo, hi] */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (v > 0.5f * (float)(dcp_iq4_levels[mid] + dcp_iq4_levels[mid + 1])) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Fits x[32] ~ scale * levels[L[i]] (scale of either sign). Candidates: the value of largest
+ * magnitude mapped near the lowest level (-127 + s) or near the highest (113 + s), s = -5..5;
+ * each rounding (nearest level) is refit by least squares; least squared error wins. */
+static float fit_iq4(const float *x)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 32; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    if (amax == 0.0f) return 0.0f;
+    double best = INFINITY;
+    float best_scale = max / (float)dcp_iq4_levels[0];
+    for (int end = 0; end < 2; end++)
+        for (int s = -5; s <= 5; s++) {
+            float target = (float)(end ? dcp_iq4_levels[15] : dcp_iq4_levels[0]) + (float)s;
+            float iscale = target / max;
+            double sxl = 0, sl2 = 0;
+            int L[32];
+            for (int i = 0; i < 32; i++) {
+                L[i] = dcp_iq4_levels[iq4_nearest(iscale * x[i])];
+                sxl += (double)x[i] * L[i];
+                sl2 += (double)L[i] * L[i];
+            }
+            if (sl2 == 0) continue;
+            double scale = sxl / sl2, err = 0;
+            for (int i = 0; i < 32; i++) {
+                double e = scale * L[i] - x[i];
+                err += e * e;
+            }
+            if (err < best) {
+                best = err;
+                best_scale = (float)scale;
+            }
+        }
+    return best_scale;
+}
+
+/* 32 weights against the stored scale d: nibbles of the nearest levels, weight i in the low
+ * nibble of qs[i % 16] for i < 16, the high nibble for i >= 16. */
+static void put_iq4(const float *x, float d, uint8_t *qs)
+{
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++) {
+        int q = d != 0.0f ? iq4_nearest(x[i] * id) : 8;
+        qs[i % 16] |= (uint8_t)(q << (4 * (i / 16)));
+    }
+}
+
 static void quant_block(dcp_ggml_type t, const float *x, uint8_t *b)
 {
     const dcp_quant_layout *lay = dcp_quant_layout_of(t);
@@ -402,6 +492,30 @@ static void quant_block(dcp_ggml_type t, const float *x, uint8_t *b)
             qs[32 * c + l] |= (uint8_t)((q & 15) << (4 * h));
             if (five) qh[l] |= (uint8_t)((q >> 4) << (2 * c + h));
         }
+        break;
+    }
+    case DCP_GGML_TYPE_IQ4_NL:
+        put_iq4(x, st_h(b, fit_iq4(x)), b + 2);
+        break;
+    case DCP_GGML_TYPE_IQ4_XS: {
+        float sc[8], amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            sc[j] = fit_iq4(x + 32 * j);
+            if (fabsf(sc[j]) > amax) {
+                amax = fabsf(sc[j]);
+                max = sc[j];
+            }
+        }
+        float d = st_h(b, max / -32.0f);
+        uint32_t sh = 0;
+        for (int j = 0; j < 8; j++) {
+            int ls = d != 0.0f ? near_clamp(sc[j] / d, -32, 31) : 0, u = ls + 32;
+            b[4 + j / 2] |= (uint8_t)((u & 15) << (4 * (j % 2)));
+            sh |= (uint32_t)(u >> 4) << (2 * j);
+            put_iq4(x + 32 * j, d * (float)ls, b + 8 + 16 * j);
+        }
+        b[2] = (uint8_t)sh;
+        b[3] = (uint8_t)(sh >> 8);
         break;
     }
     case DCP_GGML_TYPE_Q6_K: {

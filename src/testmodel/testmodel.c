@@ -159,6 +159,9 @@ static dcp_status check_config(const dcp_test_model_config *c, uint32_t head_dim
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: arch '%s' is not supported (supported: "
                         "llama, qwen2, qwen3, phi3; deepseek2 through dcp_gguf_build_test_model_deepseek2)",
                         c->arch ? c->arch : "(null)");
+    if (c->rope_freqs && strcmp(c->arch, "llama"))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: rope_freqs (rope_freqs.weight) is a tensor of arch "
+                        "llama only; %s files do not have it (llama.cpp refuses them)", c->arch);
     if (c->rope_scaling && strcmp(c->rope_scaling, "none") && strcmp(c->rope_scaling, "linear") &&
         strcmp(c->rope_scaling, "yarn"))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: rope scaling '%s' is not one of none, linear, yarn",
@@ -210,7 +213,8 @@ dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_
         {DCP_GGML_TYPE_Q8_0, DCP_FTYPE_Q8_0}, {DCP_GGML_TYPE_Q4_0, DCP_FTYPE_Q4_0}, {DCP_GGML_TYPE_Q4_1, DCP_FTYPE_Q4_1},
         {DCP_GGML_TYPE_Q5_0, DCP_FTYPE_Q5_0}, {DCP_GGML_TYPE_Q5_1, DCP_FTYPE_Q5_1}, {DCP_GGML_TYPE_Q2_K, DCP_FTYPE_Q2_K},
         {DCP_GGML_TYPE_Q3_K, DCP_FTYPE_Q3_K_S}, {DCP_GGML_TYPE_Q4_K, DCP_FTYPE_Q4_K_S},
-        {DCP_GGML_TYPE_Q5_K, DCP_FTYPE_Q5_K_S}, {DCP_GGML_TYPE_Q6_K, DCP_FTYPE_Q6_K}};
+        {DCP_GGML_TYPE_Q5_K, DCP_FTYPE_Q5_K_S}, {DCP_GGML_TYPE_Q6_K, DCP_FTYPE_Q6_K},
+        {DCP_GGML_TYPE_IQ4_NL, DCP_FTYPE_IQ4_NL}, {DCP_GGML_TYPE_IQ4_XS, DCP_FTYPE_IQ4_XS}};
     uint32_t file_type = 0;
     for (size_t i = 0; i < sizeof ftype_of / sizeof ftype_of[0]; i++)
         if (ftype_of[i].t == c->weight_type) file_type = ftype_of[i].f;
@@ -464,7 +468,9 @@ dcp_status dcp_gguf_build_test_model_deepseek2(const dcp_test_deepseek2_config *
     U32("attention.head_count", H);
     U32("attention.head_count_kv", c->legacy_kv_b ? H : 1);
     F32("attention.layer_norm_rms_epsilon", c->rms_eps);
-    if (QL) U32("attention.q_lora_rank", QL);
+    /* llama.cpp reads q_lora_rank unless the layer count is a V2-Lite one (26, 27): written
+     * always, 0 for the attn_q layout. */
+    U32("attention.q_lora_rank", QL);
     U32("attention.kv_lora_rank", R);
     if (c->legacy_kv_b) {
         U32("attention.key_length", N + P);
@@ -485,19 +491,20 @@ dcp_status dcp_gguf_build_test_model_deepseek2(const dcp_test_deepseek2_config *
         F32("rope.scaling.yarn_beta_fast", c->yarn_beta_fast);
         F32("rope.scaling.yarn_beta_slow", c->yarn_beta_slow);
     }
+    /* The MoE keys as DeepSeek files carry them, also when every layer is dense: llama.cpp needs
+     * expert_feed_forward_length, expert_shared_count and expert_weights_scale in any case. */
     U32("leading_dense_block_count", c->n_layer_dense);
-    if (c->n_layer_dense < c->n_layer) {
-        U32("expert_count", c->n_expert);
-        U32("expert_used_count", c->n_expert_used);
-        U32("expert_shared_count", c->n_expert_shared);
-        U32("expert_feed_forward_length", FE);
-        F32("expert_weights_scale", c->weights_scale);
-        DCP_TRY(dcp_gguf_writer_set_bool(w, KEY("expert_weights_norm"), c->weights_norm != 0));
-        U32("expert_gating_func", c->gating_func);
-        if (c->n_expert_groups > 1) {
-            U32("expert_group_count", c->n_expert_groups);
-            U32("expert_group_used_count", c->n_expert_groups_used);
-        }
+    const bool moe = c->n_layer_dense < c->n_layer;
+    U32("expert_count", moe ? c->n_expert : 0);
+    U32("expert_used_count", moe ? c->n_expert_used : 0);
+    U32("expert_shared_count", c->n_expert_shared);
+    U32("expert_feed_forward_length", FE);
+    F32("expert_weights_scale", c->weights_scale);
+    DCP_TRY(dcp_gguf_writer_set_bool(w, KEY("expert_weights_norm"), c->weights_norm != 0));
+    U32("expert_gating_func", c->gating_func);
+    if (moe && c->n_expert_groups > 1) {
+        U32("expert_group_count", c->n_expert_groups);
+        U32("expert_group_used_count", c->n_expert_groups_used);
     }
     DCP_TRY(add_tokenizer(w, "deepseek2", &n_vocab));
 #undef U32

@@ -127,11 +127,13 @@ static dcp_status ds2_load(dcp_model *m, dcp_load_ctx *lc)
         for (uint32_t l = 0; l < c->n_layer; l++) {
             DCP_TRY(dcp_ds2_layer_slice(c, &t, l, &rw->shard, &h));
             DCP_TRY(dcp_ds2_layer_upload(m->ranks[i].dev, &h, l, &rw->layers[l]));
+            lc->done += dcp_ds2_layer_file_bytes(&h);
             dcp_ds2_layer_host_free(&h);
             uint64_t b = layer_bytes(&rw->layers[l]);
             m->bytes += b;
-            lc->done += b;
-            if (lc->progress) lc->progress(lc->user, lc->done < lc->total ? lc->done : lc->total, lc->total);
+            /* The bar rises by layers (no counting pass: see count_only_cheap). */
+            const uint64_t layers_done = (uint64_t)i * c->n_layer + l + 1, layers = (uint64_t)m->nl * c->n_layer;
+            if (lc->progress) lc->progress(lc->user, (uint64_t)((double)lc->total * layers_done / layers), lc->total);
         }
     }
 fail:

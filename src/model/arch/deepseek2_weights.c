@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "model/arch/deepseek2_weights.h"
+#include "model/load.h"
 
 typedef unsigned long long ull;
 
@@ -198,16 +199,17 @@ static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uin
             continue;
         }
         free(row);
-        row = malloc(t->ne[0] * sizeof *row);
+        uint32_t tbe, tbb;
+        dcp_ggml_type_block(t->type, &tbe, &tbb);
+        row = malloc(((uint64_t)nc + 2ull * tbe) * sizeof *row);
         if (!row) {
             st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", t->name);
             goto fail;
         }
-        for (uint32_t r = 0; r < p[i].rows; r++, r_out++) {
-            DCP_TRY(dcp_ggml_to_f32(t->type, src + (p[i].row0 + r) * src_row, row, t->ne[0]));
-            memcpy(out->data + r_out * dst_row, row + c0, (uint64_t)nc * 4);
-        }
+        for (uint32_t r = 0; r < p[i].rows; r++, r_out++)
+            DCP_TRY(dcp_load_row_f32(t, p[i].row0 + r, c0, nc, (float *)(out->data + r_out * dst_row), row));
     }
+    for (uint32_t i = 0; i < np; i++) out->file_bytes += (uint64_t)p[i].rows * dcp_load_cols_bytes(p[i].t->type, c0, nc);
     free(row);
     return DCP_OK;
 fail:
@@ -256,6 +258,7 @@ static dcp_status legacy_k_b(const dcp_model_config *c, const dcp_gguf_tensor *k
     out->type = type;
     out->rows = heads * R;
     out->k = N;
+    out->file_bytes = (uint64_t)heads * N * row_bytes(kvb->type, R);
     uint64_t src_row = row_bytes(kvb->type, R);
     for (uint32_t h = 0; h < heads; h++) {
         const uint8_t *src = (const uint8_t *)kvb->data + (uint64_t)(head0 + h) * (N + V) * src_row;
@@ -273,6 +276,15 @@ fail:
     free(out->data);
     memset(out, 0, sizeof *out);
     return dcp_fail_context(st, "splitting tensor %s into k_b", kvb->name);
+}
+
+uint64_t dcp_ds2_layer_file_bytes(const dcp_ds2_layer_host *h)
+{
+    const dcp_ds2_host_matrix *ms[] = {&h->wq, &h->wq_a, &h->wkv_a, &h->wk_b, &h->wv_b, &h->wo, &h->w_gu, &h->w_down,
+                                       &h->gate_inp, &h->w_gu_exps, &h->w_down_exps, &h->w_gu_sh, &h->w_down_sh};
+    uint64_t b = 0;
+    for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) b += ms[k]->file_bytes;
+    return b;
 }
 
 dcp_status dcp_ds2_layer_slice(const dcp_model_config *c, const dcp_ds2_tensors *t, uint32_t layer,

@@ -100,6 +100,7 @@ typedef struct dcp_ds2_host_matrix {
                                   * a block-quantised attn_kv_b */
     uint32_t rows, k;
     uint8_t *data;               /* malloc'd */
+    uint64_t file_bytes;         /* bytes of the file read to build it */
 } dcp_ds2_host_matrix;
 
 /* One layer's host slices for one shard. Shapes use the shard's counts: hq = q_heads,
@@ -132,6 +133,8 @@ typedef struct dcp_ds2_layer_host {
 dcp_status dcp_ds2_layer_slice(const dcp_model_config *cfg, const dcp_ds2_tensors *t, uint32_t layer,
                                const dcp_ds2_shard *s, dcp_ds2_layer_host *out);
 void dcp_ds2_layer_host_free(dcp_ds2_layer_host *h);
+/* Bytes of the file the slices of h read (its matrices; the norm vectors are read whole). */
+uint64_t dcp_ds2_layer_file_bytes(const dcp_ds2_layer_host *h);
 
 /* The replicated model-wide tensors. */
 typedef struct dcp_ds2_global_host {

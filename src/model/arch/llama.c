@@ -25,6 +25,7 @@
  *   all-reduce */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn/cp_internal.h"
 #include "common/error.h"
@@ -98,6 +99,33 @@ static llama_variant llama_variant_of(const dcp_model_config *cfg, const dcp_ggu
     return v;
 }
 
+/* Whether tensor `name` is one that variant v of the architecture reads (llama.cpp's tensor list
+ * of llama, qwen2, qwen3, phi3 for the features run here; rope_freqs.weight for llama only). */
+static bool llama_tensor_expected(const dcp_model_config *cfg, const llama_variant *v, const char *name)
+{
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "output_norm.weight") || !strcmp(name, "output.weight"))
+        return true;
+    if (!strcmp(name, "rope_freqs.weight")) return cfg->arch == DCP_ARCH_LLAMA;
+    if (strncmp(name, "blk.", 4)) return false;
+    char *end;
+    unsigned long l = strtoul(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || l >= cfg->n_layer || (name[4] == '0' && end != name + 5)) return false;
+    const char *sfx = end + 1;
+    static const char *const always[] = {"attn_norm.weight", "ffn_norm.weight", "attn_output.weight",
+                                         "ffn_up.weight", "ffn_down.weight"};
+    for (size_t i = 0; i < sizeof always / sizeof always[0]; i++)
+        if (!strcmp(sfx, always[i])) return true;
+    if (v->fused_qkv ? !strcmp(sfx, "attn_qkv.weight")
+                     : !strcmp(sfx, "attn_q.weight") || !strcmp(sfx, "attn_k.weight") || !strcmp(sfx, "attn_v.weight"))
+        return true;
+    if (!v->fused_gate_up && !strcmp(sfx, "ffn_gate.weight")) return true;
+    if (v->bias && (v->fused_qkv ? !strcmp(sfx, "attn_qkv.bias")
+                                 : !strcmp(sfx, "attn_q.bias") || !strcmp(sfx, "attn_k.bias") ||
+                                       !strcmp(sfx, "attn_v.bias")))
+        return true;
+    return v->qk_norm && (!strcmp(sfx, "attn_q_norm.weight") || !strcmp(sfx, "attn_k_norm.weight"));
+}
+
 static dcp_status llama_check(const dcp_model *m, const dcp_gguf *g)
 {
     const dcp_model_config *cfg = &m->cfg;
@@ -126,6 +154,17 @@ static dcp_status llama_check(const dcp_model *m, const dcp_gguf *g)
         if (has_tensor(g, unsupported[i][0]))
             return dcp_fail(DCP_ERR_UNSUPPORTED, "%s: tensor %s (%s) is not supported for architecture %s", name,
                             unsupported[i][0], unsupported[i][1], cfg->arch_name);
+    /* Every other tensor must be one the variant reads: llama.cpp refuses a file with more
+     * ("wrong number of tensors"), e.g. a rope_freqs.weight in a qwen2 / qwen3 / phi3 file. */
+    const llama_variant v = llama_variant_of(cfg, g);
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
+        const char *t = dcp_gguf_tensor_at(g, i)->name;
+        if (!llama_tensor_expected(cfg, &v, t))
+            return dcp_fail(DCP_ERR_FORMAT, "%s: tensor %s is not a tensor of architecture %s%s (llama.cpp refuses "
+                            "the file: wrong number of tensors, %llu in the file)", name, t, cfg->arch_name,
+                            v.fused_qkv ? " (fused attn_qkv layout)" : "",
+                            (unsigned long long)dcp_gguf_tensor_count(g));
+    }
     return dcp_cp_check(tp, m->dcp, Hq, Hkv);
 }
 
@@ -546,6 +585,7 @@ const dcp_arch_ops dcp_arch_llama = {
     .name = "llama",
     .check = llama_check,
     .load = llama_load,
+    .count_only_cheap = true,
     .unload = llama_unload,
     .kv_pool = llama_kv_pool,
     .state_create = llama_state_create,
