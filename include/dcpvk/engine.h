@@ -118,10 +118,14 @@ typedef struct dcp_engine_config {
     dcp_engine_plan_fn on_plan; /* NULL (default): none */
     void *plan_user;            /* passed to on_plan (default NULL) */
     dcp_spec_config spec;       /* speculative decoding (default none) */
+    bool enable_prefix_caching; /* automatic prefix caching (dcp_model_state_set_prefix_caching):
+                                 * a request starts with the longest cached prefix of its tokens
+                                 * and prefills only the rest; default false (dcp-vk-serve turns it
+                                 * on). Not with on_plan (MPI followers): DCP_ERR_UNSUPPORTED */
 } dcp_engine_config;
 
 #define DCP_ENGINE_CONFIG_DEFAULT {.step_tokens = 0, .on_plan = NULL, .plan_user = NULL, \
-                                   .spec = DCP_SPEC_CONFIG_DEFAULT}
+                                   .spec = DCP_SPEC_CONFIG_DEFAULT, .enable_prefix_caching = false}
 
 /* Creates an engine over the run state s (all its slots free; the engine uses every slot) and the
  * model's tokenizer tok (for EOS and the text of the tokens). Both must outlive the engine (and
@@ -212,6 +216,8 @@ typedef struct dcp_engine_event {
     const char *message;       /* FINISHED with ERROR: what failed (valid like text); else "" */
     uint32_t prompt_tokens;    /* the request's prompt tokens */
     uint32_t completion_tokens; /* tokens generated so far (stop tokens and EOS included) */
+    uint32_t cached_tokens;    /* prompt tokens taken from the prefix cache when the request was
+                                * first admitted (0 with caching off) */
 } dcp_engine_event;
 
 /* Takes the oldest pending event into *ev; false when there is none. Events of one request come
@@ -249,6 +255,13 @@ typedef struct dcp_engine_stats {
                                  * (num_accepted_tokens_per_pos) */
     uint64_t spec_draft_steps;  /* steps of the draft model (its drafting and catching up) */
     double spec_draft_seconds;  /* wall time of the draft model's steps */
+    /* automatic prefix caching (vLLM's vllm:prefix_cache_queries / _hits, in tokens): every
+     * admission (recomputations after preemption too) queries its tokens and hits the cached ones */
+    uint64_t prefix_queries;    /* tokens looked up */
+    uint64_t prefix_hits;       /* of which taken from the cache (not prefilled) */
+    uint32_t prefix_blocks;     /* cached blocks now (dcp_prefix_cache_stats.blocks) */
+    uint32_t prefix_blocks_unreferenced; /* of which reclaimable */
+    uint64_t prefix_evictions;  /* cached blocks evicted */
 } dcp_engine_stats;
 
 DCP_API void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);

@@ -213,7 +213,8 @@ DCP_API uint32_t dcp_model_state_seq_length(const dcp_model_state *s, uint32_t s
 /* The context capacity per sequence in tokens (config n_ctx after defaults). */
 DCP_API uint32_t dcp_model_state_n_ctx(const dcp_model_state *s);
 
-/* Page accounting (per rank and layer; every layer holds the same pages). Free pages of the
+/* Page accounting (per rank and layer; every layer holds the same pages). Free pages count the
+ * prefix cache's unreferenced blocks as free (they are evicted when needed). Free pages of the
  * fullest rank held here; pages per rank pool; the pages sequence seq would take on its busiest
  * rank to grow by `add` tokens (0 when it fits in the pages it holds). */
 DCP_API uint32_t dcp_model_state_pages_free(const dcp_model_state *s);
@@ -227,6 +228,53 @@ DCP_API uint32_t dcp_model_state_seq_pages(const dcp_model_state *s, uint32_t se
  * the growth of a step per rank knows exactly whether dcp_model_state_step will fit. */
 DCP_API uint32_t dcp_model_state_shard_pages(const dcp_model_state *s, uint64_t length, uint32_t r);
 DCP_API uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint32_t r);
+
+/* ---- automatic prefix caching (docs/design.md section 18) ---------------------------------------
+ * Full global blocks of block_size x dcp tokens (block b: page b of a sequence's block table on
+ * every rank of its DCP group, whatever the interleave) are cache entries identified by a hash
+ * chain: dcp_prefix_block_hash(hash of block b - 1, its token ids), starting from a seed over what
+ * else changes the KV (the model's shape, file size and RoPE settings, the KV dtype, block size,
+ * TP, DCP and interleave). An entry holds its page on every rank and layer and counts the
+ * sequences that list it; a sequence that starts with cached blocks shares their pages (no copy)
+ * and computes only the rest. Entries no sequence lists stay until a step needs their pages, then
+ * are evicted least recently released first. Partial blocks are never shared, and a sequence's
+ * last token is always computed. Off by default; the engine turns it on (engine config
+ * enable_prefix_caching). Not with a TP group spread over MPI processes. */
+
+/* Turns caching on (allocating its index: per slot n_ctx token ids) or off (every cached block
+ * evicted). DCP_ERR_INVALID_ARGUMENT unless the state holds no sequence; DCP_ERR_UNSUPPORTED when
+ * the TP group spans MPI processes. */
+DCP_API dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on);
+DCP_API bool dcp_model_state_prefix_caching(const dcp_model_state *s);
+/* The hash of a block of tokens [n] after a block of hash `parent` (the seed for block 0).
+ * Thread-safe. */
+DCP_API uint64_t dcp_prefix_block_hash(uint64_t parent, const int32_t *tokens, uint32_t n);
+/* Tokens of tokens [n] that attaching would take from the cache: whole blocks, at most n - 1
+ * tokens; *revived (if not NULL): how many of those blocks no sequence references now (attaching
+ * takes them out of the reclaimable pages). 0 when caching is off. Changes nothing. */
+DCP_API uint32_t dcp_model_state_prefix_lookup(const dcp_model_state *s, const int32_t *tokens, uint32_t n,
+                                               uint32_t *revived);
+/* Empty slot seq starts with the longest cached prefix of tokens [n] (as lookup): its length
+ * becomes *cached tokens, their KV shared with the cache; the next step goes on from there. Nothing
+ * happens when caching is off. DCP_ERR_INVALID_ARGUMENT for a busy slot or n beyond n_ctx. */
+DCP_API dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const int32_t *tokens, uint32_t n,
+                                                 uint32_t *cached);
+/* The first n tokens of seq (run by steps, or attached) are final: its full blocks among them
+ * become cache entries (unless another sequence cached the same block first). Tokens past n may
+ * still be rolled back (speculative drafts); a truncation below the committed blocks is refused.
+ * DCP_ERR_INVALID_ARGUMENT when seq holds fewer than n tokens. Nothing happens when caching is off. */
+DCP_API dcp_status dcp_model_state_prefix_commit(dcp_model_state *s, uint32_t seq, uint32_t n);
+
+typedef struct dcp_prefix_cache_stats {
+    bool enabled;
+    uint32_t block_tokens;        /* tokens per cached block: block_size x dcp */
+    uint32_t blocks;              /* cached blocks (each one page on every rank, per layer) */
+    uint32_t blocks_unreferenced; /* of which no sequence lists: reclaimable */
+    uint64_t evictions;           /* blocks evicted so far */
+    uint64_t seed;                /* the seed of the hash chains */
+} dcp_prefix_cache_stats;
+
+DCP_API void dcp_model_state_prefix_stats(const dcp_model_state *s, dcp_prefix_cache_stats *out);
 
 /* Device memory of one TP rank, by use, in bytes: what the weights and a run state allocate,
  * counted from the same sizes the allocations use (src/model/graph_state.c). */

@@ -55,7 +55,12 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
         dcp_engine_destroy(e);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
-    dcp_status st = eng_spec_create(e, config);
+    dcp_status st = DCP_OK;
+    if (config->enable_prefix_caching && config->on_plan)
+        st = dcp_fail(DCP_ERR_UNSUPPORTED, "engine: prefix caching with MPI followers (on_plan) is not supported: "
+                                           "the followers would have to attach the same cached blocks; turn it off");
+    if (st == DCP_OK) st = dcp_model_state_set_prefix_caching(s, config->enable_prefix_caching);
+    if (st == DCP_OK) st = eng_spec_create(e, config);
     if (st != DCP_OK) {
         dcp_engine_destroy(e);
         return st;
@@ -99,6 +104,8 @@ void dcp_engine_destroy(dcp_engine *e)
         }
         seq_free(q);
     }
+    /* The cached blocks go with the engine: the state is left as it was given. */
+    if (e->cfg.enable_prefix_caching) (void)dcp_model_state_set_prefix_caching(e->s, false);
     eng_drop_polled(e);
     for (size_t i = 0; i < e->ev_count; i++) {
         eng_event *x = &e->events[(e->ev_head + i) % e->ev_cap];
@@ -166,7 +173,8 @@ dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32
                               .status = status,
                               .message = x.message ? x.message : "",
                               .prompt_tokens = q->n_prompt,
-                              .completion_tokens = q->generated};
+                              .completion_tokens = q->generated,
+                              .cached_tokens = q->cached};
     e->events[(e->ev_head + e->ev_count) % e->ev_cap] = x;
     e->ev_count++;
     return DCP_OK;
@@ -323,6 +331,11 @@ void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out)
     *out = e->stats;
     out->running = e->running;
     out->waiting = e->waiting;
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(e->s, &ps);
+    out->prefix_blocks = ps.blocks;
+    out->prefix_blocks_unreferenced = ps.blocks_unreferenced;
+    out->prefix_evictions = ps.evictions;
 }
 
 int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id)

@@ -21,6 +21,8 @@ typedef struct eng_seq {
     uint32_t max_tokens, generated;
     uint32_t fed;                /* tokens of toks in the state's KV (0 while waiting) */
     uint32_t seen;               /* the most tokens it ever had in KV (rows below it are recomputed) */
+    uint32_t cached;             /* prompt tokens from the prefix cache at its first admission */
+    bool admitted;               /* admitted once (cached is set) */
     int32_t slot;                /* the state's sequence slot, -1 while waiting */
     bool ignore_eos;
     int32_t *stop_tokens;        /* [n_stop_tokens] */

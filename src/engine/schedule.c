@@ -63,11 +63,14 @@ static uint32_t fit_tokens(const dcp_engine *e, uint32_t len, uint32_t want, uin
 }
 
 /* Whether a waiting sequence q with all its known tokens fits beside the step's pages (need) and
- * the known tokens still to come of the running sequences (future), keeping `reserve` pages. */
-static bool admit_fits(const dcp_engine *e, const eng_seq *q, const uint32_t *future, uint32_t reserve)
+ * the known tokens still to come of the running sequences (future), keeping `reserve` pages. With
+ * prefix caching its first `hit` blocks are cached (no page of its own), of which `revived` are
+ * reclaimable now (attaching them takes them out of the free count). */
+static bool admit_fits(const dcp_engine *e, const eng_seq *q, const uint32_t *future, uint32_t reserve, uint32_t hit,
+                       uint32_t revived)
 {
     for (uint32_t r = 0; r < e->dcp; r++) {
-        uint64_t full = dcp_model_state_shard_pages(e->s, q->n_toks, r);
+        uint64_t full = (uint64_t)dcp_model_state_shard_pages(e->s, q->n_toks, r) - hit + revived;
         if ((uint64_t)e->need[r] + future[r] + reserve + full > dcp_model_state_rank_pages_free(e->s, r)) return false;
     }
     return true;
@@ -197,13 +200,31 @@ static bool schedule(dcp_engine *e)
     for (eng_seq *q = e->head; q && budget && !preempted; q = q->next) {
         if (q->slot >= 0) continue;
         int32_t slot = free_slot(e);
-        if (slot < 0 || !admit_fits(e, q, future, e->running)) break;
-        const uint32_t k = chunk_with_logits(e, q, q->n_toks < budget ? q->n_toks : budget);
-        if (k == 0) break;
-        for (uint32_t r = 0; r < e->dcp; r++)
-            future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) - dcp_model_state_shard_pages(e->s, k, r);
-        q->slot = slot;
+        if (slot < 0) break;
+        /* Prefix caching: the cached blocks of its tokens are attached, the rest prefilled. */
+        uint32_t revived = 0;
+        const uint32_t hit = dcp_model_state_prefix_lookup(e->s, q->toks, q->n_toks, &revived);
+        const uint32_t hit_blocks = hit / (dcp_model_state_get_config(e->s)->block_size * e->dcp);
+        if (!admit_fits(e, q, future, e->running, hit_blocks, revived)) break;
+        const uint32_t rest = q->n_toks - hit;
+        q->fed = hit; /* chunk_with_logits counts from there */
+        const uint32_t k = chunk_with_logits(e, q, rest < budget ? rest : budget);
         q->fed = 0;
+        if (k == 0) break;
+        uint32_t cached = 0;
+        if (hit && dcp_model_state_prefix_attach(e->s, (uint32_t)slot, q->toks, q->n_toks, &cached) != DCP_OK) break;
+        for (uint32_t r = 0; r < e->dcp; r++)
+            future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
+                         dcp_model_state_shard_pages(e->s, (uint64_t)cached + k, r);
+        if (e->cfg.enable_prefix_caching) {
+            e->stats.prefix_queries += q->n_toks;
+            e->stats.prefix_hits += cached;
+        }
+        if (!q->admitted) q->cached = cached;
+        q->admitted = true;
+        q->slot = slot;
+        q->fed = cached;
+        if (q->seen < cached) q->seen = cached;
         e->slot_seq[slot] = q;
         e->running++;
         e->waiting--;
@@ -286,6 +307,9 @@ dcp_status dcp_engine_step(dcp_engine *e)
             e->stats.recomputed_tokens += redo;
         }
         q->step_rows = 0;
+        /* Prefix caching: its tokens before the step's drafts are final; full blocks get cached. */
+        const dcp_status cs = dcp_model_state_prefix_commit(e->s, (uint32_t)q->slot, q->fed + x->rows);
+        if (cs != DCP_OK && first == DCP_OK) first = cs;
         if (x->drafts) { /* speculation: the tokens kept, the rest rolled back (spec.c) */
             dcp_status vs = eng_spec_verify(e, x, k);
             k += 1 + x->drafts;

@@ -14,6 +14,8 @@ typedef struct kv_rank {
     uint32_t free_count;
     uint32_t *bt;         /* [max_seqs][max_blocks] page ids */
     uint32_t *pages;      /* [max_seqs] pages held per sequence */
+    uint32_t *ref;        /* [num_pages] holders of each page (block tables, prefix-cache holds);
+                           * a page is on the free list exactly when it has none */
     uint32_t *slots;      /* [slot_cap] slot table of the last append */
     dcp_buffer *slot_buf; /* device copy of slots */
     uint32_t slot_buf_cap;
@@ -66,7 +68,8 @@ dcp_status dcp_kv_cache_create(dcp_device *const *devices, uint32_t local_count,
         r->free_pages = malloc((size_t)c->pool.num_pages * sizeof *r->free_pages);
         r->bt = calloc((size_t)c->max_seqs * c->max_blocks, sizeof *r->bt);
         r->pages = calloc(c->max_seqs, sizeof *r->pages);
-        if (!r->free_pages || !r->bt || !r->pages) {
+        r->ref = calloc(c->pool.num_pages, sizeof *r->ref);
+        if (!r->free_pages || !r->bt || !r->pages || !r->ref) {
             st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
             goto fail;
         }
@@ -91,6 +94,7 @@ void dcp_kv_cache_destroy(dcp_kv_cache *kc)
         free(r->free_pages);
         free(r->bt);
         free(r->pages);
+        free(r->ref);
         free(r->slots);
     }
     free(kc->ranks);
@@ -167,7 +171,11 @@ dcp_status dcp_kv_cache_append(dcp_kv_cache *kc, uint32_t n, const uint32_t *seq
             uint64_t len = kc->lengths[s] + counts[j];
             uint32_t pages = pages_for(dcp_kv_local_length(len, rank, N, I), B);
             uint32_t *bt = r->bt + (uint64_t)s * c->max_blocks;
-            while (r->pages[s] < pages) bt[r->pages[s]++] = r->free_pages[--r->free_count];
+            while (r->pages[s] < pages) {
+                const uint32_t p = r->free_pages[--r->free_count];
+                r->ref[p] = 1;
+                bt[r->pages[s]++] = p;
+            }
             for (uint64_t pos = kc->lengths[s]; pos < len; pos++, t++) {
                 if (dcp_kv_owner(pos, N, I) != rank) {
                     r->slots[t] = DCP_KV_NO_SLOT;
@@ -260,14 +268,65 @@ dcp_status dcp_kv_pool_record_store(dcp_cmd *cmd, dcp_kv_pool *pool, dcp_buffer 
     return dcp_kernel_dispatch(cmd, id, spec, b, &p, (uint32_t)((n + spec[0] - 1) / spec[0]), 1, 1);
 }
 
-/* Returns rank r's pages of sequence s beyond its first `keep` to the free list, last first. */
+/* Drops one holder of page p of rank r; the last one returns it to the free list. */
+static void drop_page(kv_rank *r, uint32_t p)
+{
+    if (r->ref[p] && --r->ref[p] == 0) r->free_pages[r->free_count++] = p;
+}
+
+/* Drops sequence s's hold on its pages of rank r beyond its first `keep`, last first (pages no
+ * one else holds go back to the free list). */
 static void release_pages(const dcp_kv_cache *kc, kv_rank *r, uint32_t s, uint32_t keep)
 {
     uint32_t *bt = r->bt + (uint64_t)s * kc->cfg.max_blocks;
     while (r->pages[s] > keep) {
-        r->free_pages[r->free_count++] = bt[--r->pages[s]];
+        drop_page(r, bt[--r->pages[s]]);
         bt[r->pages[s]] = 0;
     }
+}
+
+void dcp_kv_cache_page_hold(dcp_kv_cache *kc, uint32_t i, uint32_t page)
+{
+    if (i < kc->local_count && page < kc->cfg.pool.num_pages && kc->ranks[i].ref[page]) kc->ranks[i].ref[page]++;
+}
+
+void dcp_kv_cache_page_drop(dcp_kv_cache *kc, uint32_t i, uint32_t page)
+{
+    if (i < kc->local_count && page < kc->cfg.pool.num_pages) drop_page(&kc->ranks[i], page);
+}
+
+uint32_t dcp_kv_cache_page_refs(const dcp_kv_cache *kc, uint32_t i, uint32_t page)
+{
+    return i < kc->local_count && page < kc->cfg.pool.num_pages ? kc->ranks[i].ref[page] : 0;
+}
+
+dcp_status dcp_kv_cache_attach(dcp_kv_cache *kc, uint32_t s, uint32_t blocks, const uint32_t *pages)
+{
+    const dcp_kv_cache_config *c = &kc->cfg;
+    if (s >= c->max_seqs || kc->lengths[s] != 0 || blocks > c->max_blocks)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "KV cache: attaching %u blocks to sequence %u (it must be an empty slot of the %u, and "
+                        "the blocks at most its %u block-table entries)",
+                        blocks, s, c->max_seqs, c->max_blocks);
+    for (uint32_t i = 0; i < kc->local_count; i++)
+        for (uint32_t b = 0; b < blocks; b++) {
+            const uint32_t p = pages[(uint64_t)i * blocks + b];
+            if (p >= c->pool.num_pages || kc->ranks[i].ref[p] == 0)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "KV cache: attaching page %u on local rank %u, which is not a held page of the %u",
+                                p, i, c->pool.num_pages);
+        }
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        uint32_t *bt = r->bt + (uint64_t)s * c->max_blocks;
+        for (uint32_t b = 0; b < blocks; b++) {
+            bt[b] = pages[(uint64_t)i * blocks + b];
+            r->ref[bt[b]]++;
+        }
+        r->pages[s] = blocks;
+    }
+    kc->lengths[s] = (uint64_t)blocks * c->pool.page_size * c->dcp_size;
+    return DCP_OK;
 }
 
 void dcp_kv_cache_free_seq(dcp_kv_cache *kc, uint32_t s)

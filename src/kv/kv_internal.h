@@ -14,4 +14,23 @@
  * of the array must be valid). Thread-safe; the pool must outlive the recording. */
 void dcp_kv_pool_bindings(const dcp_kv_pool *pool, dcp_binding *out);
 
+/* ---- shared pages (automatic prefix caching, src/model/prefix.c) ---------------------------
+ * Every page has a count of holders: each sequence whose block table lists it, and each hold
+ * taken here; it returns to the free list when the last one lets go. The model's prefix cache
+ * holds the pages of its cached blocks, so that they outlive the sequences that computed them,
+ * and attaches them to the sequences that start with the same tokens. */
+
+/* One more hold on page `page` of local rank i (a page in use; a free page is left alone). */
+void dcp_kv_cache_page_hold(dcp_kv_cache *kc, uint32_t i, uint32_t page);
+/* Lets go of one hold on page `page` of local rank i (freeing it when it was the last). */
+void dcp_kv_cache_page_drop(dcp_kv_cache *kc, uint32_t i, uint32_t page);
+/* Holders of page `page` of local rank i (0: free). */
+uint32_t dcp_kv_cache_page_refs(const dcp_kv_cache *kc, uint32_t i, uint32_t page);
+/* Empty sequence s starts with `blocks` whole global blocks held elsewhere: on local rank i its
+ * block-table entry b becomes pages[i * blocks + b] (each page gets one more holder), and its
+ * length blocks * page_size * dcp_size tokens (global block b is page b of every rank: the
+ * placement rule puts positions [b B N, (b + 1) B N) there, for every interleave).
+ * DCP_ERR_INVALID_ARGUMENT (nothing changed) for a busy slot, too many blocks or a free page. */
+dcp_status dcp_kv_cache_attach(dcp_kv_cache *kc, uint32_t s, uint32_t blocks, const uint32_t *pages);
+
 #endif

@@ -34,6 +34,7 @@
 #include "step/step.h"
 
 typedef struct dcp_arch_ops dcp_arch_ops;
+typedef struct dcp_prefix_cache dcp_prefix_cache; /* prefix.c */
 
 /* ---- the model (weights) ------------------------------------------------------------------- */
 
@@ -107,6 +108,7 @@ struct dcp_model_state {
     uint32_t *seq_add;               /* [max_seqs] scratch: tokens a step adds */
     uint32_t *run_seq, *run_count;   /* [max_rows] scratch: the step's runs of rows per sequence */
     dcp_model_row *fwd_rows;         /* [max_rows] scratch of dcp_model_state_forward */
+    dcp_prefix_cache *prefix;        /* automatic prefix caching (prefix.c), NULL: off */
     /* statistics */
     uint64_t tokens_run;
     void *arch;                      /* the architecture's run state (its ops own it) */
@@ -160,6 +162,24 @@ uint32_t dcp_graph_shard_pages(uint32_t N, uint32_t B, uint32_t I, uint64_t leng
 /* DCP_ERR_OUT_OF_PAGES unless growing sequence q by adds[q] tokens (every q < max_seqs) fits in
  * the pools of every rank of a DCP group (placement formulas: the same answer on every process). */
 dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds);
+/* After dcp_graph_check_pages: evicts the unreferenced cached blocks (LRU) whose pages the step
+ * needs, so that every rank's free list holds the step's new pages. */
+void dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds);
+
+/* ---- automatic prefix caching (prefix.c) -------------------------------------------------- */
+
+/* Token `token` at position pos of sequence seq (a row of a step; nothing when caching is off). */
+void dcp_graph_prefix_record(dcp_model_state *s, uint32_t seq, uint32_t pos, int32_t token);
+/* Leading global blocks of seq that are cache entries (0 when off). */
+uint32_t dcp_graph_prefix_held(const dcp_model_state *s, uint32_t seq);
+/* Cache entries (each one page on every DCP rank), and those no sequence references. */
+uint32_t dcp_graph_prefix_entries(const dcp_model_state *s);
+uint32_t dcp_graph_prefix_reclaimable(const dcp_model_state *s);
+/* seq lets go of its entries (before its pages are freed): unreferenced ones stay cached. */
+void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq);
+/* Evicts up to n unreferenced entries, least recently released first (a page on every rank each). */
+void dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n);
+void dcp_graph_prefix_destroy(dcp_model_state *s);
 
 /* ---- blocks for the architectures ---------------------------------------------------------- */
 

@@ -493,6 +493,7 @@ void dcp_model_state_destroy(dcp_model_state *s)
     if (!s) return;
     const uint32_t G = s->ng, L = s->m->cfg.n_layer;
     dcp_step_destroy(s->step);
+    dcp_graph_prefix_destroy(s);
     if (s->arch) s->m->ops->state_destroy(s);
     for (uint32_t i = 0; s->r && i < s->m->nl; i++) {
         dcp_graph_rank *r = &s->r[i];
@@ -527,6 +528,7 @@ dcp_model *dcp_model_state_get_model(const dcp_model_state *s) { return s->m; }
 void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq)
 {
     if (seq >= s->cfg.max_seqs) return;
+    dcp_graph_prefix_release(s, seq); /* its cached blocks stay, held by the cache */
     for (uint32_t i = 0; i < s->ng * s->m->cfg.n_layer; i++) dcp_kv_cache_free_seq(s->caches[i], seq);
     s->seq_len[seq] = 0;
 }
@@ -539,6 +541,11 @@ dcp_status dcp_model_state_truncate_seq(dcp_model_state *s, uint32_t seq, uint32
     if (length > s->seq_len[seq])
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: truncating sequence %u of %u tokens to %u (longer)",
                         seq, s->seq_len[seq], length);
+    const uint64_t cached = (uint64_t)dcp_graph_prefix_held(s, seq) * s->cfg.block_size * s->m->dcp;
+    if (length < cached)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "model state: truncating sequence %u to %u tokens, inside its first %llu tokens, which are "
+                        "prefix-cache blocks shared with other sequences", seq, length, (unsigned long long)cached);
     /* Checked above, so no cache refuses: every layer's cache holds the same sequence lengths. */
     for (uint32_t i = 0; i < s->ng * s->m->cfg.n_layer; i++) {
         dcp_status st = dcp_kv_cache_truncate_seq(s->caches[i], seq, length);

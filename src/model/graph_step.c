@@ -61,6 +61,7 @@ static dcp_status append_rows(dcp_model_state *s, const dcp_model_row *rows, uin
         s->run_count[runs - 1]++;
         s->row_seq[i] = rows[i].seq;
         s->row_len[i] = (uint64_t)s->seq_len[rows[i].seq] + s->run_count[runs - 1];
+        dcp_graph_prefix_record(s, rows[i].seq, (uint32_t)(s->row_len[i] - 1), rows[i].token);
         if (rows[i].logits) s->out_row[s->n_out++] = i;
     }
     /* Every layer's caches hold the same pages (identical allocations): the checked pages fit. */
@@ -256,6 +257,7 @@ dcp_status dcp_model_state_step(dcp_model_state *s, const dcp_model_row *rows, u
 {
     dcp_status st = DCP_OK;
     if ((st = check_rows(s, rows, n)) != DCP_OK) return st;
+    dcp_graph_make_room(s, s->seq_add);
     DCP_TRY(append_rows(s, rows, n));
     write_inputs(s, rows);
     DCP_TRY(s->m->ops->set_rows(s));

@@ -1,0 +1,367 @@
+/* Automatic prefix caching of a run state (include/dcpvk/model.h, docs/design.md section 18).
+ *
+ * The unit is the global block: with DCP size N and pages of B tokens, positions [b B N, (b + 1) B N)
+ * of a sequence are page b of its block table on every rank of a DCP group, whatever the
+ * interleave (B is a multiple of I). A full block is a cache entry: its hash chains the previous
+ * block's hash (the seed for block 0) and its B N token ids; it holds that page on every rank of
+ * every layer's cache of every group held here (one hold each, src/kv/cache.c), and counts the
+ * sequences whose block tables list it (refs). Entries with refs 0 stay until their pages are
+ * needed, then go least recently released first; a sequence's blocks are released last block
+ * first, so a block is never evicted before the blocks that follow it in a chain.
+ *
+ * Page accounting (pages.c): a sequence's first `held` blocks are entries; on every DCP rank it
+ * holds shard_pages(length) - held pages of its own, and the entries one page each, so that
+ * used(r) = sum over sequences of (shard_pages - held) + entries, and the entries without refs
+ * are reclaimable. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/splitmix.h"
+#include "kv/kv_internal.h"
+#include "model/graph.h"
+
+typedef struct pfx_entry {
+    uint64_t hash;
+    uint64_t stamp;  /* when its refs last fell to 0 (LRU order) */
+    int32_t parent;  /* entry of the block before, or -1 for block 0 */
+    int32_t next;    /* next entry of the same hash bucket, or -1 */
+    uint32_t refs;   /* sequences whose block tables list it */
+    uint32_t block;  /* its block index in the chain */
+    bool used;
+} pfx_entry;
+
+struct dcp_prefix_cache {
+    uint64_t seed;
+    uint32_t bt;          /* tokens per global block: B * N */
+    uint32_t cap;         /* entries at most: the pages of a rank's pool */
+    uint32_t n_caches, gn;/* KV caches (layers x groups held here), local ranks of each */
+    uint32_t count, unref;
+    uint64_t clock, evictions;
+    pfx_entry *e;         /* [cap] */
+    int32_t *etoks;       /* [cap][bt] token ids of each entry */
+    uint32_t *epages;     /* [cap][n_caches][gn] the page each entry holds in each cache */
+    int32_t *free_e;      /* [cap] stack of unused entry indices */
+    uint32_t n_free_e;
+    int32_t *bucket;      /* [nbucket] first entry of each hash bucket, or -1 */
+    uint32_t nbucket;     /* a power of two */
+    uint32_t n_ctx, max_gblocks;
+    int32_t *seq_toks;    /* [max_seqs][n_ctx] token ids of each sequence (its rows) */
+    uint32_t *seq_held;   /* [max_seqs] leading blocks of each sequence that are entries */
+    int32_t *seq_entry;   /* [max_seqs][max_gblocks] those entries */
+    bool *seq_stop;       /* [max_seqs] no more registration (a block was cached already) */
+    uint32_t *scratch;    /* [gn][max_gblocks] pages of an attach */
+};
+
+uint64_t dcp_prefix_block_hash(uint64_t parent, const int32_t *tokens, uint32_t n)
+{
+    uint64_t st = parent ^ 0x7072656669786b76ull; /* "prefixkv" */
+    uint64_t h = dcp_splitmix64_next(&st);
+    for (uint32_t i = 0; i < n; i++) {
+        st ^= (uint64_t)(uint32_t)tokens[i] + ((uint64_t)i << 32);
+        h ^= dcp_splitmix64_next(&st);
+        h = (h << 13 | h >> 51) * 0x9E3779B97F4A7C15ull;
+    }
+    st ^= n;
+    return h ^ dcp_splitmix64_next(&st);
+}
+
+/* The seed of the chains: everything besides the tokens that changes what a block's KV holds. */
+static uint64_t state_seed(const dcp_model_state *s)
+{
+    const dcp_model *m = s->m;
+    const dcp_model_config *mc = &m->cfg;
+    uint64_t st = 0x646370766b706663ull, h = 0;
+    const uint32_t words[] = {mc->arch, mc->n_embd, mc->n_layer, mc->n_head, mc->n_head_kv, mc->n_ff, mc->n_vocab,
+                              mc->n_rot, mc->head_dim_qk, mc->n_expert, (uint32_t)s->cfg.kv_dtype, s->cfg.block_size,
+                              m->dcp, s->cfg.interleave, m->tp, (uint32_t)mc->rope_scaling};
+    const float floats[] = {mc->rope_freq_base, mc->rope_scaling_factor, mc->rope_yarn_log_mul,
+                            mc->rope_yarn_beta_fast, mc->rope_yarn_beta_slow, mc->rms_eps};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        st ^= words[i];
+        h ^= dcp_splitmix64_next(&st);
+    }
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        uint32_t b;
+        memcpy(&b, &floats[i], 4);
+        st ^= b;
+        h ^= dcp_splitmix64_next(&st);
+    }
+    for (const char *c = mc->arch_name; *c; c++) {
+        st ^= (uint8_t)*c;
+        h ^= dcp_splitmix64_next(&st);
+    }
+    st ^= m->file_bytes;
+    h ^= dcp_splitmix64_next(&st);
+    for (uint32_t i = 0; m->rope_freqs && i < mc->n_rot / 2; i++) {
+        uint32_t b;
+        memcpy(&b, &m->rope_freqs[i], 4);
+        st ^= b;
+        h ^= dcp_splitmix64_next(&st);
+    }
+    return h;
+}
+
+static void prefix_free(dcp_prefix_cache *p)
+{
+    if (!p) return;
+    free(p->e);
+    free(p->etoks);
+    free(p->epages);
+    free(p->free_e);
+    free(p->bucket);
+    free(p->seq_toks);
+    free(p->seq_held);
+    free(p->seq_entry);
+    free(p->seq_stop);
+    free(p->scratch);
+    free(p);
+}
+
+/* Removes entry x (refs 0) from the index, letting go of its pages. */
+static void evict_entry(dcp_model_state *s, int32_t x)
+{
+    dcp_prefix_cache *p = s->prefix;
+    pfx_entry *e = &p->e[x];
+    int32_t *link = &p->bucket[e->hash & (p->nbucket - 1)];
+    while (*link != x) link = &p->e[*link].next;
+    *link = e->next;
+    const uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
+    for (uint32_t k = 0; k < p->n_caches; k++)
+        for (uint32_t i = 0; i < p->gn; i++) dcp_kv_cache_page_drop(s->caches[k], i, pg[k * p->gn + i]);
+    e->used = false;
+    p->free_e[p->n_free_e++] = x;
+    p->count--;
+    p->unref--;
+}
+
+void dcp_graph_prefix_destroy(dcp_model_state *s)
+{
+    prefix_free(s->prefix);
+    s->prefix = NULL;
+}
+
+dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
+{
+    for (uint32_t q = 0; q < s->cfg.max_seqs; q++)
+        if (s->seq_len[q])
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "prefix caching: turned on or off with sequence %u holding %u tokens; only an empty "
+                            "run state changes it", q, s->seq_len[q]);
+    if (!on) {
+        if (s->prefix)
+            for (uint32_t x = 0; x < s->prefix->cap; x++)
+                if (s->prefix->e[x].used) evict_entry(s, (int32_t)x);
+        dcp_graph_prefix_destroy(s);
+        return DCP_OK;
+    }
+    if (s->prefix) return DCP_OK;
+    if (s->m->nl < s->m->tp)
+        return dcp_fail(DCP_ERR_UNSUPPORTED,
+                        "prefix caching: not supported with the TP group spread over MPI processes (the other "
+                        "processes would have to attach the same cached blocks); run without it");
+    dcp_prefix_cache *p = calloc(1, sizeof *p);
+    if (!p) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    const uint32_t Q = s->cfg.max_seqs;
+    p->seed = state_seed(s);
+    p->bt = s->cfg.block_size * s->m->dcp;
+    p->cap = s->cfg.kv_pages;
+    p->n_caches = s->ng * s->m->cfg.n_layer;
+    p->gn = s->gn;
+    p->n_ctx = s->cfg.n_ctx;
+    p->max_gblocks = s->cfg.n_ctx / p->bt + 1;
+    p->nbucket = 16;
+    while (p->nbucket < 2 * p->cap) p->nbucket *= 2;
+    p->e = calloc(p->cap, sizeof *p->e);
+    p->etoks = malloc((size_t)p->cap * p->bt * sizeof *p->etoks);
+    p->epages = malloc((size_t)p->cap * p->n_caches * p->gn * sizeof *p->epages);
+    p->free_e = malloc((size_t)p->cap * sizeof *p->free_e);
+    p->bucket = malloc((size_t)p->nbucket * sizeof *p->bucket);
+    p->seq_toks = calloc((size_t)Q * p->n_ctx, sizeof *p->seq_toks);
+    p->seq_held = calloc(Q, sizeof *p->seq_held);
+    p->seq_entry = calloc((size_t)Q * p->max_gblocks, sizeof *p->seq_entry);
+    p->seq_stop = calloc(Q, sizeof *p->seq_stop);
+    p->scratch = malloc((size_t)p->gn * p->max_gblocks * sizeof *p->scratch);
+    if (!p->e || !p->etoks || !p->epages || !p->free_e || !p->bucket || !p->seq_toks || !p->seq_held ||
+        !p->seq_entry || !p->seq_stop || !p->scratch) {
+        prefix_free(p);
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the prefix cache's index");
+    }
+    for (uint32_t x = 0; x < p->cap; x++) p->free_e[x] = (int32_t)(p->cap - 1 - x);
+    p->n_free_e = p->cap;
+    for (uint32_t b = 0; b < p->nbucket; b++) p->bucket[b] = -1;
+    s->prefix = p;
+    return DCP_OK;
+}
+
+bool dcp_model_state_prefix_caching(const dcp_model_state *s) { return s->prefix != NULL; }
+
+/* The entry of block `block` with parent `parent`, hash h and tokens toks [bt], or -1. */
+static int32_t find_entry(const dcp_prefix_cache *p, int32_t parent, uint64_t h, const int32_t *toks)
+{
+    for (int32_t x = p->bucket[h & (p->nbucket - 1)]; x >= 0; x = p->e[x].next) {
+        const pfx_entry *e = &p->e[x];
+        if (e->hash == h && e->parent == parent &&
+            !memcmp(p->etoks + (uint64_t)x * p->bt, toks, (size_t)p->bt * sizeof *toks))
+            return x;
+    }
+    return -1;
+}
+
+/* Walks the chain of tokens [n] (at most n - 1 tokens cached: the last one is computed for its
+ * logits); fills out [blocks] with the entries when out is not NULL. Returns the blocks found. */
+static uint32_t walk(const dcp_prefix_cache *p, const int32_t *toks, uint32_t n, int32_t *out, uint32_t *revived)
+{
+    uint32_t blocks = 0, rev = 0;
+    const uint32_t most = n ? (n - 1) / p->bt : 0;
+    uint64_t h = p->seed;
+    int32_t parent = -1;
+    while (blocks < most && blocks < p->max_gblocks) {
+        const int32_t *bt = toks + (uint64_t)blocks * p->bt;
+        h = dcp_prefix_block_hash(h, bt, p->bt);
+        int32_t x = find_entry(p, parent, h, bt);
+        if (x < 0) break;
+        rev += p->e[x].refs == 0;
+        if (out) out[blocks] = x;
+        parent = x;
+        blocks++;
+    }
+    if (revived) *revived = rev;
+    return blocks;
+}
+
+uint32_t dcp_model_state_prefix_lookup(const dcp_model_state *s, const int32_t *tokens, uint32_t n, uint32_t *revived)
+{
+    if (revived) *revived = 0;
+    if (!s->prefix || !tokens) return 0;
+    return walk(s->prefix, tokens, n, NULL, revived) * s->prefix->bt;
+}
+
+dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const int32_t *tokens, uint32_t n,
+                                         uint32_t *cached)
+{
+    dcp_status st = DCP_OK;
+    *cached = 0;
+    dcp_prefix_cache *p = s->prefix;
+    if (!p) return DCP_OK;
+    if (seq >= s->cfg.max_seqs || s->seq_len[seq] || n > s->cfg.n_ctx)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "prefix attach: sequence %u must be an empty slot of the %u, with at most %u tokens (%u)", seq,
+                        s->cfg.max_seqs, s->cfg.n_ctx, n);
+    int32_t *ent = p->seq_entry + (uint64_t)seq * p->max_gblocks;
+    const uint32_t blocks = walk(p, tokens, n, ent, NULL);
+    if (blocks == 0) return DCP_OK;
+    for (uint32_t k = 0; k < p->n_caches; k++) {
+        for (uint32_t i = 0; i < p->gn; i++)
+            for (uint32_t b = 0; b < blocks; b++)
+                p->scratch[(uint64_t)i * blocks + b] = p->epages[((uint64_t)ent[b] * p->n_caches + k) * p->gn + i];
+        /* Every cache checks the same things first: the first refuses or none does. */
+        DCP_TRY(dcp_kv_cache_attach(s->caches[k], seq, blocks, p->scratch));
+    }
+    for (uint32_t b = 0; b < blocks; b++) {
+        pfx_entry *e = &p->e[ent[b]];
+        if (e->refs++ == 0) p->unref--;
+    }
+    const uint32_t c = blocks * p->bt;
+    memcpy(p->seq_toks + (uint64_t)seq * p->n_ctx, tokens, (size_t)c * sizeof *tokens);
+    p->seq_held[seq] = blocks;
+    p->seq_stop[seq] = false;
+    s->seq_len[seq] = c;
+    *cached = c;
+    return DCP_OK;
+fail:
+    return dcp_fail_context(st, "prefix attach of sequence %u", seq);
+}
+
+dcp_status dcp_model_state_prefix_commit(dcp_model_state *s, uint32_t seq, uint32_t n)
+{
+    dcp_prefix_cache *p = s->prefix;
+    if (!p) return DCP_OK;
+    if (seq >= s->cfg.max_seqs || n > s->seq_len[seq])
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "prefix commit: sequence %u (of %u slots) holds %u tokens, fewer than the %u committed", seq,
+                        s->cfg.max_seqs, seq < s->cfg.max_seqs ? s->seq_len[seq] : 0, n);
+    int32_t *ent = p->seq_entry + (uint64_t)seq * p->max_gblocks;
+    const int32_t *toks = p->seq_toks + (uint64_t)seq * p->n_ctx;
+    while (!p->seq_stop[seq] && (uint64_t)(p->seq_held[seq] + 1) * p->bt <= n) {
+        const uint32_t b = p->seq_held[seq];
+        const int32_t parent = b ? ent[b - 1] : -1;
+        const uint64_t h = dcp_prefix_block_hash(b ? p->e[parent].hash : p->seed, toks + (uint64_t)b * p->bt, p->bt);
+        /* Computed already by another sequence (both prefilled it at once): this one keeps its own
+         * copy, and its later blocks stay its own too (a chain has one entry per block). */
+        if (find_entry(p, parent, h, toks + (uint64_t)b * p->bt) >= 0 || p->n_free_e == 0) {
+            p->seq_stop[seq] = true;
+            break;
+        }
+        const int32_t x = p->free_e[--p->n_free_e];
+        p->e[x] = (pfx_entry){.hash = h, .stamp = 0, .parent = parent, .next = p->bucket[h & (p->nbucket - 1)],
+                              .refs = 1, .block = b, .used = true};
+        p->bucket[h & (p->nbucket - 1)] = x;
+        memcpy(p->etoks + (uint64_t)x * p->bt, toks + (uint64_t)b * p->bt, (size_t)p->bt * sizeof *toks);
+        uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
+        for (uint32_t k = 0; k < p->n_caches; k++)
+            for (uint32_t i = 0; i < p->gn; i++) {
+                pg[k * p->gn + i] = dcp_kv_cache_block_table(s->caches[k], i, seq)[b];
+                dcp_kv_cache_page_hold(s->caches[k], i, pg[k * p->gn + i]);
+            }
+        ent[b] = x;
+        p->seq_held[seq]++;
+        p->count++;
+    }
+    return DCP_OK;
+}
+
+void dcp_graph_prefix_record(dcp_model_state *s, uint32_t seq, uint32_t pos, int32_t token)
+{
+    if (s->prefix && pos < s->prefix->n_ctx) s->prefix->seq_toks[(uint64_t)seq * s->prefix->n_ctx + pos] = token;
+}
+
+uint32_t dcp_graph_prefix_held(const dcp_model_state *s, uint32_t seq)
+{
+    return s->prefix && seq < s->cfg.max_seqs ? s->prefix->seq_held[seq] : 0;
+}
+
+uint32_t dcp_graph_prefix_entries(const dcp_model_state *s) { return s->prefix ? s->prefix->count : 0; }
+uint32_t dcp_graph_prefix_reclaimable(const dcp_model_state *s) { return s->prefix ? s->prefix->unref : 0; }
+
+void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq)
+{
+    dcp_prefix_cache *p = s->prefix;
+    if (!p || seq >= s->cfg.max_seqs) return;
+    const int32_t *ent = p->seq_entry + (uint64_t)seq * p->max_gblocks;
+    /* Last block first: the chain's tail is evicted before its head. */
+    for (uint32_t b = p->seq_held[seq]; b-- > 0;) {
+        pfx_entry *e = &p->e[ent[b]];
+        if (--e->refs == 0) {
+            e->stamp = ++p->clock;
+            p->unref++;
+        }
+    }
+    p->seq_held[seq] = 0;
+    p->seq_stop[seq] = false;
+}
+
+void dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n)
+{
+    dcp_prefix_cache *p = s->prefix;
+    while (p && n-- > 0 && p->unref > 0) {
+        int32_t best = -1;
+        for (uint32_t x = 0; x < p->cap; x++)
+            if (p->e[x].used && p->e[x].refs == 0 && (best < 0 || p->e[x].stamp < p->e[best].stamp)) best = (int32_t)x;
+        evict_entry(s, best);
+        p->evictions++;
+    }
+}
+
+void dcp_model_state_prefix_stats(const dcp_model_state *s, dcp_prefix_cache_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    const dcp_prefix_cache *p = s->prefix;
+    if (!p) return;
+    out->enabled = true;
+    out->block_tokens = p->bt;
+    out->blocks = p->count;
+    out->blocks_unreferenced = p->unref;
+    out->evictions = p->evictions;
+    out->seed = p->seed;
+}

@@ -1,0 +1,569 @@
+/* Automatic prefix caching (issue 20; src/model/prefix.c, the engine's admissions):
+ *  - hash chain: deterministic, changed by the parent hash, by any token and by its position;
+ *    the chain's seed changes with the KV dtype;
+ *  - sharing: a request whose prompt starts like an earlier one's attaches its full blocks (at
+ *    most n - 1 tokens), their pages listed by both block tables with one more holder each, and
+ *    prefills only the rest; partial blocks are not shared;
+ *  - the real pools agree with the formula accounting after every step: free pages + distinct
+ *    pages in use = the pool; free (formula) = real free + unreferenced cached blocks;
+ *  - LRU eviction: a pool too small for every prompt evicts the least recently released blocks
+ *    first; a request whose blocks were evicted misses, one whose blocks stayed hits;
+ *  - preemption: a preempted request's blocks stay cached and its recomputation hits them;
+ *  - cancellation frees only the pages no other sequence (or the cache) holds;
+ *  - the DCP block rule: on one trace, the hit tokens at DCP N (TP 8) equal those at DCP 1 (TP 1)
+ *    rounded down to blocks of N pages, for N = 2, 4, 8 and interleave 1 and 16 (a generated llama
+ *    with one KV head, so that DCP 8 fits TP 8);
+ *  - exact: every request's tokens (greedy and seeded sampling) are bitwise those of the same
+ *    request alone without caching, with its prefix from the cache and batched with others, over
+ *    stories260K (GQA, f16 KV) at TP 1 and the DCP layouts, a generated llama with q8_0 KV, and
+ *    deepseek2 (MLA latent cache) with f16 and q8_0 latent rows, at TP 1 and a DCP layout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/engine.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/tokenizer.h"
+#include "kv/kv_internal.h"
+#include "model/graph.h"
+#include "testmodel/testmodel.h"
+#include "ref_model.h"
+#include "vkutil.h"
+
+enum { MAXT = 64, MAXR = 8, MAXP = 512 };
+
+typedef enum src_kind { SRC_STORIES, SRC_GEN_KV1, SRC_GEN_HD32, SRC_DS2, SRC_DS2_Q8 } src_kind;
+
+typedef struct fixture {
+    dcp_gguf *g;
+    void *bytes;
+    dcp_model_config cfg;
+    dcp_context *ctx;
+    dcp_model *m;
+    dcp_model_state *s;
+    dcp_tokenizer *tok;
+    dcp_engine *e;
+} fixture;
+
+static void open_src(src_kind k, fixture *f)
+{
+    if (k == SRC_STORIES) {
+        DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
+        return;
+    }
+    dcp_gguf_writer *w;
+    if (k == SRC_GEN_HD32 || k == SRC_GEN_KV1) {
+        dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+        mc.n_layer = 2;
+        mc.n_head = 8;
+        mc.n_ff = 256;
+        if (k == SRC_GEN_KV1) { /* one KV head: DCP up to 8 at TP 8 */
+            mc.n_embd = 128;
+            mc.n_head_kv = 1;
+            mc.head_dim = 16;
+            mc.seed = 77;
+        } else {
+            mc.n_embd = 256;
+            mc.n_head_kv = 2;
+            mc.head_dim = 32;
+            mc.seed = 311;
+        }
+        DCP_ASSERT_OK(dcp_gguf_build_test_model(&mc, &w));
+    } else {
+        dcp_test_deepseek2_config dc;
+        DCP_ASSERT_OK(dcp_test_deepseek2_preset('A', &dc));
+        if (k == SRC_DS2_Q8) dc.kv_lora_rank = 48; /* latent rows of 48 + 16 = 64 values: q8_0 blocks */
+        DCP_ASSERT_OK(dcp_gguf_build_test_model_deepseek2(&dc, &w));
+    }
+    size_t size;
+    DCP_ASSERT_OK(dcp_gguf_writer_write_memory(w, &f->bytes, &size));
+    dcp_gguf_writer_destroy(w);
+    DCP_ASSERT_OK(dcp_gguf_open_memory(f->bytes, size, "<generated test model>", &f->g));
+}
+
+static void fx_open(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc, bool cache)
+{
+    memset(f, 0, sizeof *f);
+    open_src(src, f);
+    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
+    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
+    f->ctx = dcp_test_context_of(tp);
+    dcp_device *devs[8];
+    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
+    DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    ec.enable_prefix_caching = cache;
+    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
+}
+
+static void fx_close(fixture *f)
+{
+    dcp_engine_destroy(f->e);
+    /* The engine took its cached blocks with it: the pools are empty again. */
+    for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < f->s->gn; i++)
+            assert_int_equal(dcp_kv_cache_pages_free(f->s->caches[k], i), f->s->cfg.kv_pages);
+    dcp_model_state_destroy(f->s);
+    dcp_model_destroy(f->m);
+    dcp_test_context_done(f->ctx);
+    dcp_tokenizer_destroy(f->tok);
+    dcp_gguf_close(f->g);
+    free(f->bytes);
+}
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+typedef struct req {
+    int32_t prompt[MAXP];
+    uint32_t n, max_tokens;
+    float temp;
+    uint64_t seed;
+} req;
+
+typedef struct out {
+    int32_t toks[MAXT];
+    uint32_t n, cached;
+    bool done;
+    uint64_t id;
+} out;
+
+static void drain(dcp_engine *e)
+{
+    dcp_engine_event ev;
+    while (dcp_engine_poll(e, &ev)) {
+        out *o = ev.user;
+        if (ev.token >= 0 && ev.kind == DCP_ENGINE_EVENT_TOKEN) o->toks[o->n++] = ev.token;
+        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
+            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
+            if (ev.token >= 0 && ev.finish != DCP_ENGINE_FINISH_CANCELLED) o->toks[o->n++] = ev.token;
+            o->cached = ev.cached_tokens;
+            o->done = true;
+        }
+    }
+}
+
+static void submit(fixture *f, const req *r, out *o)
+{
+    dcp_engine_request q = DCP_ENGINE_REQUEST_DEFAULT;
+    q.prompt = r->prompt;
+    q.n_prompt = r->n;
+    q.max_tokens = r->max_tokens;
+    q.ignore_eos = true;
+    q.sampling.temperature = r->temp;
+    q.sampling.seed = r->seed;
+    q.user = o;
+    memset(o, 0, sizeof *o);
+    DCP_ASSERT_OK(dcp_engine_submit(f->e, &q, &o->id));
+}
+
+/* ---- the real pools against the accounting ---------------------------------------------------- */
+
+/* Every cache and rank: the pages listed by block tables or held by the cache are distinct from
+ * the free ones and add up to the pool; the formula's free pages are the real free ones plus the
+ * unreferenced cached blocks. */
+static void check_pools(const fixture *f)
+{
+    const dcp_model_state *s = f->s;
+    const uint32_t P = s->cfg.kv_pages;
+    uint8_t *seen = malloc(P);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(s, &ps);
+    for (uint32_t k = 0; k < s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < s->gn; i++) {
+            const dcp_kv_cache *c = s->caches[k];
+            uint32_t used = 0;
+            for (uint32_t p = 0; p < P; p++) used += dcp_kv_cache_page_refs(c, i, p) > 0;
+            const uint32_t real_free = dcp_kv_cache_pages_free(c, i);
+            assert_int_equal(used + real_free, P);
+            /* Every listed page is held. */
+            memset(seen, 0, P);
+            for (uint32_t q = 0; q < s->cfg.max_seqs; q++) {
+                const uint32_t *bt = dcp_kv_cache_block_table(c, i, q);
+                const uint32_t len = dcp_kv_cache_seq_local_length(c, i, q);
+                for (uint32_t b = 0; b < (len + s->cfg.block_size - 1) / s->cfg.block_size; b++)
+                    assert_true(dcp_kv_cache_page_refs(c, i, bt[b]) > 0);
+            }
+            const uint32_t gr = s->m->dcp > 1 ? s->r[k % s->ng * s->gn + i].gr : 0;
+            assert_int_equal(dcp_model_state_rank_pages_free(s, gr), real_free + ps.blocks_unreferenced);
+        }
+    free(seen);
+}
+
+/* Runs until idle, checking the pools after every step. */
+static void run(fixture *f)
+{
+    for (uint32_t step = 0; dcp_engine_busy(f->e); step++) {
+        DCP_ASSERT_OK(dcp_engine_step(f->e));
+        drain(f->e);
+        check_pools(f);
+        assert_true(step < 4000);
+    }
+}
+
+static void make_prompt(req *r, uint32_t n, uint32_t salt, uint32_t V)
+{
+    r->n = n;
+    for (uint32_t t = 0; t < n; t++) r->prompt[t] = (int32_t)(1 + (t * 37u + salt * 101u + (t * t) % 13u) % (V - 1));
+}
+
+/* r = the first `keep` tokens of base, then `extra` tokens of another stream (differing at once). */
+static void fork_prompt(req *r, const req *base, uint32_t keep, uint32_t extra, uint32_t salt, uint32_t V)
+{
+    memcpy(r->prompt, base->prompt, keep * sizeof *r->prompt);
+    for (uint32_t t = 0; t < extra; t++) {
+        int32_t v = (int32_t)(1 + ((keep + t) * 53u + salt * 7u) % (V - 1));
+        if (t == 0 && keep < base->n && v == base->prompt[keep]) v = v % (int32_t)(V - 1) + 1;
+        r->prompt[keep + t] = v;
+    }
+    r->n = keep + extra;
+}
+
+static void assert_same(const char *what, uint32_t k, const out *a, const out *b)
+{
+    if (a->n != b->n || memcmp(a->toks, b->toks, a->n * sizeof a->toks[0]))
+        fail_msg("%s: request %u: %u tokens from the cache (first %d) differ from %u computed (first %d)", what, k,
+                 a->n, a->n ? a->toks[0] : -1, b->n, b->n ? b->toks[0] : -1);
+}
+
+/* ---- the hash chain ----------------------------------------------------------------------------- */
+
+static void test_hash_chain(void **state)
+{
+    (void)state;
+    int32_t a[16], b[16];
+    for (int i = 0; i < 16; i++) a[i] = b[i] = 100 + i;
+    const uint64_t h0 = dcp_prefix_block_hash(42, a, 16);
+    assert_true(h0 == dcp_prefix_block_hash(42, b, 16));
+    assert_true(h0 != dcp_prefix_block_hash(43, a, 16));
+    b[15] = 99;
+    assert_true(h0 != dcp_prefix_block_hash(42, b, 16));
+    b[15] = a[15];
+    b[3] = a[4];
+    b[4] = a[3]; /* the same tokens in another order */
+    assert_true(h0 != dcp_prefix_block_hash(42, b, 16));
+    assert_true(dcp_prefix_block_hash(h0, a, 16) != h0);
+    assert_true(dcp_prefix_block_hash(42, a, 15) != h0);
+}
+
+/* ---- sharing, reference counts, cancellation (stories260K, TP 1, pages of 4) ----------------- */
+
+static void test_sharing_cancel(void **state)
+{
+    (void)state;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 128;
+    sc.max_seqs = 4;
+    sc.max_rows = 16;
+    sc.block_size = 4;
+    fixture f;
+    fx_open(&f, SRC_STORIES, 1, 1, &sc, true);
+    const uint32_t V = f.cfg.n_vocab;
+    static req a, b, c;
+    make_prompt(&a, 40, 1, V);
+    a.max_tokens = 6;
+    b = a; /* the same prompt: 36 tokens cached (never the last) */
+    b.temp = 0.8f;
+    b.seed = 5;
+    fork_prompt(&c, &a, 21, 9, 2, V); /* 21 shared: 5 blocks of 4, the partial sixth not shared */
+    c.max_tokens = 6;
+    out oa, ob, oc;
+    submit(&f, &a, &oa);
+    run(&f);
+    assert_int_equal(oa.cached, 0);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_true(ps.enabled);
+    assert_int_equal(ps.block_tokens, 4);
+    assert_int_equal(ps.blocks, (40 + 6 - 1) / 4); /* every full block of what a had in KV */
+    assert_int_equal(ps.blocks_unreferenced, ps.blocks);
+    /* b and c together: b shares c's first 5 blocks, and 4 more. */
+    submit(&f, &b, &ob);
+    submit(&f, &c, &oc);
+    DCP_ASSERT_OK(dcp_engine_step(f.e));
+    drain(f.e);
+    check_pools(&f);
+    const int32_t sb = dcp_engine_request_slot(f.e, ob.id), scs = dcp_engine_request_slot(f.e, oc.id);
+    assert_true(sb >= 0 && scs >= 0);
+    const dcp_kv_cache *k0 = f.s->caches[0];
+    const uint32_t *btb = dcp_kv_cache_block_table(k0, 0, (uint32_t)sb), *btc = dcp_kv_cache_block_table(k0, 0, (uint32_t)scs);
+    for (uint32_t blk = 0; blk < 5; blk++) {
+        assert_int_equal(btb[blk], btc[blk]);
+        assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btb[blk]), 3); /* the cache, b, c */
+    }
+    for (uint32_t blk = 5; blk < 9; blk++) assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btb[blk]), 2);
+    /* c's sixth and seventh blocks (tokens 20..27, full after its first chunk) are its own, cached
+     * now; its eighth (28, 29) is partial: its own, never cached. */
+    assert_true(btc[5] != btb[5]);
+    assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btc[5]), 2);
+    assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btc[6]), 2);
+    assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btc[7]), 1);
+    /* Cancelling c frees only what no one else holds (its partial block); its cached blocks become
+     * reclaimable; the shared ones lose one holder. */
+    const uint32_t free0 = dcp_kv_cache_pages_free(k0, 0), avail0 = dcp_model_state_rank_pages_free(f.s, 0);
+    const uint32_t own = dcp_model_state_seq_pages(f.s, (uint32_t)scs, 0) - 5;
+    assert_int_equal(own, 3);
+    DCP_ASSERT_OK(dcp_engine_cancel(f.e, oc.id));
+    drain(f.e);
+    assert_int_equal(dcp_kv_cache_pages_free(k0, 0), free0 + 1);
+    assert_int_equal(dcp_model_state_rank_pages_free(f.s, 0), avail0 + own);
+    for (uint32_t blk = 0; blk < 5; blk++) assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btb[blk]), 2);
+    check_pools(&f);
+    run(&f);
+    assert_int_equal(ob.cached, 36);
+    dcp_engine_stats es;
+    dcp_engine_get_stats(f.e, &es);
+    assert_int_equal(es.prefix_hits, 36 + 20);
+    assert_int_equal(es.prefix_queries, 40 + 40 + 30);
+    /* b's tokens are those of b alone without caching; a's greedy tokens again from the cache. */
+    out ob2, oa2;
+    submit(&f, &a, &oa2);
+    run(&f);
+    assert_int_equal(oa2.cached, 36);
+    assert_same("same prompt again", 0, &oa2, &oa);
+    fixture g;
+    fx_open(&g, SRC_STORIES, 1, 1, &sc, false);
+    submit(&g, &b, &ob2);
+    run(&g);
+    assert_int_equal(ob2.cached, 0);
+    assert_same("sampled, prefix from the cache", 1, &ob, &ob2);
+    fx_close(&g);
+    fx_close(&f);
+}
+
+/* ---- LRU eviction and preemption (stories260K, TP 1) ------------------------------------------- */
+
+static void test_lru(void **state)
+{
+    (void)state;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 128;
+    sc.max_seqs = 2;
+    sc.max_rows = 16;
+    sc.block_size = 4;
+    sc.kv_pages = 16; /* two prompts of 40 tokens do not both stay cached */
+    fixture f;
+    fx_open(&f, SRC_STORIES, 1, 1, &sc, true);
+    const uint32_t V = f.cfg.n_vocab;
+    static req a, b;
+    make_prompt(&a, 40, 3, V);
+    make_prompt(&b, 40, 4, V);
+    a.max_tokens = b.max_tokens = 2;
+    out o[6];
+    submit(&f, &a, &o[0]);
+    run(&f);
+    submit(&f, &b, &o[1]); /* takes 11 pages: 6 free + a's 10 reclaimable: evicts a's tail */
+    run(&f);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_int_equal(ps.evictions, 5);
+    assert_int_equal(ps.blocks, 15);
+    submit(&f, &b, &o[2]); /* b was released last: all of it hits */
+    run(&f);
+    assert_int_equal(o[2].cached, 36);
+    assert_same("b again", 1, &o[2], &o[1]);
+    /* a's blocks were evicted tail first: what is left of its chain is its head. */
+    submit(&f, &a, &o[3]);
+    run(&f);
+    assert_int_equal(o[3].cached, 16); /* blocks 0..3: block 4 went for b's second run */
+    assert_same("a again", 0, &o[3], &o[0]);
+    fx_close(&f);
+}
+
+static void test_preemption(void **state)
+{
+    (void)state;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 128;
+    sc.max_seqs = 3;
+    sc.max_rows = 16;
+    sc.block_size = 4;
+    sc.kv_pages = 30; /* three requests of 24 + 40 tokens cannot all decode together */
+    const uint32_t n = 3;
+    static req r[3];
+    out with[3], without[3];
+    fixture f;
+    fx_open(&f, SRC_STORIES, 1, 1, &sc, true);
+    const uint32_t V = f.cfg.n_vocab;
+    for (uint32_t k = 0; k < n; k++) {
+        make_prompt(&r[k], 24, 10 + k, V);
+        r[k].max_tokens = 40;
+        r[k].temp = k == 1 ? 0.9f : 0.0f;
+        r[k].seed = 17 + k;
+    }
+    for (uint32_t k = 0; k < n; k++) submit(&f, &r[k], &with[k]);
+    run(&f);
+    dcp_engine_stats es;
+    dcp_engine_get_stats(f.e, &es);
+    assert_true(es.preemptions > 0);
+    assert_true(es.prefix_hits > 0); /* the recomputations took their blocks from the cache */
+    fprintf(stderr, "preemption: %llu preemptions, %llu of %llu queried tokens hit, %llu recomputed rows\n",
+            (unsigned long long)es.preemptions, (unsigned long long)es.prefix_hits,
+            (unsigned long long)es.prefix_queries, (unsigned long long)es.recomputed_tokens);
+    fx_close(&f);
+    fixture g;
+    sc.kv_pages = 0;
+    fx_open(&g, SRC_STORIES, 1, 1, &sc, false);
+    for (uint32_t k = 0; k < n; k++) {
+        submit(&g, &r[k], &without[k]);
+        run(&g);
+        assert_same("preempted, recomputed from the cache", k, &with[k], &without[k]);
+    }
+    fx_close(&g);
+}
+
+/* ---- the DCP block rule and bitwise tokens over one trace ----------------------------------- */
+
+enum { NTRACE = 5 };
+
+/* The trace: r0 alone (max 1 token: what it caches is its prompt), then r1..r4 together: forks of
+ * r0's prompt at 250, 40, 200 tokens and r0's prompt itself. Each request's cached tokens into
+ * cached[] (with caching), its tokens bitwise against the same request alone without caching. */
+static void run_trace(src_kind src, uint32_t tp, uint32_t dcp, uint32_t interleave, uint32_t block, dcp_dtype kv,
+                      uint32_t plen, uint32_t *cached)
+{
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = plen + 32;
+    sc.max_seqs = 4;
+    sc.max_rows = 64;
+    sc.block_size = block;
+    sc.interleave = interleave;
+    sc.kv_dtype = kv;
+    fixture f;
+    fx_open(&f, src, tp, dcp, &sc, true);
+    const uint32_t V = f.cfg.n_vocab;
+    static req r[NTRACE];
+    make_prompt(&r[0], plen, 1, V);
+    r[0].max_tokens = 1;
+    fork_prompt(&r[1], &r[0], plen * 5 / 6, plen / 6, 2, V);
+    fork_prompt(&r[2], &r[0], plen / 7, plen / 3, 3, V);
+    fork_prompt(&r[3], &r[0], plen * 2 / 3, 20, 4, V);
+    r[4] = r[0];
+    for (uint32_t k = 1; k < NTRACE; k++) {
+        r[k].max_tokens = 6;
+        r[k].temp = k % 2 ? 0.0f : 0.7f;
+        r[k].seed = 100 + k;
+    }
+    out with[NTRACE], without[NTRACE];
+    submit(&f, &r[0], &with[0]);
+    run(&f);
+    for (uint32_t k = 1; k < NTRACE; k++) submit(&f, &r[k], &with[k]);
+    run(&f);
+    dcp_engine_stats es;
+    dcp_engine_get_stats(f.e, &es);
+    uint64_t hits = 0;
+    for (uint32_t k = 0; k < NTRACE; k++) {
+        cached[k] = with[k].cached;
+        hits += cached[k];
+    }
+    assert_int_equal(es.prefix_hits, hits);
+    fprintf(stderr, "%s TP %u DCP %u interleave %u block %u %s: cached tokens", src == SRC_STORIES ? "stories260K"
+            : src == SRC_GEN_KV1 ? "llama-1kv" : src == SRC_GEN_HD32 ? "llama-hd32" : src == SRC_DS2 ? "deepseek2" : "deepseek2-kv64", tp, dcp, interleave,
+            block, dcp_dtype_name(kv));
+    for (uint32_t k = 0; k < NTRACE; k++) fprintf(stderr, " %u/%u", cached[k], r[k].n);
+    fprintf(stderr, "; %llu prefill rows saved of %llu\n", (unsigned long long)es.prefix_hits,
+            (unsigned long long)es.prefix_queries);
+    fx_close(&f);
+    fixture g;
+    fx_open(&g, src, tp, dcp, &sc, false);
+    for (uint32_t k = 0; k < NTRACE; k++) {
+        submit(&g, &r[k], &without[k]);
+        run(&g);
+        assert_int_equal(without[k].cached, 0);
+        char what[128];
+        snprintf(what, sizeof what, "TP %u DCP %u interleave %u %s", tp, dcp, interleave, dcp_dtype_name(kv));
+        assert_same(what, k, &with[k], &without[k]);
+    }
+    fx_close(&g);
+}
+
+static void test_dcp_rule(void **state)
+{
+    (void)state;
+    const uint32_t B = 16, plen = 300;
+    uint32_t base[NTRACE];
+    run_trace(SRC_GEN_KV1, 1, 1, 1, B, DCP_DTYPE_F16, plen, base);
+    assert_int_equal(base[0], 0);
+    assert_int_equal(base[4], (plen - 1) / B * B);
+    const uint32_t Ns[] = {2, 4, 8}, Is[] = {1, 16};
+    for (uint32_t a = 0; a < 3; a++)
+        for (uint32_t b = 0; b < 2; b++) {
+            uint32_t got[NTRACE];
+            run_trace(SRC_GEN_KV1, 8, Ns[a], Is[b], B, DCP_DTYPE_F16, plen, got);
+            for (uint32_t k = 0; k < NTRACE; k++) {
+                const uint32_t want = base[k] / (B * Ns[a]) * (B * Ns[a]);
+                if (got[k] != want)
+                    fail_msg("DCP %u interleave %u: request %u hit %u tokens; DCP 1 hit %u, rounded down to blocks of "
+                             "%u tokens: %u", Ns[a], Is[b], k, got[k], base[k], B * Ns[a], want);
+            }
+        }
+}
+
+/* ---- other caches: q8_0 KV, the MLA latent cache ----------------------------------------------- */
+
+static void test_models(void **state)
+{
+    (void)state;
+    uint32_t c[NTRACE];
+    run_trace(SRC_STORIES, 1, 1, 1, 16, DCP_DTYPE_F16, 200, c); /* GQA: 4 KV heads */
+    assert_int_equal(c[4], 192);
+    run_trace(SRC_STORIES, 8, 2, 1, 16, DCP_DTYPE_F16, 200, c);
+    assert_int_equal(c[4], 192);
+    run_trace(SRC_GEN_HD32, 1, 1, 1, 8, DCP_DTYPE_Q8_0, 120, c);
+    assert_int_equal(c[4], 112);
+    run_trace(SRC_GEN_HD32, 8, 2, 4, 8, DCP_DTYPE_Q8_0, 120, c);
+    assert_int_equal(c[4], 112);
+    run_trace(SRC_DS2, 1, 1, 1, 8, DCP_DTYPE_F16, 120, c);
+    assert_int_equal(c[4], 112);
+    run_trace(SRC_DS2, 4, 4, 1, 8, DCP_DTYPE_F16, 120, c);
+    assert_int_equal(c[4], 96);
+    run_trace(SRC_DS2_Q8, 4, 4, 2, 8, DCP_DTYPE_Q8_0, 120, c);
+    assert_int_equal(c[4], 96);
+}
+
+static dcp_status no_plan(void *user, const dcp_engine_plan *plan)
+{
+    (void)user;
+    (void)plan;
+    return DCP_OK;
+}
+
+/* The chain's seed covers the KV dtype; MPI followers are refused with a message. */
+static void test_seed_refused(void **state)
+{
+    (void)state;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 64;
+    fixture f, g;
+    fx_open(&f, SRC_GEN_HD32, 1, 1, &sc, true);
+    sc.kv_dtype = DCP_DTYPE_Q8_0;
+    fx_open(&g, SRC_GEN_HD32, 1, 1, &sc, true);
+    dcp_prefix_cache_stats a, b;
+    dcp_model_state_prefix_stats(f.s, &a);
+    dcp_model_state_prefix_stats(g.s, &b);
+    assert_true(a.enabled && b.enabled && a.seed != b.seed);
+    fx_close(&g);
+    dcp_engine_destroy(f.e);
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    ec.enable_prefix_caching = true;
+    ec.on_plan = no_plan;
+    dcp_engine *e = NULL;
+    assert_int_equal(dcp_engine_create(f.s, f.tok, &ec, &e), DCP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(dcp_last_error(), "MPI followers"));
+    ec = (dcp_engine_config)DCP_ENGINE_CONFIG_DEFAULT;
+    DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
+    assert_false(dcp_model_state_prefix_caching(f.s));
+    fx_close(&f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hash_chain),   cmocka_unit_test(test_sharing_cancel), cmocka_unit_test(test_lru),
+        cmocka_unit_test(test_preemption),   cmocka_unit_test(test_dcp_rule),       cmocka_unit_test(test_models),
+        cmocka_unit_test(test_seed_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
