@@ -134,6 +134,13 @@ static int serve(serve_app *a)
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     if (a->mpi) ec.on_plan = run_plan_broadcast;
     run_spec_config(&a->spec, &ec.spec);
+    /* Prefix caching: on by default, but the MPI followers cannot attach cached blocks yet. */
+    ec.enable_prefix_caching = a->o.prefix_caching && !a->mpi;
+    if (a->mpi && a->o.prefix_caching_asked) {
+        fprintf(stderr, "%s: --enable-prefix-caching: not supported under mpiexec (the other processes would have "
+                        "to attach the same cached blocks); run without it\n", a->prog);
+        return quit(a, DCP_EXIT_RUNTIME);
+    }
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
@@ -178,6 +185,9 @@ static int serve(serve_app *a)
             fprintf(stderr, "%s: speculative decoding: %s, %u tokens per step%s%s\n", a->prog,
                     dcp_spec_method_name(a->spec.method), a->spec.k, a->spec.model ? ", draft " : "",
                     a->spec.model ? a->spec.model : "");
+        fprintf(stderr, "%s: prefix caching: %s\n", a->prog,
+                ec.enable_prefix_caching ? "on (blocks of block-size x DCP tokens)"
+                : a->mpi ? "off (not supported under mpiexec)" : "off (--no-enable-prefix-caching)");
         fflush(stderr);
         step_failed = serve_hub_run(&h, e, &stop_flag, quiesce, http) != 0;
         rc = step_failed ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;

@@ -27,7 +27,10 @@
  *    --request-timeout, a client sending a byte now and then too; one address gets at most
  *    --max-connections-per-ip.
  *  - servers with --speculative-config (n-gram drafts; a draft model) give the 16 texts of the
- *    server without it, and count their drafts in /metrics.
+ *    server without it, and count their drafts in /metrics;
+ *  - prefix caching (on by default): a long prompt sent twice reports usage.prompt_tokens_details.
+ *    cached_tokens 0, then whole blocks of 16 x 2 tokens, with the same text; /metrics counts
+ *    vllm:prefix_cache_queries_total and _hits_total in tokens (under mpiexec: off, 0 cached).
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */
@@ -1208,6 +1211,52 @@ static void test_key_and_no_template(void **state)
     assert_int_equal(server_stop(&s), 0);
 }
 
+/* usage.prompt_tokens_details.cached_tokens of a completion response (-1: missing). */
+static int cached_tokens_of(const char *json)
+{
+    cJSON *j = cJSON_Parse(json);
+    assert_non_null(j);
+    const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens_details");
+    const cJSON *c = cJSON_GetObjectItem(d, "cached_tokens");
+    const int v = cJSON_IsNumber(c) ? c->valueint : -1;
+    cJSON_Delete(j);
+    return v;
+}
+
+static void test_prefix_cache(void **state)
+{
+    (void)state;
+    char *m0 = metrics(&srv);
+    const double q0 = metric(m0, "vllm:prefix_cache_queries_total"), h0 = metric(m0, "vllm:prefix_cache_hits_total");
+    free(m0);
+    const char *body = "{\"model\": \"stories260K\", \"prompt\": \"Once upon a time, there was a little girl named "
+                       "Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park. She "
+                       "ran to it and\", \"max_tokens\": 8, \"temperature\": 0}";
+    char *r1, *r2, f1[32], f2[32];
+    assert_int_equal(post(&srv, "/v1/completions", body, &r1), 200);
+    assert_int_equal(post(&srv, "/v1/completions", body, &r2), 200);
+    const int c1 = cached_tokens_of(r1), c2 = cached_tokens_of(r2);
+    char *t1 = completion_text(r1, f1, sizeof f1), *t2 = completion_text(r2, f2, sizeof f2);
+    assert_string_equal(t1, t2);
+    char *m = metrics(&srv);
+    const double q = metric(m, "vllm:prefix_cache_queries_total") - q0, h = metric(m, "vllm:prefix_cache_hits_total") - h0;
+    printf("prefix cache: cached_tokens %d then %d; %.0f of %.0f queried tokens hit\n", c1, c2, h, q);
+    assert_true(q > 0 || mpiexec);
+    if (mpiexec) { /* off under mpiexec */
+        assert_int_equal(c2, 0);
+    } else {
+        assert_int_equal(c1, 0);
+        assert_true(c2 >= 32 && c2 % 32 == 0); /* whole blocks of 16 tokens x DCP 2 */
+        assert_true(h == c2);
+        assert_true(metric(m, "dcpvk_prefix_cache_blocks") >= c2 / 32);
+    }
+    free(m);
+    free(t1);
+    free(t2);
+    free(r1);
+    free(r2);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1245,7 +1294,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
-        cmocka_unit_test(test_openai_client), cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
@@ -1255,7 +1304,7 @@ int main(int argc, char **argv)
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
-        cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
+        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
     };
     if (mpiexec) return cmocka_run_group_tests(mpi_tests, group_setup, group_teardown);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

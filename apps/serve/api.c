@@ -610,6 +610,8 @@ static void add_usage(cJSON *o, const serve_req *r)
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", r->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + r->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", r->cached_tokens);
 }
 
 /* A cJSON string of n bytes (the text is not NUL-terminated where it is cut). */

@@ -169,6 +169,7 @@ static void route_events(serve_hub *h, dcp_engine *e)
         serve_req *r = ev.user;
         append_text(r, ev.text, ev.len);
         r->completion_tokens = ev.completion_tokens;
+        r->cached_tokens = ev.cached_tokens;
         if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
             r->finish = ev.finish;
             r->status = ev.status;
@@ -346,6 +347,20 @@ char *serve_metrics_text(serve_hub *h)
     for (uint32_t j = 0; j < DCP_SPEC_MAX_TOKENS && (j < 1 || s->spec_accepted_per_pos[j]); j++)
         tprintf(&b, "dcpvk_spec_decode_num_accepted_tokens_per_pos_total{position=\"%u\"} %llu\n", j,
                 (unsigned long long)s->spec_accepted_per_pos[j]);
+    /* automatic prefix caching: vLLM's counters (tokens), and ours */
+    COUNTER("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens (every admission's tokens).",
+            s->prefix_queries);
+    COUNTER("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens (taken from the cache, not prefilled).",
+            s->prefix_hits);
+    COUNTER("dcpvk_prefix_cache_queries_total", "Tokens looked up in the prefix cache at admissions.",
+            s->prefix_queries);
+    COUNTER("dcpvk_prefix_cache_hits_total", "Tokens taken from the prefix cache instead of prefilled.",
+            s->prefix_hits);
+    GAUGE("dcpvk_prefix_cache_blocks", "Cached KV blocks (block_size x DCP tokens; a page on every rank).", "%u",
+          s->prefix_blocks);
+    GAUGE("dcpvk_prefix_cache_blocks_reclaimable", "Cached KV blocks no request uses (evicted LRU when needed).",
+          "%u", s->prefix_blocks_unreferenced);
+    COUNTER("dcpvk_prefix_cache_evictions_total", "Cached KV blocks evicted.", s->prefix_evictions);
     COUNTER("dcpvk_http_responses_total", "HTTP responses sent.", m->http_requests);
     COUNTER("dcpvk_http_errors_total", "HTTP responses with a 4xx or 5xx status.", m->http_errors);
     GAUGE("dcpvk_http_connections", "HTTP connections open now.", "%u", m->http_connections);

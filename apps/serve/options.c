@@ -92,6 +92,13 @@ void serve_print_help(const char *prog)
            "      --log-format text|json           one access-log line per request on stderr: client,\n"
            "                                       method, path, status, prompt and completion tokens,\n"
            "                                       time in ms, finish reason, how it ended (default text)\n"
+           "      --enable-prefix-caching, --no-enable-prefix-caching\n"
+           "                                       automatic prefix caching (vLLM's flags): a request\n"
+           "                                       starts with the cached KV of the longest prefix of\n"
+           "                                       its prompt that an earlier request computed (whole\n"
+           "                                       blocks of block-size x DCP tokens) and prefills the\n"
+           "                                       rest; the tokens are the same (default on; one\n"
+           "                                       process only: off under mpiexec)\n"
            "\n"
            "Request fields: model, prompt (completions) or messages (chat), max_tokens (chat also\n"
            "max_completion_tokens), temperature, top_p, top_k, seed (-1: a random seed), stream,\n"
@@ -148,7 +155,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
                          .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0, .max_queued = 64,
                          .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
                          .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .log_json = false,
-                         .help = 0, .version = 0};
+                         .prefix_caching = true, .prefix_caching_asked = false, .help = 0, .version = 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return DCP_EXIT_RUNTIME;
     int nrest = 0, rc = 0;
@@ -169,6 +176,11 @@ int serve_parse(int argc, char **argv, serve_options *o)
         }
         if (IS("-h") || IS("--help")) {
             o->help = 1;
+            continue;
+        }
+        if (IS("--enable-prefix-caching") || IS("--no-enable-prefix-caching")) {
+            o->prefix_caching = IS("--enable-prefix-caching");
+            o->prefix_caching_asked = o->prefix_caching;
             continue;
         }
         if (!mine) { /* dcp-vk-run's (or unknown: run_parse says so) */

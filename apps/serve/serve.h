@@ -55,6 +55,9 @@ typedef struct serve_options {
     uint32_t request_timeout;    /* --request-timeout: seconds a client has to send a whole request,
                                   * headers and body (default 10; see serve/http.c) */
     bool log_json;               /* --log-format json (default text): the access log's lines */
+    bool prefix_caching;         /* --enable-prefix-caching / --no-enable-prefix-caching (default on;
+                                  * off under MPI unless asked for, which is refused) */
+    bool prefix_caching_asked;   /* --enable-prefix-caching was given */
     int help, version;
 } serve_options;
 
@@ -99,6 +102,7 @@ typedef struct serve_req {
     size_t text_len, text_cap;
     dcp_engine_finish finish;
     uint32_t completion_tokens;
+    uint32_t cached_tokens;      /* prompt tokens from the prefix cache (usage.prompt_tokens_details) */
     dcp_status status;           /* REFUSED or ERROR */
     char message[512];
     bool cancel;                 /* the client is gone (or the server ends it): cancel it */
