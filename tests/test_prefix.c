@@ -13,6 +13,7 @@
  *  - the DCP block rule: on one trace, the hit tokens at DCP N (TP 8) equal those at DCP 1 (TP 1)
  *    rounded down to blocks of N pages, for N = 2, 4, 8 and interleave 1 and 16 (a generated llama
  *    with one KV head, so that DCP 8 fits TP 8);
+ *  - with n-gram speculation: rejected drafts are never cached, the tokens the same;
  *  - exact: every request's tokens (greedy and seeded sampling) are bitwise those of the same
  *    request alone without caching, with its prefix from the cache and batched with others, over
  *    stories260K (GQA, f16 KV) at TP 1 and the DCP layouts, a generated llama with q8_0 KV, and
@@ -82,7 +83,8 @@ static void open_src(src_kind k, fixture *f)
     DCP_ASSERT_OK(dcp_gguf_open_memory(f->bytes, size, "<generated test model>", &f->g));
 }
 
-static void fx_open(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc, bool cache)
+static void fx_open_spec(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc,
+                         bool cache, uint32_t ngram_k)
 {
     memset(f, 0, sizeof *f);
     open_src(src, f);
@@ -95,7 +97,18 @@ static void fx_open(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const d
     DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     ec.enable_prefix_caching = cache;
+    if (ngram_k) {
+        ec.spec.method = DCP_SPEC_NGRAM;
+        ec.spec.num_speculative_tokens = ngram_k;
+        ec.spec.prompt_lookup_max = 3;
+        ec.spec.prompt_lookup_min = 1;
+    }
     DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
+}
+
+static void fx_open(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc, bool cache)
+{
+    fx_open_spec(f, src, tp, dcp, sc, cache, 0);
 }
 
 static void fx_close(fixture *f)
@@ -539,6 +552,49 @@ static void test_models(void **state)
     assert_int_equal(c[4], 96);
 }
 
+/* With n-gram speculation: the drafts rolled back are never cached (only the tokens before a
+ * step's drafts are committed), and the tokens from the cache are those without it. */
+static void test_speculation(void **state)
+{
+    (void)state;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 160;
+    sc.max_seqs = 2;
+    sc.max_rows = 16;
+    sc.max_logits = 16;
+    sc.block_size = 4;
+    static req a, b;
+    fixture f, g;
+    fx_open_spec(&f, SRC_STORIES, 1, 1, &sc, true, 3);
+    const uint32_t V = f.cfg.n_vocab;
+    make_prompt(&a, 30, 7, V);
+    for (uint32_t t = 15; t < 30; t++) a.prompt[t] = a.prompt[t - 15]; /* self-quoting: drafts found */
+    a.max_tokens = 48;
+    fork_prompt(&b, &a, 20, 6, 9, V);
+    b.max_tokens = 40;
+    out oa1, oa2, ob, ra, rb;
+    submit(&f, &a, &oa1);
+    run(&f);
+    submit(&f, &a, &oa2);
+    submit(&f, &b, &ob);
+    run(&f);
+    dcp_engine_stats es;
+    dcp_engine_get_stats(f.e, &es);
+    assert_true(es.spec_draft_tokens > 0);
+    assert_int_equal(oa2.cached, 28);
+    assert_int_equal(ob.cached, 20);
+    fx_close(&f);
+    fx_open(&g, SRC_STORIES, 1, 1, &sc, false);
+    submit(&g, &a, &ra);
+    run(&g);
+    submit(&g, &b, &rb);
+    run(&g);
+    assert_same("speculation, first", 0, &oa1, &ra);
+    assert_same("speculation, from the cache", 0, &oa2, &ra);
+    assert_same("speculation, fork", 1, &ob, &rb);
+    fx_close(&g);
+}
+
 static dcp_status no_plan(void *user, const dcp_engine_plan *plan)
 {
     (void)user;
@@ -581,7 +637,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hash_chain),   cmocka_unit_test(test_sharing_cancel), cmocka_unit_test(test_lru),
         cmocka_unit_test(test_preemption),   cmocka_unit_test(test_dcp_rule_2), cmocka_unit_test(test_dcp_rule_4),
         cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models),
-        cmocka_unit_test(test_seed_refused),
+        cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
