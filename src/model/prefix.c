@@ -26,6 +26,7 @@ typedef struct pfx_entry {
     uint64_t stamp;  /* when its refs last fell to 0 (LRU order) */
     int32_t parent;  /* entry of the block before, or -1 for block 0 */
     int32_t next;    /* next entry of the same hash bucket, or -1 */
+    int32_t lru_prev, lru_next; /* neighbours in the list of unreferenced entries (oldest first), or -1 */
     uint32_t refs;   /* sequences whose block tables list it */
     uint32_t block;  /* its block index in the chain */
     bool used;
@@ -51,7 +52,30 @@ struct dcp_prefix_cache {
     int32_t *seq_entry;   /* [max_seqs][max_gblocks] those entries */
     bool *seq_stop;       /* [max_seqs] no more registration (a block was cached already) */
     uint32_t *scratch;    /* [gn][max_gblocks] pages of an attach */
+    int32_t lru_head, lru_tail; /* unreferenced entries, least recently released first */
 };
+
+/* The list of unreferenced entries: an entry joins at the tail when its refs fall to 0 and leaves
+ * when a sequence attaches it again or it is evicted (from the head). */
+static void lru_push(dcp_prefix_cache *p, int32_t x)
+{
+    pfx_entry *e = &p->e[x];
+    e->lru_prev = p->lru_tail;
+    e->lru_next = -1;
+    if (p->lru_tail >= 0) p->e[p->lru_tail].lru_next = x;
+    else p->lru_head = x;
+    p->lru_tail = x;
+}
+
+static void lru_unlink(dcp_prefix_cache *p, int32_t x)
+{
+    pfx_entry *e = &p->e[x];
+    if (e->lru_prev >= 0) p->e[e->lru_prev].lru_next = e->lru_next;
+    else p->lru_head = e->lru_next;
+    if (e->lru_next >= 0) p->e[e->lru_next].lru_prev = e->lru_prev;
+    else p->lru_tail = e->lru_prev;
+    e->lru_prev = e->lru_next = -1;
+}
 
 uint64_t dcp_prefix_block_hash(uint64_t parent, const int32_t *tokens, uint32_t n)
 {
@@ -126,6 +150,7 @@ static void evict_entry(dcp_model_state *s, int32_t x)
     int32_t *link = &p->bucket[e->hash & (p->nbucket - 1)];
     while (*link != x) link = &p->e[*link].next;
     *link = e->next;
+    lru_unlink(p, x);
     const uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
     for (uint32_t k = 0; k < p->n_caches; k++)
         for (uint32_t i = 0; i < p->gn; i++) dcp_kv_cache_page_drop(s->caches[k], i, pg[k * p->gn + i]);
@@ -190,6 +215,7 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
     for (uint32_t x = 0; x < p->cap; x++) p->free_e[x] = (int32_t)(p->cap - 1 - x);
     p->n_free_e = p->cap;
     for (uint32_t b = 0; b < p->nbucket; b++) p->bucket[b] = -1;
+    p->lru_head = p->lru_tail = -1;
     s->prefix = p;
     return DCP_OK;
 }
@@ -260,7 +286,10 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
     }
     for (uint32_t b = 0; b < blocks; b++) {
         pfx_entry *e = &p->e[ent[b]];
-        if (e->refs++ == 0) p->unref--;
+        if (e->refs++ == 0) {
+            lru_unlink(p, ent[b]);
+            p->unref--;
+        }
     }
     const uint32_t c = blocks * p->bt;
     memcpy(p->seq_toks + (uint64_t)seq * p->n_ctx, tokens, (size_t)c * sizeof *tokens);
@@ -295,7 +324,7 @@ dcp_status dcp_model_state_prefix_commit(dcp_model_state *s, uint32_t seq, uint3
         }
         const int32_t x = p->free_e[--p->n_free_e];
         p->e[x] = (pfx_entry){.hash = h, .stamp = 0, .parent = parent, .next = p->bucket[h & (p->nbucket - 1)],
-                              .refs = 1, .block = b, .used = true};
+                              .refs = 1, .block = b, .lru_prev = -1, .lru_next = -1, .used = true};
         p->bucket[h & (p->nbucket - 1)] = x;
         memcpy(p->etoks + (uint64_t)x * p->bt, toks + (uint64_t)b * p->bt, (size_t)p->bt * sizeof *toks);
         uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
@@ -334,6 +363,7 @@ void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq)
         pfx_entry *e = &p->e[ent[b]];
         if (--e->refs == 0) {
             e->stamp = ++p->clock;
+            lru_push(p, ent[b]);
             p->unref++;
         }
     }
@@ -344,11 +374,8 @@ void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq)
 void dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n)
 {
     dcp_prefix_cache *p = s->prefix;
-    while (p && n-- > 0 && p->unref > 0) {
-        int32_t best = -1;
-        for (uint32_t x = 0; x < p->cap; x++)
-            if (p->e[x].used && p->e[x].refs == 0 && (best < 0 || p->e[x].stamp < p->e[best].stamp)) best = (int32_t)x;
-        evict_entry(s, best);
+    while (p && n-- > 0 && p->lru_head >= 0) {
+        evict_entry(s, p->lru_head);
         p->evictions++;
     }
 }
