@@ -22,7 +22,7 @@
  *  - a second server (TP 1) with an API key (401 without it), without a chat template (chat: 400
  *    naming why; completions work), with a prompt limit (400 context_length_exceeded) and one slot
  *    without a queue (429 with Retry-After), logging JSON lines;
- *  - a third (TP 1) under hostile clients: 500 idle sockets from five loopback addresses, and still
+ *  - a third (TP 1, --no-enable-prefix-caching: nothing looked up) under hostile clients: 500 idle sockets from five loopback addresses, and still
  *    /health, /metrics and a completion answer at once; the idle ones are closed by
  *    --request-timeout, a client sending a byte now and then too; one address gets at most
  *    --max-connections-per-ip.
@@ -355,6 +355,18 @@ static double pages_used(const char *text)
     double sum = 0;
     for (const char *p = text; (p = strstr(p, "\ndcpvk_kv_pages_used{")); p++) sum += atof(strchr(p, '}') + 2);
     return sum;
+}
+
+/* usage.prompt_tokens_details.cached_tokens of a completion response (-1: missing). */
+static int cached_tokens_of(const char *json)
+{
+    cJSON *j = cJSON_Parse(json);
+    assert_non_null(j);
+    const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens_details");
+    const cJSON *c = cJSON_GetObjectItem(d, "cached_tokens");
+    const int v = cJSON_IsNumber(c) ? c->valueint : -1;
+    cJSON_Delete(j);
+    return v;
 }
 
 __attribute__((noinline)) static char *metrics(const server *s)
@@ -935,7 +947,7 @@ static void test_hostile_clients(void **state)
     enum { IDLE = 500, ADDRS = 5, PER_IP = 128, TIMEOUT = 5 };
     server s;
     const char *args[] = {"-c", "128", "--request-timeout", "5", "--idle-timeout", "8", "--max-connections-per-ip",
-                          "128", "--log-format", "json", NULL};
+                          "128", "--log-format", "json", "--no-enable-prefix-caching", NULL};
     server_start(&s, args);
     /* 500 idle sockets, 100 from each of five loopback addresses (the per-address limit is 128). */
     static int fds[IDLE];
@@ -972,7 +984,13 @@ static void test_hostile_clients(void **state)
     const double t_completion = now_s() - t;
     char finish[32], *text = completion_text(resp, finish, sizeof finish);
     assert_true(strncmp(seq_texts[0], text, strlen(text)) == 0);
+    assert_int_equal(cached_tokens_of(resp), 0);
     free(text);
+    free(resp);
+    /* --no-enable-prefix-caching: nothing looked up. */
+    assert_int_equal(http(&s, "GET", "/metrics", NULL, 0, NULL, &resp), 200);
+    assert_true(metric(resp, "vllm:prefix_cache_queries_total") == 0);
+    assert_true(metric(resp, "dcpvk_prefix_cache_blocks") == 0);
     free(resp);
     printf("with %d idle sockets open (%g connections): /health %.1f ms (curl; %.2f ms on a raw socket), /metrics "
            "%.1f ms, a 4-token completion %.1f ms\n", IDLE, open_conns, t_health * 1e3, t_health_raw * 1e3,
@@ -1209,18 +1227,6 @@ static void test_key_and_no_template(void **state)
     waitpid(runner, NULL, 0);
     unlink(out);
     assert_int_equal(server_stop(&s), 0);
-}
-
-/* usage.prompt_tokens_details.cached_tokens of a completion response (-1: missing). */
-static int cached_tokens_of(const char *json)
-{
-    cJSON *j = cJSON_Parse(json);
-    assert_non_null(j);
-    const cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens_details");
-    const cJSON *c = cJSON_GetObjectItem(d, "cached_tokens");
-    const int v = cJSON_IsNumber(c) ? c->valueint : -1;
-    cJSON_Delete(j);
-    return v;
 }
 
 static void test_prefix_cache(void **state)
