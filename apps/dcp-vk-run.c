@@ -386,7 +386,8 @@ static int generate(run_app *a)
     a->gen = malloc((o->n_predict + 1) * sizeof *a->gen);
     if (st != DCP_OK || !a->gen) {
         fail(a->prog, "creating the engine", st != DCP_OK ? st : DCP_ERR_OUT_OF_MEMORY);
-        return DCP_EXIT_RUNTIME;
+        /* a configuration the engine refuses (speculation's sizes, a draft model under MPI) */
+        return st == DCP_ERR_CONFIG || st == DCP_ERR_UNSUPPORTED ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     }
     dcp_engine_request rq = DCP_ENGINE_REQUEST_DEFAULT;
     rq.prompt = a->prompt;
