@@ -20,7 +20,8 @@ Prompts: --dataset random (words drawn from a list of short common words, --rand
 of them, max_tokens --random-output-len; --random-range-ratio R draws both lengths uniformly in
 [len (1 - R), len (1 + R)]), or --dataset file PATH (one prompt a line; a JSONL line is an object
 with "prompt", and optionally "max_tokens"; other lines are the prompt themselves, max_tokens
---random-output-len). Python's standard library only. Example:
+--random-output-len). --endpoint /v1/chat/completions sends each prompt as one user message.
+Python's standard library only. Example:
   build/dcp-vk-serve -m tests/data/stories260K.gguf --port 8080 &
   python3 scripts/bench-serve.py --base-url http://127.0.0.1:8080 --num-prompts 50 \\
       --dataset random --random-input-len 32 --random-output-len 64 --ignore-eos \\
@@ -212,6 +213,7 @@ def summarize(args, recs, duration, slo):
     total_in = sum(r["prompt_tokens"] for r in ok)
     total_out = sum(r["output_tokens"] for r in ok)
     res = {
+        "max_concurrency": args.max_concurrency,
         "duration": duration,
         "completed": len(ok),
         "failed": len(recs) - len(ok),
@@ -257,6 +259,8 @@ def report(res, ps, slo):
     line("Successful requests:", res["completed"], "{}")
     if res["failed"]:
         line("Failed requests:", res["failed"], "{}")
+    if res.get("max_concurrency"):
+        line("Maximum request concurrency:", res["max_concurrency"], "{}")
     line("Benchmark duration (s):", res["duration"])
     line("Total input tokens:", res["total_input_tokens"], "{}")
     line("Total generated tokens:", res["total_output_tokens"], "{}")
@@ -279,7 +283,8 @@ def report(res, ps, slo):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base-url", default="http://127.0.0.1:8080", help="the server (default http://127.0.0.1:8080)")
-    ap.add_argument("--endpoint", default="/v1/completions", help="(default /v1/completions)")
+    ap.add_argument("--endpoint", default="/v1/completions",
+                    help="/v1/completions (default) or /v1/chat/completions (each prompt one user message)")
     ap.add_argument("--model", default=None, help="model name sent (default: the first of GET /v1/models)")
     ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="Bearer token (default $OPENAI_API_KEY)")
     ap.add_argument("--dataset", nargs="+", default=["random"], metavar="random|file PATH",
@@ -312,9 +317,15 @@ def main():
     t = Target(args.base_url, args.api_key, args.timeout)
     model = args.model or t.get_json("/v1/models")["data"][0]["id"]
 
+    chat = args.endpoint.rstrip("/").endswith("chat/completions")
+
     def body(prompt, max_tokens):
-        b = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": args.temperature,
+        b = {"model": model, "max_tokens": max_tokens, "temperature": args.temperature,
              "stream": True, "stream_options": {"include_usage": True}}
+        if chat:  # the prompt as one user message
+            b["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            b["prompt"] = prompt
         if args.ignore_eos:
             b["ignore_eos"] = True
         return b
@@ -371,7 +382,6 @@ def main():
             "num_prompts": args.num_prompts,
             "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
             "burstiness": 1.0,
-            "max_concurrency": args.max_concurrency,
             "seed": args.seed,
             "goodput_slo_ms": slo or None,
             "percentiles": ps,

@@ -42,7 +42,7 @@ if(TARGET dcp-vk-serve)
   set_tests_properties(app_serve_missing_model PROPERTIES PASS_REGULAR_EXPRESSION "reading the model.*nonexistent.*\nexit=1")
 endif()
 # scripts/bench-serve.py (vllm bench serve's report) against a real server on stories260K: random
-# prompts at a Poisson rate with a concurrency limit and goodput SLOs, and a prompt file; checks its
+# prompts at a Poisson rate with a concurrency limit and goodput SLOs, a prompt file, chat; checks its
 # JSON fields and counts, and the server's vllm:request_success_total (tests/serve/bench_serve_check.py).
 find_program(DCP_PYTHON3 python3)
 if(TARGET dcp-vk-serve AND DCP_PYTHON3)

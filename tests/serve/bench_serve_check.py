@@ -2,8 +2,8 @@
 """scripts/bench-serve.py against a real dcp-vk-serve (run by CTest, test app_bench_serve):
   python3 bench_serve_check.py DCP-VK-SERVE MODEL.gguf BENCH-SERVE.py
 Starts the server on a free port (--port 0, the port read from its banner), then runs the benchmark
-twice: random prompts at a Poisson rate with a concurrency limit and goodput SLOs, and a prompt file
-(plain lines and JSONL) all at once. Checks each --result-json: vLLM's fields, the counts (every
+three times: random prompts at a Poisson rate with a concurrency limit and goodput SLOs, a prompt
+file (plain lines and JSONL) all at once, and chat completions. Checks each --result-json: vLLM's fields, the counts (every
 request completed, ignore_eos: output tokens = max_tokens), the per-request lists, the throughputs
 against the totals and the duration, mean / median / p99 of TTFT, TPOT, ITL and E2EL in order, the
 goodput within the request throughput; then the server's vllm:request_success_total against the
@@ -76,7 +76,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dcp-vk-bench-serve-")
     err_path = os.path.join(tmp, "server.log")
     err = open(err_path, "w")
-    proc = subprocess.Popen([server, "-m", model, "--port", "0", "-c", "256", "--max-seqs", "4"],
+    proc = subprocess.Popen([server, "-m", model, "--port", "0", "-c", "256", "--max-seqs", "4",
+                             "--chat-template", "chatml"],
                             stdout=subprocess.DEVNULL, stderr=err)
     try:
         t0 = time.time()
@@ -127,12 +128,17 @@ def main():
         r2 = check_result(j2, 5, [7, 5, 7, 7, 5], False)
         if r2["request_rate"] != "inf":
             fail(f"request_rate {r2['request_rate']}, want inf")
-        # the server saw them all: 8 + 5 and each run's test request
+        # 3: chat completions (each prompt one user message)
+        j3 = os.path.join(tmp, "chat.json")
+        run(["--endpoint", "/v1/chat/completions", "--num-prompts", "3", "--random-input-len", "6",
+             "--random-output-len", "6", "--max-concurrency", "2"], j3)
+        check_result(j3, 3, [6] * 3, False)
+        # the server saw them all: 8 + 5 + 3 and each run's test request
         with urllib.request.urlopen(f"{base}/metrics", timeout=30) as resp:
             metrics = resp.read().decode()
         m = re.search(r'^vllm:request_success_total\{[^}]*finished_reason="length"\} (\d+)$', metrics, re.M)
-        if not m or int(m.group(1)) != 8 + 5 + 2:
-            fail(f"vllm:request_success_total{{length}}: {m.group(1) if m else None}, want 15")
+        if not m or int(m.group(1)) != 8 + 5 + 3 + 3:
+            fail(f"vllm:request_success_total{{length}}: {m.group(1) if m else None}, want 19")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -144,7 +150,7 @@ def main():
     if code != 0:
         fail(f"the server exited {code}:\n{text}")
     shutil.rmtree(tmp)
-    print("bench-serve: random and file datasets checked")
+    print("bench-serve: random and file datasets, completions and chat checked")
 
 
 if __name__ == "__main__":

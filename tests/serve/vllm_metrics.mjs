@@ -26,8 +26,14 @@ function fail(msg) {
   process.exit(1);
 }
 
-// Parses the Prometheus text format (0.0.4) strictly: {families: name -> {type, help, samples}}.
+class FormatError extends Error {}
+
+// Parses the Prometheus text format (0.0.4) strictly: {families: name -> {type, help, samples}};
+// throws FormatError naming the line at the first fault.
 function parse(text) {
+  const fail = (msg) => {
+    throw new FormatError(msg);
+  };
   const families = new Map();
   let current = null;
   const nameRe = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
@@ -90,12 +96,43 @@ function parse(text) {
   return families;
 }
 
+// The parser itself refuses what a scraper would: each of these texts must throw.
+const faulty = [
+  "# TYPE a counter\na 1", // no newline at the end
+  "a 1\n", // a sample without HELP / TYPE
+  "# HELP a x\n# TYPE a counter\na{b=\"1\"\n", // unclosed labels
+  "# HELP a x\n# TYPE a counter\na{b=\"1\",b=\"2\"} 1\n", // a label twice
+  "# HELP a x\n# TYPE a counter\na one\n", // not a number
+  "# HELP a x\n# TYPE a counter\nb 1\n", // a sample of another family
+  "# HELP a x\n# TYPE a histogram\na_total 1\n", // not a histogram's sample
+  "# HELP a x\n# TYPE a gauge\n# TYPE a gauge\na 1\n", // TYPE twice
+  "# HELP a x\n# TYPE a gauge\na 1\n# HELP a y\n", // HELP after the samples
+  "# HELP a x\n# TYPE a gauge\n\na 1\n", // an empty line
+  "# HELP 1a x\n# TYPE 1a gauge\n1a 1\n", // a bad name
+];
+for (const t of faulty) {
+  let threw = false;
+  try {
+    parse(t);
+  } catch (e) {
+    if (!(e instanceof FormatError)) throw e;
+    threw = true;
+  }
+  if (!threw) fail(`the parser took a faulty text: ${JSON.stringify(t)}`);
+}
+parse('# HELP a x\n# TYPE a histogram\na_bucket{l="q\\"\\\\",le="+Inf"} 0\na_sum 0\na_count 0\n');
+
 async function scrape() {
   const r = await fetch(`${root}/metrics`);
   if (r.status !== 200) fail(`/metrics: ${r.status}`);
   const ctype = r.headers.get("content-type") || "";
   if (!ctype.startsWith("text/plain")) fail(`/metrics content type ${ctype}`);
-  return parse(await r.text());
+  try {
+    return parse(await r.text());
+  } catch (e) {
+    if (e instanceof FormatError) fail(`/metrics is not the Prometheus text format: ${e.message}`);
+    throw e;
+  }
 }
 
 const wantLabels = { model_name: model, engine: "0" };
