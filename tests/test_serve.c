@@ -28,8 +28,9 @@
  *    --max-connections-per-ip.
  *  - servers with --speculative-config (n-gram drafts; a draft model) give the 16 texts of the
  *    server without it, and count their drafts in /metrics.
- *  - vLLM's metrics (vllm:*, histograms of TTFT, ITL, e2e, queue, prefill, decode) parsed as a
- *    Prometheus scraper does, on a fresh server, against what the OpenAI client saw.
+ *  - vLLM's metrics (vllm:*, histograms of TTFT, ITL, e2e, queue, prefill, decode, token counts)
+ *    parsed as a Prometheus scraper does, on a fresh server, against what the OpenAI client saw;
+ *    every series vLLM's Grafana dashboard queries is there.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */

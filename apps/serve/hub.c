@@ -68,6 +68,15 @@ int serve_hub_init(serve_hub *h, const serve_options *o, const dcp_tokenizer *to
     hist_init(&v[SERVE_H_ITL], token_bounds, NB(token_bounds));
     hist_init(&v[SERVE_H_TPOT], token_bounds, NB(token_bounds));
     for (int k = SERVE_H_E2E; k <= SERVE_H_DECODE; k++) hist_init(&v[k], request_bounds, NB(request_bounds));
+    uint32_t nb = 0; /* vLLM's build_1_2_5_buckets(max_model_len) */
+    for (double p10 = 1; nb < SERVE_HIST_MAX_BUCKETS; p10 *= 10) {
+        static const double mant[3] = {1, 2, 5};
+        int k = 0;
+        for (; k < 3 && nb < SERVE_HIST_MAX_BUCKETS && mant[k] * p10 <= (double)(n_ctx ? n_ctx : 1); k++)
+            h->m.count_bounds[nb++] = mant[k] * p10;
+        if (k < 3) break;
+    }
+    for (int k = SERVE_H_PROMPT_TOKENS; k <= SERVE_H_MAX_GEN_TOKENS; k++) hist_init(&v[k], h->m.count_bounds, nb);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->wake, NULL);
     return 0;
@@ -215,6 +224,9 @@ static void note_finish(serve_hub *h, serve_req *r, dcp_engine_finish f, double 
     serve_hist *v = h->m.vllm;
     if ((unsigned)f <= DCP_ENGINE_FINISH_ERROR) h->m.finished[f]++;
     hist_observe(&v[SERVE_H_E2E], t - r->t_arrival);
+    hist_observe(&v[SERVE_H_PROMPT_TOKENS], r->n_prompt);
+    hist_observe(&v[SERVE_H_GEN_TOKENS], r->tokens_seen);
+    hist_observe(&v[SERVE_H_MAX_GEN_TOKENS], r->tokens_seen);
     if (r->tokens_seen == 0) return; /* never got a token: no phases to time */
     hist_observe(&v[SERVE_H_QUEUE], r->t_scheduled - r->t_queued);
     hist_observe(&v[SERVE_H_PREFILL], r->t_first - r->t_scheduled);
@@ -445,6 +457,10 @@ static void vllm_metrics(tbuf *b, const serve_hub *h)
         [SERVE_H_PREFILL] = {"vllm:request_prefill_time_seconds",
                              "Histogram of time spent in PREFILL phase for request."},
         [SERVE_H_DECODE] = {"vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."},
+        [SERVE_H_PROMPT_TOKENS] = {"vllm:request_prompt_tokens", "Number of prefill tokens processed."},
+        [SERVE_H_GEN_TOKENS] = {"vllm:request_generation_tokens", "Number of generation tokens processed."},
+        [SERVE_H_MAX_GEN_TOKENS] = {"vllm:request_max_num_generation_tokens",
+                                    "Histogram of maximum number of requested generation tokens."},
     };
     for (int k = 0; k < SERVE_H_COUNT; k++) vllm_hist(b, labels, hists[k].name, hists[k].help, &m->vllm[k]);
 }

@@ -128,7 +128,8 @@ typedef struct serve_hist {
 
 /* vLLM's request histograms (vllm/v1/metrics/loggers.py: the same names and bucket bounds); each
  * request is observed once at its end (TPOT with >= 2 tokens; queue, prefill, decode, inference
- * with >= 1), TTFT at its first token, ITL once per step that brings a request more tokens. */
+ * with >= 1; the token counts always), TTFT at its first token, ITL once per step that brings a
+ * request more tokens. */
 typedef enum serve_vllm_hist {
     SERVE_H_TTFT = 0,   /* vllm:time_to_first_token_seconds: arrival -> first token */
     SERVE_H_ITL,        /* vllm:inter_token_latency_seconds: between the steps bringing tokens */
@@ -138,6 +139,10 @@ typedef enum serve_vllm_hist {
     SERVE_H_INFERENCE,  /* vllm:request_inference_time_seconds: first scheduled -> last token */
     SERVE_H_PREFILL,    /* vllm:request_prefill_time_seconds: first scheduled -> first token */
     SERVE_H_DECODE,     /* vllm:request_decode_time_seconds: first token -> last token */
+    /* token counts per request (tokens, not seconds; 1-2-5 bounds up to the context) */
+    SERVE_H_PROMPT_TOKENS,  /* vllm:request_prompt_tokens */
+    SERVE_H_GEN_TOKENS,     /* vllm:request_generation_tokens */
+    SERVE_H_MAX_GEN_TOKENS, /* vllm:request_max_num_generation_tokens (one sequence a request: the same) */
     SERVE_H_COUNT
 } serve_vllm_hist;
 
@@ -150,6 +155,7 @@ typedef struct serve_metrics {
     uint32_t http_connections;                   /* open now */
     uint32_t *pages_free;                       /* [dcp] free pages of each DCP rank's pools */
     serve_hist vllm[SERVE_H_COUNT];             /* vLLM's request histograms */
+    double count_bounds[SERVE_HIST_MAX_BUCKETS]; /* 1, 2, 5, 10, ... <= the context: the token counts' */
     uint64_t finished[DCP_ENGINE_FINISH_ERROR + 1]; /* requests ended, by reason (the hub's count) */
 } serve_metrics;
 

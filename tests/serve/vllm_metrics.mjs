@@ -14,6 +14,8 @@
 //    request_success{finished_reason="length"} N, prompt and generation token counters equal to the
 //    usage the client got, decode sum = ITL sum, inference = prefill + decode, e2e >= queue + prefill
 //    + decode, TTFT >= queue + prefill; gauges idle again (nothing running, waiting or held);
+//  - the token-count histograms (1-2-5 bounds up to the context), and every series that vLLM's own
+//    Grafana dashboard queries;
 //  - the dcpvk_ metrics still there.
 // Prints one JSON line (what it saw); exits 1 with the reason on stderr when a check fails.
 import OpenAI from "openai";
@@ -243,6 +245,36 @@ try {
     if (h.count !== N) fail(`${name}_count ${h.count}, want ${N} (one per request)`);
     seen[name] = h;
   }
+  // token counts per request: _sum the usage totals, bounds 1, 2, 5, ... up to the context
+  const tokenHists = {
+    "vllm:request_prompt_tokens": promptTokens,
+    "vllm:request_generation_tokens": genTokens,
+    "vllm:request_max_num_generation_tokens": genTokens,
+  };
+  for (const [name, total] of Object.entries(tokenHists)) {
+    const h = histogram(fs, name);
+    if (h.count !== N || h.sum !== total) fail(`${name}: count ${h.count} sum ${h.sum}, want ${N} and ${total}`);
+    const les = family(fs, name, "histogram").samples.filter((x) => x.labels.le).map((x) => x.labels.le);
+    if (les.join(",") !== "1.0,2.0,5.0,10.0,20.0,50.0,100.0,200.0,+Inf")
+      fail(`${name}: le ${les.join(",")}, want 1-2-5 bounds up to the context (256)`);
+  }
+  // every series vLLM's Grafana dashboard queries (examples/observability/prometheus_grafana/grafana.json)
+  const dashboard = [
+    "vllm:e2e_request_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_sum",
+    "vllm:e2e_request_latency_seconds_count", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "vllm:inter_token_latency_seconds_bucket", "vllm:inter_token_latency_seconds_sum",
+    "vllm:inter_token_latency_seconds_count", "vllm:num_requests_running", "vllm:num_requests_waiting",
+    "vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count", "vllm:kv_cache_usage_perc", "vllm:request_prompt_tokens_bucket",
+    "vllm:request_generation_tokens_bucket", "vllm:request_success_total", "vllm:request_queue_time_seconds_sum",
+    "vllm:request_prefill_time_seconds_sum", "vllm:request_decode_time_seconds_sum",
+    "vllm:request_max_num_generation_tokens_sum",
+  ];
+  const series = new Set([...fs.values()].flatMap((f) => f.samples.filter((x) => x.labels.model_name === model)
+    .map((x) => x.name)));
+  const absent = dashboard.filter((n) => !series.has(n));
+  if (absent.length) fail(`series vLLM's dashboard queries, absent: ${absent.join(", ")}`);
+
   const itl = histogram(fs, "vllm:inter_token_latency_seconds");
   if (itl.count !== genTokens - N) fail(`ITL count ${itl.count}, want ${genTokens - N} (tokens - 1 per request)`);
   const bucketsOf = { ttft: seen["vllm:time_to_first_token_seconds"].buckets, itl: itl.buckets,
