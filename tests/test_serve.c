@@ -28,6 +28,9 @@
  *    --max-connections-per-ip.
  *  - servers with --speculative-config (n-gram drafts; a draft model) give the 16 texts of the
  *    server without it, and count their drafts in /metrics.
+ *  - vLLM's metrics (vllm:*, histograms of TTFT, ITL, e2e, queue, prefill, decode, token counts)
+ *    parsed as a Prometheus scraper does, on a fresh server, against what the OpenAI client saw;
+ *    every series vLLM's Grafana dashboard queries is there.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */
@@ -565,6 +568,27 @@ static void test_openai_client(void **state)
     free(resp);
     cJSON_Delete(j);
     dcp_test_result_free(&r);
+}
+
+/* vLLM's metrics on a fresh TP 1 server with two slots (so that some of the 6 requests queue): the
+ * Node script (tests/serve/vllm_metrics.mjs) parses /metrics as a Prometheus scraper does, before
+ * and after 6 streams sent at once with the OpenAI client, and checks names, labels, buckets,
+ * counts and sums against what the client saw. */
+static void test_vllm_metrics(void **state)
+{
+    (void)state;
+    server s;
+    const char *args[] = {"--max-seqs", "2", "-c", "256", NULL};
+    server_start(&s, args);
+    char script[512], root[128];
+    snprintf(script, sizeof script, "%s/vllm_metrics.mjs", node_dir);
+    snprintf(root, sizeof root, "http://127.0.0.1:%d", s.port);
+    const char *argv[] = {"node", script, root, "stories260K", "6", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("node vllm_metrics.mjs: exit %d: %s %s", r.code, r.err, r.out);
+    printf("vllm metrics: %s", r.out);
+    dcp_test_result_free(&r);
+    assert_int_equal(server_stop(&s), 0);
 }
 
 /* One bad request: its status, an OpenAI error body (error.message containing msg, error.param when
@@ -1250,7 +1274,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),
-        cmocka_unit_test(test_speculative),
+        cmocka_unit_test(test_speculative),   cmocka_unit_test(test_vllm_metrics),
     };
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {

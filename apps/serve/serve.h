@@ -104,11 +104,47 @@ typedef struct serve_req {
     bool cancel;                 /* the client is gone (or the server ends it): cancel it */
     bool oom;                    /* the output could not grow */
     int refs;                    /* connection + engine thread + response stream */
+    /* timing for the vllm: histograms, CLOCK_MONOTONIC seconds (0: not yet); t_arrival is set by
+     * serve_hub_submit, the rest by the engine thread (serve/hub.c) */
+    double t_arrival;            /* handed to the hub (the request parsed) */
+    double t_queued;             /* submitted to the engine */
+    double t_scheduled;          /* the start of the first step that ran its rows */
+    double t_first, t_last;      /* after the steps that brought its first and its latest token */
+    uint32_t tokens_seen;        /* completion_tokens at t_last */
 } serve_req;
 
 /* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
 
-enum { SERVE_STEP_BUCKETS = 14 };
+enum { SERVE_STEP_BUCKETS = 14, SERVE_HIST_MAX_BUCKETS = 24 };
+
+/* One Prometheus histogram: counts[k] observations in (bounds[k-1], bounds[k]] (not cumulative;
+ * counts[n_bounds]: above the last bound), their sum (seconds). */
+typedef struct serve_hist {
+    const double *bounds;        /* [n_bounds], ascending */
+    uint32_t n_bounds;           /* <= SERVE_HIST_MAX_BUCKETS */
+    uint64_t counts[SERVE_HIST_MAX_BUCKETS + 1];
+    double sum;
+} serve_hist;
+
+/* vLLM's request histograms (vllm/v1/metrics/loggers.py: the same names and bucket bounds); each
+ * request is observed once at its end (TPOT with >= 2 tokens; queue, prefill, decode, inference
+ * with >= 1; the token counts always), TTFT at its first token, ITL once per step that brings a
+ * request more tokens. */
+typedef enum serve_vllm_hist {
+    SERVE_H_TTFT = 0,   /* vllm:time_to_first_token_seconds: arrival -> first token */
+    SERVE_H_ITL,        /* vllm:inter_token_latency_seconds: between the steps bringing tokens */
+    SERVE_H_TPOT,       /* vllm:request_time_per_output_token_seconds: decode / (tokens - 1) */
+    SERVE_H_E2E,        /* vllm:e2e_request_latency_seconds: arrival -> finish */
+    SERVE_H_QUEUE,      /* vllm:request_queue_time_seconds: submitted -> first scheduled */
+    SERVE_H_INFERENCE,  /* vllm:request_inference_time_seconds: first scheduled -> last token */
+    SERVE_H_PREFILL,    /* vllm:request_prefill_time_seconds: first scheduled -> first token */
+    SERVE_H_DECODE,     /* vllm:request_decode_time_seconds: first token -> last token */
+    /* token counts per request (tokens, not seconds; 1-2-5 bounds up to the context) */
+    SERVE_H_PROMPT_TOKENS,  /* vllm:request_prompt_tokens */
+    SERVE_H_GEN_TOKENS,     /* vllm:request_generation_tokens */
+    SERVE_H_MAX_GEN_TOKENS, /* vllm:request_max_num_generation_tokens (one sequence a request: the same) */
+    SERVE_H_COUNT
+} serve_vllm_hist;
 
 typedef struct serve_metrics {
     dcp_engine_stats engine;
@@ -118,6 +154,9 @@ typedef struct serve_metrics {
     uint64_t http_timeouts;                      /* connections closed by --request-timeout */
     uint32_t http_connections;                   /* open now */
     uint32_t *pages_free;                       /* [dcp] free pages of each DCP rank's pools */
+    serve_hist vllm[SERVE_H_COUNT];             /* vLLM's request histograms */
+    double count_bounds[SERVE_HIST_MAX_BUCKETS]; /* 1, 2, 5, 10, ... <= the context: the token counts' */
+    uint64_t finished[DCP_ENGINE_FINISH_ERROR + 1]; /* requests ended, by reason (the hub's count) */
 } serve_metrics;
 
 extern const double serve_step_bounds[SERVE_STEP_BUCKETS];
