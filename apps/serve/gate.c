@@ -357,7 +357,10 @@ static void accept_all(serve_gate *g)
         int fd = accept4(g->lfd, (struct sockaddr *)&q.sa, &q.sa_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EMFILE && errno != ENFILE) { /* shut down */
+            if (errno == EMFILE || errno == ENFILE) { /* out of files: the socket stays readable; do not spin */
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) { /* shut down (serve_gate_quiesce) */
                 pthread_mutex_lock(&h->mu);
                 epoll_ctl(g->ep, EPOLL_CTL_DEL, g->lfd, NULL);
                 close(g->lfd);
