@@ -18,7 +18,10 @@ endif()
 if(TARGET dcp-vk-serve)
   add_test(NAME app_serve_help COMMAND dcp-vk-serve --help)
   set_tests_properties(app_serve_help PROPERTIES PASS_REGULAR_EXPRESSION
-    "--host ADDR.*127.0.0.1.*--port N.*--api-key.*--max-body-bytes.*--max-queued.*--shutdown-timeout.*--tensor-parallel-size.*--decode-context-parallel-size.*--dcp-comm-backend")
+    "--host ADDR.*127.0.0.1.*--port N.*--api-key.*--max-body-bytes.*--max-queued.*--shutdown-timeout.*--max-header-bytes N.*default 16384.*--allowed-origins LIST.*default none.*--tensor-parallel-size.*--decode-context-parallel-size.*--dcp-comm-backend")
+  add_test(NAME app_serve_bad_origins COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --allowed-origins 'https://*.example.com' 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_bad_origins PROPERTIES PASS_REGULAR_EXPRESSION
+    "option --allowed-origins: 'https://\\*.example.com' is not '\\*' or a comma-separated list.*\nexit=2")
   add_test(NAME app_serve_bad_port COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --port 99999 2>&1; echo exit=$?")
   set_tests_properties(app_serve_bad_port PROPERTIES PASS_REGULAR_EXPRESSION
     "--port: '99999' is not an integer in \\[0, 65535\\]\nexit=2")
