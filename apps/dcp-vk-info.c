@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/put.h"
 #include "cli/cli.h"
 #include "dcpvk/comm.h"
 #include "dcpvk/vk.h"
@@ -53,9 +52,8 @@ static void print_transports(dcp_context *ctx, int json)
         }
         return;
     }
-    dcp_comm_sync_caps sc;
-    dcp_comm_sync_caps_get(comm, &sc);
-    const char *sync = sc.host_work || sc.share == DCP_SEM_SHARE_NONE ? "host" : "gpu";
+    char why[256];
+    const char *sync = dcp_comm_gpu_rounds(comm, why, sizeof why) ? "gpu" : "host";
     if (json) {
         printf(", \"transports\": [");
         for (int s = 0; s < dcp_comm_size(comm); s++)
@@ -67,12 +65,12 @@ static void print_transports(dcp_context *ctx, int json)
                 printf("}");
             }
         printf("], \"step_rounds\": \"%s\", \"step_rounds_reason\": ", sync);
-        dcp_cli_json_string(stdout, sc.why, strlen(sc.why));
+        dcp_cli_json_string(stdout, why, strlen(why));
     } else {
         char buf[8192];
         printf("transports between the listed devices (one process, auto; $DCP_VK_TRANSPORT forces one):\n%s\n",
                dcp_comm_describe(comm, buf, sizeof buf));
-        printf("step rounds: %s waits (%s)\n", sync, sc.why);
+        printf("step rounds: %s waits (%s)\n", sync, why);
     }
     dcp_comm_destroy(comm);
 }

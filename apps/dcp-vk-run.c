@@ -79,6 +79,7 @@ typedef struct run_app {
     char *text;              /* --json: the generated text [text_len] bytes */
     size_t text_len;
     double t_prompt, t_gen;  /* seconds */
+    uint64_t steps_first;    /* the engine's steps when the first token came (the prefill's) */
     int stopped;             /* why generation stopped early: a signal number, STOP_OUTPUT, or 0 */
     bool out_failed;         /* a write to stdout failed (process 0) */
     char procs[4096];        /* under MPI, on process 0: which process runs where (pids, hosts) */
@@ -385,7 +386,8 @@ static int generate(run_app *a)
     a->gen = malloc((o->n_predict + 1) * sizeof *a->gen);
     if (st != DCP_OK || !a->gen) {
         fail(a->prog, "creating the engine", st != DCP_OK ? st : DCP_ERR_OUT_OF_MEMORY);
-        return DCP_EXIT_RUNTIME;
+        /* a configuration the engine refuses (speculation's sizes, a draft model under MPI) */
+        return st == DCP_ERR_CONFIG || st == DCP_ERR_UNSUPPORTED ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
     }
     dcp_engine_request rq = DCP_ENGINE_REQUEST_DEFAULT;
     rq.prompt = a->prompt;
@@ -416,6 +418,9 @@ static int generate(run_app *a)
             if (first && ev.token >= 0) {
                 t1 = now_s();
                 a->t_prompt = t1 - t0;
+                dcp_engine_stats fs;
+                dcp_engine_get_stats(a->eng, &fs);
+                a->steps_first = fs.steps;
                 first = false;
             }
             rc = take_event(a, &ev);
@@ -433,8 +438,13 @@ static void report(run_app *a)
     const char *prog = a->prog;
     const run_options *o = &a->o;
     if (!a->lead) return;
-    /* Decode steps: every generated token but the first (which the prefill produced) ran one. */
-    uint32_t steps = a->n_gen > 0 ? a->n_gen - 1 : 0;
+    dcp_engine_stats es;
+    dcp_engine_get_stats(a->eng, &es);
+    /* Decode steps: the engine's steps after the one that produced the first token (the prefill's
+     * last); one per token without speculation, fewer with it. Tokens/s counts the tokens after
+     * the first. */
+    uint32_t steps = a->n_gen > 0 ? (uint32_t)(es.steps - a->steps_first) : 0;
+    uint32_t gen_after_first = a->n_gen > 0 ? a->n_gen - 1 : 0;
     /* How the exchanges moved, and the last decode step's rounds and host waits. */
     char xdesc[8192];
     dcp_model_state_describe_exchange(a->s, xdesc, sizeof xdesc);
@@ -443,12 +453,10 @@ static void report(run_app *a)
     uint32_t x_disp = steps ? dcp_model_state_last_dispatches(a->s) : 0;
     uint32_t x_rank_disp = steps ? dcp_model_state_last_rank_dispatches(a->s) : 0;
     double prompt_tps = a->t_prompt > 0 ? a->n_prompt / a->t_prompt : 0;
-    double gen_tps = a->t_gen > 0 && steps ? steps / a->t_gen : 0;
+    double gen_tps = a->t_gen > 0 && gen_after_first ? gen_after_first / a->t_gen : 0;
     uint64_t kv_bytes = dcp_model_state_kv_bytes(a->s);
     uint64_t run_tokens = dcp_model_state_tokens_run(a->s);
     double xbytes = run_tokens ? (double)dcp_model_state_exchange_bytes(a->s) / run_tokens : 0.0;
-    dcp_engine_stats es;
-    dcp_engine_get_stats(a->eng, &es);
     const double mean_len = es.spec_drafts ? 1.0 + (double)es.spec_accepted_tokens / (double)es.spec_drafts : 0.0;
     if (o->json) {
         printf("{\"model\": ");

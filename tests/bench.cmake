@@ -30,7 +30,7 @@ if(TARGET PkgConfig::CJSON)
            ARGS run $<TARGET_FILE:dcp-vk-run> -m ${DCP_TEST_DATA}/stories260K.gguf -n 8 --temp 0
                 --tensor-parallel-size 8 --decode-context-parallel-size 2 --json)
 endif()
-# dcp-vk-bench attn and attn --mla: the roofline fields of one configuration (small shapes, checked
+# dcp-vk-bench attn, attn --mla and attn --dcp: the roofline fields of one configuration (small shapes, checked
 # against the CPU reference as well).
 if(TARGET PkgConfig::CJSON)
   dcp_test(test_bench_attn_json EXE test_bench_json
@@ -40,5 +40,11 @@ if(TARGET PkgConfig::CJSON)
   dcp_test(test_bench_attn_mla_json EXE test_bench_json
            ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --mla --ctx 300 --batch 2 --q-heads 4 --kv-lora 64 --rope 16
                 --iters 2 --verify --json
+           TIMEOUT 300)
+  # attn --dcp 2 over two logical devices: the local decode's roofline.
+  dcp_test(test_bench_attn_dcp_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --dcp 2 --ctx 300 --batch 2 --q-heads 8 --kv-heads 2 --head-dim 64
+                --iters 2 --verify --json
+           ENV DCP_VK_DEVICES=0,0
            TIMEOUT 300)
 endif()

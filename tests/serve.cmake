@@ -18,7 +18,10 @@ endif()
 if(TARGET dcp-vk-serve)
   add_test(NAME app_serve_help COMMAND dcp-vk-serve --help)
   set_tests_properties(app_serve_help PROPERTIES PASS_REGULAR_EXPRESSION
-    "--host ADDR.*127.0.0.1.*--port N.*--api-key.*--max-body-bytes.*--max-queued.*--shutdown-timeout.*--tensor-parallel-size.*--decode-context-parallel-size.*--dcp-comm-backend")
+    "--host ADDR.*127.0.0.1.*--port N.*--api-key.*--max-body-bytes.*--max-queued.*--shutdown-timeout.*--max-header-bytes N.*default 16384.*--allowed-origins LIST.*default none.*--tensor-parallel-size.*--decode-context-parallel-size.*--dcp-comm-backend")
+  add_test(NAME app_serve_bad_origins COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --allowed-origins 'https://*.example.com' 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_bad_origins PROPERTIES PASS_REGULAR_EXPRESSION
+    "option --allowed-origins: 'https://\\*.example.com' is not '\\*' or a comma-separated list.*\nexit=2")
   add_test(NAME app_serve_bad_port COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --port 99999 2>&1; echo exit=$?")
   set_tests_properties(app_serve_bad_port PROPERTIES PASS_REGULAR_EXPRESSION
     "--port: '99999' is not an integer in \\[0, 65535\\]\nexit=2")
@@ -40,4 +43,14 @@ if(TARGET dcp-vk-serve)
     "--speculative-config: unknown field \"prompt_lookup\" \\(allowed: method, model, num_speculative_tokens.*\nexit=2")
   add_test(NAME app_serve_missing_model COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m /nonexistent.gguf 2>&1; echo exit=$?")
   set_tests_properties(app_serve_missing_model PROPERTIES PASS_REGULAR_EXPRESSION "reading the model.*nonexistent.*\nexit=1")
+endif()
+# scripts/bench-serve.py (vllm bench serve's report) against a real server on stories260K: random
+# prompts at a Poisson rate with a concurrency limit and goodput SLOs, a prompt file, chat; checks its
+# JSON fields and counts, and the server's vllm:request_success_total (tests/serve/bench_serve_check.py).
+find_program(DCP_PYTHON3 python3)
+if(TARGET dcp-vk-serve AND DCP_PYTHON3)
+  add_test(NAME app_bench_serve COMMAND ${DCP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/serve/bench_serve_check.py
+           $<TARGET_FILE:dcp-vk-serve> ${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K.gguf
+           ${PROJECT_SOURCE_DIR}/scripts/bench-serve.py)
+  set_tests_properties(app_bench_serve PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)
 endif()

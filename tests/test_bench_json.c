@@ -1,6 +1,6 @@
 /* dcp-vk-bench's roofline in JSON (matmul and ops: a "results" array; attn and attn --mla: one
- * configuration per document), and dcp-vk-run's dispatches and host waits per decode step, as a
- * user gets them: the command (after `--`) is run, its stdout parsed with cJSON and every field
+ * configuration per document; attn --dcp: one, its local decode's in a "local_roofline" member),
+ * and dcp-vk-run's dispatches and host waits per decode step, as a user gets them: the command (after `--`) is run, its stdout parsed with cJSON and every field
  * checked for a sane value: positive and finite, and consistent with the yardsticks printed beside
  * it (roofline time = max(bytes / read rate, FLOPs / FMA rate), fraction = roofline / measured).
  * No speed is asserted.
@@ -71,14 +71,21 @@ static void test_bench(void **state)
         res = one;
     }
     if (!cJSON_IsArray(res) || cJSON_GetArraySize(res) == 0) fail_msg("no \"results\" array, or an empty one");
-    const cJSON *r;
+    const cJSON *item;
     int n = 0;
-    cJSON_ArrayForEach(r, res)
+    cJSON_ArrayForEach(item, res)
     {
+        const cJSON *r = item;
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(r, one ? "bench" : "kernel");
         if (!cJSON_IsString(k)) fail_msg("result %d: no \"%s\" name", n, one ? "bench" : "kernel");
         char where[160];
         snprintf(where, sizeof where, "result %d (%s)", n, k->valuestring);
+        /* attn --dcp: the local decode's roofline is a member object. */
+        const cJSON *local = cJSON_GetObjectItemCaseSensitive(r, "local_roofline");
+        if (local) {
+            if (!cJSON_IsObject(local)) fail_msg("%s: \"local_roofline\" is not an object", where);
+            r = local;
+        }
         double bytes = number(r, where, "bytes", 0, 0), flops = number(r, where, "flops", 0, 1);
         double measured = number(r, where, "measured_us", 0, 0), roof = number(r, where, "roofline_us", 0, 0);
         double frac = number(r, where, "of_roofline", 0, 0), intensity = number(r, where, "intensity", 0, 1);

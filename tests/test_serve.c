@@ -28,6 +28,9 @@
  *    --max-connections-per-ip.
  *  - servers with --speculative-config (n-gram drafts; a draft model) give the 16 texts of the
  *    server without it, and count their drafts in /metrics;
+ *  - vLLM's metrics (vllm:*, histograms of TTFT, ITL, e2e, queue, prefill, decode, token counts)
+ *    parsed as a Prometheus scraper does, on a fresh server, against what the OpenAI client saw;
+ *    every series vLLM's Grafana dashboard queries is there;
  *  - prefix caching (on by default): a long prompt sent twice reports usage.prompt_tokens_details.
  *    cached_tokens 0, then whole blocks of 16 x 2 tokens, with the same text; /metrics counts
  *    vllm:prefix_cache_queries_total and _hits_total in tokens (under mpiexec: off, 0 cached).
@@ -582,6 +585,27 @@ static void test_openai_client(void **state)
     dcp_test_result_free(&r);
 }
 
+/* vLLM's metrics on a fresh TP 1 server with two slots (so that some of the 6 requests queue): the
+ * Node script (tests/serve/vllm_metrics.mjs) parses /metrics as a Prometheus scraper does, before
+ * and after 6 streams sent at once with the OpenAI client, and checks names, labels, buckets,
+ * counts and sums against what the client saw. */
+static void test_vllm_metrics(void **state)
+{
+    (void)state;
+    server s;
+    const char *args[] = {"--max-seqs", "2", "-c", "256", NULL};
+    server_start(&s, args);
+    char script[512], root[128];
+    snprintf(script, sizeof script, "%s/vllm_metrics.mjs", node_dir);
+    snprintf(root, sizeof root, "http://127.0.0.1:%d", s.port);
+    const char *argv[] = {"node", script, root, "stories260K", "6", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("node vllm_metrics.mjs: exit %d: %s %s", r.code, r.err, r.out);
+    printf("vllm metrics: %s", r.out);
+    dcp_test_result_free(&r);
+    assert_int_equal(server_stop(&s), 0);
+}
+
 /* One bad request: its status, an OpenAI error body (error.message containing msg, error.param when
  * given), then the server still serves. */
 static void expect_error(const char *method, const char *path, const char *body, size_t len, int status,
@@ -859,6 +883,53 @@ static void expect_raw_error(const char *what, const char *resp, const char *sta
     cJSON_Delete(j);
 }
 
+/* HTTP that is not HTTP/1.x (the gate answers it, serve/gate.c): each gets its status with a JSON
+ * error naming what was wrong, the connection closes, and s serves on. */
+static void test_unparsable(const server *s)
+{
+    char big[40000];
+    int k = snprintf(big, sizeof big, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ");
+    memset(big + k, 'a', sizeof big - (size_t)k - 5);
+    memcpy(big + sizeof big - 5, "\r\n\r\n", 5); /* the NUL ends the string */
+    const struct {
+        const char *what, *req, *status, *code, *msg;
+    } cases[] = {
+        {"a malformed header line", "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nThis is not a header\r\n\r\n",
+         "HTTP/1.1 400", "bad_request", "'This is not a header'"},
+        {"a space before the colon", "GET /health HTTP/1.1\r\nHost : 127.0.0.1\r\n\r\n", "HTTP/1.1 400",
+         "bad_request", "not a field name, a colon"},
+        {"a header block over --max-header-bytes", big, "HTTP/1.1 431", "headers_too_large", "16384 bytes"},
+        {"HTTP/2.0", "GET /health HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 505",
+         "http_version_not_supported", "'HTTP/2.0'"},
+        {"HTTP/9.9", "GET /health HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 505",
+         "http_version_not_supported", "'HTTP/9.9'"},
+        {"a garbage request line", "\x16\x03\x01 hello there\r\n\r\n", "HTTP/1.1 400", "bad_request",
+         "the request line"},
+        {"a request line without a version", "GET /health\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 400",
+         "bad_request", "no HTTP version"},
+        {"HTTP/1.1 without Host", "GET /health HTTP/1.1\r\n\r\n", "HTTP/1.1 400", "bad_request", "Host header"},
+        {"a Content-Length that is not a number",
+         "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12a\r\n\r\n{}", "HTTP/1.1 400",
+         "bad_request", "Content-Length is not a number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const double t0 = now_s();
+        char *r = exchange(s, cases[i].req, strlen(cases[i].req), 10);
+        const double t = now_s() - t0;
+        expect_raw_error(cases[i].what, r, cases[i].status, cases[i].code);
+        if (!strstr(r, "Content-Type: application/json")) fail_msg("%s: not JSON: %s", cases[i].what, r);
+        if (!strstr(r, cases[i].msg)) fail_msg("%s: the message does not say '%s': %s", cases[i].what, cases[i].msg, r);
+        if (t > 5) fail_msg("%s: answered and closed after %.1f s", cases[i].what, t); /* not by a timeout */
+        free(r);
+        expect_healthy(s);
+    }
+    /* The gate's answers are in the access log. */
+    char *err = slurp(s->err_path);
+    if (!strstr(err, " GET /health 505 prompt_tokens=0 completion_tokens=0 time_ms=") || !strstr(err, "end=bad_request"))
+        fail_msg("no access-log line for the 505:\n%.4000s", err);
+    free(err);
+}
+
 static void test_protocol(void **state)
 {
     (void)state;
@@ -913,6 +984,7 @@ static void test_protocol(void **state)
     free(resp);
     expect_error("GET", "/v1/models/gpt-4", NULL, 0, 404, "model", "does not exist");
     expect_error("GET", "/v1/models/", NULL, 0, 404, NULL, "no such route");
+    test_unparsable(&srv);
 }
 
 /* One access-log line per request on stderr, with its tokens and time. */
@@ -1161,19 +1233,107 @@ static void test_sigterm(void **state)
     free(resp);
 }
 
+/* The head of a raw response (up to its empty line), for header checks. */
+static void expect_head(const char *what, const char *resp, const char *status_line, const char *const *has,
+                        const char *const *lacks)
+{
+    const char *e = strstr(resp, "\r\n\r\n");
+    char *head = strndup(resp, e ? (size_t)(e - resp) + 2 : strlen(resp));
+    if (strncmp(head, status_line, strlen(status_line))) fail_msg("%s: '%s', want '%s'", what, resp, status_line);
+    for (int i = 0; has && has[i]; i++)
+        if (!strstr(head, has[i])) fail_msg("%s: no '%s' in:\n%s", what, has[i], head);
+    for (int i = 0; lacks && lacks[i]; i++)
+        if (strstr(head, lacks[i])) fail_msg("%s: '%s' should not be in:\n%s", what, lacks[i], head);
+    free(head);
+}
+
+/* CORS (--allowed-origins a list): preflights, and Access-Control-Allow-Origin on every response to
+ * a listed origin (whole, streamed, errors, the gate's), none for another origin. */
+static void test_cors(void **state)
+{
+    (void)state;
+    server s;
+    const char *args[] = {"--allowed-origins", "http://a.example,http://b.example:8080", NULL};
+    server_start(&s, args);
+    const char *pre = "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n"
+                      "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: content-type, "
+                      "authorization\r\nConnection: close\r\n\r\n";
+    char *r = exchange(&s, pre, strlen(pre), 10);
+    const char *const pre_has[] = {"Access-Control-Allow-Origin: http://a.example\r\n",
+                                   "Access-Control-Allow-Methods: POST, OPTIONS\r\n",
+                                   "Access-Control-Allow-Headers: content-type, authorization\r\n",
+                                   "Access-Control-Max-Age: 600\r\n", "Vary: Origin\r\n", NULL};
+    expect_head("a preflight of a listed origin", r, "HTTP/1.1 204", pre_has, NULL);
+    free(r);
+    const char *pre_evil = "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
+                           "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n";
+    r = exchange(&s, pre_evil, strlen(pre_evil), 10);
+    const char *const no_cors[] = {"Access-Control-", NULL};
+    expect_head("a preflight of another origin", r, "HTTP/1.1 204", NULL, no_cors);
+    free(r);
+    const char *const b_has[] = {"Access-Control-Allow-Origin: http://b.example:8080\r\n", "Vary: Origin\r\n", NULL};
+    const char *models = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://b.example:8080\r\n"
+                         "Connection: close\r\n\r\n";
+    r = exchange(&s, models, strlen(models), 10);
+    expect_head("GET /v1/models from a listed origin", r, "HTTP/1.1 200", b_has, NULL);
+    free(r);
+    const char *const a_has[] = {"Access-Control-Allow-Origin: http://a.example\r\n", "Vary: Origin\r\n", NULL};
+    const char *body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 4, \"temperature\": 0, \"stream\": true}";
+    char req[1024];
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s", strlen(body), body);
+    r = exchange(&s, req, strlen(req), 60);
+    expect_head("a stream to a listed origin", r, "HTTP/1.1 200", a_has, NULL);
+    if (!strstr(r, "data: [DONE]")) fail_msg("the stream did not end: %s", r);
+    free(r);
+    const char *bad = "{\"prompt\": 1}";
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s", strlen(bad), bad);
+    r = exchange(&s, req, strlen(req), 30);
+    expect_head("an error to a listed origin", r, "HTTP/1.1 400", a_has, NULL);
+    free(r);
+    const char *gate = "GET /health HTTP/9.9\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n\r\n";
+    r = exchange(&s, gate, strlen(gate), 10);
+    expect_head("the gate's error to a listed origin", r, "HTTP/1.1 505", a_has, NULL);
+    free(r);
+    const char *evil = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n";
+    r = exchange(&s, evil, strlen(evil), 10);
+    const char *const vary[] = {"Vary: Origin\r\n", NULL};
+    expect_head("GET /health from another origin", r, "HTTP/1.1 200", vary, no_cors);
+    free(r);
+    const char *none = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    r = exchange(&s, none, strlen(none), 10);
+    expect_head("GET /health without Origin", r, "HTTP/1.1 200", vary, no_cors);
+    free(r);
+    assert_int_equal(server_stop(&s), 0);
+}
+
 /* A TP 1 server with an API key, no chat template, one slot, no queue and short prompts. */
 static void test_key_and_no_template(void **state)
 {
     (void)state;
     server s;
     const char *args[] = {"--api-key", "sesame", "-c", "2048", "--max-seqs", "1", "--max-queued", "0",
-                          "--max-prompt-tokens", "16", NULL};
+                          "--max-prompt-tokens", "16", "--allowed-origins", "*", NULL};
     server_start(&s, args);
-    char *resp;
+    char *resp, *hdr;
     const char *body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0}";
-    assert_int_equal(http(&s, "POST", "/v1/completions", body, strlen(body), NULL, &resp), 401);
+    assert_int_equal(http_full(&s, "POST", "/v1/completions", body, strlen(body), "Origin: http://x.example", &resp, &hdr),
+                     401);
     assert_non_null(strstr(resp, "invalid_api_key"));
+    /* --allowed-origins '*': every response says so, and varies by nothing. */
+    if (!strstr(hdr, "Access-Control-Allow-Origin: *\r\n") || strstr(hdr, "Vary: Origin"))
+        fail_msg("a 401 under --allowed-origins '*': %s", hdr);
     free(resp);
+    free(hdr);
+    /* A preflight carries no API key: answered without one. */
+    const char *pre = "OPTIONS /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://x.example\r\n"
+                      "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n";
+    char *raw = exchange(&s, pre, strlen(pre), 10);
+    const char *const pre_has[] = {"Access-Control-Allow-Origin: *\r\n", "Access-Control-Allow-Methods: POST, OPTIONS",
+                                   "Access-Control-Allow-Headers: Authorization, Content-Type", NULL};
+    expect_head("a preflight under --allowed-origins '*' and --api-key", raw, "HTTP/1.1 204", pre_has, NULL);
+    free(raw);
     assert_int_equal(http(&s, "POST", "/v1/completions", body, strlen(body), "Authorization: Bearer wrong", &resp), 401);
     free(resp);
     assert_int_equal(http(&s, "GET", "/health", NULL, 0, NULL, &resp), 200); /* open */
@@ -1216,7 +1376,7 @@ static void test_key_and_no_template(void **state)
         assert_true(now_s() - t0 < 30);
         nap_ms(20);
     }
-    char *hdr;
+    hdr = NULL;
     assert_int_equal(
         http_full(&s, "POST", "/v1/completions", body, strlen(body), "Authorization: Bearer sesame", &resp, &hdr), 429);
     assert_non_null(strstr(resp, "queue_full"));
@@ -1305,7 +1465,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),
-        cmocka_unit_test(test_speculative),
+        cmocka_unit_test(test_speculative),   cmocka_unit_test(test_vllm_metrics),
+        cmocka_unit_test(test_cors),
     };
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {

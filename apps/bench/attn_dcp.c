@@ -66,6 +66,9 @@ typedef struct bench_dcp {
     double t_tot, t_loc, t_x, t_m, t_min; /* medians and the fastest total, ns */
     uint64_t bytes, q_bytes; /* exchange and Q all-gather bytes sent per rank per step */
     uint64_t kv_rank;        /* KV bytes of the fullest rank */
+    bool roofed;             /* one process: the local decode's roofline was measured */
+    dcp_bench_yardsticks y;  /* device 0's, sampled before every timed step (medians) */
+    dcp_bench_roofline roof; /* the local decode of one physical device's share */
     /* verify */
     uint64_t bad;            /* values beyond tolerance, all processes */
     double max_o, max_lse;   /* largest absolute errors, all processes */
@@ -265,9 +268,19 @@ static dcp_status time_steps(bench_dcp *b)
     b->xch = calloc(o->iters, sizeof *b->xch);
     b->mrg = calloc(o->iters, sizeof *b->mrg);
     if (!b->tot || !b->loc || !b->xch || !b->mrg) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    /* One process: device 0's yardsticks sampled before every timed step (ruler, step, ruler, ...),
+     * the ceilings of the local decode's roofline. Under MPI the processes' devices may share a
+     * physical device that no process sees whole, so no roofline is given. */
+    dcp_bench_ruler *ruler = NULL;
+    if (!b->mpi && dcp_bench_ruler_create(b->devs[0], &ruler))
+        return dcp_fail(DCP_ERR_VULKAN, "creating the yardsticks of device 0");
     for (uint32_t it = 0; it <= o->iters; it++) { /* iteration 0 warms up */
         dcp_cp_attn_timing tm;
         if (b->mpi) dcp_mpi_barrier();
+        if (ruler && it > 0 && dcp_bench_ruler_sample(ruler)) {
+            st = dcp_fail(DCP_ERR_VULKAN, "sampling the yardsticks of device 0");
+            goto fail;
+        }
         DCP_TRY(dcp_cp_attn_run(b->attn, b->qv, b->ov, b->lv, &tm));
         if (it == 0) continue;
         b->tot[it - 1] = dcp_mpi_max(tm.total_ns);
@@ -288,7 +301,35 @@ static dcp_status time_steps(bench_dcp *b)
         if (dcp_kv_cache_bytes_used(b->cache, (uint32_t)i) > b->kv_rank)
             b->kv_rank = dcp_kv_cache_bytes_used(b->cache, (uint32_t)i);
     b->kv_rank = (uint64_t)dcp_mpi_max((double)b->kv_rank);
+    if (ruler) {
+        /* The local decode: every rank reads its shard's K and V rows for all NH gathered query
+         * heads and writes their partial O and LSE (docs/design.md section 16's attn row, per
+         * rank); the ranks run side by side, so one physical device's share is the bytes and FLOPs
+         * of its ranks against the local decode's time (the slowest rank's). */
+        const uint32_t N = o->dcp, D = o->head_dim, NH = o->q_heads, batch = o->batch;
+        double bytes = 0, flops = 0;
+        for (int i = 0; i < b->L; i++) {
+            const uint32_t r = b->first + (uint32_t)i;
+            const double local = (double)dcp_kv_local_length(o->ctx, r, N, o->interleave);
+            const double blocks = (double)batch * ((local + o->page_size - 1) / o->page_size);
+            bytes += (double)dcp_kv_cache_bytes_used(b->cache, (uint32_t)i) + (double)batch * NH * (2.0 * D + 1) * 4 +
+                     (blocks + batch) * 4;
+            flops += 4.0 * batch * local * NH * D;
+        }
+        int physical = 0;
+        for (int i = 0; i < b->L; i++) {
+            int seen = 0;
+            for (int j = 0; j < i; j++)
+                if (dcp_device_get_info(b->devs[j])->physical_index == dcp_device_get_info(b->devs[i])->physical_index)
+                    seen = 1;
+            physical += !seen;
+        }
+        dcp_bench_ruler_get(ruler, 0, &b->y);
+        b->roof = dcp_bench_roofline_of(&b->y, bytes / physical, flops / physical, b->t_loc);
+        b->roofed = true;
+    }
 fail:
+    dcp_bench_ruler_destroy(ruler);
     return st;
 }
 
@@ -367,6 +408,12 @@ static void report(const bench_dcp *b)
                B, dcp_dtype_name((dcp_dtype)o->dtype), o->iters, b->t_loc * 1e-6, b->t_x * 1e-6, b->t_m * 1e-6,
                b->t_tot * 1e-6, b->t_min * 1e-6, (unsigned long long)b->bytes, (unsigned long long)b->q_bytes,
                (unsigned long long)formula, (unsigned long long)b->kv_rank);
+        if (b->roofed) { /* the local decode against device 0's yardsticks */
+            printf(", \"local_roofline\": {");
+            dcp_bench_roofline_json(stdout, &b->roof, &b->y);
+            printf("}, \"yardsticks\": ");
+            dcp_bench_yardsticks_json(stdout, &b->y);
+        }
         if (o->verify)
             printf(", \"verify\": \"%s\", \"max_abs_err_o\": %.3g, \"max_abs_err_lse\": %.3g", b->bad ? "FAIL" : "ok",
                    b->max_o, b->max_lse);
@@ -383,6 +430,15 @@ static void report(const bench_dcp *b)
                "plus %llu for the Q all-gather\n",
                (unsigned long long)b->bytes, (unsigned long long)formula, (unsigned long long)b->q_bytes);
         printf("  KV bytes per rank: %llu (%.2f MiB)\n", (unsigned long long)b->kv_rank, (double)b->kv_rank / (1 << 20));
+        if (b->roofed) {
+            const dcp_bench_roofline *f = &b->roof;
+            printf("  local decode roofline (one physical device's ranks, device 0's yardsticks: read %.3f GB/s, "
+                   "FMA %.2f GFLOP/s): %.0f bytes, %.0f FLOPs; max(read %.3f ms, FMA %.3f ms) = %.3f ms, %s-bound; "
+                   "measured %.3f ms = %.2f of the roofline\n",
+                   b->y.stream_read_bps * 1e-9, b->y.fma_flops * 1e-9, f->bytes, f->flops, f->read_ns * 1e-6,
+                   f->fma_ns * 1e-6, f->roofline_ns * 1e-6, dcp_bench_roofline_bound(f), f->measured_ns * 1e-6,
+                   f->fraction);
+        }
         if (o->verify)
             printf("  verify: %s (max abs error O %.3g, LSE %.3g)\n", b->bad ? "FAIL" : "ok", b->max_o, b->max_lse);
     }

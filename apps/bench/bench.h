@@ -44,6 +44,13 @@ typedef struct dcp_bench_dcp_opts {
 
 int dcp_bench_attn_dcp(const dcp_bench_dcp_opts *o);
 
+/* Opens every device ($DCP_VK_DEVICES, else all) into *ctx and takes device `index` of them into
+ * *dev, for the subcommands that measure one device (--device I). Returns 0, or an exit code after
+ * printing why to stderr (prog: the message's prefix): DCP_EXIT_USAGE for an index past the
+ * devices, DCP_EXIT_RUNTIME when the devices do not open; *ctx is then NULL. Destroy *ctx with
+ * dcp_context_destroy. */
+int dcp_bench_open_device(const char *prog, uint32_t index, dcp_context **ctx, dcp_device **dev);
+
 /* Fills n elements of dtype t (dcp_dtype f32 or f16) with deterministic values in (-1, 1). */
 void dcp_bench_fill_random(void *dst, uint64_t n, int t, uint64_t seed);
 

@@ -534,18 +534,10 @@ int dcp_bench_ops(int argc, char **argv)
     memset(&B, 0, sizeof B);
     op_result res[OP_COUNT];
     memset(res, 0, sizeof res);
-    dcp_context_config cfg = DCP_CONTEXT_CONFIG_DEFAULT;
-    dcp_status st = dcp_context_create(&cfg, &ctx);
-    if (st != DCP_OK) {
-        dcp_cli_report(p, "opening devices", st);
-        goto out;
-    }
-    if ((int)o.device >= dcp_context_device_count(ctx)) {
-        fprintf(stderr, "%s: --device %u: there are %d devices\n", p, o.device, dcp_context_device_count(ctx));
-        rc = DCP_EXIT_USAGE;
-        goto out;
-    }
-    dcp_device *dev = dcp_context_device(ctx, (int)o.device);
+    dcp_device *dev = NULL;
+    if ((rc = dcp_bench_open_device(p, o.device, &ctx, &dev))) goto out;
+    rc = DCP_EXIT_RUNTIME;
+    dcp_status st;
     const dcp_device_info *info = dcp_device_get_info(dev);
     st = dcp_cmd_create(dev, &cmd);
     if (st == DCP_OK) st = setup(dev, &o, &B, cmd);

@@ -351,18 +351,9 @@ int dcp_bench_yardsticks_cmd(int argc, char **argv)
     }
     int rc = DCP_EXIT_RUNTIME;
     dcp_context *ctx = NULL;
-    dcp_context_config cfg = DCP_CONTEXT_CONFIG_DEFAULT;
-    dcp_status st = dcp_context_create(&cfg, &ctx);
-    if (st != DCP_OK) {
-        dcp_cli_report(p, "opening devices", st);
-        return rc;
-    }
-    if ((int)device >= dcp_context_device_count(ctx)) {
-        fprintf(stderr, "%s: --device %u: there are %d devices\n", p, device, dcp_context_device_count(ctx));
-        dcp_context_destroy(ctx);
-        return DCP_EXIT_USAGE;
-    }
-    dcp_device *dev = dcp_context_device(ctx, (int)device);
+    dcp_device *dev = NULL;
+    if ((rc = dcp_bench_open_device(p, device, &ctx, &dev))) return rc;
+    rc = DCP_EXIT_RUNTIME;
     const char *name = dcp_device_get_info(dev)->name;
     dcp_bench_yardsticks y;
     if (dcp_bench_measure_yardsticks(dev, (int)samples, &y) == 0) {
@@ -379,4 +370,25 @@ int dcp_bench_yardsticks_cmd(int argc, char **argv)
     }
     dcp_context_destroy(ctx);
     return rc;
+}
+
+int dcp_bench_open_device(const char *prog, uint32_t index, dcp_context **ctx, dcp_device **dev)
+{
+    dcp_context_config cfg = DCP_CONTEXT_CONFIG_DEFAULT;
+    *dev = NULL;
+    dcp_status st = dcp_context_create(&cfg, ctx);
+    if (st != DCP_OK) {
+        dcp_cli_report(prog, "opening devices", st);
+        *ctx = NULL;
+        return DCP_EXIT_RUNTIME;
+    }
+    int count = dcp_context_device_count(*ctx);
+    if ((int64_t)index >= count) {
+        fprintf(stderr, "%s: --device %u: there are %d devices\n", prog, index, count);
+        dcp_context_destroy(*ctx);
+        *ctx = NULL;
+        return DCP_EXIT_USAGE;
+    }
+    *dev = dcp_context_device(*ctx, (int)index);
+    return 0;
 }

@@ -19,11 +19,18 @@
  * shuts the socket down: libmicrohttpd then closes it) and, every 100 ms, peeks at the sockets of
  * suspended requests: a client gone has its request cancelled, which frees its KV pages at once.
  *
- * Limits of libmicrohttpd 0.9.75: requests it cannot parse as HTTP (a malformed request line or
- * header, a Content-Length that is not a number or overflows, broken chunked framing, headers
- * larger than its connection memory, an HTTP version it does not know) are answered by the library
- * itself with its fixed HTML bodies: it offers no hook to replace them. Every error this server
- * decides (400, 401, 404, 405, 413, 429, 500, 503) is JSON. */
+ * The listening socket is the gate's (serve/gate.c): it accepts, checks each connection's first
+ * request head and answers a bad one in JSON itself (libmicrohttpd 0.9.75 would answer it with its
+ * fixed HTML bodies and has no hook to replace them), then hands good connections to libmicrohttpd
+ * (MHD_add_connection; the daemon has no listening socket of its own). Every error this server
+ * decides (400, 401, 404, 405, 413, 429, 431, 500, 503, 505) is JSON; libmicrohttpd's own HTML is
+ * left for what the gate does not see: a malformed later request of a kept-alive connection, and
+ * broken chunked framing of a body.
+ *
+ * CORS (--allowed-origins): a preflight OPTIONS of an allowed origin gets 204 with
+ * Access-Control-Allow-Origin/-Methods/-Headers/-Max-Age; every response to an allowed origin
+ * (errors and streams too) carries Access-Control-Allow-Origin, and Vary: Origin unless the list is
+ * '*'. An origin not allowed gets no CORS headers. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -32,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -57,6 +65,9 @@ struct conn_track {
 
 struct serve_http {
     struct MHD_Daemon *d;
+    serve_gate *gate;
+    double *fd_deadline; /* hub mutex: [fd_cap] the deadline the gate gave a socket being handed over (0: none) */
+    size_t fd_cap;
     serve_hub *h;
     const char *prog;
     pthread_t watcher;
@@ -83,16 +94,16 @@ typedef struct route {
     bool prefix;         /* path is a prefix followed by an id (/v1/models/{id}) */
     route_id id;
     bool post;           /* POST; else GET and HEAD */
-    const char *allow;   /* the Allow header of its 405 */
+    const char *allow;   /* the Allow header of its 405 and OPTIONS */
 } route;
 
 static const route routes[] = {
-    {"/health", false, R_HEALTH, false, "GET, HEAD"},
-    {"/metrics", false, R_METRICS, false, "GET, HEAD"},
-    {"/v1/models", false, R_MODELS, false, "GET, HEAD"},
-    {"/v1/models/", true, R_MODEL, false, "GET, HEAD"},
-    {"/v1/completions", false, R_COMPLETIONS, true, "POST"},
-    {"/v1/chat/completions", false, R_CHAT, true, "POST"},
+    {"/health", false, R_HEALTH, false, "GET, HEAD, OPTIONS"},
+    {"/metrics", false, R_METRICS, false, "GET, HEAD, OPTIONS"},
+    {"/v1/models", false, R_MODELS, false, "GET, HEAD, OPTIONS"},
+    {"/v1/models/", true, R_MODEL, false, "GET, HEAD, OPTIONS"},
+    {"/v1/completions", false, R_COMPLETIONS, true, "POST, OPTIONS"},
+    {"/v1/chat/completions", false, R_CHAT, true, "POST, OPTIONS"},
 };
 
 static const route *find_route(const char *url)
@@ -115,6 +126,7 @@ typedef struct conn_ctx {
     double t0;           /* monotonic seconds at the request line */
     char method[16];
     char uri[256];       /* as sent (cut), for the log */
+    char cors[256];      /* its Access-Control-Allow-Origin ("": none) */
     bool started;        /* the handler saw the headers */
     const route *route;  /* NULL: none matched */
     serve_error early;   /* a refusal found from the headers (status 0: none) */
@@ -134,7 +146,39 @@ static void count_response(serve_hub *h, unsigned status)
     pthread_mutex_unlock(&h->mu);
 }
 
-/* Queues body (malloc'd, taken) with a status and content type; e (may be NULL) adds its headers. */
+/* CORS headers of a response to cc's request (see the top of the file). */
+static void add_cors(const conn_ctx *cc, struct MHD_Response *resp)
+{
+    const char *list = cc->s->h->o->allowed_origins;
+    if (!list) return;
+    if (cc->cors[0]) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, cc->cors);
+    if (strcmp(list, "*")) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+}
+
+const char *serve_cors_origin(const serve_options *o, const char *origin, size_t n, char *buf, size_t cap)
+{
+    const char *list = o->allowed_origins;
+    if (!list) return NULL;
+    if (strcmp(list, "*") == 0) return "*";
+    if (!origin || !n || n >= cap) return NULL;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        while (k && (*p == ' ')) p++, k--;
+        while (k && p[k - 1] == ' ') k--;
+        if (k == n && strncasecmp(p, origin, n) == 0) {
+            memcpy(buf, origin, n);
+            buf[n] = 0;
+            return buf;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    return NULL;
+}
+
+/* Queues body (malloc'd, taken) with a status and content type (NULL: none); e (may be NULL) adds
+ * its headers. */
 static enum MHD_Result send_text(conn_ctx *cc, struct MHD_Connection *c, unsigned status, char *body,
                                  const char *type, const serve_error *e)
 {
@@ -151,7 +195,8 @@ static enum MHD_Result send_text(conn_ctx *cc, struct MHD_Connection *c, unsigne
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (type) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    add_cors(cc, resp);
     if (status == 405 && cc->route) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, cc->route->allow);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (e && e->retry_after) {
@@ -336,6 +381,7 @@ static enum MHD_Result start_stream(conn_ctx *cc, struct MHD_Connection *c)
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(cc, resp);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     cc->status = 200;
@@ -456,14 +502,18 @@ static enum MHD_Result headers_in(conn_ctx *cc, struct MHD_Connection *c, const 
     const bool body = n > 0 || MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     const route *rt = cc->route = find_route(url);
     const bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
-    if ((strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/v1") == 0) && !authorized(h, c))
+    const bool options = strcmp(method, "OPTIONS") == 0; /* a CORS preflight carries no API key */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    const char *co = serve_cors_origin(h->o, origin, origin ? strlen(origin) : 0, cc->cors, sizeof cc->cors);
+    if (co && co != cc->cors) snprintf(cc->cors, sizeof cc->cors, "%s", co);
+    if (!options && (strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/v1") == 0) && !authorized(h, c))
         serve_error_set(err, 401, "invalid_request_error", NULL, "invalid_api_key",
                         "missing or incorrect API key (send 'Authorization: Bearer KEY')");
     else if (!rt)
         serve_error_set(err, 404, "invalid_request_error", NULL, "not_found",
                         "%.16s %.200s: no such route (routes: POST /v1/completions, POST /v1/chat/completions, "
                         "GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics)", method, url);
-    else if (rt->post ? !post : !get)
+    else if (!options && (rt->post ? !post : !get))
         serve_error_set(err, 405, "invalid_request_error", NULL, "method_not_allowed",
                         "%.16s %.200s: the method is not allowed (allowed: %s)", method, url, rt->allow);
     else if (n > h->o->max_body)
@@ -471,6 +521,27 @@ static enum MHD_Result headers_in(conn_ctx *cc, struct MHD_Connection *c, const 
                         "the request body is %llu bytes; at most %u are allowed (--max-body-bytes)", n, h->o->max_body);
     if (err->status && body) return send_error(cc, c, err);
     return MHD_YES;
+}
+
+/* OPTIONS of a route: 204 with its Allow; for an allowed origin the CORS preflight's answer too. */
+static enum MHD_Result answer_options(conn_ctx *cc, struct MHD_Connection *c)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, cc->route->allow);
+    add_cors(cc, resp);
+    if (cc->cors[0]) {
+        const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_HEADERS);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS, cc->route->allow);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS,
+                                rh && *rh ? rh : "Authorization, Content-Type");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
+    }
+    enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    cc->status = 204;
+    count_response(cc->s->h, 204);
+    return ret;
 }
 
 /* GET and HEAD routes (HEAD: libmicrohttpd sends the headers only). */
@@ -544,6 +615,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                         "the request body is larger than %u bytes (--max-body-bytes)", h->o->max_body);
         return send_error(cc, c, &err);
     }
+    if (strcmp(cc->method, "OPTIONS") == 0) return answer_options(cc, c);
     if (!cc->route->post) return answer_get(cc, c, url);
     return generate(cc, c, cc->route->id == R_CHAT ? SERVE_CHAT : SERVE_COMPLETION);
 }
@@ -571,6 +643,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         }
         pthread_mutex_lock(&h->mu);
         t->deadline = now_s() + s->request_timeout;
+        if (t->fd >= 0 && (size_t)t->fd < s->fd_cap && s->fd_deadline[t->fd] > 0) { /* the gate's, from accept */
+            t->deadline = s->fd_deadline[t->fd];
+            s->fd_deadline[t->fd] = 0;
+        }
         t->next = s->conns;
         if (s->conns) s->conns->prev = t;
         s->conns = t;
@@ -625,12 +701,11 @@ static const char *termination_name(enum MHD_RequestTerminationCode why, bool ti
 }
 
 /* One access-log line on stderr, written in one call so that lines of several workers never mix. */
-static void log_request(serve_http *s, const conn_ctx *cc, const char *method, unsigned status, uint32_t prompt,
-                        uint32_t completion, const char *finish, const char *end)
+static void log_request(serve_http *s, const char *addr, double t0, const char *uri, const char *method,
+                        unsigned status, uint32_t prompt, uint32_t completion, const char *finish, const char *end)
 {
-    const double ms = (now_s() - cc->t0) * 1e3;
-    char *m = serve_utf8(method, strlen(method)), *u = serve_utf8(cc->uri, strlen(cc->uri));
-    const char *addr = cc->t ? cc->t->addr : "?";
+    const double ms = (now_s() - t0) * 1e3;
+    char *m = serve_utf8(method, strlen(method)), *u = serve_utf8(uri, strlen(uri));
     char *line = NULL;
     if (m && u && s->h->o->log_json) {
         cJSON *o = cJSON_CreateObject();
@@ -658,7 +733,7 @@ static void log_request(serve_http *s, const conn_ctx *cc, const char *method, u
     } else if (m && u) {
         /* text: the path's control characters and spaces as %XX, so that a line stays one line of
          * space-separated fields */
-        char path[3 * sizeof cc->uri + 1];
+        char path[3 * 256 + 1];
         size_t k = 0;
         for (const unsigned char *p = (const unsigned char *)u; *p && k + 4 < sizeof path; p++) {
             if (*p <= 0x20 || *p == 0x7f) k += (size_t)snprintf(path + k, sizeof path - k, "%%%02X", *p);
@@ -715,8 +790,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         cc->t->deadline = now_s() + s->idle_timeout + s->request_timeout;
     }
     pthread_mutex_unlock(&h->mu);
-    log_request(s, cc, cc->method[0] ? cc->method : "-", status, prompt, completion, finish,
-                termination_name(why, timed_out));
+    log_request(s, cc->t ? cc->t->addr : "?", cc->t0, cc->uri, cc->method[0] ? cc->method : "-", status, prompt,
+                completion, finish, termination_name(why, timed_out));
     free(cc->body);
     free(cc);
     *con_cls = NULL;
@@ -775,27 +850,87 @@ static void fit_file_limit(const char *prog, uint32_t *max_conns)
     }
 }
 
-serve_http *serve_http_start(serve_hub *h, const char *prog, uint32_t *port)
+/* ---- the gate's side ---------------------------------------------------------------------------- */
+
+static void gate_hand(void *user, int fd, const struct sockaddr *sa, unsigned sa_len, double deadline)
 {
-    const serve_options *o = h->o;
+    serve_http *s = user;
+    pthread_mutex_lock(&s->h->mu);
+    if (fd >= 0 && (size_t)fd < s->fd_cap) s->fd_deadline[fd] = deadline;
+    pthread_mutex_unlock(&s->h->mu);
+    /* It closes fd when it cannot take it (a connection limit reached meanwhile, out of memory). */
+    if (MHD_add_connection(s->d, fd, sa, (socklen_t)sa_len) != MHD_YES) {
+        pthread_mutex_lock(&s->h->mu);
+        if (fd >= 0 && (size_t)fd < s->fd_cap) s->fd_deadline[fd] = 0;
+        pthread_mutex_unlock(&s->h->mu);
+    }
+}
+
+static uint32_t gate_count_addr(void *user, const char *addr)
+{
+    serve_http *s = user;
+    uint32_t n = 0;
+    for (const conn_track *t = s->conns; t; t = t->next) n += strcmp(t->addr, addr) == 0;
+    return n;
+}
+
+static void gate_log(void *user, const char *addr, double t0, const serve_head *hd, unsigned status)
+{
+    log_request(user, addr, t0, hd->target[0] ? hd->target : "-", hd->method[0] ? hd->method : "-", status, 0, 0, NULL,
+                "bad_request");
+}
+
+/* The listening socket on o->host:o->port (non-blocking, with room for a head in its receive
+ * buffer); -1 after printing why. */
+static int listen_on(const serve_options *o, const char *prog, uint32_t *port)
+{
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    int gai = getaddrinfo(o->host, NULL, &hints, &ai);
+    char service[16];
+    snprintf(service, sizeof service, "%u", o->port);
+    int gai = getaddrinfo(o->host, service, &hints, &ai);
     if (gai != 0 || !ai) {
         fprintf(stderr, "%s: --host %s: %s\n", prog, o->host, gai ? gai_strerror(gai) : "no address");
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const int one = 1, rcvbuf = (int)(4 * o->max_header);
+    int cur = 0;
+    socklen_t cl = sizeof cur;
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &cur, &cl) == 0 && cur < rcvbuf)
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf); /* accepted sockets inherit it */
+    }
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+        fprintf(stderr, "%s: cannot listen on %s port %u: %s\n", prog, o->host, o->port, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    *port = o->port;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        *port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                               : ((struct sockaddr_in *)&sa)->sin_port);
+    return fd;
+}
+
+serve_http *serve_http_start(serve_hub *h, const char *prog, uint32_t *port)
+{
+    const serve_options *o = h->o;
+    const int lfd = listen_on(o, prog, port);
+    if (lfd < 0) return NULL;
+    serve_http *s = calloc(1, sizeof *s);
+    if (!s) {
+        close(lfd);
         return NULL;
     }
-    struct sockaddr_storage sa;
-    memset(&sa, 0, sizeof sa);
-    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
-    const bool v6 = ai->ai_family == AF_INET6;
-    freeaddrinfo(ai);
-    if (v6) ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)o->port);
-    else ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)o->port);
-    serve_http *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
     s->h = h;
     s->prog = prog;
     s->request_timeout = o->request_timeout;
@@ -803,49 +938,63 @@ serve_http *serve_http_start(serve_hub *h, const char *prog, uint32_t *port)
     uint32_t max_conns = o->max_connections;
     fit_file_limit(prog, &max_conns);
     if (max_conns < o->http_threads) max_conns = o->http_threads; /* each worker holds its share */
+    struct rlimit rl;
+    s->fd_cap = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (1u << 24)
+                    ? (size_t)rl.rlim_cur : (size_t)max_conns + FD_RESERVE;
+    s->fd_deadline = calloc(s->fd_cap, sizeof *s->fd_deadline);
+    if (!s->fd_deadline) {
+        close(lfd);
+        free(s);
+        return NULL;
+    }
     pthread_mutex_lock(&h->mu);
     h->on_change = on_change;
     h->on_change_user = s;
     pthread_mutex_unlock(&h->mu);
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    if (v6) flags |= MHD_USE_IPv6;
+    /* No listening socket: the gate hands connections over. A head up to --max-header-bytes must
+     * fit the connection's memory, with room for the body's buffer. */
+    const unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     errno = 0;
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                             (unsigned)o->max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(2 * o->max_header + 32768),
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
     if (!s->d) {
-        fprintf(stderr, "%s: cannot listen on %s port %u: %s\n", prog, o->host, o->port,
-                errno ? strerror(errno) : "libmicrohttpd could not start (address in use?)");
+        fprintf(stderr, "%s: libmicrohttpd could not start: %s\n", prog, errno ? strerror(errno) : "unknown error");
         pthread_mutex_lock(&h->mu);
         h->on_change = NULL;
         pthread_mutex_unlock(&h->mu);
+        close(lfd);
+        free(s->fd_deadline);
         free(s);
         return NULL;
     }
     s->watching = pthread_create(&s->watcher, NULL, watch, s) == 0;
-    if (!s->watching) {
-        fprintf(stderr, "%s: cannot start the connection watcher thread\n", prog);
+    if (!s->watching) fprintf(stderr, "%s: cannot start the connection watcher thread\n", prog);
+    const serve_gate_config gc = {.h = h, .listen_fd = lfd, .request_timeout = o->request_timeout,
+                                  .max_conns = max_conns, .max_per_ip = o->max_conns_per_ip, .hand = gate_hand,
+                                  .count_addr = gate_count_addr, .log = gate_log, .user = s};
+    if (s->watching) s->gate = serve_gate_start(&gc, prog); /* it takes lfd */
+    else close(lfd);
+    if (!s->gate) {
         serve_http_stop(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    *port = di ? di->port : o->port;
     return s;
 }
 
 void serve_http_quiesce(serve_http *s)
 {
-    MHD_socket fd = MHD_quiesce_daemon(s->d);
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    serve_gate_quiesce(s->gate);
 }
 
 void serve_http_stop(serve_http *s)
 {
     if (!s) return;
     serve_hub *h = s->h;
+    serve_gate_stop(s->gate); /* nothing is handed over any more */
     /* libmicrohttpd must not stop with suspended connections: resume each (it ends: closing) and
      * let none suspend again. */
     pthread_mutex_lock(&h->mu);
@@ -857,5 +1006,6 @@ void serve_http_stop(serve_http *s)
     pthread_mutex_unlock(&h->mu);
     if (s->watching) pthread_join(s->watcher, NULL);
     MHD_stop_daemon(s->d);
+    free(s->fd_deadline);
     free(s);
 }

@@ -13,6 +13,31 @@
 const double serve_step_bounds[SERVE_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                       0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
 
+/* vLLM's bucket bounds (seconds; vllm/v1/metrics/loggers.py), so that its dashboards' quantiles
+ * read the same here. */
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,   0.25,  0.5,   0.75,
+                                     1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+static const double token_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                      0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double request_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+                                        30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+#define NB(a) (uint32_t)(sizeof(a) / sizeof(a)[0])
+
+static void hist_init(serve_hist *hg, const double *bounds, uint32_t n)
+{
+    hg->bounds = bounds;
+    hg->n_bounds = n;
+}
+
+static void hist_observe(serve_hist *hg, double v)
+{
+    if (v < 0) v = 0; /* a monotonic clock never goes back; guards the arithmetic */
+    uint32_t k = 0;
+    while (k < hg->n_bounds && v > hg->bounds[k]) k++;
+    hg->counts[k]++;
+    hg->sum += v;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -38,6 +63,20 @@ int serve_hub_init(serve_hub *h, const serve_options *o, const dcp_tokenizer *to
     h->m.pages_free = calloc(dcp, sizeof *h->m.pages_free);
     if (!h->m.pages_free) return -1;
     for (uint32_t r = 0; r < dcp; r++) h->m.pages_free[r] = kv_pages;
+    serve_hist *v = h->m.vllm;
+    hist_init(&v[SERVE_H_TTFT], ttft_bounds, NB(ttft_bounds));
+    hist_init(&v[SERVE_H_ITL], token_bounds, NB(token_bounds));
+    hist_init(&v[SERVE_H_TPOT], token_bounds, NB(token_bounds));
+    for (int k = SERVE_H_E2E; k <= SERVE_H_DECODE; k++) hist_init(&v[k], request_bounds, NB(request_bounds));
+    uint32_t nb = 0; /* vLLM's build_1_2_5_buckets(max_model_len) */
+    for (double p10 = 1; nb < SERVE_HIST_MAX_BUCKETS; p10 *= 10) {
+        static const double mant[3] = {1, 2, 5};
+        int k = 0;
+        for (; k < 3 && nb < SERVE_HIST_MAX_BUCKETS && mant[k] * p10 <= (double)(n_ctx ? n_ctx : 1); k++)
+            h->m.count_bounds[nb++] = mant[k] * p10;
+        if (k < 3) break;
+    }
+    for (int k = SERVE_H_PROMPT_TOKENS; k <= SERVE_H_MAX_GEN_TOKENS; k++) hist_init(&v[k], h->m.count_bounds, nb);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->wake, NULL);
     return 0;
@@ -91,6 +130,7 @@ int serve_hub_submit(serve_hub *h, serve_req *r)
     else if (h->in_flight >= h->max_seqs + h->o->max_queued) rc = 429;
     else if (push(&h->incoming, &h->n_incoming, &h->cap_incoming, r)) rc = 503;
     if (rc == 0) {
+        r->t_arrival = now_s();
         r->refs++;
         h->in_flight++;
         pthread_cond_signal(&h->wake);
@@ -113,6 +153,7 @@ static void take_incoming(serve_hub *h, dcp_engine *e)
         uint64_t id;
         dcp_status st = r->cancel ? DCP_ERR_INVALID_ARGUMENT : dcp_engine_submit(e, &r->er, &id);
         if (st == DCP_OK && push(&h->active, &h->n_active, &h->cap_active, r) == 0) {
+            r->t_queued = now_s();
             r->state = SREQ_RUNNING;
             r->engine_id = id;
             changed(h, r);
@@ -162,15 +203,57 @@ static void append_text(serve_req *r, const char *t, size_t n)
     r->text[r->text_len] = 0;
 }
 
-static void route_events(serve_hub *h, dcp_engine *e)
+/* Request r's new tokens, seen at t (one time for every request of a step: vLLM's iteration
+ * timestamp): its TTFT at the first, else one ITL observation for the step. */
+static void note_tokens(serve_hub *h, serve_req *r, uint32_t tokens, double t)
 {
+    if (tokens <= r->tokens_seen) return;
+    if (r->tokens_seen == 0) {
+        r->t_first = t;
+        hist_observe(&h->m.vllm[SERVE_H_TTFT], t - r->t_arrival);
+    } else if (t > r->t_last) {
+        hist_observe(&h->m.vllm[SERVE_H_ITL], t - r->t_last);
+    }
+    r->t_last = t;
+    r->tokens_seen = tokens;
+}
+
+/* Request r ended at t: its request histograms (the phases it went through) and its reason. */
+static void note_finish(serve_hub *h, serve_req *r, dcp_engine_finish f, double t)
+{
+    serve_hist *v = h->m.vllm;
+    if ((unsigned)f <= DCP_ENGINE_FINISH_ERROR) h->m.finished[f]++;
+    hist_observe(&v[SERVE_H_E2E], t - r->t_arrival);
+    hist_observe(&v[SERVE_H_PROMPT_TOKENS], r->n_prompt);
+    hist_observe(&v[SERVE_H_GEN_TOKENS], r->tokens_seen);
+    hist_observe(&v[SERVE_H_MAX_GEN_TOKENS], r->tokens_seen);
+    if (r->tokens_seen == 0) return; /* never got a token: no phases to time */
+    hist_observe(&v[SERVE_H_QUEUE], r->t_scheduled - r->t_queued);
+    hist_observe(&v[SERVE_H_PREFILL], r->t_first - r->t_scheduled);
+    hist_observe(&v[SERVE_H_DECODE], r->t_last - r->t_first);
+    hist_observe(&v[SERVE_H_INFERENCE], r->t_last - r->t_scheduled);
+    if (r->tokens_seen >= 2) hist_observe(&v[SERVE_H_TPOT], (r->t_last - r->t_first) / (r->tokens_seen - 1));
+}
+
+/* Routes the engine's events to their requests; t: now, and t_step: the start of the step that
+ * made them (0: no step ran), the first scheduling of a request that shows up in them. */
+static void route_events(serve_hub *h, dcp_engine *e, double t, double t_step)
+{
+    if (t_step > 0)
+        for (size_t i = 0; i < h->n_active; i++) {
+            serve_req *r = h->active[i];
+            if (r->t_scheduled == 0 && dcp_engine_request_slot(e, r->engine_id) >= 0) r->t_scheduled = t_step;
+        }
     dcp_engine_event ev;
     while (dcp_engine_poll(e, &ev)) {
         serve_req *r = ev.user;
+        if (r->t_scheduled == 0 && ev.completion_tokens > 0) r->t_scheduled = t_step > 0 ? t_step : t;
+        note_tokens(h, r, ev.completion_tokens, t);
         append_text(r, ev.text, ev.len);
         r->completion_tokens = ev.completion_tokens;
         r->cached_tokens = ev.cached_tokens;
         if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
+            note_finish(h, r, ev.finish, t);
             r->finish = ev.finish;
             r->status = ev.status;
             if (ev.message && ev.message[0]) snprintf(r->message, sizeof r->message, "%s", ev.message);
@@ -214,7 +297,7 @@ int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*o
         const bool late = h->stopping && now_s() >= deadline;
         take_cancels(h, e, late && !cancelled_all);
         cancelled_all |= late;
-        route_events(h, e);
+        route_events(h, e, now_s(), 0.0);
         snapshot(h, e);
         if (!dcp_engine_busy(e)) {
             if (h->stopping && h->n_incoming == 0 && h->n_active == 0 &&
@@ -231,13 +314,14 @@ int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*o
             continue;
         }
         pthread_mutex_unlock(&h->mu);
+        const double t_step = now_s();
         dcp_status st = dcp_engine_step(e);
         pthread_mutex_lock(&h->mu);
         if (st != DCP_OK) {
             fprintf(stderr, "dcp-vk-serve: a step failed: %s: %s\n", dcp_status_string(st), dcp_last_error());
             if (st == DCP_ERR_MPI || h->lockstep) { /* the processes are out of step: end */
                 rc = 1;
-                route_events(h, e);
+                route_events(h, e, now_s(), t_step);
                 break;
             }
         }
@@ -250,7 +334,7 @@ int serve_hub_run(serve_hub *h, dcp_engine *e, volatile int *stop_flag, void (*o
             h->m.step_hist[b]++;
             h->m.step_sum += t;
         }
-        route_events(h, e);
+        route_events(h, e, now_s(), t_step);
         snapshot(h, e);
     }
     pthread_mutex_unlock(&h->mu);
@@ -291,6 +375,98 @@ static void tprintf(tbuf *b, const char *fmt, ...)
         b->p = p;
         b->cap = cap;
     }
+}
+
+/* A bucket bound as Python writes a float (vLLM's le="1.0", le="0.005"). */
+static void bound_text(char *out, size_t n, double v)
+{
+    snprintf(out, n, "%.15g", v);
+    if (!strpbrk(out, ".e")) snprintf(out + strlen(out), n - strlen(out), ".0");
+}
+
+static void vllm_hist(tbuf *b, const char *labels, const char *name, const char *help, const serve_hist *hg)
+{
+    tprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    char le[32];
+    for (uint32_t k = 0; k < hg->n_bounds; k++) {
+        cum += hg->counts[k];
+        bound_text(le, sizeof le, hg->bounds[k]);
+        tprintf(b, "%s_bucket{%s,le=\"%s\"} %llu\n", name, labels, le, (unsigned long long)cum);
+    }
+    cum += hg->counts[hg->n_bounds];
+    tprintf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
+    tprintf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, hg->sum, name, labels, (unsigned long long)cum);
+}
+
+/* vLLM's metrics (its names, types, labels model_name and engine, and bucket bounds; vllm/v1/metrics/
+ * loggers.py), so that dashboards made for vLLM read this server. */
+static void vllm_metrics(tbuf *b, const serve_hub *h)
+{
+    const serve_metrics *m = &h->m;
+    const dcp_engine_stats *s = &m->engine;
+    /* label value: \ " and newline escaped (the text format's rule) */
+    char name[256], labels[300];
+    size_t n = 0;
+    for (const char *p = h->model_name ? h->model_name : ""; *p && n + 3 < sizeof name; p++) {
+        if (*p == '\\' || *p == '"') name[n++] = '\\';
+        if (*p == '\n') {
+            name[n++] = '\\';
+            name[n++] = 'n';
+            continue;
+        }
+        name[n++] = *p;
+    }
+    name[n] = 0;
+    snprintf(labels, sizeof labels, "model_name=\"%s\",engine=\"0\"", name);
+    uint64_t used = 0;
+    for (uint32_t r = 0; r < h->dcp; r++) used += h->kv_pages - m->pages_free[r];
+    const double usage = h->kv_pages ? (double)used / ((double)h->kv_pages * h->dcp) : 0.0;
+#define VGAUGE(nm, help, fmt, v) \
+    tprintf(b, "# HELP " nm " " help "\n# TYPE " nm " gauge\n" nm "{%s} " fmt "\n", labels, v)
+#define VCOUNTER(nm, help, v)                                                                              \
+    tprintf(b, "# HELP " nm " " help "\n# TYPE " nm " counter\n" nm "{%s} %llu\n", labels,                 \
+            (unsigned long long)(v))
+    VGAUGE("vllm:num_requests_running", "Number of requests in model execution batches.", "%u", s->running);
+    VGAUGE("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "%u",
+           s->waiting + (uint32_t)h->n_incoming);
+    VGAUGE("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage (mean over the DCP ranks' pools).",
+           "%.6f", usage);
+    VCOUNTER("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", s->preemptions);
+    VCOUNTER("vllm:prompt_tokens_total", "Number of prefill tokens processed.", s->prompt_tokens);
+    VCOUNTER("vllm:generation_tokens_total", "Number of generation tokens processed.", s->generated_tokens);
+    VCOUNTER("vllm:prefix_cache_queries_total",
+             "Prefix cache queries, in terms of number of queried tokens.", s->prefix_queries);
+    VCOUNTER("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", s->prefix_hits);
+#undef VGAUGE
+#undef VCOUNTER
+    /* vLLM's finish reasons: stop, length, abort (cancelled), error */
+    static const char *const reason[DCP_ENGINE_FINISH_ERROR + 1] = {"", "stop", "length", "abort", "error"};
+    tprintf(b, "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+               "# TYPE vllm:request_success_total counter\n");
+    for (int k = DCP_ENGINE_FINISH_STOP; k <= DCP_ENGINE_FINISH_ERROR; k++)
+        tprintf(b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", labels, reason[k],
+                (unsigned long long)m->finished[k]);
+    static const struct {
+        const char *name, *help;
+    } hists[SERVE_H_COUNT] = {
+        [SERVE_H_TTFT] = {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."},
+        [SERVE_H_ITL] = {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."},
+        [SERVE_H_TPOT] = {"vllm:request_time_per_output_token_seconds",
+                          "Histogram of time_per_output_token_seconds per request."},
+        [SERVE_H_E2E] = {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."},
+        [SERVE_H_QUEUE] = {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."},
+        [SERVE_H_INFERENCE] = {"vllm:request_inference_time_seconds",
+                               "Histogram of time spent in RUNNING phase for request."},
+        [SERVE_H_PREFILL] = {"vllm:request_prefill_time_seconds",
+                             "Histogram of time spent in PREFILL phase for request."},
+        [SERVE_H_DECODE] = {"vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."},
+        [SERVE_H_PROMPT_TOKENS] = {"vllm:request_prompt_tokens", "Number of prefill tokens processed."},
+        [SERVE_H_GEN_TOKENS] = {"vllm:request_generation_tokens", "Number of generation tokens processed."},
+        [SERVE_H_MAX_GEN_TOKENS] = {"vllm:request_max_num_generation_tokens",
+                                    "Histogram of maximum number of requested generation tokens."},
+    };
+    for (int k = 0; k < SERVE_H_COUNT; k++) vllm_hist(b, labels, hists[k].name, hists[k].help, &m->vllm[k]);
 }
 
 char *serve_metrics_text(serve_hub *h)
@@ -347,11 +523,7 @@ char *serve_metrics_text(serve_hub *h)
     for (uint32_t j = 0; j < DCP_SPEC_MAX_TOKENS && (j < 1 || s->spec_accepted_per_pos[j]); j++)
         tprintf(&b, "dcpvk_spec_decode_num_accepted_tokens_per_pos_total{position=\"%u\"} %llu\n", j,
                 (unsigned long long)s->spec_accepted_per_pos[j]);
-    /* automatic prefix caching: vLLM's counters (tokens), and ours */
-    COUNTER("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens (every admission's tokens).",
-            s->prefix_queries);
-    COUNTER("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens (taken from the cache, not prefilled).",
-            s->prefix_hits);
+    /* automatic prefix caching (vLLM's counters are with the vllm:* series) */
     COUNTER("dcpvk_prefix_cache_queries_total", "Tokens looked up in the prefix cache at admissions.",
             s->prefix_queries);
     COUNTER("dcpvk_prefix_cache_hits_total", "Tokens taken from the prefix cache instead of prefilled.",
@@ -385,6 +557,7 @@ char *serve_metrics_text(serve_hub *h)
     tprintf(&b, "dcpvk_step_seconds_sum %.6f\ndcpvk_step_seconds_count %llu\n", m->step_sum, (unsigned long long)cum);
 #undef GAUGE
 #undef COUNTER
+    vllm_metrics(&b, h);
     pthread_mutex_unlock(&h->mu);
     if (b.failed) {
         free(b.p);

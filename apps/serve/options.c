@@ -89,6 +89,12 @@ void serve_print_help(const char *prog)
            "      --request-timeout S              a request's headers and body must all arrive within\n"
            "                                       S seconds (of the connection, then of each request\n"
            "                                       line), else the connection is closed (default 10)\n"
+           "      --max-header-bytes N             a request's line and headers at most; more get 431\n"
+           "                                       (1024 to 65536, default 16384)\n"
+           "      --allowed-origins LIST           CORS: origins browsers may call from, comma-\n"
+           "                                       separated (https://app.example.com,...), or '*';\n"
+           "                                       preflight OPTIONS answered (default none: no CORS\n"
+           "                                       headers)\n"
            "      --log-format text|json           one access-log line per request on stderr: client,\n"
            "                                       method, path, status, prompt and completion tokens,\n"
            "                                       time in ms, finish reason, how it ended (default text)\n"
@@ -154,8 +160,9 @@ int serve_parse(int argc, char **argv, serve_options *o)
                          .served_name = NULL, .chat_template = NULL, .max_seqs = 16, .kv_pages = 0,
                          .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0, .max_queued = 64,
                          .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
-                         .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .log_json = false,
-                         .prefix_caching = true, .prefix_caching_asked = false, .help = 0, .version = 0};
+                         .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .max_header = 16384,
+                         .allowed_origins = NULL, .log_json = false, .prefix_caching = true, .prefix_caching_asked = false,
+                         .help = 0, .version = 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return DCP_EXIT_RUNTIME;
     int nrest = 0, rc = 0;
@@ -167,7 +174,8 @@ int serve_parse(int argc, char **argv, serve_options *o)
                                           "--max-seqs", "--kv-pages", "--max-body-bytes", "--max-prompt-tokens",
                                           "--max-tokens-limit", "--max-queued", "--shutdown-timeout",
                                           "--http-threads", "--max-connections", "--max-connections-per-ip",
-                                          "--idle-timeout", "--request-timeout", "--log-format", NULL};
+                                          "--idle-timeout", "--request-timeout", "--max-header-bytes",
+                                          "--allowed-origins", "--log-format", NULL};
         int mine = 0;
         for (int k = 0; own[k]; k++) mine |= IS(own[k]);
         if (IS("-p") || IS("--prompt") || IS("--json")) {
@@ -212,7 +220,13 @@ int serve_parse(int argc, char **argv, serve_options *o)
         else if (IS("--max-connections-per-ip")) rc = parse_u32(prog, a, v, 0, 1u << 20, &o->max_conns_per_ip);
         else if (IS("--idle-timeout")) rc = parse_u32(prog, a, v, 1, 86400, &o->idle_timeout);
         else if (IS("--request-timeout")) rc = parse_u32(prog, a, v, 1, 86400, &o->request_timeout);
-        else if (IS("--log-format")) {
+        else if (IS("--max-header-bytes")) rc = parse_u32(prog, a, v, 1024, 65536, &o->max_header);
+        else if (IS("--allowed-origins")) {
+            o->allowed_origins = v;
+            if (!*v || (strchr(v, '*') && strcmp(v, "*")))
+                rc = bad(prog, "option --allowed-origins: '%s' is not '*' or a comma-separated list of origins "
+                         "(e.g. https://app.example.com,http://localhost:3000)", v);
+        } else if (IS("--log-format")) {
             if (strcmp(v, "text") && strcmp(v, "json"))
                 rc = bad(prog, "option --log-format: '%s' is not allowed (allowed: text json)", v);
             o->log_json = strcmp(v, "json") == 0;

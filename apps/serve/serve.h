@@ -6,14 +6,16 @@
  * a small pool of worker threads, each an epoll loop (serve/http.c): a worker reads and checks a
  * request (serve/api.c) and hands it over, then suspends the connection; the engine thread's events
  * resume it, and the worker writes the response (JSON, or server-sent events) without ever waiting
- * on the engine. A watcher thread closes connections that do not deliver a request in time and
+ * on the engine. A gate thread (serve/gate.c) accepts the connections first and answers requests
+ * that are not HTTP/1.x in JSON itself. A watcher thread closes connections that do not deliver a request in time and
  * notices clients that leave while their request waits. The hub's one mutex guards everything the
  * sides share. Under mpiexec the other processes run the follower (cli/follow.c, shared with
  * dcp-vk-run): they apply every step the engine plans, broadcast by process 0.
  *
  * Files: options.c (serve's options; the model, parallel and device options are dcp-vk-run's, in
  * cli/), api.c (OpenAI JSON in and out), chat prompts through include/dcpvk/chat.h, http.c (routes,
- * limits, streaming), hub.c (engine loop, metrics). */
+ * limits, streaming, CORS), gate.c (accepting, the first request head's check), hub.c (engine loop,
+ * metrics). */
 #ifndef DCP_APPS_SERVE_H
 #define DCP_APPS_SERVE_H
 
@@ -54,6 +56,10 @@ typedef struct serve_options {
                                   * closed; not while its request waits for the engine (default 15) */
     uint32_t request_timeout;    /* --request-timeout: seconds a client has to send a whole request,
                                   * headers and body (default 10; see serve/http.c) */
+    uint32_t max_header;         /* --max-header-bytes: a request's line and headers at most (default
+                                  * 16384; more get 431) */
+    const char *allowed_origins; /* --allowed-origins: comma-separated origins, or "*", that browsers
+                                  * may call from (CORS; default none: no CORS headers) */
     bool log_json;               /* --log-format json (default text): the access log's lines */
     bool prefix_caching;         /* --enable-prefix-caching / --no-enable-prefix-caching (default on;
                                   * off under MPI unless asked for, which is refused) */
@@ -108,11 +114,47 @@ typedef struct serve_req {
     bool cancel;                 /* the client is gone (or the server ends it): cancel it */
     bool oom;                    /* the output could not grow */
     int refs;                    /* connection + engine thread + response stream */
+    /* timing for the vllm: histograms, CLOCK_MONOTONIC seconds (0: not yet); t_arrival is set by
+     * serve_hub_submit, the rest by the engine thread (serve/hub.c) */
+    double t_arrival;            /* handed to the hub (the request parsed) */
+    double t_queued;             /* submitted to the engine */
+    double t_scheduled;          /* the start of the first step that ran its rows */
+    double t_first, t_last;      /* after the steps that brought its first and its latest token */
+    uint32_t tokens_seen;        /* completion_tokens at t_last */
 } serve_req;
 
 /* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
 
-enum { SERVE_STEP_BUCKETS = 14 };
+enum { SERVE_STEP_BUCKETS = 14, SERVE_HIST_MAX_BUCKETS = 24 };
+
+/* One Prometheus histogram: counts[k] observations in (bounds[k-1], bounds[k]] (not cumulative;
+ * counts[n_bounds]: above the last bound), their sum (seconds). */
+typedef struct serve_hist {
+    const double *bounds;        /* [n_bounds], ascending */
+    uint32_t n_bounds;           /* <= SERVE_HIST_MAX_BUCKETS */
+    uint64_t counts[SERVE_HIST_MAX_BUCKETS + 1];
+    double sum;
+} serve_hist;
+
+/* vLLM's request histograms (vllm/v1/metrics/loggers.py: the same names and bucket bounds); each
+ * request is observed once at its end (TPOT with >= 2 tokens; queue, prefill, decode, inference
+ * with >= 1; the token counts always), TTFT at its first token, ITL once per step that brings a
+ * request more tokens. */
+typedef enum serve_vllm_hist {
+    SERVE_H_TTFT = 0,   /* vllm:time_to_first_token_seconds: arrival -> first token */
+    SERVE_H_ITL,        /* vllm:inter_token_latency_seconds: between the steps bringing tokens */
+    SERVE_H_TPOT,       /* vllm:request_time_per_output_token_seconds: decode / (tokens - 1) */
+    SERVE_H_E2E,        /* vllm:e2e_request_latency_seconds: arrival -> finish */
+    SERVE_H_QUEUE,      /* vllm:request_queue_time_seconds: submitted -> first scheduled */
+    SERVE_H_INFERENCE,  /* vllm:request_inference_time_seconds: first scheduled -> last token */
+    SERVE_H_PREFILL,    /* vllm:request_prefill_time_seconds: first scheduled -> first token */
+    SERVE_H_DECODE,     /* vllm:request_decode_time_seconds: first token -> last token */
+    /* token counts per request (tokens, not seconds; 1-2-5 bounds up to the context) */
+    SERVE_H_PROMPT_TOKENS,  /* vllm:request_prompt_tokens */
+    SERVE_H_GEN_TOKENS,     /* vllm:request_generation_tokens */
+    SERVE_H_MAX_GEN_TOKENS, /* vllm:request_max_num_generation_tokens (one sequence a request: the same) */
+    SERVE_H_COUNT
+} serve_vllm_hist;
 
 typedef struct serve_metrics {
     dcp_engine_stats engine;
@@ -122,6 +164,9 @@ typedef struct serve_metrics {
     uint64_t http_timeouts;                      /* connections closed by --request-timeout */
     uint32_t http_connections;                   /* open now */
     uint32_t *pages_free;                       /* [dcp] free pages of each DCP rank's pools */
+    serve_hist vllm[SERVE_H_COUNT];             /* vLLM's request histograms */
+    double count_bounds[SERVE_HIST_MAX_BUCKETS]; /* 1, 2, 5, 10, ... <= the context: the token counts' */
+    uint64_t finished[DCP_ENGINE_FINISH_ERROR + 1]; /* requests ended, by reason (the hub's count) */
 } serve_metrics;
 
 extern const double serve_step_bounds[SERVE_STEP_BUCKETS];
@@ -225,5 +270,58 @@ const char *serve_api_finish_reason(dcp_engine_finish f);
 /* GET /v1/models, and GET /v1/models/{id} of the served model (malloc'd). */
 char *serve_api_models(const serve_hub *h);
 char *serve_api_model(const serve_hub *h);
+
+/* ---- CORS (serve/http.c) ---------------------------------------------------------------------- */
+
+/* The Access-Control-Allow-Origin value for a request from origin[0, n) (NULL: no Origin header):
+ * "*" under --allowed-origins '*', the origin itself when it is listed, else NULL (no CORS headers). */
+const char *serve_cors_origin(const serve_options *o, const char *origin, size_t n, char *buf, size_t cap);
+
+/* ---- the gate: accepted connections before libmicrohttpd (serve/gate.c) -------------------------- */
+
+/* What serve_head_check saw of a request's head. */
+typedef struct serve_head {
+    char method[16];          /* cut; "" before the request line is whole */
+    char target[256];         /* cut */
+    const char *origin;       /* the Origin header's value in the buffer, or NULL */
+    size_t origin_len;
+} serve_head;
+
+/* Checks the head (request line and header lines, up to the empty line) of the first request of a
+ * connection: buf[0, n) as peeked so far, of which the head must end within limit bytes. The
+ * request line must be METHOD SP TARGET SP HTTP/1.0 or HTTP/1.1 (a method token, a target without
+ * spaces or control bytes), each header line a field-name token, a colon and a value without
+ * control bytes; HTTP/1.1 needs a Host header, Content-Length must be a number. Lines end in LF or
+ * CRLF. Returns 0 (a whole, valid head), 1 (valid so far, not whole yet) or -1 with *err: 400 (a bad
+ * request or header line, naming it), 431 (no end within limit bytes), 505 (another HTTP version). */
+int serve_head_check(const char *buf, size_t n, size_t limit, serve_head *hd, serve_error *err);
+
+struct sockaddr;
+typedef struct serve_gate serve_gate;
+typedef struct serve_gate_config {
+    serve_hub *h;
+    int listen_fd;            /* listening, taken (closed by serve_gate_stop) */
+    double request_timeout;   /* seconds from accept for the head to arrive */
+    uint32_t max_conns;       /* open connections at most (the hub's http_connections) */
+    uint32_t max_per_ip;      /* 0: no limit */
+    /* A connection whose first head is whole and valid: fd (non-blocking, nothing read from it),
+     * its deadline for the whole request (CLOCK_MONOTONIC seconds). */
+    void (*hand)(void *user, int fd, const struct sockaddr *sa, unsigned sa_len, double deadline);
+    /* Connections from addr handed over and still open (hub mutex held). */
+    uint32_t (*count_addr)(void *user, const char *addr);
+    /* One answered request: the access log. */
+    void (*log)(void *user, const char *addr, double t0, const serve_head *hd, unsigned status);
+    void *user;
+} serve_gate_config;
+
+/* Starts the gate's thread: it accepts connections (closing at once those beyond the connection
+ * limits), peeks at each until its first request's head is whole (within --max-header-bytes and
+ * --request-timeout), answers a bad head with a JSON error and closes, and hands a good connection,
+ * untouched, to c->hand. NULL after printing why (prog). */
+serve_gate *serve_gate_start(const serve_gate_config *c, const char *prog);
+/* Stops listening: new connections are refused; those accepted go on. */
+void serve_gate_quiesce(serve_gate *g);
+/* Ends the thread, closes the connections not handed over, frees. */
+void serve_gate_stop(serve_gate *g);
 
 #endif

@@ -30,6 +30,7 @@
 #ifndef DCPVK_COMM_H
 #define DCPVK_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -137,6 +138,13 @@ DCP_API dcp_status dcp_comm_all_to_all(const dcp_comm_buf *send, const dcp_comm_
 /* send [count] -> recv [count] = op over all ranks' send. */
 DCP_API dcp_status dcp_comm_all_reduce(const dcp_comm_buf *send, const dcp_comm_buf *recv, uint64_t count,
                                        dcp_dtype dtype, dcp_red_op op, dcp_comm *comm);
+
+/* Whether a step over comm's ranks can run its rounds with the ranks waiting on each other on the
+ * GPU (no pair exchanges through the host, every pair shares a timeline semaphore) instead of the
+ * host waiting between rounds; why receives a sentence saying why not, or how ([cap] bytes,
+ * NUL-terminated; NULL or cap 0: none). The same on every process of comm. Thread-safe for a
+ * communicator not in use by another thread. */
+DCP_API bool dcp_comm_gpu_rounds(const dcp_comm *comm, char *why, size_t cap);
 
 /* MPI helpers for apps and tests, so that only the transport includes mpi.h. dcp_mpi_init calls
  * MPI_Init (once) and returns this process's rank and the world size; DCP_ERR_UNSUPPORTED when

@@ -16,8 +16,8 @@
  *
  * Several processes (MPI): one process (the leader) runs the engine; the others hold the rest of
  * the TP group and must run exactly the same steps. The engine hands each step's plan (the
- * sequence slots freed since the last plan, then the rows) to a callback before it runs the
- * step; the leader broadcasts it and the followers apply it with dcp_engine_plan_apply.
+ * sequence slots shortened and freed since the last plan, then the rows) to a callback before it
+ * runs the step; the leader broadcasts it and the followers apply it with dcp_engine_plan_apply.
  *
  * Lifetimes: dcp_engine_create borrows the run state and the tokenizer, which must outlive the
  * engine; the engine owns its sequences (it frees their slots in the state when they end, and
@@ -44,13 +44,23 @@ extern "C" {
 
 typedef struct dcp_engine dcp_engine;
 
-/* What one step runs, for the other processes of an MPI group: first free the slots free[0 ..
- * n_free) (dcp_model_state_free_seq), then run the rows (dcp_model_state_step). */
+/* A sequence slot shortened to its first `length` tokens (speculative decoding's roll-back of
+ * rejected drafts, dcp_model_state_truncate_seq). */
+typedef struct dcp_engine_truncate {
+    uint32_t slot;
+    uint32_t length;           /* tokens kept */
+} dcp_engine_truncate;
+
+/* What one step runs, for the other processes of an MPI group: first shorten the slots of
+ * truncate[0 .. n_truncate) (the drafts the last verification rejected), then free the slots
+ * free[0 .. n_free) (dcp_model_state_free_seq), then run the rows (dcp_model_state_step). */
 typedef struct dcp_engine_plan {
     uint32_t n_free;
     const uint32_t *free;      /* [n_free] sequence slots */
     uint32_t n_rows;           /* 1 .. max_rows */
     const dcp_model_row *rows; /* [n_rows] */
+    uint32_t n_truncate;       /* 0 .. max_seqs */
+    const dcp_engine_truncate *truncate; /* [n_truncate], distinct slots */
 } dcp_engine_plan;
 
 /* Called by dcp_engine_step with the step's plan before it runs the step (the pointers are

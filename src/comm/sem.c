@@ -51,6 +51,15 @@ void dcp_comm_sync_caps_get(const dcp_comm *c, dcp_comm_sync_caps *out)
                  out->share == DCP_SEM_SHARE_NATIVE ? "one VkDevice" : "timeline semaphores as opaque fds");
 }
 
+bool dcp_comm_gpu_rounds(const dcp_comm *c, char *why, size_t cap)
+{
+    dcp_comm_sync_caps sc;
+    dcp_comm_sync_caps_get(c, &sc);
+    const bool gpu = !sc.host_work && sc.share != DCP_SEM_SHARE_NONE;
+    if (why && cap) snprintf(why, cap, "%s", sc.why);
+    return gpu;
+}
+
 /* For process q: every local rank's semaphore, once for each of q's ranks. */
 static dcp_status fill_sems(dcp_comm *c, int q, void *arg, dcp_fdx_msg *msgs, int *fds, int *n)
 {

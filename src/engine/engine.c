@@ -45,13 +45,14 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
     const uint32_t max_out = e->max_logits = dcp_model_state_max_logits(s);
     e->slot_seq = calloc(e->max_seqs, sizeof *e->slot_seq);
     e->pending_free = calloc(e->max_seqs, sizeof *e->pending_free);
+    e->pending_trunc = calloc(e->max_seqs, sizeof *e->pending_trunc);
     e->rows = calloc(e->max_rows, sizeof *e->rows);
     e->sched = calloc(e->max_seqs, sizeof *e->sched);
     e->need = calloc(e->dcp, sizeof *e->need);
     e->future = calloc(e->dcp, sizeof *e->future);
     e->logits = malloc((size_t)max_out * e->n_vocab * sizeof *e->logits);
     e->next = calloc(max_out, sizeof *e->next);
-    if (!e->slot_seq || !e->pending_free || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
+    if (!e->slot_seq || !e->pending_free || !e->pending_trunc || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
         dcp_engine_destroy(e);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -115,6 +116,7 @@ void dcp_engine_destroy(dcp_engine *e)
     free(e->events);
     free(e->slot_seq);
     free(e->pending_free);
+    free(e->pending_trunc);
     free(e->rows);
     free(e->sched);
     free(e->need);
@@ -134,6 +136,8 @@ void eng_release_slot(dcp_engine *e, eng_seq *q)
     bool listed = false;
     for (uint32_t i = 0; i < e->n_pending_free; i++) listed |= e->pending_free[i] == slot;
     if (!listed) e->pending_free[e->n_pending_free++] = slot;
+    for (uint32_t i = 0; i < e->n_pending_trunc; i++) /* the free ends what a shortening left */
+        if (e->pending_trunc[i].slot == slot) e->pending_trunc[i--] = e->pending_trunc[--e->n_pending_trunc];
     e->slot_seq[slot] = NULL;
     q->slot = -1;
     q->fed = 0;
@@ -346,8 +350,24 @@ int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id)
 
 dcp_model_state *dcp_engine_state(dcp_engine *e) { return e->s; }
 
+dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length)
+{
+    const uint32_t slot = (uint32_t)q->slot;
+    dcp_status st = dcp_model_state_truncate_seq(e->s, slot, length);
+    if (st != DCP_OK || !e->cfg.on_plan) return st;
+    uint32_t i = 0;
+    while (i < e->n_pending_trunc && e->pending_trunc[i].slot != slot) i++;
+    e->pending_trunc[i] = (dcp_engine_truncate){slot, length};
+    if (i == e->n_pending_trunc) e->n_pending_trunc++;
+    return DCP_OK;
+}
+
 dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan)
 {
+    for (uint32_t i = 0; i < plan->n_truncate; i++) {
+        dcp_status st = dcp_model_state_truncate_seq(s, plan->truncate[i].slot, plan->truncate[i].length);
+        if (st != DCP_OK) return dcp_fail_context(st, "step plan: shortening slot %u", plan->truncate[i].slot);
+    }
     for (uint32_t i = 0; i < plan->n_free; i++) dcp_model_state_free_seq(s, plan->free[i]);
     if (plan->n_rows == 0) return DCP_OK;
     return dcp_model_state_step(s, plan->rows, plan->n_rows, NULL, NULL);

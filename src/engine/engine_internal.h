@@ -75,6 +75,9 @@ struct dcp_engine {
     /* freed slots not yet in a plan (for the followers) */
     uint32_t *pending_free;      /* [max_seqs] */
     uint32_t n_pending_free;
+    /* slots shortened (speculation's roll-backs) not yet in a plan, one entry per slot */
+    dcp_engine_truncate *pending_trunc; /* [max_seqs] */
+    uint32_t n_pending_trunc;
     /* the step being scheduled */
     dcp_model_row *rows;         /* [max_rows] */
     uint32_t n_rows;
@@ -107,6 +110,8 @@ struct dcp_engine {
 /* Frees the state's slot of a running sequence at once and remembers it for the next plan; the
  * sequence is then waiting (preemption) or about to end. */
 void eng_release_slot(dcp_engine *e, eng_seq *q);
+/* Shortens q's slot in the state to its first `length` tokens and remembers it for the next plan. */
+dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length);
 /* Queues an event for q (text copied; message may be NULL). DCP_ERR_OUT_OF_MEMORY. */
 dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
                     size_t len, dcp_engine_finish finish, dcp_status status, const char *message);

@@ -263,10 +263,12 @@ dcp_status dcp_engine_step(dcp_engine *e)
     }
     layout_rows(e);
     if (e->cfg.on_plan) {
-        dcp_engine_plan plan = {e->n_pending_free, e->pending_free, e->n_rows, e->rows};
+        dcp_engine_plan plan = {.n_free = e->n_pending_free, .free = e->pending_free, .n_rows = e->n_rows,
+                                .rows = e->rows, .n_truncate = e->n_pending_trunc, .truncate = e->pending_trunc};
         st = e->cfg.on_plan(e->cfg.plan_user, &plan);
     }
     e->n_pending_free = 0;
+    e->n_pending_trunc = 0;
     if (st != DCP_OK) {
         fail_step(e, st);
         return st;

@@ -138,9 +138,10 @@ dcp_status eng_spec_create(dcp_engine *e, const dcp_engine_config *config)
                         "speculative decoding: num_speculative_tokens %u needs %u rows with logits per step; the run "
                         "state allows %u (create it with max_logits >= %u)",
                         k, k + 1, e->max_logits, k + 1);
-    if (config->on_plan)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "speculative decoding: not with a step plan for other MPI processes "
-                                             "(on_plan): the followers cannot roll drafts back yet");
+    if (config->on_plan && sp->method == DCP_SPEC_DRAFT)
+        return dcp_fail(DCP_ERR_UNSUPPORTED, "speculative decoding: a draft model is not supported with a step plan "
+                                             "for other MPI processes (on_plan): its own steps are not planned for "
+                                             "them (n-gram drafts are)");
     if (sp->method == DCP_SPEC_NGRAM) {
         uint32_t lo = sp->prompt_lookup_min, hi = sp->prompt_lookup_max;
         if (lo == 0 && hi == 0) lo = hi = 5;
@@ -406,7 +407,7 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
      * tokens up to the first draft it was not fed (or rejected). */
     const uint32_t keep = fed0 + 1 + a;
     dcp_status st = DCP_OK;
-    if (keep < dcp_model_state_seq_length(e->s, slot)) st = dcp_model_state_truncate_seq(e->s, slot, keep);
+    if (keep < dcp_model_state_seq_length(e->s, slot)) st = eng_truncate_slot(e, q, keep);
     if (st == DCP_OK && e->draft) {
         const uint32_t dkeep = n0 + (a + 1 < d ? a : d - 1); /* d >= 1 here */
         if (dkeep < q->dfed) {

@@ -20,21 +20,22 @@ typedef struct step_action {
 typedef enum step_mode {
     STEP_IDLE = 0,
     STEP_ONCE = 1,      /* key 0: the ranks' own commands, nothing kept */
-    STEP_RECORDING = 2, /* a keyed step being recorded into rc */
+    STEP_RECORDING = 2, /* a keyed step being recorded into kept */
 } step_mode;
 
 /* Recordings kept besides the current one: a step of another shape (a speculative verification
  * between one-row decode steps, a prompt chunk) replays its own instead of re-recording both. */
 enum { STEP_SAVED = 4 };
 
-/* A kept recording moved aside (the current one lives in the step's rc fields). */
+/* A kept recording: the step's current one (dcp_step.kept) or one moved aside (dcp_step.saved). */
 typedef struct step_rec {
-    dcp_cmd **rc;
-    uint32_t rc_cap, rc_rounds;
-    uint64_t rc_key;
-    step_action *act;
+    dcp_cmd **rc;                   /* [rc_cap][n] its rounds' commands */
+    uint32_t rc_cap;                /* rounds allocated */
+    uint32_t rc_rounds;             /* rounds recorded (0: none) */
+    uint64_t rc_key;                /* its key (mixed with the communicators' generations) */
+    step_action *act;               /* [act_count] its exchanges */
     uint32_t act_count, act_cap;
-    uint64_t used;                  /* when it was last current (the least recent is reused) */
+    uint64_t used;                  /* moved aside: when it was last current (the least recent is reused) */
 } step_rec;
 
 /* Commands of a sequence of rounds, [cap][n], created on first use. */
@@ -48,12 +49,7 @@ struct dcp_step {
     dcp_device **devs;              /* [n] borrowed */
     dcp_cmd **own;                  /* [n] commands of unkeyed steps (host mode) */
     round_cmds once;                /* commands of unkeyed steps (gpu mode: one set per round) */
-    dcp_cmd **rc;                   /* [rc_cap][n] rounds of the kept recording */
-    uint32_t rc_cap;                /* rounds allocated */
-    uint32_t rc_rounds;             /* rounds of the kept recording (0: none) */
-    uint64_t rc_key;                /* its key (mixed with the communicators' generations) */
-    step_action *act;               /* [act_count] exchanges of the kept recording */
-    uint32_t act_count, act_cap;
+    step_rec kept;                  /* the current kept recording (kept.rc_rounds 0: none) */
     step_rec saved[STEP_SAVED];     /* other keys' recordings (rc_rounds 0: none) */
     uint64_t clock;                 /* counts the recordings made current */
     dcp_comm *comms[DCP_STEP_MAX_COMMS];
@@ -96,21 +92,16 @@ static double now_ns(void)
 /* Drops every kept recording (their commands stay for reuse). */
 static void forget_recordings(dcp_step *s)
 {
-    s->rc_rounds = 0;
+    s->kept.rc_rounds = 0;
     for (uint32_t j = 0; j < STEP_SAVED; j++) s->saved[j].rc_rounds = 0;
 }
 
 /* Exchanges the current recording with r. */
 static void swap_recording(dcp_step *s, step_rec *r)
 {
-    step_rec cur = {s->rc, s->rc_cap, s->rc_rounds, s->rc_key, s->act, s->act_count, s->act_cap, ++s->clock};
-    s->rc = r->rc;
-    s->rc_cap = r->rc_cap;
-    s->rc_rounds = r->rc_rounds;
-    s->rc_key = r->rc_key;
-    s->act = r->act;
-    s->act_count = r->act_count;
-    s->act_cap = r->act_cap;
+    step_rec cur = s->kept;
+    cur.used = ++s->clock;
+    s->kept = *r;
     *r = cur;
 }
 
@@ -230,7 +221,7 @@ void dcp_step_destroy(dcp_step *s)
     if (!s) return;
     dcp_step_abort(s);
     for (uint32_t i = 0; s->own && i < s->n; i++) dcp_cmd_destroy(s->own[i]);
-    for (uint64_t i = 0; s->rc && i < (uint64_t)s->rc_cap * s->n; i++) dcp_cmd_destroy(s->rc[i]);
+    for (uint64_t i = 0; s->kept.rc && i < (uint64_t)s->kept.rc_cap * s->n; i++) dcp_cmd_destroy(s->kept.rc[i]);
     for (uint32_t j = 0; j < STEP_SAVED; j++) {
         step_rec *r = &s->saved[j];
         for (uint64_t i = 0; r->rc && i < (uint64_t)r->rc_cap * s->n; i++) dcp_cmd_destroy(r->rc[i]);
@@ -241,8 +232,8 @@ void dcp_step_destroy(dcp_step *s)
     free_sync(s);
     free(s->ts);
     free(s->own);
-    free(s->rc);
-    free(s->act);
+    free(s->kept.rc);
+    free(s->kept.act);
     free(s->devs);
     free(s->disp);
     free(s);
@@ -262,7 +253,7 @@ uint32_t dcp_step_count(const dcp_step *s) { return s->n; }
 
 dcp_cmd *dcp_step_recorded_cmd(const dcp_step *s, uint32_t round, uint32_t i)
 {
-    return round < s->rc_rounds && i < s->n ? s->rc[(size_t)round * s->n + i] : NULL;
+    return round < s->kept.rc_rounds && i < s->n ? s->kept.rc[(size_t)round * s->n + i] : NULL;
 }
 dcp_cmd *dcp_step_cmd(const dcp_step *s, uint32_t i) { return i < s->n && s->cur ? s->cur[i] : NULL; }
 uint32_t dcp_step_last_rounds(const dcp_step *s) { return s->last_rounds; }
@@ -311,10 +302,10 @@ static dcp_status round_row(dcp_step *s, round_cmds *r, uint32_t k, dcp_cmd ***o
 /* The commands of recorded round k of the kept recording. */
 static dcp_status rc_round(dcp_step *s, uint32_t k, dcp_cmd ***out)
 {
-    round_cmds r = {s->rc, s->rc_cap};
+    round_cmds r = {s->kept.rc, s->kept.rc_cap};
     dcp_status st = round_row(s, &r, k, out);
-    s->rc = r.c;
-    s->rc_cap = r.cap;
+    s->kept.rc = r.c;
+    s->kept.rc_cap = r.cap;
     return st;
 }
 
@@ -525,14 +516,14 @@ static void close_cur(dcp_step *s)
 
 static dcp_status log_exchange(dcp_step *s, const dcp_comm_xchg *x)
 {
-    if (s->act_count == s->act_cap) {
-        uint32_t cap = s->act_cap ? 2 * s->act_cap : 64;
-        step_action *a = realloc(s->act, cap * sizeof *a);
+    if (s->kept.act_count == s->kept.act_cap) {
+        uint32_t cap = s->kept.act_cap ? 2 * s->kept.act_cap : 64;
+        step_action *a = realloc(s->kept.act, cap * sizeof *a);
         if (!a) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
-        s->act = a;
-        s->act_cap = cap;
+        s->kept.act = a;
+        s->kept.act_cap = cap;
     }
-    s->act[s->act_count++] = (step_action){s->round, *x};
+    s->kept.act[s->kept.act_count++] = (step_action){s->round, *x};
     return DCP_OK;
 }
 
@@ -541,21 +532,21 @@ static dcp_status replay(dcp_step *s)
 {
     dcp_status st = DCP_OK;
     uint32_t a = 0;
-    for (uint32_t k = 0; k < s->rc_rounds; k++) {
-        DCP_TRY(run_round(s, s->rc + (size_t)k * s->n));
-        for (; a < s->act_count && s->act[a].round == k; a++) DCP_TRY(exchange(s, &s->act[a].x));
+    for (uint32_t k = 0; k < s->kept.rc_rounds; k++) {
+        DCP_TRY(run_round(s, s->kept.rc + (size_t)k * s->n));
+        for (; a < s->kept.act_count && s->kept.act[a].round == k; a++) DCP_TRY(exchange(s, &s->kept.act[a].x));
     }
-    if (s->sync == DCP_STEP_SYNC_GPU) DCP_TRY(wait_rounds(s, s->rc, s->rc_rounds));
+    if (s->sync == DCP_STEP_SYNC_GPU) DCP_TRY(wait_rounds(s, s->kept.rc, s->kept.rc_rounds));
     s->last_total_ns = now_ns() - s->t0;
-    if (s->timed) s->last_compute_ns = compute_time(s, s->rc, s->rc_rounds);
-    s->last_rounds = s->rc_rounds;
+    if (s->timed) s->last_compute_ns = compute_time(s, s->kept.rc, s->kept.rc_rounds);
+    s->last_rounds = s->kept.rc_rounds;
     s->last_host_waits = s->host_waits;
     memcpy(s->disp + 2 * s->n, s->disp + s->n, s->n * sizeof *s->disp);
     s->last_replayed = true;
     return DCP_OK;
 fail:
-    if (s->sync == DCP_STEP_SYNC_GPU) (void)wait_rounds(s, s->rc, s->rc_rounds);
-    s->rc_rounds = 0;
+    if (s->sync == DCP_STEP_SYNC_GPU) (void)wait_rounds(s, s->kept.rc, s->kept.rc_rounds);
+    s->kept.rc_rounds = 0;
     return dcp_fail_context(st, "step replay");
 }
 
@@ -580,7 +571,7 @@ dcp_status dcp_step_begin(dcp_step *s, uint64_t key, bool *replayed)
         return st;
     }
     for (uint32_t c = 0; c < s->comm_count; c++) key = dcp_step_key_mix(key, dcp_comm_generation(s->comms[c]));
-    if (s->rc_rounds && key == s->rc_key) {
+    if (s->kept.rc_rounds && key == s->kept.rc_key) {
         *replayed = true;
         return replay(s);
     }
@@ -596,9 +587,9 @@ dcp_status dcp_step_begin(dcp_step *s, uint64_t key, bool *replayed)
         }
         if (r->used < victim->used) victim = r;
     }
-    if (s->rc_rounds) swap_recording(s, victim);
-    s->rc_rounds = 0;
-    s->act_count = 0;
+    if (s->kept.rc_rounds) swap_recording(s, victim);
+    s->kept.rc_rounds = 0;
+    s->kept.act_count = 0;
     s->key = key;
     s->mode = STEP_RECORDING;
     st = rc_round(s, 0, &s->cur);
@@ -611,7 +602,7 @@ fail:
 /* The current sequence of round commands (gpu mode and recordings keep one set per round). */
 static dcp_cmd **rows_of(dcp_step *s)
 {
-    if (s->mode == STEP_RECORDING) return s->rc;
+    if (s->mode == STEP_RECORDING) return s->kept.rc;
     return s->sync == DCP_STEP_SYNC_GPU ? s->once.c : NULL;
 }
 
@@ -654,8 +645,8 @@ dcp_status dcp_step_end(dcp_step *s)
         return dcp_fail_context(st, "step round %u", s->round);
     }
     if (s->mode == STEP_RECORDING) {
-        s->rc_rounds = s->round + 1;
-        s->rc_key = s->key;
+        s->kept.rc_rounds = s->round + 1;
+        s->kept.rc_key = s->key;
         memcpy(s->disp + s->n, s->disp, s->n * sizeof *s->disp);
     }
     memcpy(s->disp + 2 * s->n, s->disp, s->n * sizeof *s->disp);
@@ -673,7 +664,7 @@ void dcp_step_abort(dcp_step *s)
     dcp_cmd **rows = rows_of(s);
     if (rows) (void)wait_rounds(s, rows, s->round + 1);
     for (uint32_t i = 0; s->cur && i < s->n; i++) (void)dcp_cmd_wait(s->cur[i]);
-    if (s->mode == STEP_RECORDING) s->rc_rounds = 0;
+    if (s->mode == STEP_RECORDING) s->kept.rc_rounds = 0;
     s->mode = STEP_IDLE;
     s->cur = NULL;
 }
