@@ -6,8 +6,9 @@
  * block's hash (the seed for block 0) and its B N token ids; it holds that page on every rank of
  * every layer's cache of every group held here (one hold each, src/kv/cache.c), and counts the
  * sequences whose block tables list it (refs). Entries with refs 0 stay until their pages are
- * needed, then go least recently released first; a sequence's blocks are released last block
- * first, so a block is never evicted before the blocks that follow it in a chain.
+ * needed, then go least recently released first (a list in release order); a sequence's blocks
+ * are released last block first, so a block is never evicted before the blocks that follow it in
+ * a chain.
  *
  * Page accounting (pages.c): a sequence's first `held` blocks are entries; on every DCP rank it
  * holds shard_pages(length) - held pages of its own, and the entries one page each, so that
@@ -23,12 +24,10 @@
 
 typedef struct pfx_entry {
     uint64_t hash;
-    uint64_t stamp;  /* when its refs last fell to 0 (LRU order) */
     int32_t parent;  /* entry of the block before, or -1 for block 0 */
     int32_t next;    /* next entry of the same hash bucket, or -1 */
     int32_t lru_prev, lru_next; /* neighbours in the list of unreferenced entries (oldest first), or -1 */
     uint32_t refs;   /* sequences whose block tables list it */
-    uint32_t block;  /* its block index in the chain */
     bool used;
 } pfx_entry;
 
@@ -38,7 +37,7 @@ struct dcp_prefix_cache {
     uint32_t cap;         /* entries at most: the pages of a rank's pool */
     uint32_t n_caches, gn;/* KV caches (layers x groups held here), local ranks of each */
     uint32_t count, unref;
-    uint64_t clock, evictions;
+    uint64_t evictions;
     pfx_entry *e;         /* [cap] */
     int32_t *etoks;       /* [cap][bt] token ids of each entry */
     uint32_t *epages;     /* [cap][n_caches][gn] the page each entry holds in each cache */
@@ -323,8 +322,8 @@ dcp_status dcp_model_state_prefix_commit(dcp_model_state *s, uint32_t seq, uint3
             break;
         }
         const int32_t x = p->free_e[--p->n_free_e];
-        p->e[x] = (pfx_entry){.hash = h, .stamp = 0, .parent = parent, .next = p->bucket[h & (p->nbucket - 1)],
-                              .refs = 1, .block = b, .lru_prev = -1, .lru_next = -1, .used = true};
+        p->e[x] = (pfx_entry){.hash = h, .parent = parent, .next = p->bucket[h & (p->nbucket - 1)], .refs = 1,
+                              .lru_prev = -1, .lru_next = -1, .used = true};
         p->bucket[h & (p->nbucket - 1)] = x;
         memcpy(p->etoks + (uint64_t)x * p->bt, toks + (uint64_t)b * p->bt, (size_t)p->bt * sizeof *toks);
         uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
@@ -362,7 +361,6 @@ void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq)
     for (uint32_t b = p->seq_held[seq]; b-- > 0;) {
         pfx_entry *e = &p->e[ent[b]];
         if (--e->refs == 0) {
-            e->stamp = ++p->clock;
             lru_push(p, ent[b]);
             p->unref++;
         }
