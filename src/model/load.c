@@ -148,13 +148,12 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
         if (i == 0 || type[i] != type[i - 1]) run_first[n_runs++] = i;
     }
     run_first[n_runs] = n;
-    uint64_t bytes_on_device = 0, f32_bytes = 0;
+    uint64_t f32_bytes = 0;
     for (uint32_t r = 0; r < n_runs; r++) {
         uint64_t rows = 0;
         for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++) rows += sl[i].nr;
         const dcp_ggml_type ty = type[run_first[r]];
         const uint64_t b = dcp_matrix_bytes(ty, k_pad, rows);
-        bytes_on_device += b;
         if (ty == DCP_GGML_TYPE_F32) f32_bytes += b;
         if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
             const dcp_device_info *info = dcp_device_get_info(dev);
