@@ -237,7 +237,7 @@ static int load_weights(run_app *a)
     if (fb->count && a->lead)
         fprintf(stderr,
                 "%s: %u quantized matrices are held as F32 on this process's ranks (their tensor-parallel "
-                "slices cut the type's blocks, or fused parts differ in type): exact, %.2f MiB instead of "
+                "slices cut the type's blocks): exact, %.2f MiB instead of "
                 "%.2f MiB; first: %s\n", a->prog, fb->count, fb->f32_bytes / 1048576.0,
                 fb->native_bytes / 1048576.0, fb->first);
     return DCP_EXIT_OK;

@@ -1,6 +1,7 @@
 #version 450
 // matmul: y[t][n] (+)= sum_k W[n][k] x[t][k] for a small batch of token rows (decode: 1 token;
-// prefill: many). W [n_out][k] in one of the weight dtypes of weights.glsl; x, y f32.
+// prefill: many). W [n_out][k] in one of the weight dtypes of weights.glsl; x, y f32; the rows go
+// to y's columns [y_offset, y_offset + n_out) (a part of a matrix of parts: one dispatch a part).
 // One subgroup per R output rows (spec constant, DCP_MATMUL_SUBGROUP_ROWS on GPUs, more where
 // the device is a CPU, see ops.c): its lanes split the rows in units (a quad, or for the
 // block-quantized types 32 or 64 weights), each lane loads a unit of each of the R rows once
@@ -81,7 +82,7 @@ void main()
             for (uint j = 0u; j < TB; j++) {
                 const float s = subgroupAdd(acc[r][j]);
                 if (r < nr && j < nt && subgroupElect()) {
-                    const uint i = (t0 + j) * p.y_stride + n0 + r;
+                    const uint i = (t0 + j) * p.y_stride + p.y_offset + n0 + r;
                     y[i] = p.accumulate != 0u ? y[i] + s : s;
                 }
             }

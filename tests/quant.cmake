@@ -11,3 +11,9 @@ add_dependencies(test_quant_model dcp-vk-gguf dcp-vk-run)
 # The quantizer's per-tensor types against a table of llama-quantize's choices (written in the
 # test from reading its rules): every architecture's generated model, every file type.
 dcp_test(test_quant_table SOURCES test_quant_table.c test_gguf_util.c vkutil.c TIMEOUT 600 LABELS quant host)
+# Fused parts of different types (issue 18 section 4): a matrix of parts gives bitwise the
+# per-part matmuls; Q4_K_M llama / qwen2 / qwen3 (attn_v Q6_K on some layers) at TP 1, 2, 4 over
+# logical devices hold nothing as F32, their weights the quantized sizes, logits and greedy ids
+# those of the dequantized reference.
+dcp_test(test_quant_mixed SOURCES test_quant_mixed.c ref_model.c vkutil.c TIMEOUT 900 LABELS quant
+         ARGS ${CMAKE_CURRENT_BINARY_DIR})

@@ -27,12 +27,20 @@ extern "C" {
  * GGUF f16 scale widened: exact); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
  * IQ4_XS as block bodies [rows][k/block][body words] followed (at word scale_offset) by their f16
  * scales (src/quant/quants.h: the GGUF bytes, aligned). Created by dcp_matrix_create, destroyed by
- * dcp_matrix_destroy (before the device). */
+ * dcp_matrix_destroy (before the device).
+ *
+ * A matrix of parts (n_parts > 1; made by the model loader, src/ops/ops_internal.h's
+ * dcp_matrix_join) is the row concatenation of matrices of different types, each kept in its own
+ * (a Q4_K_M file's Q4_K attn_q / attn_k beside a Q6_K attn_v): buf is NULL, type the first part's,
+ * rows their sum; dcp_op_matmul records one dispatch per part into that part's rows of y, so y is
+ * what one fused matrix would give. Only dcp_op_matmul takes one; the other weight ops refuse it. */
 typedef struct dcp_matrix {
     dcp_buffer *buf;
     dcp_ggml_type type;     /* a type of DCP_GGML_SUPPORTED_LIST */
     uint32_t rows, k;
     uint32_t scale_offset;  /* Q8_0 and block-quantized types: words before the scales; else 0 */
+    uint32_t n_parts;       /* 0: one matrix (buf); > 1: parts[0 .. n_parts), rows in that order */
+    struct dcp_matrix *parts; /* [n_parts] one-part matrices of the same k, owned */
 } dcp_matrix;
 
 /* Uploads the row-wise concatenation of `parts` GGUF tensors that share one type and k (part i
@@ -48,7 +56,8 @@ DCP_API void dcp_matrix_destroy(dcp_matrix *m);
 DCP_API uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows);
 
 /* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T (y's rows w->rows
- * values, x's w->k). x_stride, x_offset multiples of 4. */
+ * values, x's w->k). x_stride, x_offset multiples of 4. A matrix of parts: one dispatch per part,
+ * part i writing y's columns [rows of parts before it, + its rows). */
 typedef struct dcp_matmul_args {
     const dcp_matrix *w;
     dcp_buffer *x;          /* [tokens][x_stride] f32, read from float x_offset */

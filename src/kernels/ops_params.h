@@ -28,6 +28,8 @@ DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 accumulate;   /* 1: y += W x (fused residual add); 0: y = W x */
     DCP_U32 scale_offset; /* Q8_0, block-quantized: word offset of the scales in W; else 0 */
     DCP_U32 x_offset;     /* floats before row 0 of x, multiple of 4 */
+    DCP_U32 y_offset;     /* floats before output row 0 in each row of y: a part of a matrix of
+                           * parts (dcp_matrix.parts) writes its rows [y_offset, y_offset + n_out) */
 };
 DCP_PARAMS_END(dcp_matmul_params)
 

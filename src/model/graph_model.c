@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "model/graph.h"
+#include "ops/ops_internal.h"
 
 static const dcp_arch_ops *arch_ops(dcp_model_arch arch)
 {
@@ -51,7 +52,7 @@ static dcp_status load_common(dcp_model *m, dcp_load_ctx *lc, uint32_t i)
         DCP_TRY(dcp_load_slices(lc, rw->dev, 1, &out, vE, vV, E, &rw->output));
     }
     DCP_TRY(dcp_load_norm(lc, rw->dev, "output_norm.weight", E, &rw->out_norm));
-    m->bytes += dcp_buffer_size(rw->tok_embd.buf) + (rw->output.buf ? dcp_buffer_size(rw->output.buf) : 0) + 4ull * E;
+    m->bytes += dcp_matrix_device_bytes(&rw->tok_embd) + dcp_matrix_device_bytes(&rw->output) + 4ull * E;
 fail:
     return st;
 }

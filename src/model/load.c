@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "model/load.h"
+#include "ops/ops_internal.h"
 
 dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint64_t ne1, const dcp_gguf_tensor **out)
 {
@@ -105,74 +106,105 @@ static void count_bytes(dcp_load_ctx *lc, const dcp_device *dev, uint64_t bytes)
         }
 }
 
+/* Notes matrix part sl[i] of tensor t, held as F32 because its columns cut the type's blocks:
+ * once per matrix and rank (the caller counts), with what it costs. */
+static void note_fallback(dcp_load_ctx *lc, const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad,
+                          uint64_t *native_bytes)
+{
+    uint32_t be = 1, bb = 4;
+    dcp_ggml_type_block(t->type, &be, &bb);
+    if (lc->fallback->count == 0)
+        snprintf(lc->fallback->first, sizeof lc->fallback->first, "%s (%s): columns [%u, %u) cut its %u-weight blocks",
+                 s->name, dcp_ggml_type_name(t->type), s->c0, s->c0 + s->nc, be);
+    *native_bytes += (uint64_t)k_pad * s->nr / be * bb;
+}
+
 dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,
                            const uint64_t *rows_total, uint32_t k_pad, dcp_matrix *out)
 {
     dcp_status st = DCP_OK;
     const dcp_gguf_tensor *t[DCP_LOAD_MAX_PARTS];
     uint8_t *bytes[DCP_LOAD_MAX_PARTS] = {NULL};
+    dcp_matrix runs[DCP_LOAD_MAX_PARTS];
+    memset(runs, 0, sizeof runs);
+    memset(out, 0, sizeof *out);
     if (n == 0 || n > DCP_LOAD_MAX_PARTS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "load: %u parts of one matrix (1..%d)", n, DCP_LOAD_MAX_PARTS);
-    bool native = true;
+    /* Each part in its tensor's type where its columns fall on the type's blocks, else F32; runs
+     * of parts of one type (all of them, as a rule) make one matrix, and a matrix of several runs
+     * (a Q4_K_M Q|K|V: Q4_K q, k, then a Q6_K v) is a matrix of parts (dcp_matrix_join). */
+    dcp_ggml_type type[DCP_LOAD_MAX_PARTS];
+    uint32_t run_first[DCP_LOAD_MAX_PARTS + 1], n_runs = 0;
+    bool expanded = false;
+    uint64_t native_bytes = 0;
     for (uint32_t i = 0; i < n; i++) {
         DCP_TRY(dcp_load_find(lc->g, sl[i].name, k_total[i], rows_total[i], &t[i]));
-        if (t[i]->type != t[0]->type || !slice_native(t[i], &sl[i], k_pad)) native = false;
-    }
-    dcp_ggml_type type = native ? t[0]->type : DCP_GGML_TYPE_F32;
-    uint64_t all_rows = 0;
-    for (uint32_t i = 0; i < n; i++) all_rows += sl[i].nr;
-    const uint64_t bytes_on_device = dcp_matrix_bytes(type, k_pad, all_rows);
-    if (!native && lc->fallback && !lc->count_only && t[0]->type != DCP_GGML_TYPE_F32) {
-        /* Said once per matrix and rank: which tensor, why, and what it costs. */
-        dcp_model_fallback *fb = lc->fallback;
-        uint32_t be = 1, bb = 4;
-        dcp_ggml_type_block(t[0]->type, &be, &bb);
-        if (fb->count == 0) {
-            uint32_t odd = 0;
-            for (uint32_t i = 1; i < n; i++)
-                if (t[i]->type != t[0]->type) odd = i;
-            if (odd)
-                snprintf(fb->first, sizeof fb->first, "%s (%s) fused with %s (%s)", sl[0].name,
-                         dcp_ggml_type_name(t[0]->type), sl[odd].name, dcp_ggml_type_name(t[odd]->type));
-            else
-                snprintf(fb->first, sizeof fb->first, "%s (%s): columns [%u, %u) cut its %u-weight blocks", sl[0].name,
-                         dcp_ggml_type_name(t[0]->type), sl[0].c0, sl[0].c0 + sl[0].nc, be);
+        const bool native = slice_native(t[i], &sl[i], k_pad);
+        type[i] = native ? t[i]->type : DCP_GGML_TYPE_F32;
+        if (!native && t[i]->type != DCP_GGML_TYPE_F32 && lc->fallback && !lc->count_only) {
+            note_fallback(lc, t[i], &sl[i], k_pad, &native_bytes);
+            expanded = true;
         }
-        fb->count++;
-        fb->f32_bytes += bytes_on_device;
-        fb->native_bytes += (uint64_t)k_pad * all_rows / be * bb;
+        if (i == 0 || type[i] != type[i - 1]) run_first[n_runs++] = i;
     }
-    if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
-        memset(out, 0, sizeof *out);
+    run_first[n_runs] = n;
+    uint64_t f32_bytes = 0;
+    for (uint32_t r = 0; r < n_runs; r++) {
+        uint64_t rows = 0;
+        for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++) rows += sl[i].nr;
+        const dcp_ggml_type ty = type[run_first[r]];
+        const uint64_t b = dcp_matrix_bytes(ty, k_pad, rows);
+        if (ty == DCP_GGML_TYPE_F32) f32_bytes += b;
+        if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
+            const dcp_device_info *info = dcp_device_get_info(dev);
+            if (b > info->max_storage_buffer_range)
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "%s: tensor %s: matrix of %llu x %u %s is %llu bytes, more than device %d's "
+                                "storage-buffer range of %llu bytes (use more tensor-parallel ranks)",
+                                dcp_gguf_name(lc->g), sl[run_first[r]].name, (unsigned long long)rows, k_pad,
+                                dcp_ggml_type_name(ty), (unsigned long long)b, info->logical_index,
+                                (unsigned long long)info->max_storage_buffer_range);
+            count_bytes(lc, dev, b);
+        }
+    }
+    if (expanded) { /* said once per matrix and rank (the first one named): what it costs */
+        lc->fallback->count++;
+        lc->fallback->f32_bytes += f32_bytes;
+        lc->fallback->native_bytes += native_bytes;
+    }
+    if (lc->count_only) {
         for (uint32_t i = 0; i < n; i++) lc->done += (uint64_t)sl[i].nr * dcp_load_cols_bytes(t[i]->type, sl[i].c0, sl[i].nc);
-        const dcp_device_info *info = dcp_device_get_info(dev);
-        if (bytes_on_device > info->max_storage_buffer_range)
-            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
-                            "%s: tensor %s: matrix of %llu x %u %s is %llu bytes, more than device %d's "
-                            "storage-buffer range of %llu bytes (use more tensor-parallel ranks)",
-                            dcp_gguf_name(lc->g), sl[0].name, (unsigned long long)all_rows, k_pad,
-                            dcp_ggml_type_name(type), (unsigned long long)bytes_on_device, info->logical_index,
-                            (unsigned long long)info->max_storage_buffer_range);
-        count_bytes(lc, dev, bytes_on_device);
         return DCP_OK;
     }
-    const void *data[DCP_LOAD_MAX_PARTS];
-    uint32_t rows[DCP_LOAD_MAX_PARTS];
     uint64_t done = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        DCP_TRY(slice_bytes(t[i], &sl[i], k_pad, type, &bytes[i], &done));
-        data[i] = bytes[i];
-        rows[i] = sl[i].nr;
+    for (uint32_t r = 0; r < n_runs; r++) {
+        const void *data[DCP_LOAD_MAX_PARTS];
+        uint32_t rows[DCP_LOAD_MAX_PARTS], np = 0;
+        for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++, np++) {
+            DCP_TRY(slice_bytes(t[i], &sl[i], k_pad, type[i], &bytes[i], &done));
+            data[np] = bytes[i];
+            rows[np] = sl[i].nr;
+        }
+        st = dcp_matrix_create(dev, type[run_first[r]], k_pad, np, data, rows, &runs[r]);
+        if (st) {
+            dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), sl[run_first[r]].name);
+            goto fail;
+        }
+        count_bytes(lc, dev, dcp_matrix_bytes(type[run_first[r]], k_pad, runs[r].rows));
+        for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++) {
+            free(bytes[i]);
+            bytes[i] = NULL;
+        }
     }
-    st = dcp_matrix_create(dev, type, k_pad, n, data, rows, out);
+    st = dcp_matrix_join(n_runs, runs, out); /* moves the runs (destroys them on failure) */
     if (st) {
         dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), sl[0].name);
         goto fail;
     }
-    count_bytes(lc, dev, bytes_on_device);
     lc->done += done;
     if (lc->progress) lc->progress(lc->user, lc->done < lc->total ? lc->done : lc->total, lc->total);
 fail:
+    for (uint32_t r = 0; r < n_runs; r++) dcp_matrix_destroy(&runs[r]);
     for (uint32_t i = 0; i < n; i++) free(bytes[i]);
     return st;
 }

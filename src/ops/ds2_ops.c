@@ -39,6 +39,9 @@ static void rows_spec(dcp_device *dev, uint32_t spec[2])
 dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a)
 {
     const dcp_matrix *w = a->w;
+    if (w->n_parts)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "head_matmul: a matrix of %u parts of different types (matmul only)",
+                        w->n_parts);
     if (!a->heads || !a->rows || (uint64_t)a->heads * a->rows != w->rows)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "head_matmul: %u heads x %u rows do not match the %u-row matrix",
                         a->heads, a->rows, w->rows);
@@ -161,6 +164,9 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
 {
     const dcp_matrix *w = a->w;
     const char *op = down ? "moe_down" : "moe_gate_up";
+    if (w->n_parts)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: a matrix of %u parts of different types (matmul only)", op,
+                        w->n_parts);
     if (!a->n_expert || !a->rows || (uint64_t)a->n_expert * a->rows != w->rows || !a->n_used)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: %u experts x %u rows (%u used) do not match the %u-row matrix",
                         op, a->n_expert, a->rows, a->n_used, w->rows);

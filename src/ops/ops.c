@@ -107,8 +107,62 @@ fail:
 void dcp_matrix_destroy(dcp_matrix *m)
 {
     if (!m) return;
+    for (uint32_t i = 0; i < m->n_parts; i++) dcp_matrix_destroy(&m->parts[i]);
+    free(m->parts);
     dcp_buffer_destroy(m->buf);
     memset(m, 0, sizeof *m);
+}
+
+dcp_status dcp_matrix_join(uint32_t n, dcp_matrix *parts, dcp_matrix *out)
+{
+    dcp_status st = DCP_OK;
+    memset(out, 0, sizeof *out);
+    uint64_t rows = 0;
+    if (n == 0 || n > 255) {
+        st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "matrix join: %u parts (1..255)", n);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (parts[i].n_parts || parts[i].k != parts[0].k) {
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                          "matrix join: part %u (%u x %u %s%s) does not fit part 0's k %u or is itself of parts", i,
+                          parts[i].rows, parts[i].k, dcp_ggml_type_name(parts[i].type),
+                          parts[i].n_parts ? ", of parts" : "", parts[0].k);
+            goto fail;
+        }
+        rows += parts[i].rows;
+    }
+    if (rows > UINT32_MAX) {
+        st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "matrix join: %llu rows", (unsigned long long)rows);
+        goto fail;
+    }
+    if (n == 1) {
+        *out = parts[0];
+        memset(&parts[0], 0, sizeof parts[0]);
+        return DCP_OK;
+    }
+    out->parts = malloc(n * sizeof *out->parts);
+    if (!out->parts) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory joining %u matrices", n);
+        goto fail;
+    }
+    memcpy(out->parts, parts, n * sizeof *out->parts);
+    memset(parts, 0, n * sizeof *parts);
+    out->n_parts = n;
+    out->type = out->parts[0].type;
+    out->rows = (uint32_t)rows;
+    out->k = out->parts[0].k;
+    return DCP_OK;
+fail:
+    for (uint32_t i = 0; i < n; i++) dcp_matrix_destroy(&parts[i]);
+    return st;
+}
+
+uint64_t dcp_matrix_device_bytes(const dcp_matrix *m)
+{
+    uint64_t bytes = m->buf ? dcp_buffer_size(m->buf) : 0;
+    for (uint32_t i = 0; i < m->n_parts; i++) bytes += dcp_matrix_device_bytes(&m->parts[i]);
+    return bytes;
 }
 
 dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_type type, dcp_kernel_id *out)
@@ -126,6 +180,33 @@ dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_ty
 }
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* One dispatch of a one-part matrix w: its rows go to y's columns [y_offset, y_offset + rows). */
+static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmul_args *a, uint32_t y_offset)
+{
+    const uint32_t tokens = a->tokens;
+    dcp_device *dev = dcp_cmd_device(cmd);
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    uint32_t wg = dcp_vk_workgroup_size(dev);
+    uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
+    if (rpw == 0) rpw = 1;
+    /* Rows per subgroup: each x load is shared by that many rows. A CPU device (lavapipe) runs a
+     * subgroup as the SIMD lanes of one core and loads a lane at a time, so x loads cost as much
+     * as weight loads there: more rows per subgroup. GPUs keep the register budget of 4 rows. */
+    const uint32_t r = info->type && strcmp(info->type, "cpu") == 0 && tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS_CPU
+                                                                                   : DCP_MATMUL_SUBGROUP_ROWS;
+    rpw *= r;
+    /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
+     * accumulators; the sums are the same for any value (same lanes, same order). */
+    uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
+    dcp_binding b[3] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}};
+    dcp_matmul_params p = {w->rows,     w->k, tokens, a->x_stride, a->y_stride, a->accumulate ? 1u : 0u,
+                           w->scale_offset, a->x_offset, y_offset};
+    dcp_kernel_id id;
+    dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);
+    if (st != DCP_OK) return st;
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(w->rows, rpw), ceil_div(tokens, spec[2]), 1);
+}
 
 dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
 {
@@ -145,27 +226,17 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
                         w->rows, w->k, tokens, (unsigned long long)need_x,
                         (unsigned long long)dcp_buffer_size(x), (unsigned long long)need_y,
                         (unsigned long long)dcp_buffer_size(y));
-    dcp_device *dev = dcp_cmd_device(cmd);
-    const dcp_device_info *info = dcp_device_get_info(dev);
-    uint32_t wg = dcp_vk_workgroup_size(dev);
-    uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
-    if (rpw == 0) rpw = 1;
-    /* Rows per subgroup: each x load is shared by that many rows. A CPU device (lavapipe) runs a
-     * subgroup as the SIMD lanes of one core and loads a lane at a time, so x loads cost as much
-     * as weight loads there: more rows per subgroup. GPUs keep the register budget of 4 rows. */
-    const uint32_t r = info->type && strcmp(info->type, "cpu") == 0 && tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS_CPU
-                                                                                   : DCP_MATMUL_SUBGROUP_ROWS;
-    rpw *= r;
-    /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
-     * accumulators; the sums are the same for any value (same lanes, same order). */
-    uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
-    dcp_binding b[3] = {{w->buf, 0, 0}, {x, 0, 0}, {y, 0, 0}};
-    dcp_matmul_params p = {w->rows, w->k, tokens, x_stride, y_stride, a->accumulate ? 1u : 0u, w->scale_offset,
-                           x_offset};
-    dcp_kernel_id id;
-    dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);
-    if (st != DCP_OK) return st;
-    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(w->rows, rpw), ceil_div(tokens, spec[2]), 1);
+    if (!w->n_parts) return matmul_part(cmd, w, a, 0);
+    /* A matrix of parts: one dispatch a part, each into its own rows of y (disjoint writes: no
+     * barrier between them). A row's sum is that of its part's type, as if it were alone. */
+    uint32_t y_offset = 0;
+    for (uint32_t i = 0; i < w->n_parts; i++) {
+        dcp_status st = matmul_part(cmd, &w->parts[i], a, y_offset);
+        if (st != DCP_OK) return dcp_fail_context(st, "part %u of %u (%s)", i, w->n_parts,
+                                                  dcp_ggml_type_name(w->parts[i].type));
+        y_offset += w->parts[i].rows;
+    }
+    return DCP_OK;
 }
 
 dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_get_rows_args *a)
@@ -173,6 +244,9 @@ dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_get_rows_args *a)
     const dcp_matrix *w = a->w;
     dcp_buffer *ids = a->ids, *y = a->y;
     const uint32_t y_stride = a->y_stride, tokens = a->tokens;
+    if (w->n_parts)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "get_rows: a matrix of %u parts of different types (matmul only)",
+                        w->n_parts);
     if (tokens == 0) return DCP_OK;
     if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
         (uint64_t)tokens * 4 > dcp_buffer_size(ids))

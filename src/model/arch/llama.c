@@ -30,6 +30,7 @@
 #include "attn/cp_internal.h"
 #include "common/error.h"
 #include "model/graph.h"
+#include "ops/ops_internal.h"
 
 typedef struct llama_layer {
     dcp_buffer *attn_norm, *ffn_norm; /* [n_embd] f32 */
@@ -252,8 +253,8 @@ static dcp_status load_rank(dcp_model *m, dcp_load_ctx *lc, const llama_variant 
         DCP_TRY(dcp_load_slices(lc, dev, 1, &dn, rF, vE, rw->f_pad, &L->wdown));
         DCP_TRY(dcp_load_norm(lc, dev, n[NAN_], E, &L->attn_norm));
         DCP_TRY(dcp_load_norm(lc, dev, n[NFN], E, &L->ffn_norm));
-        m->bytes += dcp_buffer_size(L->wqkv.buf) + dcp_buffer_size(L->wo.buf) + dcp_buffer_size(L->wgu.buf) +
-                    dcp_buffer_size(L->wdown.buf) + 8ull * E + (L->bqkv ? dcp_buffer_size(L->bqkv) : 0) +
+        m->bytes += dcp_matrix_device_bytes(&L->wqkv) + dcp_matrix_device_bytes(&L->wo) +
+                    dcp_matrix_device_bytes(&L->wgu) + dcp_matrix_device_bytes(&L->wdown) + 8ull * E + (L->bqkv ? dcp_buffer_size(L->bqkv) : 0) +
                     (L->qk_norm ? dcp_buffer_size(L->qk_norm) : 0);
     }
 fail:
