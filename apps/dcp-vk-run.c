@@ -193,13 +193,17 @@ static int check_memory(run_app *a)
     dcp_device *devs[1024];
     dcp_model_load_config lc = load_config(a, devs, true);
     dcp_model *counted = NULL;
-    dcp_status st = dcp_model_load(&lc, a->g, &a->mc, &counted);
     int rc = DCP_EXIT_OK;
+    if (a->o.speculative_config && (rc = run_spec_parse(a->o.speculative_config, &a->spec, a->prog)))
+        return run_world_agree(&a->world, rc);
+    dcp_status st = dcp_model_load(&lc, a->g, &a->mc, &counted);
+    dcp_model_state_config sc = run_state_config(&a->o);
+    if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows */
     if (st != DCP_OK) {
         fail(a->prog, "the model on these devices", st);
         rc = st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;
-    } else {
-        dcp_model_state_config sc = run_state_config(&a->o);
+    } else if (!(rc = run_spec_count(&a->spec, &lc, a->prog))) {
+        sc.draft = a->spec.counted; /* the draft model's weights and state beside this one (--speculative-config) */
         uint32_t fits = 0;
         if ((st = dcp_model_state_check(counted, &sc, &fits)) != DCP_OK) {
             fail(a->prog, "memory", st);
@@ -252,8 +256,8 @@ static int build(run_app *a)
     dcp_status st;
     dcp_model_state_config lc = run_state_config(o);
     int rc;
-    if (o->speculative_config && (rc = run_spec_parse(o->speculative_config, &a->spec, prog))) return rc;
     if (a->spec.method != DCP_SPEC_NONE) lc.max_logits = lc.max_rows; /* k + 1 scored rows */
+    lc.draft = a->spec.counted; /* the draft model to come (check_memory counted it) */
     if ((st = dcp_model_state_create(a->w, &lc, &a->s))) {
         fail(prog, "creating the run state", st);
         return st == DCP_ERR_OUT_OF_MEMORY || st == DCP_ERR_CONFIG ? DCP_EXIT_USAGE : DCP_EXIT_RUNTIME;

@@ -90,6 +90,11 @@ static int build_state(serve_app *a)
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
     if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
+    /* The draft model to come (--speculative-config): counted beside the state before anything of
+     * either is allocated. */
+    int rc = run_spec_count(&a->spec, &a->wc, a->prog);
+    if (rc) return rc;
+    sc.draft = a->spec.counted;
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
 }

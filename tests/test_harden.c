@@ -614,6 +614,40 @@ static void test_memory_rlimit(void **state)
     done(&r);
 }
 
+/* A draft model (--speculative-config) is counted before anything is allocated: under the same
+ * limit the longest context that fits shrinks (the draft's weights and its run state of the same
+ * context beside the target's), the message says what the draft takes, and that context runs with
+ * the draft under the limit. */
+static void test_memory_draft(void **state)
+{
+    (void)state;
+    char spec[1024];
+    snprintf(spec, sizeof spec, "{\"model\": \"%s\", \"num_speculative_tokens\": 2}", stories());
+    const char *env[] = {"DCP_VK_VALIDATION=0", "LP_NUM_THREADS=2", NULL};
+    const char *a[] = {run_app, "-m", stories(), "-c", "1000000", "-n", "4", NULL};
+    spawn_opts o = {.argv = a, .env = env, .as_limit = 1000000ull * 1024};
+    result r = run(&o);
+    expect(&r, "-c 1000000 under ulimit -v 1000000", 2, "the address-space limit (ulimit -v)");
+    const unsigned long alone = number_after(r.err, "run with -c ");
+    done(&r);
+    const char *b[] = {run_app, "-m", stories(), "-c", "1000000", "-n", "4", "--speculative-config", spec, NULL};
+    o.argv = b;
+    r = run(&o);
+    expect(&r, "-c 1000000 with a draft model", 2, "for the draft model's weights and run state");
+    const unsigned long with = number_after(r.err, "run with -c ");
+    done(&r);
+    printf("longest context under ulimit -v 1000000: %lu tokens alone, %lu with the draft model\n", alone, with);
+    assert_true(with > 1000 && with < alone);
+    char c[32];
+    snprintf(c, sizeof c, "%lu", with);
+    const char *d[] = {run_app, "-m", stories(), "-c", c, "-n", "16", "--temp", "0", "--speculative-config", spec, NULL};
+    o.argv = d;
+    r = run(&o);
+    expect(&r, "the context it names, with the draft", 0, NULL);
+    if (strncmp(r.out, "Once upon a time, there was", 27)) fail_msg("text: %s", r.out);
+    done(&r);
+}
+
 /* ---- signals -------------------------------------------------------------------------------- */
 
 /* A long greedy generation (stopped by the test, never finished). */
@@ -835,7 +869,7 @@ int main(int argc, char **argv)
                                          cmocka_unit_test(test_output_errors),
                                          cmocka_unit_test(test_help_long_path)};
     const struct CMUnitTest memory[] = {cmocka_unit_test(test_memory_refused)};
-    const struct CMUnitTest rlimit[] = {cmocka_unit_test(test_memory_rlimit)};
+    const struct CMUnitTest rlimit[] = {cmocka_unit_test(test_memory_rlimit), cmocka_unit_test(test_memory_draft)};
     const struct CMUnitTest signals[] = {cmocka_unit_test(test_signal_text), cmocka_unit_test(test_signal_json),
                                          cmocka_unit_test(test_signal_twice), cmocka_unit_test(test_signal_prefill)};
     const struct CMUnitTest mpi[] = {cmocka_unit_test(test_mpi_different), cmocka_unit_test(test_mpi_stdin_prompt),

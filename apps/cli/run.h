@@ -71,6 +71,7 @@ typedef struct run_spec {
     dcp_tokenizer *tok;
     dcp_model *m;
     dcp_model_state *s;
+    dcp_model *counted;          /* the draft counted, not loaded (run_spec_count) */
 } run_spec;
 
 /* Parses --speculative-config's JSON (vLLM's fields: method "ngram" or "draft_model", model,
@@ -83,6 +84,11 @@ int run_spec_parse(const char *json, run_spec *sp, const char *prog);
  * DCP_EXIT_RUNTIME after printing why. Collective over MPI like the target's load. */
 int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
                     const dcp_tokenizer *target_tok, const char *prog);
+/* Method draft_model: counts the draft (a count_only load with load's devices and layout) into
+ * sp->counted, for dcp_model_state_config.draft: the target's memory check then counts the draft's
+ * weights and run state too. Opens the draft's file (kept for run_spec_load). Nothing for other
+ * methods, or when counted already. Returns 0 or an exit code after printing why. */
+int run_spec_count(run_spec *sp, const dcp_model_load_config *load, const char *prog);
 /* The engine's speculation configuration (the draft's state and tokenizer borrowed from sp). */
 void run_spec_config(const run_spec *sp, dcp_spec_config *out);
 void run_spec_free(run_spec *sp);

@@ -100,13 +100,41 @@ static int load_failed(const char *prog, const run_spec *sp, const char *what, d
     return DCP_EXIT_RUNTIME;
 }
 
+/* Opens the draft's file and reads its hyperparameters, once. */
+static int open_draft(run_spec *sp, const char *prog)
+{
+    dcp_status st;
+    if (sp->g) return 0;
+    if ((st = dcp_gguf_open(sp->model, &sp->g))) return load_failed(prog, sp, "reading it", st);
+    if ((st = dcp_model_config_read(sp->g, &sp->mc))) return load_failed(prog, sp, "reading its hyperparameters", st);
+    return 0;
+}
+
+int run_spec_count(run_spec *sp, const dcp_model_load_config *load, const char *prog)
+{
+    if (sp->method != DCP_SPEC_DRAFT || sp->counted) return 0;
+    int rc = open_draft(sp, prog);
+    if (rc) return rc;
+    dcp_model_load_config lc = *load;
+    lc.count_only = true;
+    lc.progress = NULL;
+    dcp_status st = dcp_model_load(&lc, sp->g, &sp->mc, &sp->counted);
+    if (st != DCP_OK) {
+        fprintf(stderr, "%s: draft model %s: counting it at the target's TP and DCP sizes: %s: %s\n", prog, sp->model,
+                dcp_status_string(st), dcp_last_error());
+        return st == DCP_ERR_CONFIG || st == DCP_ERR_INVALID_ARGUMENT || st == DCP_ERR_UNSUPPORTED ? DCP_EXIT_USAGE
+                                                                                                   : DCP_EXIT_RUNTIME;
+    }
+    return 0;
+}
+
 int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
                     const dcp_tokenizer *target_tok, const char *prog)
 {
     if (sp->method != DCP_SPEC_DRAFT) return 0;
     dcp_status st;
-    if ((st = dcp_gguf_open(sp->model, &sp->g))) return load_failed(prog, sp, "reading it", st);
-    if ((st = dcp_model_config_read(sp->g, &sp->mc))) return load_failed(prog, sp, "reading its hyperparameters", st);
+    int rc = open_draft(sp, prog);
+    if (rc) return rc;
     if ((st = dcp_tokenizer_create(sp->g, &sp->tok))) return load_failed(prog, sp, "reading its tokenizer", st);
     if ((st = dcp_engine_spec_check_vocab(target_tok, sp->tok))) return load_failed(prog, sp, "its vocabulary", st);
     /* The target's devices and layout: the draft's KV is sharded like the target's. */
@@ -115,7 +143,7 @@ int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const 
     dcp_model_state_config dc = *dcp_model_state_get_config(target);
     dc.n_ctx = dcp_model_state_n_ctx(target);
     dc.kv_pages = 0; /* every slot at full context: the draft never waits for pages */
-    dc.max_logits = 0;
+    dc.max_logits = 0; /* (what dcp_model_state_config.draft counted) */
     if ((st = dcp_model_state_create(sp->m, &dc, &sp->s))) return load_failed(prog, sp, "creating its run state", st);
     return 0;
 }
@@ -135,6 +163,7 @@ void run_spec_free(run_spec *sp)
 {
     dcp_model_state_destroy(sp->s);
     dcp_model_destroy(sp->m);
+    dcp_model_destroy(sp->counted);
     dcp_tokenizer_destroy(sp->tok);
     dcp_gguf_close(sp->g);
     free(sp->model);

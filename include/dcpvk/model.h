@@ -147,11 +147,18 @@ typedef struct dcp_model_state_config {
     uint32_t max_logits;    /* rows with logits per step at most (at most max_rows); 0 (default):
                              * min(max_rows, max_seqs), one per sequence. Speculative decoding
                              * scores k + 1 rows of each sequence: up to max_rows */
+    const dcp_model *draft; /* a draft model (speculative decoding) loaded or counted (count_only)
+                             * on the same devices and ranks, whose run state of this config's slots
+                             * and context (kv_pages 0: every slot at full context; max_logits 0)
+                             * will be created beside this one: dcp_model_state_check counts its
+                             * weights (when count_only) and that state at every context it tries.
+                             * Read during the check only, never kept (the state's own config has
+                             * NULL). NULL (default): none */
 } dcp_model_state_config;
 
 #define DCP_MODEL_STATE_CONFIG_DEFAULT {.n_ctx = 0, .max_seqs = 1, .kv_pages = 0, .max_rows = 128, \
                                         .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .chunk_tokens = 0, \
-                                        .interleave = 1, .backend = DCP_CP_A2A, .max_logits = 0}
+                                        .interleave = 1, .backend = DCP_CP_A2A, .max_logits = 0, .draft = NULL}
 
 typedef struct dcp_model_state dcp_model_state;
 
@@ -300,6 +307,10 @@ typedef struct dcp_model_memory {
  * longer than the split-KV chunking allows). Thread-safe. */
 DCP_API dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_config *config,
                                          dcp_model_memory *per_rank);
+/* config with every default applied as dcp_model_state_create applies them for m (n_ctx, kv_pages,
+ * chunk_tokens, max_logits), into *out (draft copied). Errors as dcp_model_state_bytes. Thread-safe. */
+DCP_API dcp_status dcp_model_state_config_resolve(const dcp_model *m, const dcp_model_state_config *config,
+                                                  dcp_model_state_config *out);
 
 /* Checks config against the devices before anything is allocated: every buffer within its
  * device's storage-buffer range, and the ranks on one physical device (all CPU devices together:

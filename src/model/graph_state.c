@@ -305,6 +305,15 @@ dcp_status dcp_model_state_bytes(const dcp_model *m, const dcp_model_state_confi
     return state_bytes(m, &sh, per_rank);
 }
 
+dcp_status dcp_model_state_config_resolve(const dcp_model *m, const dcp_model_state_config *config,
+                                          dcp_model_state_config *out)
+{
+    state_shape sh = {0};
+    dcp_status st = state_defaults(m, config, &sh);
+    if (st == DCP_OK) *out = sh.c;
+    return st;
+}
+
 /* "1.27 GiB", "610.4 MiB", "12.0 KiB", "123 bytes" into buf. */
 static const char *human(char *buf, size_t cap, uint64_t v)
 {
@@ -322,18 +331,48 @@ typedef struct fit {
     int range_rank;         /* -1, or the local rank with a buffer beyond its device's range */
     int mem_rank;           /* -1, or the first local rank of the physical device that lacks memory */
     uint64_t need, avail;   /* that device's need and what it has */
+    uint64_t reserved;      /* of need: the draft model's bytes on its ranks */
     uint32_t ranks;         /* ranks held there */
     dcp_memory_budget budget;
 } fit;
 
+/* The draft state's bytes beside a state of shape sh (config.draft; dmem [m->nl]). */
+static dcp_status draft_bytes(const dcp_model *m, const state_shape *sh, dcp_model_memory *dmem)
+{
+    const dcp_model *d = sh->c.draft;
+    if (d->nl != m->nl || d->first != m->first)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "model state: the draft model holds TP ranks [%u, %u), the model [%u, %u)",
+                        d->first, d->first + d->nl, m->first, m->first + m->nl);
+    dcp_model_state_config c = sh->c;
+    c.kv_pages = 0;
+    c.max_logits = 0;
+    c.draft = NULL;
+    state_shape dsh = {0};
+    dcp_status st = state_defaults(d, &c, &dsh);
+    if (st == DCP_OK) st = state_bytes(d, &dsh, dmem);
+    return st == DCP_OK ? DCP_OK : dcp_fail_context(st, "the draft model's run state");
+}
+
 static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory *mem, bool margin)
 {
-    fit f = {DCP_OK, -1, -1, 0, 0, 0, {0}};
+    fit f = {DCP_OK, -1, -1, 0, 0, 0, 0, {0}};
     f.st = state_bytes(m, sh, mem);
     if (f.st != DCP_OK) return f;
+    dcp_model_memory *dmem = NULL;
+    if (sh->c.draft) {
+        if (!(dmem = calloc(m->nl, sizeof *dmem))) {
+            f.st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+            return f;
+        }
+        if ((f.st = draft_bytes(m, sh, dmem)) != DCP_OK) {
+            free(dmem);
+            return f;
+        }
+    }
     for (uint32_t i = 0; i < m->nl; i++)
         if (mem[i].largest > dcp_device_get_info(m->ranks[i].dev)->max_storage_buffer_range) {
             f.range_rank = (int)i;
+            free(dmem);
             return f;
         }
     /* The ranks of one physical device share its memory; CPU devices all share host memory. */
@@ -346,7 +385,7 @@ static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory
                 first = false;
         }
         if (!first) continue;
-        uint64_t need = 0;
+        uint64_t need = 0, reserved = 0;
         uint32_t ranks = 0;
         for (uint32_t j = i; j < m->nl; j++) {
             const dcp_device_info *b = dcp_device_get_info(m->ranks[j].dev);
@@ -354,6 +393,11 @@ static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory
                 continue;
             /* A loaded model's weights and staging buffers are held already (the budget knows them). */
             need += mem[j].total - (m->count_only ? 0 : mem[j].weights + mem[j].transfer);
+            if (dmem) { /* the draft: its weights unless loaded already, and its state */
+                const uint64_t dn = dmem[j].total - (sh->c.draft->count_only ? 0 : dmem[j].weights + dmem[j].transfer);
+                need += dn;
+                reserved += dn;
+            }
             ranks++;
         }
         dcp_memory_budget b;
@@ -366,10 +410,13 @@ static fit check_fit(const dcp_model *m, const state_shape *sh, dcp_model_memory
             f.need = need;
             f.avail = b.available;
             f.ranks = ranks;
+            f.reserved = reserved;
             f.budget = b;
+            free(dmem);
             return f;
         }
     }
+    free(dmem);
     return f;
 }
 
@@ -388,7 +435,7 @@ dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_confi
         return DCP_OK;
     }
     /* What went wrong, in the user's terms, before the search below overwrites mem. */
-    char why[1024], a[32], b[32], c2[32], d[32], e[32], g[32], h[32], k[32];
+    char why[1024], a[32], b[32], c2[32], d[32], e[32], g[32], h[32], k[32], res[96] = "";
     st = f.st;
     if (f.st == DCP_ERR_UNSUPPORTED) { /* no context helps (e.g. a q8_0 cache for head dims not of whole blocks) */
         free(mem);
@@ -408,14 +455,19 @@ dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_confi
     } else {
         const dcp_model_memory *r = &mem[f.mem_rank];
         const dcp_device_info *info = dcp_device_get_info(m->ranks[f.mem_rank].dev);
+        if (f.reserved) {
+            char rv[32];
+            snprintf(res, sizeof res, "; and %s for the draft model's weights and run state",
+                     human(rv, sizeof rv, f.reserved));
+        }
         snprintf(why, sizeof why,
                  "%u tokens of context need %s on %s device %d (%s), %u TP rank%s there, each: weights %s%s, KV "
-                 "cache %s, activations %s, attention %s, exchange %s, staging %s; %s %s available (%s)",
+                 "cache %s, activations %s, attention %s, exchange %s, staging %s%s; %s %s available (%s)",
                  sh.c.n_ctx, human(a, sizeof a, f.need), strcmp(info->type, "cpu") ? "physical" : "CPU (host memory)",
                  info->physical_index, info->name, f.ranks, f.ranks == 1 ? "" : "s", human(b, sizeof b, r->weights),
                  m->count_only ? "" : " (loaded)", human(c2, sizeof c2, r->kv), human(d, sizeof d, r->activations),
                  human(e, sizeof e, r->attention), human(g, sizeof g, r->exchange), human(h, sizeof h, r->transfer),
-                 human(k, sizeof k, f.avail), f.avail == 1 ? "is" : "are", f.budget.source);
+                 res, human(k, sizeof k, f.avail), f.avail == 1 ? "is" : "are", f.budget.source);
         st = DCP_ERR_OUT_OF_MEMORY;
     }
     /* The longest context that fits: the estimate is monotone in n_ctx, so a binary search. */
@@ -428,7 +480,7 @@ dcp_status dcp_model_state_check(const dcp_model *m, const dcp_model_state_confi
         t.kv_pages = kv_pages;
         state_shape ts;
         dcp_status ds = state_defaults(m, &t, &ts);
-        fit tf = ds == DCP_OK ? check_fit(m, &ts, mem, true) : (fit){ds, -1, -1, 0, 0, 0, {0}};
+        fit tf = ds == DCP_OK ? check_fit(m, &ts, mem, true) : (fit){ds, -1, -1, 0, 0, 0, 0, {0}};
         if (tf.st == DCP_OK && tf.range_rank < 0 && tf.mem_rank < 0) lo = mid;
         else hi = mid;
     }
@@ -459,6 +511,7 @@ dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *co
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     s->m = m;
     s->cfg = c;
+    s->cfg.draft = NULL; /* read by the check only */
     s->max_blocks = sh.max_blocks;
     s->max_out = sh.max_out;
     s->rope_pairs = sh.rope_pairs;
