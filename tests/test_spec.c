@@ -283,7 +283,7 @@ static dcp_engine_request make_request(const req_spec *r, out *o)
     q.prompt = r->off >= ECHO ? &echo_toks[r->off - ECHO] : &ref_toks[r->off];
     q.n_prompt = r->len;
     q.max_tokens = r->max_tokens;
-    q.sampling = (dcp_sampler_config){r->temp, r->top_k, 1.0f, r->seed};
+    q.sampling = (dcp_sampler_config){.temperature = r->temp, .top_k = r->top_k, .top_p = 1.0f, .seed = r->seed, .repetition_penalty = 1.0f};
     q.decode_flags = DCP_DECODE_KEEP_LEADING_SPACE;
     if (r->stop) {
         q.stop = &r->stop;
@@ -766,7 +766,7 @@ static void test_distribution(void **state)
         r.prompt = prompt;
         r.n_prompt = np;
         r.max_tokens = 5;
-        r.sampling = (dcp_sampler_config){1.0f, TOPK, 1.0f, 0x9000 + s};
+        r.sampling = (dcp_sampler_config){.temperature = 1.0f, .top_k = TOPK, .top_p = 1.0f, .seed = 0x9000 + s, .repetition_penalty = 1.0f};
         r.user = &runs[s];
         uint64_t id;
         DCP_ASSERT_OK(dcp_engine_submit(e, &r, &id));
