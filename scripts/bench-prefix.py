@@ -14,7 +14,8 @@ shuffled from the seed, --concurrency at a time, so the conversations interleave
 next turn comes after all the others' (the LRU pool sees the whole working set between two hits).
 
 For each configuration (TPxDCP in --configs) and mode (--modes: off = --no-enable-prefix-caching,
-on = the server's default, offload = on with --kv-offloading-size --offload-gib), the script starts
+on = the server's default, offload = on with --kv-offloading-size --offload-gib, and
+--kv-offloading-backend native where the server has that option too), the script starts
 its own dcp-vk-serve (--port 0, the port read from its banner; SIGTERM at the end, exit 0 checked,
 Vulkan validation messages fail), sends a warm-up request (not of the trace) and measures:
   TTFT p50 / p99    time to the first streamed text of each turn
@@ -93,6 +94,8 @@ class Server:
             cmd.append("--no-enable-prefix-caching")
         elif mode == "offload":
             cmd += ["--kv-offloading-size", str(args.offload_gib)]
+            if args.offload_backend:
+                cmd += ["--kv-offloading-backend", args.offload_backend]
         cmd += args.extra.split() if args.extra else []
         env = dict(os.environ)
         env.setdefault("DCP_VK_DEVICES", ",".join(["0"] * tp))
@@ -129,7 +132,7 @@ class Server:
             if line.startswith("#") or not line.strip():
                 continue
             k, v = line.rsplit(" ", 1)
-            out[k.split("{", 1)[0]] = float(v)  # labels dropped: one engine, one model
+            out[k] = float(v)  # the series' name with its labels
         return out
 
     def stop(self):
@@ -247,7 +250,8 @@ def run_trace(srv, args, trace):
         fail(f"requests failed: {errors[:3]}")
     if any(r["cached_tokens"] is None for r in flat):
         fail("a response has no usage.prompt_tokens_details.cached_tokens")
-    d = lambda k: m1.get(k, 0.0) - m0.get(k, 0.0)  # noqa: E731
+    # a metric's change over the trace, summed over its series (vLLM's carry model_name and engine)
+    d = lambda name: sum(v - m0.get(k, 0.0) for k, v in m1.items() if k.split("{", 1)[0] == name)  # noqa: E731
     ttft = [r["first"] - r["send"] for r in flat if r["first"] is not None]
     prompt = sum(r["prompt_tokens"] for r in flat)
     cached = sum(r["cached_tokens"] for r in flat)
@@ -272,9 +276,16 @@ def run_trace(srv, args, trace):
         "hit_rate_by_turn": [sum(recs[c][t]["cached_tokens"] for c in range(C)) /
                              max(1, sum(recs[c][t]["prompt_tokens"] for c in range(C))) for t in range(T)],
         "answers_digest": hash_texts(answers),
-        # offload transfers and anything else the server counts about offload, over the trace
-        "offload_metrics": {k: d(k) for k in m1 if "offload" in k},
+        # what the server shows about offload (transfers, host pool): each series before and after
+        "offload_metrics": {k: [m0.get(k, 0.0), v] for k, v in m1.items() if "offload" in k},
     }
+    # dcpvk_kv_offload_blocks_total{direction="..."} over the trace: blocks copied each way
+    by_dir = {}
+    for k, v in m1.items():
+        m = re.fullmatch(r'dcpvk_kv_offload_blocks_total\{direction="([^"]+)"\}', k)
+        if m:
+            by_dir[m.group(1)] = v - m0.get(k, 0.0)
+    res["offload_blocks"] = by_dir
     # The usage fields count each request's first admission; /metrics every admission (a preempted
     # request's recomputation queries again). Without preemptions they agree exactly.
     # With caching off the server looks nothing up (both counters stay 0).
@@ -310,10 +321,16 @@ def table(result):
     lines = ["| config | prefix caching | hit rate | hit rate (/metrics) | evictions | TTFT p50 (ms) | "
              "TTFT p99 (ms) | output tok/s |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    offload = any(r["mode"] == "offload" for r in result["runs"])
+    if offload:  # a column of the offload transfers, in blocks each way
+        lines[0] += " offload blocks |"
+        lines[1] += "---|"
     for r in result["runs"]:
         lines.append(f"| TP {r['tp']} DCP {r['dcp']} | {r['mode']} | {100 * r['hit_rate']:.1f}% | "
                      f"{100 * r['metrics_hit_rate']:.1f}% | {r['evictions']:.0f} | {1e3 * r['ttft_p50_s']:.0f} | "
                      f"{1e3 * r['ttft_p99_s']:.0f} | {r['output_tokens_per_s']:.1f} |")
+        if offload:
+            lines[-1] += " " + (", ".join(f"{k} {v:.0f}" for k, v in sorted(r["offload_blocks"].items())) or "-") + " |"
     return "\n".join(lines)
 
 
@@ -355,7 +372,9 @@ def main():
     ap.add_argument("--gguf-tool", help="dcp-vk-gguf for --make-model (default: beside --server)")
     ap.add_argument("--configs", default="8x1,8x2,8x4,8x8", help="TPxDCP list (default 8x1,8x2,8x4,8x8)")
     ap.add_argument("--modes", default="off,on,offload", help="off, on, offload (default: all three)")
-    ap.add_argument("--offload-gib", default="1", help="--kv-offloading-size of the offload mode (default 1)")
+    ap.add_argument("--offload-gib", default="0.0625",
+                    help="--kv-offloading-size of the offload mode, GiB (default 0.0625: 64 MiB, within "
+                         "lavapipe's 128 MiB storage-buffer range)")
     ap.add_argument("--conversations", type=int, default=8, help="conversations (default 8)")
     ap.add_argument("--turns", type=int, default=4, help="turns per conversation (default 4)")
     ap.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
@@ -387,6 +406,9 @@ def main():
         skipped["offload"] = (f"{args.server} has no --kv-offloading-size (its --help does not list it): "
                               "the offload mode is skipped")
         print(f"note: {skipped['offload']}", flush=True)
+    # vLLM's --kv-offloading-backend native, passed where the server has the option
+    args.offload_backend = "native" if "offload" in modes and "offload" not in skipped and \
+        server_supports(args.server, "--kv-offloading-backend") else None
     tmpdir = tempfile.mkdtemp(prefix="bench-prefix-")
     model_cmd = None
     if not args.model:
@@ -419,7 +441,13 @@ def main():
                 srv = Server(args, tp, dcp, mode)
                 print(f"# {srv.banner}", flush=True)
                 stream_completion(srv.port, "Warm up: " + " ".join(WORDS[-8:]), 4, {})  # pipelines, not the trace
-                r = run_trace(srv, args, trace)
+                try:
+                    r = run_trace(srv, args, trace)
+                except BaseException:
+                    srv.proc.kill()  # a failed trace (fail() exits) leaves no server behind
+                    srv.proc.wait()
+                    os.unlink(srv.err.name)
+                    raise
                 srv.stop()
                 r.update({"tp": tp, "dcp": dcp, "mode": mode, "banner": srv.banner, "env": srv.env})
                 result["runs"].append(r)
