@@ -39,7 +39,8 @@ Each server gets DCP_VK_DEVICES=0,0,... (TP logical devices on device 0) unless 
 set, and LP_NUM_THREADS=0 unless set (lavapipe: each logical device's work on its queue thread).
 
 Writes --result-json, prints a Markdown table, and with --plot a PNG (matplotlib: hit rate and TTFT
-p50 per configuration). Only the Python standard library is needed, matplotlib for --plot only.
+p50 per configuration); --from-json FILE runs nothing and prints / plots an earlier result. Only
+the Python standard library is needed, matplotlib for --plot only.
 Example (the README's table):
   python3 scripts/bench-prefix.py --server build/dcp-vk-serve --result-json prefix.json \\
       --plot docs/prefix-cache.png
@@ -349,8 +350,10 @@ def plot(result, path):
         rs = [next(r for r in result["runs"] if r["mode"] == m and (r["tp"], r["dcp"]) == tuple(c))
               for c in result["configs"]]
         xs = [k + (i - (len(modes) - 1) / 2) * w for k in range(len(cfgs))]
-        a1.bar(xs, [100 * r["hit_rate"] for r in rs], w, label=f"caching {m}")
-        a2.bar(xs, [1e3 * r["ttft_p50_s"] for r in rs], w, label=f"caching {m}")
+        b1 = a1.bar(xs, [100 * r["hit_rate"] for r in rs], w, label=f"caching {m}")
+        b2 = a2.bar(xs, [1e3 * r["ttft_p50_s"] for r in rs], w, label=f"caching {m}")
+        a1.bar_label(b1, fmt="%.0f", fontsize=8)
+        a2.bar_label(b2, fmt="%.0f", fontsize=8)
     for a, title in ((a1, "prefix-cache hit rate (%)"), (a2, "TTFT p50 (ms)")):
         a.set_xticks(range(len(cfgs)))
         a.set_xticklabels(cfgs)
@@ -360,14 +363,15 @@ def plot(result, path):
     t = result["trace"]
     fig.suptitle(f"agent trace: {t['conversations']} conversations x {t['turns']} turns, concurrency "
                  f"{t['concurrency']}, {result['kv_pages_per_rank']} KV pages of {result['block_size']} tokens "
-                 f"per rank", fontsize=10)
+                 f"per rank" + ("; offload skipped: the server has no --kv-offloading-size"
+                                if "offload" in result["skipped"] else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--server", required=True, help="the dcp-vk-serve executable")
+    ap.add_argument("--server", help="the dcp-vk-serve executable (required unless --from-json)")
     ap.add_argument("--model", help="GGUF model (default: a test model from dcp-vk-gguf --make-model)")
     ap.add_argument("--gguf-tool", help="dcp-vk-gguf for --make-model (default: beside --server)")
     ap.add_argument("--configs", default="8x1,8x2,8x4,8x8", help="TPxDCP list (default 8x1,8x2,8x4,8x8)")
@@ -390,13 +394,27 @@ def main():
     ap.add_argument("--extra", default="", help="more dcp-vk-serve options, space-separated")
     ap.add_argument("--result-json", default="bench-prefix.json", help="JSON output (default bench-prefix.json)")
     ap.add_argument("--plot", help="PNG of hit rate and TTFT p50 per configuration (needs matplotlib)")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="run nothing: print the table of an earlier --result-json FILE (and --plot it)")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            result = json.load(f)
+        print(table(result))
+        for note in result["skipped"].values():
+            print(f"\n{note}")
+        if args.plot:
+            plot(result, args.plot)
+            print(f"wrote {args.plot}")
+        return
     configs = []
     for c in args.configs.split(","):
         m = re.fullmatch(r"(\d+)x(\d+)", c.strip())
         if not m:
             fail(f"--configs: '{c}' is not TPxDCP (e.g. 8x2)")
         configs.append((int(m.group(1)), int(m.group(2))))
+    if not args.server:
+        fail("--server DCP-VK-SERVE is required (or --from-json FILE)")
     modes = [m.strip() for m in args.modes.split(",")]
     for m in modes:
         if m not in ("off", "on", "offload"):
