@@ -309,6 +309,8 @@ def server_supports(server, option):
 
 def make_model(args, tmpdir):
     tool = args.gguf_tool or os.path.join(os.path.dirname(os.path.abspath(args.server)), "dcp-vk-gguf")
+    if not os.access(tool, os.X_OK):
+        fail(f"{tool} is not an executable (dcp-vk-gguf for --make-model; --gguf-tool or --model)")
     path = os.path.join(tmpdir, "bench-prefix-model.gguf")
     cmd = [tool, "--make-model", path, "--n-embd", "128", "--n-layer", "4", "--n-head", "8", "--n-head-kv", "1",
            "--head-dim", "16", "--n-ff", "384", "--n-ctx", "2048", "--type", "f32", "--seed", "1234"]
@@ -415,6 +417,8 @@ def main():
         configs.append((int(m.group(1)), int(m.group(2))))
     if not args.server:
         fail("--server DCP-VK-SERVE is required (or --from-json FILE)")
+    if not os.access(args.server, os.X_OK):
+        fail(f"--server: {args.server} is not an executable")
     modes = [m.strip() for m in args.modes.split(",")]
     for m in modes:
         if m not in ("off", "on", "offload"):
@@ -430,7 +434,11 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="bench-prefix-")
     model_cmd = None
     if not args.model:
-        args.model, model_cmd = make_model(args, tmpdir)
+        try:
+            args.model, model_cmd = make_model(args, tmpdir)
+        except BaseException:
+            os.rmdir(tmpdir)
+            raise
     trace = make_trace(args)
     result = {
         "model": os.path.basename(args.model),
