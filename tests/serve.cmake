@@ -54,3 +54,12 @@ if(TARGET dcp-vk-serve AND DCP_PYTHON3)
            ${PROJECT_SOURCE_DIR}/scripts/bench-serve.py)
   set_tests_properties(app_bench_serve PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)
 endif()
+# scripts/bench-prefix.py (the multi-turn agent trace of issue 20) on a tiny trace, 2 conversations x 2
+# turns at TP 1 and TP 2 / DCP 2 on its generated model: the JSON fields, one run per configuration and
+# mode (offload only where dcp-vk-serve has --kv-offloading-size, else skipped with a note), hit rate 0
+# with caching off and > 0 with caching on, the table; no speed asserted (tests/serve/bench_prefix_check.py).
+if(TARGET dcp-vk-serve AND TARGET dcp-vk-gguf AND DCP_PYTHON3)
+  add_test(NAME app_bench_prefix COMMAND ${DCP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/serve/bench_prefix_check.py
+           $<TARGET_FILE:dcp-vk-serve> ${PROJECT_SOURCE_DIR}/scripts/bench-prefix.py)
+  set_tests_properties(app_bench_prefix PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)
+endif()
