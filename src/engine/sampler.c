@@ -270,3 +270,68 @@ int32_t eng_pick(const double *w, uint32_t n, double sum, double u)
     }
     return last;
 }
+
+/* The n_top best of s->idx [0, n) (by cmp_desc) moved to its front, in order (n_top passes). */
+static void select_front(dcp_sampler *s, uint32_t n, uint32_t n_top)
+{
+    for (uint32_t a = 0; a < n_top && a < n; a++) {
+        uint32_t best = a;
+        for (uint32_t i = a + 1; i < n; i++)
+            if (cmp_desc(&s->idx[i], &s->idx[best]) < 0) best = i;
+        struct cand t = s->idx[a];
+        s->idx[a] = s->idx[best];
+        s->idx[best] = t;
+    }
+}
+
+void eng_sampler_logprobs(dcp_sampler *s, const float *logits, int32_t token, uint32_t n_top, eng_lp *out)
+{
+    const uint32_t n = s->n_vocab;
+    if (n_top > n) n_top = n;
+    out->n_top = n_top;
+    const float *l = changed(s, logits);
+    if (s->argmax_mode) {
+        /* log-softmax of the changed logits at temperature 1, in double, nothing cut */
+        for (uint32_t i = 0; i < n; i++) s->idx[i] = (struct cand){key(l, i), i};
+        select_front(s, n, n_top ? n_top : 1);
+        const double mx = s->idx[0].v;
+        if (isinf(mx)) { /* nothing finite: the pick is certain */
+            out->logprob = 0.0f;
+            for (uint32_t i = 0; i < n_top; i++) {
+                out->ids[i] = (int32_t)s->idx[i].id;
+                out->lps[i] = (int32_t)s->idx[i].id == token ? 0.0f : -INFINITY;
+            }
+            return;
+        }
+        double sum = 0.0;
+        for (uint32_t i = 0; i < n; i++) sum += exp((double)key(l, i) - mx);
+        const double lse = mx + log(sum);
+        out->logprob = (float)((double)key(l, (uint32_t)token) - lse);
+        for (uint32_t i = 0; i < n_top; i++) {
+            out->ids[i] = (int32_t)s->idx[i].id;
+            out->lps[i] = (float)((double)s->idx[i].v - lse);
+        }
+        return;
+    }
+    uint32_t keep;
+    double sum;
+    if (!candidates(s, l, &keep, &sum)) {
+        out->logprob = 0.0f;
+        select_front(s, n, n_top);
+        for (uint32_t i = 0; i < n_top; i++) {
+            out->ids[i] = (int32_t)s->idx[i].id;
+            out->lps[i] = (int32_t)s->idx[i].id == token ? 0.0f : -INFINITY;
+        }
+        return;
+    }
+    /* kept candidate i: log(p_i / sum) = (v_i - max) / temperature - log(sum); the rest -inf */
+    const double mx = s->idx[0].v, ls = log(sum), t = s->cfg.temperature;
+    out->logprob = -INFINITY;
+    for (uint32_t i = 0; i < keep; i++)
+        if ((int32_t)s->idx[i].id == token) out->logprob = (float)(((double)s->idx[i].v - mx) / t - ls);
+    if (n_top > keep) select_front(s, n, n_top); /* the cut ones after the kept, in logit order */
+    for (uint32_t i = 0; i < n_top; i++) {
+        out->ids[i] = (int32_t)s->idx[i].id;
+        out->lps[i] = i < keep ? (float)(((double)s->idx[i].v - mx) / t - ls) : -INFINITY;
+    }
+}

@@ -98,8 +98,15 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
     const char *piece;
     size_t len;
     dcp_status st = DCP_OK;
-    if (stop_token && !q->include_stop) return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
+    if (stop_token && !q->include_stop) {
+        q->lp_cur = NULL; /* a stop token not shown has no logprobs entry */
+        return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
+    }
     st = dcp_detokenizer_push(q->detok, token, &piece, &len);
+    if (st == DCP_OK) { /* the piece goes with the token's logprobs (eng_emit) */
+        q->piece = piece;
+        q->piece_len = len;
+    }
     if (stop_token) { /* include_stop_str_in_output: its text too (special tokens' is empty) */
         if (st == DCP_OK) st = held_append(q, piece, len);
         if (st != DCP_OK) {
