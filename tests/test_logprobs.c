@@ -10,6 +10,8 @@
  *  - batch invariance: alone and together with others, the same tokens and the same logprobs
  *    (bitwise);
  *  - n-gram speculation: the same tokens and logprobs as without (each from its own row);
+ *  - a draft model (the same model in a second state: every draft accepted): the logprobs of its
+ *    tokens (other draws than without speculation) equal the CPU's too;
  *  - refused: top_logprobs beyond 20, top_logprobs without logprobs. */
 #include <math.h>
 #include <stdio.h>
@@ -361,6 +363,37 @@ static void test_ngram(void **state)
     fx_close(&f);
 }
 
+static void test_draft(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    dcp_model_state_config dc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    dc.n_ctx = NCTX;
+    dc.max_seqs = 4;
+    dc.max_rows = NCTX;
+    dc.kv_dtype = DCP_DTYPE_F32;
+    dcp_model_state *ds;
+    DCP_ASSERT_OK(dcp_model_state_create(f.m, &dc, &ds));
+    dcp_engine_request r[4];
+    requests(r);
+    dcp_spec_config sp = DCP_SPEC_CONFIG_DEFAULT;
+    sp.method = DCP_SPEC_DRAFT;
+    sp.num_speculative_tokens = 3;
+    sp.draft = ds;
+    sp.draft_tokenizer = f.tok;
+    out o[4];
+    uint64_t accepted = 0;
+    run(&f, &sp, r, 4, o, &accepted);
+    const char *names[4] = {"draft model: sampled, bias, penalties, top-k 40", "draft model: greedy, repetition penalty",
+                            "draft model: greedy", "draft model: sampled at temperature 1.3"};
+    for (uint32_t i = 0; i < 4; i++) check_cpu(&f, &r[i], &o[i], names[i]);
+    printf("draft model: %llu drafts accepted\n", (unsigned long long)accepted);
+    assert_true(accepted > 0);
+    dcp_model_state_destroy(ds);
+    fx_close(&f);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -391,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_cpu_and_batch),
         cmocka_unit_test(test_ngram),
+        cmocka_unit_test(test_draft),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
