@@ -1607,13 +1607,13 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
-        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
+        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_bad_requests),  cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),
         cmocka_unit_test(test_speculative),   cmocka_unit_test(test_vllm_metrics),
-        cmocka_unit_test(test_cors),          cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_cors),
     };
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {

@@ -82,6 +82,7 @@ static void seq_free(eng_seq *q)
     dcp_detokenizer_destroy(q->detok);
     free(q->held);
     free(q->lp);
+    free(q->piece);
     eng_spec_seq_free(q);
     free(q);
 }
@@ -196,7 +197,6 @@ dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32
         x.ev.piece_len = q->piece_len;
     }
     q->lp_cur = NULL;
-    q->piece = NULL;
     q->piece_len = 0;
     e->events[(e->ev_head + e->ev_count) % e->ev_cap] = x;
     e->ev_count++;

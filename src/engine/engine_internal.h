@@ -58,8 +58,9 @@ typedef struct eng_seq {
     uint32_t top_logprobs;
     eng_lp *lp;                  /* [1 + DCP_SPEC_MAX_TOKENS] per token of a step (logprobs only) */
     const eng_lp *lp_cur;        /* the next emitted token's, or NULL (consumed by eng_emit) */
-    const char *piece;           /* that token's detokenized piece (text.c; consumed by eng_emit) */
-    size_t piece_len;
+    char *piece;                 /* that token's detokenized text [piece_len] (text.c; eng_emit copies
+                                  * it and empties it); capacity piece_cap */
+    size_t piece_len, piece_cap;
     struct eng_seq *prev, *next; /* the engine's list, by id */
 } eng_seq;
 
