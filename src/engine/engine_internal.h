@@ -152,6 +152,9 @@ void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p);
  * the n_top most likely tokens, into *out (dcp_engine_event's definition). Does not advance the
  * stream. */
 void eng_sampler_logprobs(dcp_sampler *s, const float *logits, int32_t token, uint32_t n_top, eng_lp *out);
+/* dcp_sampler_sample (the same token, the same draw) and eng_sampler_logprobs of that token in
+ * one pass over the candidates. */
+int32_t eng_sampler_sample_logprobs(dcp_sampler *s, const float *logits, uint32_t n_top, eng_lp *out);
 /* Index of the token that a uniform u in [0, 1) picks from the weights w [n] (summing to sum > 0)
  * by their cumulative sums. */
 int32_t eng_pick(const double *w, uint32_t n, double sum, double u);

@@ -369,7 +369,8 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
             t = e->next[k + j];
         } else if (!q->spec_strict) {
             /* A point-mass draft: x ~ p with the request's stream, kept when it is the draft. */
-            t = dcp_sampler_sample(q->smp, row);
+            t = q->logprobs ? eng_sampler_sample_logprobs(q->smp, row, q->top_logprobs, &q->lp[j])
+                            : dcp_sampler_sample(q->smp, row);
         } else {
             const uint32_t pos = n0 + j;
             double *p = e->pbuf;
@@ -399,8 +400,7 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
             dcp_sampler_accept(q->smp, &t, 1, true);
             break;
         }
-        out[j] = t;
-        if (q->logprobs) eng_sampler_logprobs(q->smp, row, t, q->top_logprobs, &q->lp[j]); /* its own row */
+        out[j] = t; /* its logprobs (never greedy then) were computed from its own row above */
         dcp_sampler_accept(q->smp, &t, 1, true); /* before row j + 1's distribution */
         if (j == d || t != q->draft[j]) break;
         a++;
