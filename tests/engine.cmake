@@ -4,3 +4,6 @@
 dcp_test(test_engine SOURCES test_engine.c ref_model.c vkutil.c)
 # Chat template families: recognition and rendering (host only).
 dcp_test(test_chat SOURCES test_chat.c LABELS host)
+# Logprobs of the engine's tokens against a CPU computation from the same logits, batch-invariant,
+# the same under n-gram speculation.
+dcp_test(test_logprobs SOURCES test_logprobs.c ref_model.c vkutil.c)

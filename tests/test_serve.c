@@ -15,7 +15,10 @@
  *    min_tokens, stop_token_ids, include_stop_str_in_output, ignore_eos) through the OpenAI client
  *    on both endpoints, streaming and not, with the texts of curl alone, a forced token stopping
  *    where min_tokens lets it, and a 400 naming the parameter for each value out of range;
- *  - every unknown field and every known-but-unsupported parameter (n: 2, logprobs: 0,
+ *  - logprobs through the OpenAI client (tests/serve/logprobs.mjs): completions' logprobs: N and
+ *    chat's logprobs + top_logprobs, streaming and not, greedy and sampled: shapes, token texts
+ *    concatenating to the text, exp of the top ones summing to <= 1, 400s for values out of range;
+ *  - every unknown field and every known-but-unsupported parameter (n: 2, prompt_logprobs,
  *    response_format, guided_json, ...) is refused with a 400 naming it, on both endpoints; their
  *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
  *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
@@ -733,6 +736,25 @@ static void test_vllm_metrics(void **state)
     assert_int_equal(server_stop(&s), 0);
 }
 
+/* logprobs through the OpenAI client on the shared server (tests/serve/logprobs.mjs checks it all). */
+static void test_logprobs(void **state)
+{
+    (void)state;
+    char script[512], base[128];
+    snprintf(script, sizeof script, "%s/logprobs.mjs", node_dir);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", srv.port);
+    const char *argv[] = {"node", script, base, "stories260K", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("node logprobs.mjs: exit %d: %s %s", r.code, r.err, r.out);
+    printf("logprobs: %s", r.out);
+    cJSON *j = cJSON_Parse(r.out);
+    if (!j) fail_msg("node printed no JSON: %s", r.out);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")), 8);
+    cJSON_Delete(j);
+    dcp_test_result_free(&r);
+    expect_healthy(&srv);
+}
+
 /* One bad request: its status, an OpenAI error body (error.message containing msg, error.param when
  * given), then the server still serves. */
 static void expect_error(const char *method, const char *path, const char *body, size_t len, int status,
@@ -811,7 +833,7 @@ static void test_bad_requests(void **state)
  * value that asks for something; and names it does not know at all. */
 static const char *const refused_fields[][2] = {
     {"n", "2"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "true"},
-    {"suffix", "\"the end\""}, {"logprobs", "0"}, {"logprobs", "true"}, {"logprobs", "5"}, {"top_logprobs", "2"},
+    {"suffix", "\"the end\""}, {"logprobs", "21"}, {"logprobs", "\"5\""}, {"top_logprobs", "2"},
     {"prompt_logprobs", "1"}, {"typical_p", "0.5"}, {"skip_special_tokens", "false"},
     {"spaces_between_special_tokens", "false"}, {"truncate_prompt_tokens", "4"},
     {"response_format", "{\"type\": \"json_object\"}"}, {"grammar", "\"root ::= \\\"a\\\"\""},
@@ -1585,8 +1607,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
-        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
+        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_bad_requests),  cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),

@@ -322,6 +322,7 @@ static const struct {
     {"min_p", FOR_BOTH},       {"logit_bias", FOR_BOTH},        {"presence_penalty", FOR_BOTH},
     {"frequency_penalty", FOR_BOTH}, {"repetition_penalty", FOR_BOTH}, {"min_tokens", FOR_BOTH},
     {"stop_token_ids", FOR_BOTH}, {"include_stop_str_in_output", FOR_BOTH},
+    {"logprobs", FOR_BOTH} /* completions: an integer 0 .. 20; chat: a bool */, {"top_logprobs", FOR_CHAT},
 };
 
 /* The value of a refused field that asks for nothing (what this server does anyway). */
@@ -350,9 +351,8 @@ static const struct {
     {"length_penalty", FOR_BOTH, NEUTRAL_ONE, "beam search"},
     {"echo", FOR_COMPLETIONS, NEUTRAL_FALSE, "echoing the prompt"},
     {"suffix", FOR_COMPLETIONS, NEUTRAL_EMPTY, "text after the completion (insertion)"},
-    {"logprobs", FOR_BOTH, NEUTRAL_FALSE, "log probabilities, which logprobs: 0 asks for too"},
-    {"top_logprobs", FOR_BOTH, NEUTRAL_ZERO, "log probabilities"},
-    {"prompt_logprobs", FOR_BOTH, NEUTRAL_NONE, "log probabilities"},
+    {"top_logprobs", FOR_COMPLETIONS, NEUTRAL_ZERO, "chat's form of logprobs; completions take \"logprobs\": N"},
+    {"prompt_logprobs", FOR_BOTH, NEUTRAL_NONE, "log probabilities of the prompt"},
     {"typical_p", FOR_BOTH, NEUTRAL_ONE, "locally typical sampling"},
     {"skip_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"spaces_between_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
@@ -424,11 +424,12 @@ static int check_fields(const cJSON *j, serve_kind kind, serve_error *err)
                        kind == SERVE_CHAT ? "model, messages, max_tokens, max_completion_tokens, temperature, top_p, "
                                             "top_k, min_p, seed, logit_bias, presence_penalty, frequency_penalty, "
                                             "repetition_penalty, min_tokens, stream, stream_options, stop, "
-                                            "stop_token_ids, include_stop_str_in_output, ignore_eos, user"
+                                            "stop_token_ids, include_stop_str_in_output, ignore_eos, logprobs, "
+                                            "top_logprobs, user"
                                           : "model, prompt, max_tokens, temperature, top_p, top_k, min_p, seed, "
                                             "logit_bias, presence_penalty, frequency_penalty, repetition_penalty, "
                                             "min_tokens, stream, stream_options, stop, stop_token_ids, "
-                                            "include_stop_str_in_output, ignore_eos, user");
+                                            "include_stop_str_in_output, ignore_eos, logprobs, user");
     }
     return 0;
 }
@@ -609,6 +610,36 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         }
         er.include_stop_str_in_output = cJSON_IsTrue(v);
     }
+    /* logprobs: completions' integer (the alternatives wanted; 0: the chosen token's only), chat's
+     * bool with top_logprobs (OpenAI's and vLLM's limit of 20) */
+    if ((v = field(j, "logprobs")) && !cJSON_IsNull(v)) {
+        if (kind == SERVE_CHAT) {
+            if (!cJSON_IsBool(v)) {
+                BAD("logprobs", "'logprobs' must be true or false (the alternatives: top_logprobs)");
+                goto done;
+            }
+            er.logprobs = cJSON_IsTrue(v);
+        } else {
+            if (get_int(v, 0, DCP_ENGINE_MAX_LOGPROBS, &k)) {
+                BAD("logprobs", "'logprobs' must be an integer in [0, %d] (the most likely tokens shown with each)",
+                    DCP_ENGINE_MAX_LOGPROBS);
+                goto done;
+            }
+            er.logprobs = true;
+            er.top_logprobs = (uint32_t)k;
+        }
+    }
+    if (kind == SERVE_CHAT && (v = field(j, "top_logprobs")) && !cJSON_IsNull(v)) {
+        if (get_int(v, 0, DCP_ENGINE_MAX_LOGPROBS, &k)) {
+            BAD("top_logprobs", "'top_logprobs' must be an integer in [0, %d]", DCP_ENGINE_MAX_LOGPROBS);
+            goto done;
+        }
+        if (k > 0 && !er.logprobs) {
+            BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+            goto done;
+        }
+        er.top_logprobs = (uint32_t)k;
+    }
     const char *mt_name = "max_tokens";
     v = field(j, "max_tokens");
     if (!v && kind == SERVE_CHAT && (v = field(j, "max_completion_tokens"))) mt_name = "max_completion_tokens";
@@ -716,6 +747,97 @@ static cJSON *string_n(const char *s, size_t n)
     return v;
 }
 
+/* ---- logprobs ------------------------------------------------------------------------------------ */
+
+/* A log-probability for JSON: -inf (a token top-k, top-p or min-p cut) as vLLM writes it. */
+static double lp_value(float lp) { return isinf(lp) || lp < -9999.0f ? -9999.0 : (double)lp; }
+
+/* The text of alternative id of entry x: the chosen token's piece, else the token decoded alone
+ * (its leading space kept), valid UTF-8; malloc'd. */
+static char *alt_text(const serve_hub *h, const serve_lp *x, int32_t id)
+{
+    if (id == x->token) return strdup(x->piece);
+    char *t = NULL;
+    size_t n = 0;
+    if (dcp_tokenizer_decode(h->tok, &id, 1, DCP_DECODE_KEEP_LEADING_SPACE, &t, &n) != DCP_OK) return strdup("");
+    char *u = serve_utf8(t, n);
+    free(t);
+    return u;
+}
+
+static cJSON *bytes_of(const char *s)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
+    return a;
+}
+
+/* Completions' logprobs of entries [from, to): {tokens, token_logprobs, top_logprobs (a {text:
+ * logprob} object of the n_top most likely and the chosen token), text_offset}. */
+static cJSON *completion_logprobs(const serve_hub *h, const serve_req *r, size_t from, size_t to)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs"),
+          *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (size_t i = from; i < to; i++) {
+        const serve_lp *x = &r->lps[i];
+        cJSON_AddItemToArray(toks, cJSON_CreateString(x->piece));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_value(x->logprob)));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)x->offset));
+        cJSON *t = cJSON_CreateObject();
+        bool chosen = false;
+        for (uint32_t k = 0; k <= x->n_top; k++) { /* the chosen one last unless among them */
+            if (k == x->n_top && chosen) break;
+            const int32_t id = k < x->n_top ? x->top_ids[k] : x->token;
+            const float lp = k < x->n_top ? x->top_lps[k] : x->logprob;
+            chosen |= id == x->token;
+            char *text = alt_text(h, x, id);
+            if (text && !cJSON_GetObjectItemCaseSensitive(t, text)) /* two ids of one text: the likelier */
+                cJSON_AddNumberToObject(t, text, lp_value(lp));
+            free(text);
+        }
+        cJSON_AddItemToArray(tops, t);
+    }
+    return o;
+}
+
+/* Chat's logprobs of entries [from, to): {content: [{token, logprob, bytes, top_logprobs: [{token,
+ * logprob, bytes}] (the n_top most likely)}]}. */
+static cJSON *chat_logprobs(const serve_hub *h, const serve_req *r, size_t from, size_t to)
+{
+    cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
+    for (size_t i = from; i < to; i++) {
+        const serve_lp *x = &r->lps[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "token", x->piece);
+        cJSON_AddNumberToObject(c, "logprob", lp_value(x->logprob));
+        cJSON_AddItemToObject(c, "bytes", bytes_of(x->piece));
+        cJSON *tops = cJSON_AddArrayToObject(c, "top_logprobs");
+        for (uint32_t k = 0; k < x->n_top; k++) {
+            char *text = alt_text(h, x, x->top_ids[k]);
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "token", text ? text : "");
+            cJSON_AddNumberToObject(t, "logprob", lp_value(x->top_lps[k]));
+            cJSON_AddItemToObject(t, "bytes", bytes_of(text ? text : ""));
+            free(text);
+            cJSON_AddItemToArray(tops, t);
+        }
+        cJSON_AddItemToArray(content, c);
+    }
+    return o;
+}
+
+/* choice.logprobs: null without logprobs (or, in a stream, without entries in [from, to)). */
+static void add_logprobs(const serve_hub *h, const serve_req *r, cJSON *choice, size_t from, size_t to, bool stream)
+{
+    if (!r->er.logprobs || (stream && from >= to)) {
+        cJSON_AddNullToObject(choice, "logprobs");
+        return;
+    }
+    cJSON_AddItemToObject(choice, "logprobs", r->kind == SERVE_CHAT ? chat_logprobs(h, r, from, to)
+                                                                     : completion_logprobs(h, r, from, to));
+}
+
 static void add_finish(cJSON *choice, dcp_engine_finish f)
 {
     const char *why = serve_api_finish_reason(f);
@@ -743,7 +865,7 @@ char *serve_api_response(const serve_hub *h, const serve_req *r)
     } else {
         cJSON_AddItemToObject(c, "text", string_n(r->text ? r->text : "", r->text_len));
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    add_logprobs(h, r, c, 0, r->n_lps, false);
     add_finish(c, r->finish);
     add_usage(o, r);
     return print_free(o);
@@ -767,6 +889,12 @@ static char *sse(cJSON *o)
 
 char *serve_api_chunk(const serve_hub *h, const serve_req *r, const char *delta, size_t n, dcp_engine_finish f)
 {
+    return serve_api_chunk_lp(h, r, delta, n, f, 0, 0);
+}
+
+char *serve_api_chunk_lp(const serve_hub *h, const serve_req *r, const char *delta, size_t n, dcp_engine_finish f,
+                         size_t lp_from, size_t lp_to)
+{
     const bool chat = r->kind == SERVE_CHAT;
     cJSON *o = envelope(h, r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
@@ -778,7 +906,7 @@ char *serve_api_chunk(const serve_hub *h, const serve_req *r, const char *delta,
     } else {
         cJSON_AddItemToObject(c, "text", string_n(delta, n));
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    add_logprobs(h, r, c, lp_from, lp_to, true);
     add_finish(c, f);
     return sse(o);
 }

@@ -272,6 +272,7 @@ typedef struct stream_ctx {
     struct MHD_Connection *c;
     serve_req *r;     /* one reference */
     size_t sent;      /* bytes of r->text already formatted */
+    size_t lp_sent;   /* entries of r->lps already formatted */
     bool role_sent;   /* chat: the first chunk (assistant role) */
     bool ended;       /* [DONE] formatted */
     char *out;        /* formatted, not yet handed to MHD */
@@ -302,14 +303,18 @@ static bool stream_format(stream_ctx *x)
         any = true;
     }
     x->role_sent = true;
-    if (r->text_len > x->sent) {
-        out_add(x, serve_api_chunk(h, r, r->text + x->sent, r->text_len - x->sent, DCP_ENGINE_FINISH_NONE));
+    /* a chunk carries the logprobs of the tokens since the last one (their text may still be held
+     * back: a stop string could start there) */
+    if (r->text_len > x->sent || (r->n_lps > x->lp_sent && r->state != SREQ_DONE)) {
+        out_add(x, serve_api_chunk_lp(h, r, r->text + x->sent, r->text_len - x->sent, DCP_ENGINE_FINISH_NONE,
+                                      x->lp_sent, r->n_lps));
         x->sent = r->text_len;
+        x->lp_sent = r->n_lps;
         any = true;
     }
     if (r->state == SREQ_DONE) {
         if (r->finish == DCP_ENGINE_FINISH_ERROR || r->oom) out_add(x, serve_api_chunk_error(r));
-        else out_add(x, serve_api_chunk(h, r, "", 0, r->finish));
+        else out_add(x, serve_api_chunk_lp(h, r, "", 0, r->finish, x->lp_sent, r->n_lps));
         if (r->include_usage) out_add(x, serve_api_chunk_usage(h, r));
         out_add(x, strdup("data: [DONE]\n\n"));
         x->ended = true;

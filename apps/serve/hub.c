@@ -108,6 +108,8 @@ void serve_req_unref(serve_req *r)
     free(r->stop_tokens);
     free(r->bias);
     free(r->text);
+    for (size_t i = 0; i < r->n_lps; i++) free(r->lps[i].piece);
+    free(r->lps);
     free(r);
 }
 
@@ -205,6 +207,42 @@ static void append_text(serve_req *r, const char *t, size_t n)
     r->text[r->text_len] = 0;
 }
 
+/* The logprobs an event carries, as r's next entry. */
+static void append_lp(serve_req *r, const dcp_engine_event *ev)
+{
+    if (!ev->has_logprob) return;
+    if (r->n_lps == r->lps_cap) {
+        size_t cap = r->lps_cap ? r->lps_cap * 2 : 16;
+        serve_lp *p = realloc(r->lps, cap * sizeof *p);
+        if (!p) {
+            r->oom = true;
+            return;
+        }
+        r->lps = p;
+        r->lps_cap = cap;
+    }
+    serve_lp *x = &r->lps[r->n_lps];
+    if (!(x->piece = malloc(ev->piece_len + 1))) {
+        r->oom = true;
+        return;
+    }
+    if (ev->piece_len) memcpy(x->piece, ev->piece, ev->piece_len);
+    x->piece[ev->piece_len] = 0;
+    x->piece_len = ev->piece_len;
+    x->offset = 0; /* characters (code points) of the pieces before, as vLLM counts them */
+    if (r->n_lps) {
+        const serve_lp *y = &r->lps[r->n_lps - 1];
+        x->offset = y->offset;
+        for (size_t i = 0; i < y->piece_len; i++) x->offset += ((unsigned char)y->piece[i] & 0xC0) != 0x80;
+    }
+    x->token = ev->token;
+    x->logprob = ev->logprob;
+    x->n_top = ev->n_top;
+    memcpy(x->top_ids, ev->top_ids, ev->n_top * sizeof *ev->top_ids);
+    memcpy(x->top_lps, ev->top_logprobs, ev->n_top * sizeof *ev->top_logprobs);
+    r->n_lps++;
+}
+
 /* Request r's new tokens, seen at t (one time for every request of a step: vLLM's iteration
  * timestamp): its TTFT at the first, else one ITL observation for the step. */
 static void note_tokens(serve_hub *h, serve_req *r, uint32_t tokens, double t)
@@ -252,6 +290,7 @@ static void route_events(serve_hub *h, dcp_engine *e, double t, double t_step)
         if (r->t_scheduled == 0 && ev.completion_tokens > 0) r->t_scheduled = t_step > 0 ? t_step : t;
         note_tokens(h, r, ev.completion_tokens, t);
         append_text(r, ev.text, ev.len);
+        append_lp(r, &ev);
         r->completion_tokens = ev.completion_tokens;
         r->cached_tokens = ev.cached_tokens;
         if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {

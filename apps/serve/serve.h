@@ -85,6 +85,19 @@ typedef enum serve_state {
     SREQ_DONE,       /* finished (finish, text complete) */
 } serve_state;
 
+/* One generated token's log-probabilities (requests with logprobs; dcp_engine_event's). */
+typedef struct serve_lp {
+    int32_t token;
+    float logprob;
+    uint32_t n_top;
+    int32_t top_ids[DCP_ENGINE_MAX_LOGPROBS];
+    float top_lps[DCP_ENGINE_MAX_LOGPROBS];
+    char *piece;                 /* its text in the output (NUL-terminated) [piece_len] */
+    size_t piece_len;
+    size_t offset;               /* characters (code points) of output text before it (the pieces
+                                  * before) */
+} serve_lp;
+
 typedef struct serve_req {
     /* set by the connection thread before handing over; read-only afterwards */
     serve_kind kind;
@@ -122,6 +135,9 @@ typedef struct serve_req {
     double t_scheduled;          /* the start of the first step that ran its rows */
     double t_first, t_last;      /* after the steps that brought its first and its latest token */
     uint32_t tokens_seen;        /* completion_tokens at t_last */
+    /* logprobs (er.logprobs): one entry per token with logprobs, under the hub's mutex */
+    serve_lp *lps;               /* [n_lps] */
+    size_t n_lps, lps_cap;
 } serve_req;
 
 /* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
@@ -263,6 +279,9 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
  * the first chat event (the assistant role); the usage event; the error event. */
 char *serve_api_response(const serve_hub *h, const serve_req *r);
 char *serve_api_chunk(const serve_hub *h, const serve_req *r, const char *delta, size_t n, dcp_engine_finish f);
+/* serve_api_chunk with the logprobs of the tokens r->lps [lp_from, lp_to) (requests with logprobs). */
+char *serve_api_chunk_lp(const serve_hub *h, const serve_req *r, const char *delta, size_t n, dcp_engine_finish f,
+                         size_t lp_from, size_t lp_to);
 char *serve_api_chunk_role(const serve_hub *h, const serve_req *r);
 char *serve_api_chunk_usage(const serve_hub *h, const serve_req *r);
 char *serve_api_chunk_error(const serve_req *r);

@@ -173,12 +173,23 @@ typedef struct dcp_engine_request {
                                     * unless DCP_DECODE_SPECIAL); default false */
     unsigned decode_flags;         /* DCP_DECODE_* for the text pieces (default 0) */
     void *user;                    /* handed back in the request's events (default NULL) */
+    bool logprobs;                 /* true: every TOKEN event (and a FINISHED event with a shown token)
+                                    * carries the token's log-probability and top_logprobs
+                                    * alternatives (dcp_engine_event.has_logprob); default false.
+                                    * The request's logits are then downloaded every step (never the
+                                    * device argmax alone) */
+    uint32_t top_logprobs;         /* 0 .. DCP_ENGINE_MAX_LOGPROBS most likely tokens with each
+                                    * (default 0: only the chosen token's) */
 } dcp_engine_request;
+
+/* The most alternatives per token (OpenAI's limit for top_logprobs). */
+#define DCP_ENGINE_MAX_LOGPROBS 20
 
 #define DCP_ENGINE_REQUEST_DEFAULT {.prompt = NULL, .n_prompt = 0, .max_tokens = 16, \
                                     .sampling = DCP_SAMPLER_CONFIG_DEFAULT, .ignore_eos = false, \
                                     .stop_tokens = NULL, .n_stop_tokens = 0, .stop = NULL, .n_stop = 0, \
-                                    .include_stop_str_in_output = false, .decode_flags = 0, .user = NULL}
+                                    .include_stop_str_in_output = false, .decode_flags = 0, .user = NULL, \
+                                    .logprobs = false, .top_logprobs = 0}
 
 /* Queues a request; *id receives its id (> 0, unique for the engine's life). Errors, with nothing
  * queued: DCP_ERR_INVALID_ARGUMENT (no prompt, a token outside the vocabulary, bad sampling
@@ -238,6 +249,23 @@ typedef struct dcp_engine_event {
     uint32_t completion_tokens; /* tokens generated so far (stop tokens and EOS included) */
     uint32_t cached_tokens;    /* prompt tokens taken from the prefix cache when the request was
                                 * first admitted (0 with caching off) */
+    /* Log-probabilities (requests with logprobs), natural log, of the distribution the token was
+     * drawn from: the logits after the min_tokens mask, the biases and the penalties, divided by the
+     * temperature, with the tokens that top-k, top-p and min-p cut at -inf (vLLM's
+     * processed_logprobs). Greedy requests (temperature 0 or top-k 1): the log-softmax of the
+     * changed logits at temperature 1, nothing cut. Under speculation each token's come from its own
+     * verified row. has_logprob is false for events without a generated token, and for a stop
+     * token (or EOS) whose text is not shown. */
+    bool has_logprob;
+    float logprob;             /* the token's (finite) */
+    uint32_t n_top;            /* the request's top_logprobs */
+    int32_t top_ids[DCP_ENGINE_MAX_LOGPROBS];    /* [n_top] the most likely tokens, most likely first
+                                * (ties: smaller id first) */
+    float top_logprobs[DCP_ENGINE_MAX_LOGPROBS]; /* [n_top] theirs (-inf for cut tokens) */
+    const char *piece;         /* has_logprob: the text this token added to the decoded output
+                                * (before stop strings are held back or cut; may be empty, mid
+                                * character), [piece_len] bytes, valid like text */
+    size_t piece_len;
 } dcp_engine_event;
 
 /* Takes the oldest pending event into *ev; false when there is none. Events of one request come

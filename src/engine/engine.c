@@ -81,6 +81,8 @@ static void seq_free(eng_seq *q)
     dcp_sampler_destroy(q->smp);
     dcp_detokenizer_destroy(q->detok);
     free(q->held);
+    free(q->lp);
+    free(q->piece);
     eng_spec_seq_free(q);
     free(q);
 }
@@ -112,6 +114,7 @@ void dcp_engine_destroy(dcp_engine *e)
         eng_event *x = &e->events[(e->ev_head + i) % e->ev_cap];
         free(x->text);
         free(x->message);
+        free(x->piece);
     }
     free(e->events);
     free(e->slot_seq);
@@ -158,11 +161,14 @@ dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32
         e->ev_head = 0;
     }
     eng_event x = {0};
+    const eng_lp *lp = kind == DCP_ENGINE_EVENT_TOKEN || token >= 0 ? q->lp_cur : NULL;
     x.text = malloc(len + 1);
     x.message = message ? strdup(message) : NULL;
-    if (!x.text || (message && !x.message)) {
+    if (lp) x.piece = malloc(q->piece_len + 1);
+    if (!x.text || (message && !x.message) || (lp && !x.piece)) {
         free(x.text);
         free(x.message);
+        free(x.piece);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     if (len) memcpy(x.text, text, len);
@@ -179,6 +185,19 @@ dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32
                               .prompt_tokens = q->n_prompt,
                               .completion_tokens = q->generated,
                               .cached_tokens = q->cached};
+    if (lp) { /* the token's log-probabilities go with the event that carries it */
+        if (q->piece_len) memcpy(x.piece, q->piece, q->piece_len);
+        x.piece[q->piece_len] = 0;
+        x.ev.has_logprob = true;
+        x.ev.logprob = lp->logprob;
+        x.ev.n_top = lp->n_top;
+        memcpy(x.ev.top_ids, lp->ids, lp->n_top * sizeof *lp->ids);
+        memcpy(x.ev.top_logprobs, lp->lps, lp->n_top * sizeof *lp->lps);
+        x.ev.piece = x.piece;
+        x.ev.piece_len = q->piece_len;
+    }
+    q->lp_cur = NULL;
+    q->piece_len = 0;
     e->events[(e->ev_head + e->ev_count) % e->ev_cap] = x;
     e->ev_count++;
     return DCP_OK;
@@ -263,7 +282,14 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **
         if (st != DCP_OK) goto fail;
     }
     dcp_sampler_accept(q->smp, q->toks, q->n_prompt, false);
-    q->greedy = dcp_sampler_is_greedy(q->smp);
+    q->logprobs = r->logprobs;
+    q->top_logprobs = r->top_logprobs;
+    if (q->logprobs && !(q->lp = malloc((1 + DCP_SPEC_MAX_TOKENS) * sizeof *q->lp))) {
+        st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        goto fail;
+    }
+    /* logprobs need the logits row: such a request never takes the device argmax alone */
+    q->greedy = dcp_sampler_is_greedy(q->smp) && !q->logprobs;
     q->seed = r->sampling.seed;
     DCP_TRY(dcp_detokenizer_create(e->tok, r->decode_flags, &q->detok));
     DCP_TRY(eng_spec_seq_init(e, q));
@@ -287,6 +313,11 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
         if (r->stop_tokens[i] < 0 || (uint32_t)r->stop_tokens[i] >= e->n_vocab)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: stop token %u is %d, outside the vocabulary of %u", i,
                             r->stop_tokens[i], e->n_vocab);
+    if (r->top_logprobs > DCP_ENGINE_MAX_LOGPROBS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: top_logprobs %u exceeds %d", r->top_logprobs,
+                        DCP_ENGINE_MAX_LOGPROBS);
+    if (r->top_logprobs && !r->logprobs)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: top_logprobs %u without logprobs", r->top_logprobs);
     if (r->sampling.min_tokens > r->max_tokens)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: min_tokens %u exceeds max_tokens %u", r->sampling.min_tokens,
                         r->max_tokens);
@@ -344,7 +375,8 @@ void eng_drop_polled(dcp_engine *e)
 {
     free(e->polled.text);
     free(e->polled.message);
-    e->polled.text = e->polled.message = NULL;
+    free(e->polled.piece);
+    e->polled.text = e->polled.message = e->polled.piece = NULL;
 }
 
 bool dcp_engine_poll(dcp_engine *e, dcp_engine_event *ev)

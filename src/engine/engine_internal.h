@@ -12,6 +12,14 @@
 
 #include "dcpvk/engine.h"
 
+/* One token's log-probabilities (dcp_engine_event's fields). */
+typedef struct eng_lp {
+    float logprob;
+    uint32_t n_top;
+    int32_t ids[DCP_ENGINE_MAX_LOGPROBS];
+    float lps[DCP_ENGINE_MAX_LOGPROBS];
+} eng_lp;
+
 /* One request from submit to its FINISHED event. */
 typedef struct eng_seq {
     uint64_t id;                 /* also its priority: smaller is older, scheduled first */
@@ -45,13 +53,21 @@ typedef struct eng_seq {
     bool spec_wait;              /* strict, and left out of the last step: scheduled first */
     uint32_t dfed;               /* draft model: tokens of toks in the draft state's KV */
     double *qprob;               /* draft model and sampling: [k][n_vocab] the draft's distributions */
+    /* logprobs */
+    bool logprobs;
+    uint32_t top_logprobs;
+    eng_lp *lp;                  /* [1 + DCP_SPEC_MAX_TOKENS] per token of a step (logprobs only) */
+    const eng_lp *lp_cur;        /* the next emitted token's, or NULL (consumed by eng_emit) */
+    char *piece;                 /* that token's detokenized text [piece_len] (text.c; eng_emit copies
+                                  * it and empties it); capacity piece_cap */
+    size_t piece_len, piece_cap;
     struct eng_seq *prev, *next; /* the engine's list, by id */
 } eng_seq;
 
 /* A queued event; text and message are owned. */
 typedef struct eng_event {
     dcp_engine_event ev;
-    char *text, *message;
+    char *text, *message, *piece;
 } eng_event;
 
 /* A sequence's part of the step being run: its rows are consecutive, tokens toks[fed ..
@@ -132,6 +148,13 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
  * its history, then temperature, top-k, top-p, min-p; greedy: all on the argmax of the changed
  * logits), dense into p [n_vocab], summing to 1. Does not advance the stream. */
 void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p);
+/* The log-probabilities of token (chosen from logits [n_vocab] by s, before it is accepted) and of
+ * the n_top most likely tokens, into *out (dcp_engine_event's definition). Does not advance the
+ * stream. */
+void eng_sampler_logprobs(dcp_sampler *s, const float *logits, int32_t token, uint32_t n_top, eng_lp *out);
+/* dcp_sampler_sample (the same token, the same draw) and eng_sampler_logprobs of that token in
+ * one pass over the candidates. */
+int32_t eng_sampler_sample_logprobs(dcp_sampler *s, const float *logits, uint32_t n_top, eng_lp *out);
 /* Index of the token that a uniform u in [0, 1) picks from the weights w [n] (summing to sum > 0)
  * by their cumulative sums. */
 int32_t eng_pick(const double *w, uint32_t n, double sum, double u);

@@ -226,13 +226,9 @@ static uint32_t argmax(const dcp_sampler *s, const float *logits)
     return best;
 }
 
-int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
+/* One draw of the stream from the candidates s->idx [0, keep) with weights s->p (summing to sum). */
+static int32_t draw(dcp_sampler *s, uint32_t keep, double sum)
 {
-    const float *l = changed(s, logits);
-    if (s->argmax_mode) return (int32_t)argmax(s, l);
-    uint32_t keep;
-    double sum;
-    if (!candidates(s, l, &keep, &sum)) return (int32_t)s->idx[0].id;
     double u = (double)(dcp_splitmix64_next(&s->state) >> 11) * (1.0 / 9007199254740992.0) * sum;
     double acc = 0.0;
     for (uint32_t i = 0; i < keep; i++) {
@@ -240,6 +236,16 @@ int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
         if (u < acc) return (int32_t)s->idx[i].id;
     }
     return (int32_t)s->idx[keep - 1].id;
+}
+
+int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
+{
+    const float *l = changed(s, logits);
+    if (s->argmax_mode) return (int32_t)argmax(s, l);
+    uint32_t keep;
+    double sum;
+    if (!candidates(s, l, &keep, &sum)) return (int32_t)s->idx[0].id;
+    return draw(s, keep, sum);
 }
 
 void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p)
@@ -269,4 +275,97 @@ int32_t eng_pick(const double *w, uint32_t n, double sum, double u)
         if (x < acc) return (int32_t)i;
     }
     return last;
+}
+
+/* The n_top best of s->idx [0, n) (by cmp_desc) moved to its front, in order (n_top passes). */
+static void select_front(dcp_sampler *s, uint32_t n, uint32_t n_top)
+{
+    for (uint32_t a = 0; a < n_top && a < n; a++) {
+        uint32_t best = a;
+        for (uint32_t i = a + 1; i < n; i++)
+            if (cmp_desc(&s->idx[i], &s->idx[best]) < 0) best = i;
+        struct cand t = s->idx[a];
+        s->idx[a] = s->idx[best];
+        s->idx[best] = t;
+    }
+}
+
+/* Nothing finite (every logit -inf or NaN): the pick is certain, the others -inf. */
+static void lp_certain(dcp_sampler *s, int32_t token, uint32_t n_top, eng_lp *out)
+{
+    select_front(s, s->n_vocab, n_top);
+    out->logprob = 0.0f;
+    for (uint32_t i = 0; i < n_top; i++) {
+        out->ids[i] = (int32_t)s->idx[i].id;
+        out->lps[i] = (int32_t)s->idx[i].id == token ? 0.0f : -INFINITY;
+    }
+}
+
+/* Argmax mode: the log-softmax of the changed logits l at temperature 1, in double, nothing cut. */
+static void lp_argmax(dcp_sampler *s, const float *l, int32_t token, uint32_t n_top, eng_lp *out)
+{
+    const uint32_t n = s->n_vocab;
+    for (uint32_t i = 0; i < n; i++) s->idx[i] = (struct cand){key(l, i), i};
+    select_front(s, n, n_top ? n_top : 1);
+    const double mx = s->idx[0].v;
+    if (isinf(mx)) {
+        lp_certain(s, token, n_top, out);
+        return;
+    }
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) sum += exp((double)key(l, i) - mx);
+    const double lse = mx + log(sum);
+    out->logprob = (float)((double)key(l, (uint32_t)token) - lse);
+    for (uint32_t i = 0; i < n_top; i++) {
+        out->ids[i] = (int32_t)s->idx[i].id;
+        out->lps[i] = (float)((double)s->idx[i].v - lse);
+    }
+}
+
+/* Sampling: from the candidates s->idx [0, keep) with weights summing to sum (candidates()), kept
+ * candidate i has log(p_i / sum) = (v_i - max) / temperature - log(sum); the cut ones -inf. */
+static void lp_kept(dcp_sampler *s, uint32_t keep, double sum, int32_t token, uint32_t n_top, eng_lp *out)
+{
+    const double mx = s->idx[0].v, ls = log(sum), t = s->cfg.temperature;
+    out->logprob = -INFINITY;
+    for (uint32_t i = 0; i < keep; i++)
+        if ((int32_t)s->idx[i].id == token) out->logprob = (float)(((double)s->idx[i].v - mx) / t - ls);
+    if (n_top > keep) select_front(s, s->n_vocab, n_top); /* the cut ones after the kept, in logit order */
+    for (uint32_t i = 0; i < n_top; i++) {
+        out->ids[i] = (int32_t)s->idx[i].id;
+        out->lps[i] = i < keep ? (float)(((double)s->idx[i].v - mx) / t - ls) : -INFINITY;
+    }
+}
+
+void eng_sampler_logprobs(dcp_sampler *s, const float *logits, int32_t token, uint32_t n_top, eng_lp *out)
+{
+    if (n_top > s->n_vocab) n_top = s->n_vocab;
+    out->n_top = n_top;
+    const float *l = changed(s, logits);
+    uint32_t keep;
+    double sum;
+    if (s->argmax_mode) lp_argmax(s, l, token, n_top, out);
+    else if (!candidates(s, l, &keep, &sum)) lp_certain(s, token, n_top, out);
+    else lp_kept(s, keep, sum, token, n_top, out);
+}
+
+int32_t eng_sampler_sample_logprobs(dcp_sampler *s, const float *logits, uint32_t n_top, eng_lp *out)
+{
+    if (n_top > s->n_vocab) n_top = s->n_vocab;
+    out->n_top = n_top;
+    const float *l = changed(s, logits);
+    int32_t t;
+    uint32_t keep;
+    double sum;
+    if (s->argmax_mode) {
+        t = (int32_t)argmax(s, l);
+        lp_argmax(s, l, t, n_top, out);
+    } else if (!candidates(s, l, &keep, &sum)) {
+        t = (int32_t)s->idx[0].id;
+        lp_certain(s, t, n_top, out);
+    } else {
+        t = draw(s, keep, sum); /* the draw of dcp_sampler_sample */
+        lp_kept(s, keep, sum, t, n_top, out);
+    }
+    return t;
 }

@@ -322,8 +322,16 @@ dcp_status dcp_engine_step(dcp_engine *e)
         if (q->fed > q->seen) q->seen = q->fed;
         if (!x->logits) continue;
         const float *row = e->logits + (size_t)k * e->n_vocab;
-        const int32_t tok = q->greedy ? e->next[k] : q->spec_strict ? eng_spec_sample(e, q, row) : dcp_sampler_sample(q->smp, row);
+        int32_t tok;
+        if (q->logprobs && !q->spec_strict) { /* q->greedy is false with logprobs */
+            tok = eng_sampler_sample_logprobs(q->smp, row, q->top_logprobs, &q->lp[0]);
+        } else {
+            tok = q->greedy ? e->next[k] : q->spec_strict ? eng_spec_sample(e, q, row) : dcp_sampler_sample(q->smp, row);
+            /* before the token is accepted: the penalties it was drawn under */
+            if (q->logprobs) eng_sampler_logprobs(q->smp, row, tok, q->top_logprobs, &q->lp[0]);
+        }
         k++;
+        if (q->logprobs) q->lp_cur = &q->lp[0];
         dcp_sampler_accept(q->smp, &tok, 1, true);
         bool ended;
         dcp_status ts = eng_text_token(e, q, tok, &ended);

@@ -369,7 +369,8 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
             t = e->next[k + j];
         } else if (!q->spec_strict) {
             /* A point-mass draft: x ~ p with the request's stream, kept when it is the draft. */
-            t = dcp_sampler_sample(q->smp, row);
+            t = q->logprobs ? eng_sampler_sample_logprobs(q->smp, row, q->top_logprobs, &q->lp[j])
+                            : dcp_sampler_sample(q->smp, row);
         } else {
             const uint32_t pos = n0 + j;
             double *p = e->pbuf;
@@ -379,6 +380,7 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
                 const int32_t dj = q->draft[j];
                 if (spec_uniform(q->seed, pos, U_ACCEPT) * qp[dj] < p[dj]) {
                     out[j] = dj;
+                    if (q->logprobs) eng_sampler_logprobs(q->smp, row, dj, q->top_logprobs, &q->lp[j]);
                     dcp_sampler_accept(q->smp, &dj, 1, true); /* row j + 1's penalties see it */
                     a++;
                     continue;
@@ -394,10 +396,11 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
                 t = eng_pick(p, V, sum_of(p, V), spec_uniform(q->seed, pos, U_TOKEN));
             }
             out[j] = t;
+            if (q->logprobs) eng_sampler_logprobs(q->smp, row, t, q->top_logprobs, &q->lp[j]);
             dcp_sampler_accept(q->smp, &t, 1, true);
             break;
         }
-        out[j] = t;
+        out[j] = t; /* its logprobs (never greedy then) were computed from its own row above */
         dcp_sampler_accept(q->smp, &t, 1, true); /* before row j + 1's distribution */
         if (j == d || t != q->draft[j]) break;
         a++;
@@ -426,6 +429,7 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
     if (q->fed > q->seen) q->seen = q->fed;
     for (uint32_t j = 0; j <= a; j++) {
         bool ended;
+        if (q->logprobs) q->lp_cur = &q->lp[j];
         st = eng_text_token(e, q, out[j], &ended);
         if (ended) break;
     }

@@ -30,6 +30,23 @@ static dcp_status held_append(eng_seq *q, const char *p, size_t n)
     return DCP_OK;
 }
 
+/* Adds text [n] to the piece of the token being emitted (requests with logprobs). */
+static dcp_status piece_append(eng_seq *q, const char *p, size_t n)
+{
+    if (!q->lp_cur || !n) return DCP_OK;
+    if (q->piece_len + n > q->piece_cap) {
+        size_t cap = q->piece_cap ? q->piece_cap : 32;
+        while (cap < q->piece_len + n) cap *= 2;
+        char *b = realloc(q->piece, cap);
+        if (!b) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        q->piece = b;
+        q->piece_cap = cap;
+    }
+    memcpy(q->piece + q->piece_len, p, n);
+    q->piece_len += n;
+    return DCP_OK;
+}
+
 /* Where the output ends at the first stop string of the held text: where it starts, or (with
  * include_stop_str_in_output) where it ends; SIZE_MAX: none. Of two starting at one place, the
  * first listed. */
@@ -76,6 +93,7 @@ static dcp_status finish_with_rest(dcp_engine *e, eng_seq *q, dcp_engine_finish 
     const char *piece;
     size_t len;
     dcp_status st = dcp_detokenizer_flush(q->detok, &piece, &len);
+    if (st == DCP_OK) st = piece_append(q, piece, len); /* the last token's text ends it */
     if (st == DCP_OK) st = held_append(q, piece, len);
     if (st != DCP_OK) {
         eng_finish(e, q, DCP_ENGINE_FINISH_ERROR, token, NULL, 0, st, dcp_last_error());
@@ -98,8 +116,13 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
     const char *piece;
     size_t len;
     dcp_status st = DCP_OK;
-    if (stop_token && !q->include_stop) return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
+    if (stop_token && !q->include_stop) {
+        q->lp_cur = NULL; /* a stop token not shown has no logprobs entry */
+        return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
+    }
     st = dcp_detokenizer_push(q->detok, token, &piece, &len);
+    q->piece_len = 0;
+    if (st == DCP_OK) st = piece_append(q, piece, len); /* it goes with the token's logprobs (eng_emit) */
     if (stop_token) { /* include_stop_str_in_output: its text too (special tokens' is empty) */
         if (st == DCP_OK) st = held_append(q, piece, len);
         if (st != DCP_OK) {

@@ -1,0 +1,433 @@
+/* The engine's logprobs (dcp_engine_request.logprobs, dcp_engine_event.has_logprob) on stories260K
+ * at TP 1:
+ *  - every reported log-probability equals a CPU computation in double from the same logits (the
+ *    state's logits of the prompt and generated tokens run again as one prefill, every row with
+ *    logits): the bias and penalties in f32 as the sampler applies them, then the temperature, top-k
+ *    cut, log-softmax; greedy requests: the log-softmax of the changed logits at temperature 1;
+ *    within 1e-4; the top tokens sorted, the chosen token's logprob among them when it is in them;
+ *  - asking for logprobs changes no token (a greedy request with them takes the host argmax of the
+ *    downloaded logits, the device argmax without);
+ *  - batch invariance: alone and together with others, the same tokens and the same logprobs
+ *    (bitwise);
+ *  - n-gram speculation: the same tokens and logprobs as without (each from its own row);
+ *  - a draft model (the same model in a second state: every draft accepted): the logprobs of its
+ *    tokens (other draws than without speculation) equal the CPU's too;
+ *  - refused: top_logprobs beyond 20, top_logprobs without logprobs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/engine.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/model.h"
+#include "dcpvk/tokenizer.h"
+#include "ref_model.h"
+#include "stories_ref.h"
+#include "vkutil.h"
+
+enum { MAXT = 64, NCTX = 64 };
+
+typedef struct fixture {
+    dcp_gguf *g;
+    dcp_model_config cfg;
+    dcp_context *ctx;
+    dcp_model *m;
+    dcp_model_state *s;
+    dcp_tokenizer *tok;
+    uint32_t V;
+} fixture;
+
+static void fx_open(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
+    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
+    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
+    f->V = dcp_tokenizer_n_vocab(f->tok);
+    f->ctx = dcp_test_context_of(1);
+    dcp_device *dev = dcp_context_device(f->ctx, 0);
+    DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, f->g, &f->cfg, &f->m));
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = NCTX;
+    sc.max_seqs = 4;
+    sc.max_rows = NCTX;
+    sc.max_logits = NCTX;
+    sc.kv_dtype = DCP_DTYPE_F32;
+    DCP_ASSERT_OK(dcp_model_state_create(f->m, &sc, &f->s));
+}
+
+static void fx_close(fixture *f)
+{
+    dcp_model_state_destroy(f->s);
+    dcp_model_destroy(f->m);
+    dcp_test_context_done(f->ctx);
+    dcp_tokenizer_destroy(f->tok);
+    dcp_gguf_close(f->g);
+}
+
+/* What a request produced, with every token's logprobs. */
+typedef struct out {
+    int32_t toks[MAXT];
+    uint32_t n;          /* tokens */
+    uint32_t nlp;        /* tokens with logprobs */
+    float lp[MAXT];
+    uint32_t n_top[MAXT];
+    int32_t top_ids[MAXT][DCP_ENGINE_MAX_LOGPROBS];
+    float top_lps[MAXT][DCP_ENGINE_MAX_LOGPROBS];
+    char text[2048], pieces[2048];
+    size_t len, plen;
+    bool done;
+} out;
+
+static void drain(dcp_engine *e)
+{
+    dcp_engine_event ev;
+    while (dcp_engine_poll(e, &ev)) {
+        out *o = ev.user;
+        assert_false(o->done);
+        if (ev.token >= 0) o->toks[o->n++] = ev.token;
+        if (ev.has_logprob) {
+            assert_true(ev.token >= 0);
+            const uint32_t i = o->nlp++;
+            assert_int_equal(i + 1, o->n);
+            o->lp[i] = ev.logprob;
+            o->n_top[i] = ev.n_top;
+            memcpy(o->top_ids[i], ev.top_ids, sizeof ev.top_ids);
+            memcpy(o->top_lps[i], ev.top_logprobs, sizeof ev.top_logprobs);
+            assert_true(o->plen + ev.piece_len < sizeof o->pieces);
+            memcpy(o->pieces + o->plen, ev.piece, ev.piece_len);
+            o->plen += ev.piece_len;
+        }
+        assert_true(o->len + ev.len < sizeof o->text);
+        memcpy(o->text + o->len, ev.text, ev.len);
+        o->len += ev.len;
+        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
+            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
+            o->done = true;
+        }
+    }
+}
+
+/* Requests [n] submitted together (one engine over f->s, with speculation spec or none). */
+static void run(fixture *f, const dcp_spec_config *spec, const dcp_engine_request *r, uint32_t n, out *o,
+                uint64_t *accepted)
+{
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    if (spec) ec.spec = *spec;
+    dcp_engine *e;
+    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &e));
+    for (uint32_t i = 0; i < n; i++) {
+        memset(&o[i], 0, sizeof o[i]);
+        dcp_engine_request q = r[i];
+        q.user = &o[i];
+        uint64_t id;
+        DCP_ASSERT_OK(dcp_engine_submit(e, &q, &id));
+    }
+    while (dcp_engine_busy(e)) {
+        DCP_ASSERT_OK(dcp_engine_step(e));
+        drain(e);
+    }
+    drain(e);
+    for (uint32_t i = 0; i < n; i++) assert_true(o[i].done);
+    if (accepted) {
+        dcp_engine_stats st;
+        dcp_engine_get_stats(e, &st);
+        *accepted = st.spec_accepted_tokens;
+    }
+    dcp_engine_destroy(e);
+}
+
+/* The logits before each generated token: prompt + generated tokens (less the last) run again in
+ * slot 0 as one step with logits on the rows from the prompt's last on; [o->n][V]. */
+static float *logits_of(fixture *f, const dcp_engine_request *r, const out *o)
+{
+    const uint32_t n = r->n_prompt + o->n - 1;
+    assert_true(n <= NCTX);
+    dcp_model_row rows[NCTX];
+    for (uint32_t i = 0; i < n; i++) {
+        const int32_t t = i < r->n_prompt ? r->prompt[i] : o->toks[i - r->n_prompt];
+        rows[i] = (dcp_model_row){t, 0, i + 1 >= r->n_prompt};
+    }
+    float *l = malloc((size_t)o->n * f->V * sizeof *l);
+    assert_non_null(l);
+    DCP_ASSERT_OK(dcp_model_state_step(f->s, rows, n, l, NULL));
+    dcp_model_state_free_seq(f->s, 0);
+    return l;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0] ? -1 : 1) : (x[1] < y[1] ? -1 : x[1] > y[1]);
+}
+
+/* Checks o's logprobs against the CPU: the sampler's changes (bias, presence / frequency /
+ * repetition penalties of the prompt and tokens before, in f32), then in double the temperature
+ * (1 when greedy), the top-k cut, log-softmax. */
+static void check_cpu(fixture *f, const dcp_engine_request *r, const out *o, const char *what)
+{
+    const uint32_t V = f->V;
+    const dcp_sampler_config *c = &r->sampling;
+    const bool greedy = c->temperature == 0.0f || c->top_k == 1;
+    const double temp = greedy ? 1.0 : c->temperature;
+    const uint32_t topk = greedy || c->top_k == 0 ? V : c->top_k;
+    assert_true(c->top_p == 1.0f && c->min_p == 0.0f && c->min_tokens == 0);
+    assert_int_equal(o->nlp, o->n); /* no stop tokens hidden in these requests */
+    float *l = logits_of(f, r, o);
+    float *w = malloc(V * sizeof *w);
+    double *srt = malloc(2 * V * sizeof *srt), *lp = malloc(V * sizeof *lp);
+    uint32_t *count = calloc(V, sizeof *count);
+    uint8_t *in_prompt = calloc(V, 1);
+    assert_true(w && srt && lp && count && in_prompt);
+    for (uint32_t i = 0; i < r->n_prompt; i++) in_prompt[r->prompt[i]] = 1;
+    const float rp = c->repetition_penalty == 0.0f ? 1.0f : c->repetition_penalty;
+    double worst = 0.0;
+    for (uint32_t t = 0; t < o->n; t++) {
+        const float *row = l + (size_t)t * V;
+        for (uint32_t i = 0; i < V; i++) w[i] = row[i];
+        for (uint32_t b = 0; b < c->n_logit_bias; b++)
+            w[c->logit_bias[b].token] = c->logit_bias[b].bias <= -100.0f ? -INFINITY : w[c->logit_bias[b].token] + c->logit_bias[b].bias;
+        for (uint32_t i = 0; i < V; i++) {
+            if (!count[i] && !in_prompt[i]) continue;
+            float x = w[i];
+            if (rp != 1.0f) x = x > 0.0f ? x / rp : x * rp;
+            x -= c->frequency_penalty * (float)count[i];
+            if (count[i]) x -= c->presence_penalty;
+            w[i] = x;
+        }
+        for (uint32_t i = 0; i < V; i++) {
+            srt[2 * i] = w[i];
+            srt[2 * i + 1] = i;
+        }
+        qsort(srt, V, 2 * sizeof *srt, cmp_desc);
+        const double mx = srt[0];
+        double sum = 0.0;
+        for (uint32_t i = 0; i < topk; i++) sum += exp((srt[2 * i] - mx) / temp);
+        for (uint32_t i = 0; i < V; i++) lp[i] = -INFINITY;
+        for (uint32_t i = 0; i < topk; i++) lp[(uint32_t)srt[2 * i + 1]] = (srt[2 * i] - mx) / temp - log(sum);
+        /* the chosen token's */
+        const int32_t tok = o->toks[t];
+        assert_true(isfinite(o->lp[t]));
+        double d = fabs(o->lp[t] - lp[tok]);
+        if (d > worst) worst = d;
+        if (d > 1e-4) fail_msg("%s: token %u (%d): logprob %.7f, CPU %.7f", what, t, tok, o->lp[t], lp[tok]);
+        /* the top ones: the CPU's order, sorted, the chosen one's entry consistent */
+        assert_int_equal(o->n_top[t], r->top_logprobs);
+        for (uint32_t j = 0; j < o->n_top[t]; j++) {
+            const int32_t id = o->top_ids[t][j];
+            assert_int_equal(id, (int32_t)srt[2 * j + 1]);
+            if (isinf(lp[id])) {
+                assert_true(isinf(o->top_lps[t][j]) && o->top_lps[t][j] < 0);
+            } else {
+                d = fabs(o->top_lps[t][j] - lp[id]);
+                if (d > worst) worst = d;
+                if (d > 1e-4) fail_msg("%s: token %u top %u (%d): %.7f, CPU %.7f", what, t, j, id, o->top_lps[t][j], lp[id]);
+            }
+            if (j) assert_true(o->top_lps[t][j] <= o->top_lps[t][j - 1]);
+            if (id == tok) assert_true(o->top_lps[t][j] == o->lp[t]);
+        }
+        if (greedy && o->n_top[t]) assert_int_equal(o->top_ids[t][0], tok); /* the argmax */
+        count[tok]++;
+    }
+    printf("%s: %u tokens, logprobs within %.2e of the CPU's\n", what, o->n, worst);
+    free(l);
+    free(w);
+    free(srt);
+    free(lp);
+    free(count);
+    free(in_prompt);
+}
+
+static void assert_same(const out *a, const out *b, const char *what)
+{
+    assert_int_equal(a->n, b->n);
+    assert_int_equal(a->nlp, b->nlp);
+    if (memcmp(a->toks, b->toks, a->n * sizeof *a->toks)) fail_msg("%s: other tokens", what);
+    for (uint32_t t = 0; t < a->nlp; t++) {
+        if (a->lp[t] != b->lp[t]) fail_msg("%s: token %u logprob %.9g against %.9g", what, t, a->lp[t], b->lp[t]);
+        assert_int_equal(a->n_top[t], b->n_top[t]);
+        for (uint32_t j = 0; j < a->n_top[t]; j++) {
+            assert_int_equal(a->top_ids[t][j], b->top_ids[t][j]);
+            if (a->top_lps[t][j] != b->top_lps[t][j] && !(isinf(a->top_lps[t][j]) && isinf(b->top_lps[t][j])))
+                fail_msg("%s: token %u top %u differs", what, t, j);
+        }
+    }
+}
+
+static const dcp_logit_bias bias[] = {{13, -100.0f}, {29, 3.0f}, {426, -1.5f}};
+
+/* Requests over the story's prompts: sampled with bias and penalties and top-k, greedy with a
+ * penalty, plain greedy, sampled at temperature 1.3. */
+static void requests(dcp_engine_request *r)
+{
+    for (uint32_t i = 0; i < 4; i++) {
+        r[i] = (dcp_engine_request)DCP_ENGINE_REQUEST_DEFAULT;
+        r[i].logprobs = true;
+        r[i].ignore_eos = true;
+    }
+    r[0].prompt = stories_ref;
+    r[0].n_prompt = 9;
+    r[0].max_tokens = 24;
+    r[0].top_logprobs = 5;
+    r[0].sampling.temperature = 0.8f;
+    r[0].sampling.top_k = 40;
+    r[0].sampling.seed = 11;
+    r[0].sampling.logit_bias = bias;
+    r[0].sampling.n_logit_bias = 3;
+    r[0].sampling.presence_penalty = 0.4f;
+    r[0].sampling.frequency_penalty = 0.2f;
+    r[1].prompt = stories_ref + 20;
+    r[1].n_prompt = 13;
+    r[1].max_tokens = 20;
+    r[1].top_logprobs = 20;
+    r[1].sampling.repetition_penalty = 1.3f;
+    r[2].prompt = stories_ref;
+    r[2].n_prompt = 1;
+    r[2].max_tokens = 30;
+    r[2].top_logprobs = 3;
+    r[3].prompt = stories_ref + 40;
+    r[3].n_prompt = 5;
+    r[3].max_tokens = 16;
+    r[3].top_logprobs = 0;
+    r[3].sampling.temperature = 1.3f;
+    r[3].sampling.seed = 3;
+}
+
+static void test_cpu_and_batch(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    dcp_engine_request r[4];
+    requests(r);
+    out alone[4], together[4], plain;
+    for (uint32_t i = 0; i < 4; i++) run(&f, NULL, &r[i], 1, &alone[i], NULL);
+    run(&f, NULL, r, 4, together, NULL);
+    const char *names[4] = {"sampled, bias, penalties, top-k 40", "greedy, repetition penalty", "greedy",
+                            "sampled at temperature 1.3"};
+    for (uint32_t i = 0; i < 4; i++) {
+        check_cpu(&f, &r[i], &alone[i], names[i]);
+        assert_same(&alone[i], &together[i], names[i]);
+        /* the pieces concatenate to the text (no stop strings here) */
+        assert_int_equal(alone[i].plen, alone[i].len);
+        assert_memory_equal(alone[i].pieces, alone[i].text, alone[i].len);
+    }
+    /* asking for logprobs changes no token (greedy with logprobs: the host argmax; without: the
+     * device's); plain greedy gives the reference ids */
+    for (uint32_t i = 0; i < 4; i++) {
+        dcp_engine_request p = r[i];
+        p.logprobs = false;
+        p.top_logprobs = 0;
+        run(&f, NULL, &p, 1, &plain, NULL);
+        assert_int_equal(plain.n, alone[i].n);
+        if (memcmp(plain.toks, alone[i].toks, plain.n * sizeof *plain.toks)) fail_msg("%s: logprobs changed the tokens", names[i]);
+        assert_int_equal(plain.nlp, 0);
+    }
+    assert_memory_equal(alone[2].toks, stories_ref + 1, alone[2].n * sizeof *plain.toks);
+    fx_close(&f);
+}
+
+static void test_ngram(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    /* a prompt that quotes itself (BOS, 16 tokens of the story, BOS, the same, their first 8
+     * again): the greedy continuation repeats it and prompt lookup drafts well */
+    int32_t echo[42];
+    uint32_t n = 0;
+    echo[n++] = 1;
+    for (uint32_t t = 0; t < 16; t++) echo[n++] = stories_ref[1 + t];
+    echo[n++] = 1;
+    for (uint32_t t = 0; t < 16; t++) echo[n++] = stories_ref[1 + t];
+    for (uint32_t t = 0; t < 8; t++) echo[n++] = stories_ref[1 + t];
+    dcp_engine_request r[4];
+    requests(r);
+    r[2].prompt = echo;
+    r[2].n_prompt = n;
+    r[2].max_tokens = 20;
+    r[1].prompt = echo + 17;
+    r[1].n_prompt = 25;
+    r[1].max_tokens = 20;
+    dcp_spec_config sp = DCP_SPEC_CONFIG_DEFAULT;
+    sp.method = DCP_SPEC_NGRAM;
+    sp.num_speculative_tokens = 4;
+    sp.prompt_lookup_max = 4;
+    sp.prompt_lookup_min = 1;
+    out base[4], spec[4];
+    uint64_t accepted = 0;
+    run(&f, NULL, r, 4, base, NULL);
+    run(&f, &sp, r, 4, spec, &accepted);
+    for (uint32_t i = 0; i < 4; i++) assert_same(&base[i], &spec[i], "n-gram speculation");
+    check_cpu(&f, &r[2], &spec[2], "greedy under n-gram speculation");
+    printf("n-gram speculation: %llu drafts accepted, tokens and logprobs as without\n", (unsigned long long)accepted);
+    assert_true(accepted > 0);
+    fx_close(&f);
+}
+
+static void test_draft(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    dcp_model_state_config dc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    dc.n_ctx = NCTX;
+    dc.max_seqs = 4;
+    dc.max_rows = NCTX;
+    dc.kv_dtype = DCP_DTYPE_F32;
+    dcp_model_state *ds;
+    DCP_ASSERT_OK(dcp_model_state_create(f.m, &dc, &ds));
+    dcp_engine_request r[4];
+    requests(r);
+    dcp_spec_config sp = DCP_SPEC_CONFIG_DEFAULT;
+    sp.method = DCP_SPEC_DRAFT;
+    sp.num_speculative_tokens = 3;
+    sp.draft = ds;
+    sp.draft_tokenizer = f.tok;
+    out o[4];
+    uint64_t accepted = 0;
+    run(&f, &sp, r, 4, o, &accepted);
+    const char *names[4] = {"draft model: sampled, bias, penalties, top-k 40", "draft model: greedy, repetition penalty",
+                            "draft model: greedy", "draft model: sampled at temperature 1.3"};
+    for (uint32_t i = 0; i < 4; i++) check_cpu(&f, &r[i], &o[i], names[i]);
+    printf("draft model: %llu drafts accepted\n", (unsigned long long)accepted);
+    assert_true(accepted > 0);
+    dcp_model_state_destroy(ds);
+    fx_close(&f);
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    dcp_engine *e;
+    DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &e));
+    dcp_engine_request r = DCP_ENGINE_REQUEST_DEFAULT;
+    r.prompt = stories_ref;
+    r.n_prompt = 3;
+    r.logprobs = true;
+    r.top_logprobs = DCP_ENGINE_MAX_LOGPROBS + 1;
+    uint64_t id;
+    assert_int_equal(dcp_engine_submit(e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "top_logprobs 21"));
+    r.logprobs = false;
+    r.top_logprobs = 2;
+    assert_int_equal(dcp_engine_submit(e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "without logprobs"));
+    dcp_engine_destroy(e);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_cpu_and_batch),
+        cmocka_unit_test(test_ngram),
+        cmocka_unit_test(test_draft),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
