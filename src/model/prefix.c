@@ -488,19 +488,32 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
         }
         e->refs++;
     }
-    if (n_host) {
-        if (free_now < n_host) DCP_TRY(dcp_graph_prefix_evict(s, n_host - free_now));
-        for (uint32_t b = 0; b < blocks; b++) {
+    /* Restores into the free pages first, so that the device entries evicted for the rest can take
+     * the host slots those restores let go of. */
+    for (uint32_t b = 0, left = n_host; left;) {
+        uint32_t room = dcp_graph_pages_free_now(s);
+        if (room == 0) {
+            DCP_TRY(dcp_graph_prefix_evict(s, left));
+            room = dcp_graph_pages_free_now(s);
+        }
+        if (room == 0) {
+            st = dcp_fail(DCP_ERR_OUT_OF_PAGES, "KV offload: no free page to restore %u host-resident blocks into",
+                          left);
+            goto fail;
+        }
+        for (; b < blocks && room && left; b++) {
             pfx_entry *e = &p->e[ent[b]];
             if (e->hslot < 0) continue;
             uint32_t *pg = p->epages + (uint64_t)ent[b] * p->n_caches * p->gn;
             for (uint32_t k = 0; k < p->n_caches; k++)
                 for (uint32_t i = 0; i < p->gn; i++) DCP_TRY(dcp_kv_cache_page_take(s->caches[k], i, &pg[k * p->gn + i]));
             DCP_TRY(record_moves(s, ent[b], e->hslot, false));
-            p->free_h[p->n_free_h++] = e->hslot;
+            p->free_h[p->n_free_h++] = e->hslot; /* reused only after the flush below */
             e->hslot = -1;
             p->hcount--;
             p->count++;
+            room--;
+            left--;
         }
         DCP_TRY(flush_moves(p));
     }
