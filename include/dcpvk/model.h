@@ -266,12 +266,14 @@ DCP_API bool dcp_model_state_prefix_caching(const dcp_model_state *s);
 DCP_API uint64_t dcp_prefix_block_hash(uint64_t parent, const int32_t *tokens, uint32_t n);
 /* Tokens of tokens [n] that attaching would take from the cache: whole blocks, at most n - 1
  * tokens; *revived (if not NULL): how many of those blocks no sequence references now (attaching
- * takes them out of the reclaimable pages). 0 when caching is off. Changes nothing. */
+ * takes them out of the reclaimable pages, or, for blocks offloaded to host memory, takes a free
+ * page to restore each into). 0 when caching is off. Changes nothing. */
 DCP_API uint32_t dcp_model_state_prefix_lookup(const dcp_model_state *s, const int32_t *tokens, uint32_t n,
                                                uint32_t *revived);
 /* Empty slot seq starts with the longest cached prefix of tokens [n] (as lookup): its length
- * becomes *cached tokens, their KV shared with the cache; the next step goes on from there. Nothing
- * happens when caching is off. DCP_ERR_INVALID_ARGUMENT for a busy slot or n beyond n_ctx. */
+ * becomes *cached tokens, their KV shared with the cache (blocks offloaded to host memory copied
+ * back into fresh pages first; the prefix ends before them when no page can be had); the next step
+ * goes on from there. Nothing happens when caching is off. DCP_ERR_INVALID_ARGUMENT for a busy slot or n beyond n_ctx. */
 DCP_API dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const int32_t *tokens, uint32_t n,
                                                  uint32_t *cached);
 /* The first n tokens of seq (run by steps, or attached) are final: its full blocks among them

@@ -13,7 +13,13 @@
  * Page accounting (pages.c): a sequence's first `held` blocks are entries; on every DCP rank it
  * holds shard_pages(length) - held pages of its own, and the entries one page each, so that
  * used(r) = sum over sequences of (shard_pages - held) + entries, and the entries without refs
- * are reclaimable. */
+ * are reclaimable.
+ *
+ * KV offload (state config kv_offload_bytes): an entry evicted from the device pages may instead
+ * go to a slot of a host-visible pool (one buffer per local rank: [slots][its page of every layer]),
+ * keeping its place in the index with no device page (not counted in count or unref: the
+ * accounting above is of device pages); an attach that reaches it copies it back into fresh
+ * pages. Host slots are evicted oldest first when full. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +35,8 @@ typedef struct pfx_entry {
     int32_t lru_prev, lru_next; /* neighbours in the list of unreferenced entries (oldest first), or -1 */
     uint32_t refs;   /* sequences whose block tables list it */
     int32_t hslot;   /* host-resident (offloaded): its slot of the host pool; -1: device-resident */
+    uint32_t gen;    /* times this index was let go of (an entry of another chain when reused) */
+    uint32_t pgen;   /* the parent's gen when this entry was made: a child of a reused index never matches */
     bool used;
 } pfx_entry;
 
@@ -173,8 +181,8 @@ static void prefix_free(dcp_prefix_cache *p)
     free(p);
 }
 
-/* Takes entry x out of the index (its pages or host slot let go of already). Its children (found
- * by their parent index) become orphans, never found again: the index never links a block to a
+/* Takes entry x out of the index (its pages or host slot let go of already). Its children, if any
+ * stayed (host-resident ones may), no longer match (gen): the index never links a block to a
  * reused entry of another chain. */
 static void unindex(dcp_prefix_cache *p, int32_t x)
 {
@@ -182,8 +190,7 @@ static void unindex(dcp_prefix_cache *p, int32_t x)
     int32_t *link = &p->bucket[e->hash & (p->nbucket - 1)];
     while (*link != x) link = &p->e[*link].next;
     *link = e->next;
-    for (uint32_t y = 0; y < p->cap; y++)
-        if (p->e[y].used && p->e[y].parent == x) p->e[y].parent = -2;
+    e->gen++;
     e->used = false;
     p->free_e[p->n_free_e++] = x;
 }
@@ -413,7 +420,7 @@ static int32_t find_entry(const dcp_prefix_cache *p, int32_t parent, uint64_t h,
 {
     for (int32_t x = p->bucket[h & (p->nbucket - 1)]; x >= 0; x = p->e[x].next) {
         const pfx_entry *e = &p->e[x];
-        if (e->hash == h && e->parent == parent &&
+        if (e->hash == h && e->parent == parent && (parent < 0 || e->pgen == p->e[parent].gen) &&
             !memcmp(p->etoks + (uint64_t)x * p->bt, toks, (size_t)p->bt * sizeof *toks))
             return x;
     }
@@ -557,7 +564,8 @@ dcp_status dcp_model_state_prefix_commit(dcp_model_state *s, uint32_t seq, uint3
         }
         const int32_t x = p->free_e[--p->n_free_e];
         p->e[x] = (pfx_entry){.hash = h, .parent = parent, .next = p->bucket[h & (p->nbucket - 1)], .refs = 1,
-                              .lru_prev = -1, .lru_next = -1, .hslot = -1, .used = true};
+                              .lru_prev = -1, .lru_next = -1, .hslot = -1, .gen = p->e[x].gen,
+                              .pgen = parent >= 0 ? p->e[parent].gen : 0, .used = true};
         p->bucket[h & (p->nbucket - 1)] = x;
         memcpy(p->etoks + (uint64_t)x * p->bt, toks + (uint64_t)b * p->bt, (size_t)p->bt * sizeof *toks);
         uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
