@@ -223,6 +223,22 @@ static void evict_entry(dcp_model_state *s, int32_t x)
     unindex(p, x);
 }
 
+/* Host-resident entry x takes a free page on every rank of every cache (one hold each, the
+ * cache's), into its epages; on failure it holds none. */
+static dcp_status take_pages(dcp_model_state *s, int32_t x)
+{
+    dcp_prefix_cache *p = s->prefix;
+    uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
+    for (uint32_t j = 0; j < p->n_caches * p->gn; j++) {
+        const dcp_status st = dcp_kv_cache_page_take(s->caches[j / p->gn], j % p->gn, &pg[j]);
+        if (st != DCP_OK) {
+            while (j-- > 0) dcp_kv_cache_page_drop(s->caches[j / p->gn], j % p->gn, pg[j]);
+            return st;
+        }
+    }
+    return DCP_OK;
+}
+
 /* Records the copies of entry x's pages between the device pools and host slot h (to_host: pool to
  * host, else host to pool), every cache and local rank, into the transfer commands. */
 static dcp_status record_moves(dcp_model_state *s, int32_t x, int32_t h, bool to_host)
@@ -468,7 +484,7 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
                         "prefix attach: sequence %u must be an empty slot of the %u, with at most %u tokens (%u)", seq,
                         s->cfg.max_seqs, s->cfg.n_ctx, n);
     int32_t *ent = p->seq_entry + (uint64_t)seq * p->max_gblocks;
-    uint32_t blocks = walk(p, tokens, n, ent, NULL);
+    uint32_t blocks = walk(p, tokens, n, ent, NULL), pinned = 0;
     if (blocks == 0) return DCP_OK;
     /* Host-resident blocks come back into fresh pages: the free ones, then those of unreferenced
      * device-resident entries outside this chain (offloaded in turn). Without room for all of
@@ -495,6 +511,7 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
         }
         e->refs++;
     }
+    pinned = blocks;
     /* Restores into the free pages first, so that the device entries evicted for the rest can take
      * the host slots those restores let go of. */
     for (uint32_t b = 0, left = n_host; left;) {
@@ -511,9 +528,7 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
         for (; b < blocks && room && left; b++) {
             pfx_entry *e = &p->e[ent[b]];
             if (e->hslot < 0) continue;
-            uint32_t *pg = p->epages + (uint64_t)ent[b] * p->n_caches * p->gn;
-            for (uint32_t k = 0; k < p->n_caches; k++)
-                for (uint32_t i = 0; i < p->gn; i++) DCP_TRY(dcp_kv_cache_page_take(s->caches[k], i, &pg[k * p->gn + i]));
+            DCP_TRY(take_pages(s, ent[b]));
             DCP_TRY(record_moves(s, ent[b], e->hslot, false));
             p->free_h[p->n_free_h++] = e->hslot; /* reused only after the flush below */
             e->hslot = -1;
@@ -539,6 +554,15 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
     *cached = c;
     return DCP_OK;
 fail:
+    for (uint32_t b = pinned; b-- > 0;) { /* let go of the chain again: it stays cached */
+        pfx_entry *e = &p->e[ent[b]];
+        if (--e->refs) continue;
+        if (e->hslot >= 0) hlru_push(p, ent[b]);
+        else {
+            lru_push(p, ent[b]);
+            p->unref++;
+        }
+    }
     return dcp_fail_context(st, "prefix attach of sequence %u", seq);
 }
 
