@@ -397,7 +397,8 @@ static int generate(run_app *a)
     rq.prompt = a->prompt;
     rq.n_prompt = (uint32_t)a->n_prompt;
     rq.max_tokens = o->n_predict;
-    rq.sampling = (dcp_sampler_config){.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed};
+    rq.sampling = (dcp_sampler_config){.temperature = o->temp, .top_k = o->top_k, .top_p = o->top_p, .seed = o->seed,
+                                        .repetition_penalty = 1.0f};
     rq.decode_flags = a->decode_flags;
     uint64_t id;
     if ((st = dcp_engine_submit(a->eng, &rq, &id))) {

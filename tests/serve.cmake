@@ -60,3 +60,12 @@ if(TARGET dcp-vk-serve)
   set_tests_properties(app_serve_bad_offload PROPERTIES PASS_REGULAR_EXPRESSION
     "--kv-offloading-backend: 'lmcache' is not allowed \\(allowed: native\\)\nexit=2\n.*--kv-offloading-size: offloads the prefix cache's blocks.*\nexit=2\n.*--kv-offloading-size: '-1' is not a size in GiB.*\nexit=2")
 endif()
+# scripts/bench-prefix.py (the multi-turn agent trace of issue 20) on a tiny trace, 2 conversations x 2
+# turns at TP 1 and TP 2 / DCP 2 on its generated model: the JSON fields, one run per configuration and
+# mode (offload only where dcp-vk-serve has --kv-offloading-size, else skipped with a note), hit rate 0
+# with caching off and > 0 with caching on, the table; no speed asserted (tests/serve/bench_prefix_check.py).
+if(TARGET dcp-vk-serve AND TARGET dcp-vk-gguf AND DCP_PYTHON3)
+  add_test(NAME app_bench_prefix COMMAND ${DCP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/serve/bench_prefix_check.py
+           $<TARGET_FILE:dcp-vk-serve> ${PROJECT_SOURCE_DIR}/scripts/bench-prefix.py)
+  set_tests_properties(app_bench_prefix PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)
+endif()

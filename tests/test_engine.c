@@ -10,6 +10,9 @@
  *  - cancellation frees exactly the pages the request held, at once, on every rank and layer;
  *  - stop strings (the text ends before the match; partial matches held back, then released), max
  *    tokens, EOS (with and without ignore_eos), stop tokens;
+ *  - the sampling parameters: penalties, biases, min-p and min_tokens in a batch give the same
+ *    tokens as alone (greedy ones sample on the host then); min_tokens masks EOS and the stop
+ *    tokens; include_stop_str_in_output keeps the stop string or stop token's text;
  *  - refused requests: beyond the context, beyond the whole pool, bad sampling values, empty stop
  *    strings, tokens outside the vocabulary, unknown ids to cancel. */
 #include <stdio.h>
@@ -152,6 +155,7 @@ typedef struct req_spec {
     float top_p;
     uint64_t seed;
     uint32_t start;      /* step at which it is submitted (together) */
+    const dcp_sampler_config *sampling; /* NULL, or the whole sampling config (temp .. seed unused) */
 } req_spec;
 
 static dcp_engine_request make_request(const req_spec *r, out *o)
@@ -160,7 +164,8 @@ static dcp_engine_request make_request(const req_spec *r, out *o)
     q.prompt = &stories_ref[r->off];
     q.n_prompt = r->len;
     q.max_tokens = r->max_tokens;
-    q.sampling = (dcp_sampler_config){r->temp, r->top_k, r->top_p, r->seed};
+    q.sampling = (dcp_sampler_config){.temperature = r->temp, .top_k = r->top_k, .top_p = r->top_p, .seed = r->seed, .repetition_penalty = 1.0f};
+    if (r->sampling) q.sampling = *r->sampling;
     q.decode_flags = DCP_DECODE_KEEP_LEADING_SPACE;
     q.user = o;
     return q;
@@ -216,8 +221,8 @@ static void compare(const char *what, const req_spec *spec, const out *alone, co
 }
 
 static const req_spec mix[] = {
-    {0, 5, 12, 0.0f, 0, 1.0f, 0, 0},     {40, 13, 20, 0.9f, 40, 1.0f, 7, 0}, {0, 1, 24, 0.0f, 0, 1.0f, 0, 2},
-    {100, 30, 9, 0.7f, 0, 0.9f, 3, 3},   {7, 9, 16, 0.0f, 0, 1.0f, 0, 5},    {60, 20, 6, 1.0f, 0, 1.0f, 11, 9},
+    {0, 5, 12, 0.0f, 0, 1.0f, 0, 0, NULL},     {40, 13, 20, 0.9f, 40, 1.0f, 7, 0, NULL}, {0, 1, 24, 0.0f, 0, 1.0f, 0, 2, NULL},
+    {100, 30, 9, 0.7f, 0, 0.9f, 3, 3, NULL},   {7, 9, 16, 0.0f, 0, 1.0f, 0, 5, NULL},    {60, 20, 6, 1.0f, 0, 1.0f, 11, 9, NULL},
 };
 enum { NMIX = sizeof mix / sizeof mix[0] };
 
@@ -256,8 +261,8 @@ static void test_preemption(void **state)
 {
     (void)state;
     static const req_spec spec[] = {
-        {0, 10, 24, 0.0f, 0, 1.0f, 0, 0}, {20, 10, 24, 0.8f, 0, 1.0f, 5, 0},
-        {50, 10, 24, 0.0f, 0, 1.0f, 0, 1}, {80, 10, 24, 1.0f, 20, 1.0f, 9, 2},
+        {0, 10, 24, 0.0f, 0, 1.0f, 0, 0, NULL}, {20, 10, 24, 0.8f, 0, 1.0f, 5, 0, NULL},
+        {50, 10, 24, 0.0f, 0, 1.0f, 0, 1, NULL}, {80, 10, 24, 1.0f, 20, 1.0f, 9, 2, NULL},
     };
     enum { N = sizeof spec / sizeof spec[0] };
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
@@ -294,7 +299,7 @@ static void test_preemption(void **state)
 static void test_admission(void **state)
 {
     (void)state;
-    static const req_spec spec[] = {{0, 40, 6, 0.0f, 0, 1.0f, 0, 0}, {50, 8, 2, 0.0f, 0, 1.0f, 0, 0}};
+    static const req_spec spec[] = {{0, 40, 6, 0.0f, 0, 1.0f, 0, 0, NULL}, {50, 8, 2, 0.0f, 0, 1.0f, 0, 0, NULL}};
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 64;
     sc.max_seqs = 2;
@@ -323,7 +328,7 @@ static void test_cancel(void **state)
 {
     (void)state;
     static const req_spec spec[] = {
-        {0, 9, 20, 0.0f, 0, 1.0f, 0, 0}, {30, 21, 20, 0.0f, 0, 1.0f, 0, 0}, {60, 6, 20, 0.5f, 0, 1.0f, 2, 0},
+        {0, 9, 20, 0.0f, 0, 1.0f, 0, 0, NULL}, {30, 21, 20, 0.0f, 0, 1.0f, 0, 0, NULL}, {60, 6, 20, 0.5f, 0, 1.0f, 2, 0, NULL},
     };
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 64;
@@ -478,7 +483,7 @@ static void test_stops(void **state)
     memset(runs, 0, sizeof runs);
     r.max_tokens = 200;
     r.ignore_eos = true;
-    r.sampling = (dcp_sampler_config){50.0f, 0, 1.0f, 0};
+    r.sampling = (dcp_sampler_config){.temperature = 50.0f, .top_k = 0, .top_p = 1.0f, .seed = 0, .repetition_penalty = 1.0f};
     int32_t eos = dcp_tokenizer_eos(f.tok);
     for (uint32_t k = 0; k < SEEDS; k++) {
         r.sampling.seed = 1000 + k;
@@ -565,11 +570,181 @@ static void test_refused(void **state)
     fx_close(&f);
 }
 
+/* The sampling parameters in a batch: six requests with penalties, biases, min-p and min_tokens
+ * (greedy ones among them, which then sample on the host) and plain ones, at TP 8 / DCP 2, give
+ * the same tokens together as alone; and the changed ones differ from their plain selves. */
+static void test_invariance_params(void **state)
+{
+    (void)state;
+    static const dcp_logit_bias bias[] = {{13, -100.0f}, {29, 3.0f}, {64, -2.5f}};
+    static const dcp_sampler_config pa = {.temperature = 0.0f, .top_p = 1.0f, .presence_penalty = -2.0f,
+                                          .frequency_penalty = 0.5f, .repetition_penalty = 1.0f},
+                                    pb = {.temperature = 0.9f, .top_k = 40, .top_p = 1.0f, .seed = 7,
+                                          .min_p = 0.05f, .repetition_penalty = 1.3f},
+                                    pd = {.temperature = 0.8f, .top_p = 1.0f, .seed = 21, .repetition_penalty = 1.0f,
+                                          .logit_bias = bias, .n_logit_bias = 3, .min_tokens = 4},
+                                    pe = {.temperature = 1.0f, .top_p = 0.95f, .seed = 5, .presence_penalty = 0.3f,
+                                          .frequency_penalty = -0.5f, .repetition_penalty = 0.8f},
+                                    pg = {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 2.0f};
+    static const req_spec spec[] = {
+        {0, 5, 16, 0.0f, 0, 1.0f, 0, 0, &pa},   {40, 13, 20, 0.0f, 0, 1.0f, 0, 0, &pb},
+        {0, 1, 24, 0.0f, 0, 1.0f, 0, 2, NULL},  {100, 30, 9, 0.0f, 0, 1.0f, 0, 3, &pd},
+        {7, 9, 16, 0.0f, 0, 1.0f, 0, 5, &pe},   {60, 20, 12, 0.0f, 0, 1.0f, 0, 6, &pg},
+        {20, 6, 10, 0.7f, 0, 0.9f, 3, 8, NULL},
+    };
+    enum { N = sizeof spec / sizeof spec[0] };
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 64;
+    sc.max_seqs = 4;
+    sc.max_rows = 8;
+    sc.kv_dtype = DCP_DTYPE_F32;
+    sc.backend = DCP_CP_A2A;
+    fixture f;
+    fx_open(&f, 8, 2, &sc, 0);
+    out alone[N], together[N], plain[1];
+    memset(alone, 0, sizeof alone);
+    memset(together, 0, sizeof together);
+    memset(plain, 0, sizeof plain);
+    for (uint32_t k = 0; k < N; k++) run_alone(&f, &spec[k], &alone[k]);
+    run_mix(&f, spec, N, together, NULL);
+    compare("sampling parameters, TP 8 DCP 2", spec, alone, together, N);
+    /* A greedy one with a penalty is not the plain greedy continuation (the repetition penalty of
+     * 2 keeps it off its prompt's words). */
+    req_spec p = spec[5];
+    p.sampling = NULL;
+    run_alone(&f, &p, &plain[0]);
+    assert_int_equal(plain[0].n, alone[5].n);
+    if (!memcmp(plain[0].toks, alone[5].toks, plain[0].n * sizeof(int32_t)))
+        fail_msg("request 5: the repetition penalty changed nothing ('%s')", plain[0].text);
+    /* The banned token never comes. */
+    for (uint32_t t = 0; t < alone[3].n; t++) assert_int_not_equal(alone[3].toks[t], 13);
+    printf("sampling parameters: %u requests together, tokens the same as alone; greedy with a repetition penalty "
+           "'%s', without '%s'\n", (unsigned)N, alone[5].text, plain[0].text);
+    fx_close(&f);
+}
+
+/* min_tokens, stop tokens (stop_token_ids), ignore_eos and include_stop_str_in_output. */
+static void test_stop_params(void **state)
+{
+    (void)state;
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 128;
+    sc.max_seqs = 4;
+    sc.max_rows = 16;
+    fixture f;
+    fx_open(&f, 1, 1, &sc, 0);
+    const int32_t eos = dcp_tokenizer_eos(f.tok);
+    assert_true(eos >= 0);
+    dcp_engine_request r = DCP_ENGINE_REQUEST_DEFAULT;
+    r.prompt = stories_ref;
+    r.n_prompt = 1;
+    r.max_tokens = 10;
+    /* A bias of +100 on a token: greedy takes it at every step. */
+    const int32_t x = stories_ref[7];
+    dcp_logit_bias bx = {x, 100.0f};
+    r.sampling.logit_bias = &bx;
+    r.sampling.n_logit_bias = 1;
+    out forced = run_one(&f, &r);
+    assert_int_equal(forced.n, 10);
+    for (uint32_t t = 0; t < 10; t++) assert_int_equal(forced.toks[t], x);
+    /* ... and as a stop token it ends the request at once (its text not shown) ... */
+    r.stop_tokens = &x;
+    r.n_stop_tokens = 1;
+    out st = run_one(&f, &r);
+    assert_int_equal(st.finish, DCP_ENGINE_FINISH_STOP);
+    assert_int_equal(st.completion, 1);
+    assert_int_equal(st.len, 0);
+    /* ... unless min_tokens 3 masks it for three tokens: the fourth is it. */
+    r.sampling.min_tokens = 3;
+    out mt = run_one(&f, &r);
+    assert_int_equal(mt.finish, DCP_ENGINE_FINISH_STOP);
+    assert_int_equal(mt.completion, 4);
+    for (uint32_t t = 0; t < 3; t++) assert_int_not_equal(mt.toks[t], x);
+    assert_int_equal(mt.toks[3], x);
+    /* include_stop_str_in_output: the stop token's text is shown. */
+    r.include_stop_str_in_output = true;
+    out mti = run_one(&f, &r);
+    assert_memory_equal(mti.toks, mt.toks, 4 * sizeof(int32_t));
+    char *text;
+    size_t len;
+    DCP_ASSERT_OK(dcp_tokenizer_decode(f.tok, mt.toks, 3, 0, &text, &len));
+    assert_int_equal(mt.len, len);
+    assert_memory_equal(mt.text, text, len);
+    free(text);
+    DCP_ASSERT_OK(dcp_tokenizer_decode(f.tok, mt.toks, 4, 0, &text, &len));
+    assert_true(len > mt.len);
+    assert_int_equal(mti.len, len);
+    assert_memory_equal(mti.text, text, len);
+    free(text);
+    r.include_stop_str_in_output = false;
+    r.stop_tokens = NULL;
+    r.n_stop_tokens = 0;
+    /* EOS forced by a bias: it stops at once; min_tokens 2 masks it twice; ignore_eos goes on to
+     * max_tokens (EOS no longer masked: every token is EOS). */
+    dcp_logit_bias be = {eos, 100.0f};
+    r.sampling.logit_bias = &be;
+    r.sampling.min_tokens = 0;
+    out e0 = run_one(&f, &r);
+    assert_int_equal(e0.finish, DCP_ENGINE_FINISH_STOP);
+    assert_int_equal(e0.completion, 1);
+    r.sampling.min_tokens = 2;
+    out e2 = run_one(&f, &r);
+    assert_int_equal(e2.finish, DCP_ENGINE_FINISH_STOP);
+    assert_int_equal(e2.completion, 3);
+    assert_int_not_equal(e2.toks[0], eos);
+    assert_int_not_equal(e2.toks[1], eos);
+    assert_int_equal(e2.toks[2], eos);
+    r.ignore_eos = true;
+    out ei = run_one(&f, &r);
+    assert_int_equal(ei.finish, DCP_ENGINE_FINISH_LENGTH);
+    assert_int_equal(ei.completion, 10);
+    for (uint32_t t = 0; t < 10; t++) assert_int_equal(ei.toks[t], eos);
+    r.ignore_eos = false;
+    r.sampling = (dcp_sampler_config)DCP_SAMPLER_CONFIG_DEFAULT;
+    /* include_stop_str_in_output with a stop string: the text ends after it. */
+    r.max_tokens = 40;
+    out full = run_one(&f, &r);
+    const char *stop1 = "ttle gi";
+    const char *at = strstr(full.text, stop1);
+    assert_non_null(at);
+    const char *stops[] = {"zebra!", stop1};
+    r.stop = stops;
+    r.n_stop = 2;
+    r.include_stop_str_in_output = true;
+    out cut = run_one(&f, &r);
+    assert_int_equal(cut.finish, DCP_ENGINE_FINISH_STOP);
+    assert_int_equal(cut.len, (size_t)(at - full.text) + strlen(stop1));
+    assert_memory_equal(cut.text, full.text, cut.len);
+    /* Refused: min_tokens beyond max_tokens, a stop token outside the vocabulary, a bad bias. */
+    r.stop = NULL;
+    r.n_stop = 0;
+    uint64_t id;
+    r.sampling.min_tokens = 41;
+    assert_int_equal(dcp_engine_submit(f.e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "min_tokens 41 exceeds max_tokens 40"));
+    r.sampling.min_tokens = 0;
+    const int32_t bad = 512;
+    r.stop_tokens = &bad;
+    r.n_stop_tokens = 1;
+    assert_int_equal(dcp_engine_submit(f.e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "stop token 0 is 512"));
+    r.n_stop_tokens = 0;
+    dcp_logit_bias bb = {3, 101.0f};
+    r.sampling.logit_bias = &bb;
+    r.sampling.n_logit_bias = 1;
+    assert_int_equal(dcp_engine_submit(f.e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "[-100, 100]"));
+    assert_false(dcp_engine_busy(f.e));
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_stops),
+        cmocka_unit_test(test_stop_params),
+        cmocka_unit_test(test_invariance_params),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_preemption),

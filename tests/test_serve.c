@@ -11,7 +11,11 @@
  *    free again (/metrics);
  *  - SIGTERM during a stream: the stream ends properly ([DONE]), new connections are refused, the
  *    server exits 0;
- *  - every unknown field and every known-but-unsupported parameter (min_p, logit_bias, logprobs: 0,
+ *  - the sampling parameters (min_p, logit_bias, presence / frequency / repetition penalties,
+ *    min_tokens, stop_token_ids, include_stop_str_in_output, ignore_eos) through the OpenAI client
+ *    on both endpoints, streaming and not, with the texts of curl alone, a forced token stopping
+ *    where min_tokens lets it, and a 400 naming the parameter for each value out of range;
+ *  - every unknown field and every known-but-unsupported parameter (n: 2, logprobs: 0,
  *    response_format, guided_json, ...) is refused with a 400 naming it, on both endpoints; their
  *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
  *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
@@ -524,6 +528,113 @@ static void test_speculative(void **state)
     }
 }
 
+/* ---- the sampling parameters through the OpenAI client ----------------------------------------- */
+
+/* A body for the client (model and stream added by it), and what it must give: a 400 naming
+ * `param`; or 200 with the text of the same body sent alone by curl, the same streaming, finish
+ * reason `finish` and completion_tokens `tokens` when given (0: any). Token 300 is some token of
+ * stories260K's 512; 2 is its EOS. */
+typedef struct param_case {
+    bool chat;
+    const char *body;
+    const char *param;   /* refused: the param named */
+    const char *finish;  /* NULL: any */
+    int tokens;
+} param_case;
+
+#define CHAT_MSG "\"messages\": [{\"role\": \"user\", \"content\": \"Tell me about a dog.\"}]"
+static const param_case param_cases[] = {
+    {false, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"temperature\": 0, \"presence_penalty\": 1.5, "
+            "\"frequency_penalty\": 0.5, \"repetition_penalty\": 2}", NULL, "length", 16},
+    {true, "{" CHAT_MSG ", \"max_tokens\": 16, \"temperature\": 0, \"repetition_penalty\": 1.8}", NULL, NULL, 0},
+    {false, "{\"prompt\": \"The cat\", \"max_tokens\": 20, \"temperature\": 0.9, \"seed\": 4, \"min_p\": 0.1, "
+            "\"top_k\": 50, \"logit_bias\": {\"13\": -100, \"29\": 2.5}, \"repetition_penalty\": 1.2}", NULL, "length", 20},
+    {true, "{" CHAT_MSG ", \"max_tokens\": 14, \"temperature\": 0.7, \"seed\": 9, \"frequency_penalty\": -0.5, "
+           "\"presence_penalty\": 0.25, \"min_p\": 0.05}", NULL, NULL, 0},
+    /* token 300 forced, as a stop token: masked by min_tokens 3, so the 4th token stops */
+    {false, "{\"prompt\": \"Once\", \"max_tokens\": 10, \"temperature\": 0, \"logit_bias\": {\"300\": 100}, "
+            "\"stop_token_ids\": [300], \"min_tokens\": 3}", NULL, "stop", 4},
+    {true, "{" CHAT_MSG ", \"max_tokens\": 10, \"temperature\": 0, \"logit_bias\": {\"300\": 100}, "
+           "\"stop_token_ids\": [300], \"min_tokens\": 3, \"include_stop_str_in_output\": true}", NULL, "stop", 4},
+    /* EOS forced: stops at once, or not with ignore_eos */
+    {false, "{\"prompt\": \"Once\", \"max_tokens\": 6, \"temperature\": 0, \"logit_bias\": {\"2\": 100}}", NULL, "stop", 1},
+    {false, "{\"prompt\": \"Once\", \"max_tokens\": 6, \"temperature\": 0, \"logit_bias\": {\"2\": 100}, "
+            "\"ignore_eos\": true}", NULL, "length", 6},
+    {false, "{\"prompt\": \"Once\", \"max_tokens\": 6, \"temperature\": 0, \"logit_bias\": {\"2\": 100}, "
+            "\"min_tokens\": 2}", NULL, "stop", 3},
+    /* a stop string kept */
+    {false, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 30, \"temperature\": 0, \"stop\": [\"little\"], "
+            "\"include_stop_str_in_output\": true}", NULL, "stop", 0},
+    /* out of range: 400 naming the parameter */
+    {false, "{\"prompt\": \"Once\", \"min_p\": 1.5}", "min_p", NULL, 0},
+    {true, "{" CHAT_MSG ", \"presence_penalty\": -2.5}", "presence_penalty", NULL, 0},
+    {false, "{\"prompt\": \"Once\", \"frequency_penalty\": 3}", "frequency_penalty", NULL, 0},
+    {true, "{" CHAT_MSG ", \"repetition_penalty\": 0}", "repetition_penalty", NULL, 0},
+    {false, "{\"prompt\": \"Once\", \"logit_bias\": {\"300\": 101}}", "logit_bias", NULL, 0},
+    {true, "{" CHAT_MSG ", \"logit_bias\": {\"512\": 1}}", "logit_bias", NULL, 0},
+    {false, "{\"prompt\": \"Once\", \"max_tokens\": 4, \"min_tokens\": 5}", "min_tokens", NULL, 0},
+    {true, "{" CHAT_MSG ", \"stop_token_ids\": [-1]}", "stop_token_ids", NULL, 0},
+    {false, "{\"prompt\": \"Once\", \"include_stop_str_in_output\": 1}", "include_stop_str_in_output", NULL, 0},
+};
+enum { NPARAM = sizeof param_cases / sizeof param_cases[0] };
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* The client's results against curl's answers to the same bodies, one at a time. */
+static void check_param_cases(const cJSON *res)
+{
+    if (cJSON_GetArraySize(res) != NPARAM) fail_msg("the client gave %d results for %d bodies", cJSON_GetArraySize(res), NPARAM);
+    char *plain_once = NULL;
+    for (int i = 0; i < NPARAM; i++) {
+        const param_case *c = &param_cases[i];
+        const cJSON *x = cJSON_GetArrayItem(res, i);
+        char *out = cJSON_PrintUnformatted(x);
+        if (c->param) {
+            const cJSON *stv = cJSON_GetObjectItem(x, "status");
+            if (!cJSON_IsNumber(stv) || stv->valueint != 400 || strcmp(str_of(x, "param"), c->param))
+                fail_msg("%s: want a 400 naming %s, got %s", c->body, c->param, out);
+            free(out);
+            continue;
+        }
+        if (cJSON_GetObjectItem(x, "status")) fail_msg("%s: refused: %s", c->body, out);
+        const char *text = str_of(x, "text");
+        if (strcmp(text, str_of(x, "stream_text")) || strcmp(str_of(x, "finish"), str_of(x, "stream_finish")))
+            fail_msg("%s: streaming gave another answer: %s", c->body, out);
+        if (c->finish && strcmp(str_of(x, "finish"), c->finish)) fail_msg("%s: finish is not %s: %s", c->body, c->finish, out);
+        const cJSON *u = cJSON_GetObjectItem(cJSON_GetObjectItem(x, "usage"), "completion_tokens");
+        if (c->tokens && !(cJSON_IsNumber(u) && u->valueint == c->tokens))
+            fail_msg("%s: completion_tokens is not %d: %s", c->body, c->tokens, out);
+        /* alone, through curl: the same text (batch invariance through the server) */
+        char *resp;
+        int st = post(&srv, c->chat ? "/v1/chat/completions" : "/v1/completions", c->body, &resp);
+        if (st != 200) fail_msg("%s: curl got %d: %s", c->body, st, resp);
+        cJSON *j = cJSON_Parse(resp);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        const char *alone = c->chat ? str_of(cJSON_GetObjectItem(ch, "message"), "content") : str_of(ch, "text");
+        if (strcmp(alone, text)) fail_msg("%s: alone '%s', with the client's others '%s'", c->body, alone, text);
+        if (i == 9 && !(strlen(text) >= 6 && strcmp(text + strlen(text) - 6, "little") == 0))
+            fail_msg("include_stop_str_in_output: '%s' does not end with the stop string", text);
+        if (i == 0) { /* the penalties change the greedy text */
+            const char *plain = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"temperature\": 0}";
+            char *r2;
+            assert_int_equal(post(&srv, "/v1/completions", plain, &r2), 200);
+            plain_once = completion_text(r2, NULL, 0);
+            if (!strcmp(plain_once, text)) fail_msg("the penalties changed nothing: '%s'", text);
+            free(r2);
+        }
+        cJSON_Delete(j);
+        free(resp);
+        free(out);
+    }
+    printf("sampling parameters through the OpenAI client: %d bodies; greedy with penalties '%s', without '%s'\n",
+           NPARAM, str_of(cJSON_GetArrayItem(res, 0), "text"), plain_once ? plain_once : "");
+    free(plain_once);
+}
+
 static void test_openai_client(void **state)
 {
     (void)state;
@@ -549,9 +660,24 @@ static void test_openai_client(void **state)
         fail_msg("the OpenAI JavaScript client is not installed in %s/node_modules (scripts/setup.sh runs npm ci "
                  "there)", node_dir);
     snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", srv.port);
-    const char *argv[] = {"node", script, base, "stories260K", reqs, NULL};
+    char *params = tmp_path("params");
+    {
+        char *txt = NULL;
+        size_t n = 0;
+        FILE *m = open_memstream(&txt, &n);
+        fputc('[', m);
+        for (size_t i = 0; i < NPARAM; i++)
+            fprintf(m, "%s{\"chat\": %s, \"body\": %s}", i ? ", " : "", param_cases[i].chat ? "true" : "false",
+                    param_cases[i].body);
+        fputc(']', m);
+        fclose(m);
+        write_file(params, txt, n);
+        free(txt);
+    }
+    const char *argv[] = {"node", script, base, "stories260K", reqs, params, NULL};
     dcp_test_result r = dcp_test_spawn(argv);
     unlink(reqs);
+    unlink(params);
     if (r.code != 0) fail_msg("node openai_client.mjs: exit %d: %s %s", r.code, r.err, r.out);
     cJSON *j = cJSON_Parse(r.out);
     if (!j) fail_msg("node printed no JSON: %s", r.out);
@@ -573,8 +699,9 @@ static void test_openai_client(void **state)
         strcmp(cJSON_GetObjectItem(missing, "code")->valuestring, "model_not_found"))
         fail_msg("models.retrieve of a missing model: %s", r.out);
     if (!cJSON_IsObject(refused) || cJSON_GetObjectItem(refused, "status")->valueint != 400 ||
-        strcmp(cJSON_GetObjectItem(refused, "param")->valuestring, "logit_bias"))
-        fail_msg("logit_bias through the client: %s", r.out);
+        strcmp(cJSON_GetObjectItem(refused, "param")->valuestring, "n"))
+        fail_msg("n: 2 through the client: %s", r.out);
+    check_param_cases(cJSON_GetObjectItem(j, "params"));
     /* The chat text is the greedy continuation of the chatml rendering (the same as a completion of it). */
     char *resp, finish[32];
     const char *chatml = "{\"prompt\": \"<|im_start|>system\\nYou tell stories.<|im_end|>\\n<|im_start|>user\\nTell "
@@ -688,9 +815,7 @@ static void test_bad_requests(void **state)
 static const char *const refused_fields[][2] = {
     {"n", "2"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "true"},
     {"suffix", "\"the end\""}, {"logprobs", "0"}, {"logprobs", "true"}, {"logprobs", "5"}, {"top_logprobs", "2"},
-    {"prompt_logprobs", "1"}, {"min_p", "0.1"}, {"typical_p", "0.5"}, {"logit_bias", "{\"432\": -100}"},
-    {"presence_penalty", "0.5"}, {"frequency_penalty", "0.5"}, {"repetition_penalty", "1.2"}, {"min_tokens", "5"},
-    {"stop_token_ids", "[13]"}, {"include_stop_str_in_output", "true"}, {"skip_special_tokens", "false"},
+    {"prompt_logprobs", "1"}, {"typical_p", "0.5"}, {"skip_special_tokens", "false"},
     {"spaces_between_special_tokens", "false"}, {"truncate_prompt_tokens", "4"},
     {"response_format", "{\"type\": \"json_object\"}"}, {"grammar", "\"root ::= \\\"a\\\"\""},
     {"json_schema", "{\"type\": \"object\"}"}, {"guided_json", "{\"type\": \"object\"}"}, {"guided_regex", "\"a+\""},

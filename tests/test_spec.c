@@ -277,13 +277,26 @@ static void use_vocab(uint32_t n_vocab)
     echo_toks = folded_echo;
 }
 
+/* NULL, or the penalties, bias, min-p and min_tokens that make_request gives every request with
+ * an odd prompt offset (test_penalties_tp1). */
+static const dcp_sampler_config *g_params;
+
 static dcp_engine_request make_request(const req_spec *r, out *o)
 {
     dcp_engine_request q = DCP_ENGINE_REQUEST_DEFAULT;
     q.prompt = r->off >= ECHO ? &echo_toks[r->off - ECHO] : &ref_toks[r->off];
     q.n_prompt = r->len;
     q.max_tokens = r->max_tokens;
-    q.sampling = (dcp_sampler_config){r->temp, r->top_k, 1.0f, r->seed};
+    q.sampling = (dcp_sampler_config){.temperature = r->temp, .top_k = r->top_k, .top_p = 1.0f, .seed = r->seed, .repetition_penalty = 1.0f};
+    if (g_params && (r->off % 2 || r->off == 0)) {
+        q.sampling.presence_penalty = g_params->presence_penalty;
+        q.sampling.frequency_penalty = g_params->frequency_penalty;
+        q.sampling.repetition_penalty = g_params->repetition_penalty;
+        q.sampling.logit_bias = g_params->logit_bias;
+        q.sampling.n_logit_bias = g_params->n_logit_bias;
+        q.sampling.min_p = g_params->min_p;
+        q.sampling.min_tokens = g_params->min_tokens < r->max_tokens ? g_params->min_tokens : 0;
+    }
     q.decode_flags = DCP_DECODE_KEEP_LEADING_SPACE;
     if (r->stop) {
         q.stop = &r->stop;
@@ -404,6 +417,29 @@ static void test_ngram_tp1(void **state)
     sp.prompt_lookup_min = 1;
     exact_mix(&f, &sp, "TP 1 n-gram k 7, n 1..3", true);
     fx_close(&f);
+}
+
+/* Penalties, a bias, min-p and min_tokens (greedy ones then sample on the host): verification
+ * uses the penalised distribution of each row's own prefix, so n-gram speculation gives the
+ * tokens of decoding without it, and with a draft model too for the greedy ones; each request
+ * alone gives what it gives in the batch. */
+static void test_penalties_tp1(void **state)
+{
+    (void)state;
+    static const dcp_logit_bias bias[] = {{13, -100.0f}, {29, 2.0f}};
+    static const dcp_sampler_config pc = {.presence_penalty = 0.8f, .frequency_penalty = 0.4f,
+                                          .repetition_penalty = 1.3f, .logit_bias = bias, .n_logit_bias = 2,
+                                          .min_p = 0.05f, .min_tokens = 3};
+    g_params = &pc;
+    dcp_model_state_config sc = state_config(4);
+    fixture f;
+    fx_open(&f, 1, 1, &sc, 4);
+    dcp_spec_config sp = spec_ngram(4);
+    exact_mix(&f, &sp, "TP 1 n-gram k 4, penalties", true);
+    sp = spec_draft(&f, 3);
+    exact_mix(&f, &sp, "TP 1 draft model k 3, penalties", false);
+    fx_close(&f);
+    g_params = NULL;
 }
 
 static void test_draft_tp1(void **state)
@@ -766,7 +802,7 @@ static void test_distribution(void **state)
         r.prompt = prompt;
         r.n_prompt = np;
         r.max_tokens = 5;
-        r.sampling = (dcp_sampler_config){1.0f, TOPK, 1.0f, 0x9000 + s};
+        r.sampling = (dcp_sampler_config){.temperature = 1.0f, .top_k = TOPK, .top_p = 1.0f, .seed = 0x9000 + s, .repetition_penalty = 1.0f};
         r.user = &runs[s];
         uint64_t id;
         DCP_ASSERT_OK(dcp_engine_submit(e, &r, &id));
@@ -883,6 +919,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_ngram_tp1),
         cmocka_unit_test(test_draft_tp1),
+        cmocka_unit_test(test_penalties_tp1),
         cmocka_unit_test(test_stops),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_cancel),

@@ -239,6 +239,59 @@ static int parse_stop(const cJSON *j, serve_req *r, serve_error *err)
     return 0;
 }
 
+/* "stop_token_ids": a list of token ids (at most 64), into r->stop_tokens with room for one more
+ * (the chat template's end-of-turn). */
+static int parse_stop_token_ids(serve_hub *h, const cJSON *j, serve_req *r, serve_error *err)
+{
+    const cJSON *s = field(j, "stop_token_ids");
+    const uint32_t V = dcp_tokenizer_n_vocab(h->tok);
+    int n = 0;
+    if (s) {
+        if (!cJSON_IsArray(s)) return BAD("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+        n = cJSON_GetArraySize(s);
+        if (n > 64) return BAD("stop_token_ids", "'stop_token_ids' has %d ids; at most 64", n);
+    }
+    if (!(r->stop_tokens = malloc(((size_t)n + 1) * sizeof *r->stop_tokens))) return BAD("stop_token_ids", "out of memory");
+    int i = 0;
+    for (const cJSON *x = s ? s->child : NULL; x; x = x->next, i++) {
+        long long t;
+        if (get_int(x, 0, (double)V - 1, &t))
+            return BAD("stop_token_ids", "'stop_token_ids' element %d must be a token id in [0, %u)", i, V);
+        r->stop_tokens[i] = (int32_t)t;
+    }
+    r->er.stop_tokens = r->stop_tokens;
+    r->er.n_stop_tokens = (uint32_t)n;
+    return 0;
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100], ...} (at most 1024), into r->bias. */
+static int parse_logit_bias(serve_hub *h, const cJSON *j, serve_req *r, serve_error *err)
+{
+    const cJSON *b = field(j, "logit_bias");
+    if (!b) return 0;
+    if (!cJSON_IsObject(b))
+        return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to biases in [-100, 100]");
+    const int n = cJSON_GetArraySize(b);
+    if (n > 1024) return BAD("logit_bias", "'logit_bias' has %d entries; at most 1024", n);
+    if (n == 0) return 0;
+    if (!(r->bias = calloc((size_t)n, sizeof *r->bias))) return BAD("logit_bias", "out of memory");
+    const uint32_t V = dcp_tokenizer_n_vocab(h->tok);
+    int i = 0;
+    for (const cJSON *x = b->child; x; x = x->next, i++) {
+        const char *k = x->string ? x->string : "";
+        char *end = NULL;
+        long t = strtol(k, &end, 10);
+        if (!k[0] || *end || k[0] == '-' || k[0] == '+' || k[0] == ' ' || t < 0 || (unsigned long)t >= V)
+            return BAD("logit_bias", "'logit_bias' key '%.32s' is not a token id in [0, %u)", k, V);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= -100.0 && x->valuedouble <= 100.0))
+            return BAD("logit_bias", "'logit_bias' value for token %ld must be a number in [-100, 100]", t);
+        r->bias[i] = (dcp_logit_bias){(int32_t)t, (float)x->valuedouble};
+    }
+    r->er.sampling.logit_bias = r->bias;
+    r->er.sampling.n_logit_bias = (uint32_t)n;
+    return 0;
+}
+
 /* A seed from the kernel's random source (seed -1). */
 static uint64_t random_seed(void)
 {
@@ -266,6 +319,9 @@ static const struct {
     {"top_p", FOR_BOTH},       {"top_k", FOR_BOTH},             {"seed", FOR_BOTH},
     {"stream", FOR_BOTH},      {"stream_options", FOR_BOTH},    {"stop", FOR_BOTH},
     {"ignore_eos", FOR_BOTH},  {"user", FOR_BOTH} /* an end-user id: no effect on the output */,
+    {"min_p", FOR_BOTH},       {"logit_bias", FOR_BOTH},        {"presence_penalty", FOR_BOTH},
+    {"frequency_penalty", FOR_BOTH}, {"repetition_penalty", FOR_BOTH}, {"min_tokens", FOR_BOTH},
+    {"stop_token_ids", FOR_BOTH}, {"include_stop_str_in_output", FOR_BOTH},
 };
 
 /* The value of a refused field that asks for nothing (what this server does anyway). */
@@ -297,15 +353,7 @@ static const struct {
     {"logprobs", FOR_BOTH, NEUTRAL_FALSE, "log probabilities, which logprobs: 0 asks for too"},
     {"top_logprobs", FOR_BOTH, NEUTRAL_ZERO, "log probabilities"},
     {"prompt_logprobs", FOR_BOTH, NEUTRAL_NONE, "log probabilities"},
-    {"min_p", FOR_BOTH, NEUTRAL_ZERO, "min-p sampling"},
     {"typical_p", FOR_BOTH, NEUTRAL_ONE, "locally typical sampling"},
-    {"logit_bias", FOR_BOTH, NEUTRAL_EMPTY, "logit biases"},
-    {"presence_penalty", FOR_BOTH, NEUTRAL_ZERO, "repetition penalties"},
-    {"frequency_penalty", FOR_BOTH, NEUTRAL_ZERO, "repetition penalties"},
-    {"repetition_penalty", FOR_BOTH, NEUTRAL_ONE, "repetition penalties"},
-    {"min_tokens", FOR_BOTH, NEUTRAL_ZERO, "a least number of tokens"},
-    {"stop_token_ids", FOR_BOTH, NEUTRAL_EMPTY, "stop token ids"},
-    {"include_stop_str_in_output", FOR_BOTH, NEUTRAL_FALSE, "keeping the stop string"},
     {"skip_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"spaces_between_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"truncate_prompt_tokens", FOR_BOTH, NEUTRAL_NONE, "prompt truncation"},
@@ -374,9 +422,13 @@ static int check_fields(const cJSON *j, serve_kind kind, serve_error *err)
             return BAD(name, "unknown field '%.64s' for %s (this server reads: %s)", name,
                        kind == SERVE_CHAT ? "/v1/chat/completions" : "/v1/completions",
                        kind == SERVE_CHAT ? "model, messages, max_tokens, max_completion_tokens, temperature, top_p, "
-                                            "top_k, seed, stream, stream_options, stop, ignore_eos, user"
-                                          : "model, prompt, max_tokens, temperature, top_p, top_k, seed, stream, "
-                                            "stream_options, stop, ignore_eos, user");
+                                            "top_k, min_p, seed, logit_bias, presence_penalty, frequency_penalty, "
+                                            "repetition_penalty, min_tokens, stream, stream_options, stop, "
+                                            "stop_token_ids, include_stop_str_in_output, ignore_eos, user"
+                                          : "model, prompt, max_tokens, temperature, top_p, top_k, min_p, seed, "
+                                            "logit_bias, presence_penalty, frequency_penalty, repetition_penalty, "
+                                            "min_tokens, stream, stream_options, stop, stop_token_ids, "
+                                            "include_stop_str_in_output, ignore_eos, user");
     }
     return 0;
 }
@@ -483,7 +535,10 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         r->include_usage = u && cJSON_IsTrue(u);
     }
     dcp_engine_request er = DCP_ENGINE_REQUEST_DEFAULT;
-    er.sampling = (dcp_sampler_config){o->run.temp, o->run.top_k, o->run.top_p, o->run.seed + r->number};
+    er.sampling.temperature = o->run.temp;
+    er.sampling.top_k = o->run.top_k;
+    er.sampling.top_p = o->run.top_p;
+    er.sampling.seed = o->run.seed + r->number;
     long long k;
     if ((v = field(j, "temperature"))) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0 && v->valuedouble <= 100.0)) {
@@ -520,6 +575,40 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         }
         er.ignore_eos = cJSON_IsTrue(v);
     }
+    /* vLLM's ranges (and OpenAI's for the presence and frequency penalties). */
+    static const struct {
+        const char *name;
+        double lo, hi;
+        bool lo_open;
+        const char *range;
+    } nums[] = {{"min_p", 0.0, 1.0, false, "[0, 1]"},
+                {"presence_penalty", -2.0, 2.0, false, "[-2, 2]"},
+                {"frequency_penalty", -2.0, 2.0, false, "[-2, 2]"},
+                {"repetition_penalty", 0.0, 1e30, true, "> 0 (1: none)"}};
+    float *dst[] = {&er.sampling.min_p, &er.sampling.presence_penalty, &er.sampling.frequency_penalty,
+                    &er.sampling.repetition_penalty};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        if (!(v = field(j, nums[i].name))) continue;
+        const double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!(d >= nums[i].lo && d <= nums[i].hi) || (nums[i].lo_open && d == nums[i].lo)) {
+            BAD(nums[i].name, "'%s' must be a number %s%s", nums[i].name, nums[i].range[0] == '[' ? "in " : "",
+                nums[i].range);
+            goto done;
+        }
+        *dst[i] = (float)d;
+    }
+    long long min_tokens = 0;
+    if ((v = field(j, "min_tokens")) && get_int(v, 0, 1e12, &min_tokens)) {
+        BAD("min_tokens", "'min_tokens' must be an integer >= 0");
+        goto done;
+    }
+    if ((v = field(j, "include_stop_str_in_output"))) {
+        if (!cJSON_IsBool(v)) {
+            BAD("include_stop_str_in_output", "'include_stop_str_in_output' must be true or false");
+            goto done;
+        }
+        er.include_stop_str_in_output = cJSON_IsTrue(v);
+    }
     const char *mt_name = "max_tokens";
     v = field(j, "max_tokens");
     if (!v && kind == SERVE_CHAT && (v = field(j, "max_completion_tokens"))) mt_name = "max_completion_tokens";
@@ -534,7 +623,7 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         goto done;
     }
     r->er = er;
-    if (parse_stop(j, r, err)) goto done;
+    if (parse_stop(j, r, err) || parse_stop_token_ids(h, j, r, err) || parse_logit_bias(h, j, r, err)) goto done;
     if ((kind == SERVE_CHAT ? chat_prompt(h, j, r, err) : completion_prompt(h, j, r, err))) goto done;
     if (r->n_prompt == 0) { /* an empty text without BOS */
         int32_t bos = dcp_tokenizer_bos(h->tok);
@@ -568,11 +657,12 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
     r->er.prompt = r->prompt;
     r->er.n_prompt = r->n_prompt;
     r->er.max_tokens = (uint32_t)max_tokens;
-    if (kind == SERVE_CHAT && h->chat_eot >= 0) {
-        r->stop_tokens[0] = h->chat_eot;
-        r->er.stop_tokens = r->stop_tokens;
-        r->er.n_stop_tokens = 1;
+    if (min_tokens > max_tokens) {
+        BAD("min_tokens", "'min_tokens' is %lld; it must not exceed %s (%lld)", min_tokens, mt_name, max_tokens);
+        goto done;
     }
+    r->er.sampling.min_tokens = (uint32_t)min_tokens;
+    if (kind == SERVE_CHAT && h->chat_eot >= 0) r->stop_tokens[r->er.n_stop_tokens++] = h->chat_eot;
     /* The text continues the prompt: keep the first piece's leading space unless the prompt is BOS. */
     const int32_t bos = dcp_tokenizer_bos(h->tok);
     r->er.decode_flags = (r->n_prompt > 1 || r->prompt[0] != bos) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;

@@ -105,6 +105,8 @@ void serve_req_unref(serve_req *r)
     free(r->prompt);
     for (uint32_t i = 0; r->stops && i < r->er.n_stop; i++) free(r->stops[i]);
     free(r->stops);
+    free(r->stop_tokens);
+    free(r->bias);
     free(r->text);
     free(r);
 }

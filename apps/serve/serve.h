@@ -97,9 +97,10 @@ typedef struct serve_req {
     long long created;           /* Unix seconds */
     int32_t *prompt;             /* [n_prompt] */
     uint32_t n_prompt;
-    dcp_engine_request er;       /* points into prompt, stops, stop_tokens */
+    dcp_engine_request er;       /* points into prompt, stops, stop_tokens, bias */
     char **stops;                /* [n_stop] */
-    int32_t stop_tokens[2];
+    int32_t *stop_tokens;        /* [er.n_stop_tokens] stop_token_ids, then the chat end-of-turn */
+    dcp_logit_bias *bias;        /* [er.sampling.n_logit_bias] */
     /* shared, under the hub's mutex */
     void *conn;                  /* the MHD connection answering it (serve/http.c) */
     bool suspended;              /* that connection waits for a change of this request: the hub's

@@ -153,15 +153,24 @@ typedef struct dcp_engine_request {
     const int32_t *prompt;         /* [n_prompt] token ids (BOS included if wanted) */
     uint32_t n_prompt;             /* >= 1 */
     uint32_t max_tokens;           /* tokens to generate at most (default 16); 0: finishes at once */
-    dcp_sampler_config sampling;   /* temperature, top-k, top-p, seed (default greedy) */
+    dcp_sampler_config sampling;   /* temperature, top-k, top-p, min-p, seed, biases, penalties
+                                    * (default greedy). The penalties see the prompt and the tokens
+                                    * generated. sampling.min_tokens (<= max_tokens): EOS (unless
+                                    * ignore_eos) and the stop tokens cannot be generated before
+                                    * that many tokens are; the engine adds them to
+                                    * sampling.min_tokens_ids itself */
     bool ignore_eos;               /* true: EOS does not stop generation (default false) */
     const int32_t *stop_tokens;    /* [n_stop_tokens] more ids that stop generation like EOS (a
-                                    * chat template's end-of-turn); their text is not shown */
+                                    * chat template's end-of-turn, a request's stop_token_ids); their
+                                    * text is not shown */
     uint32_t n_stop_tokens;
     const char *const *stop;       /* [n_stop] stop strings (UTF-8, non-empty): the text ends before
                                     * the first place where one of them appears; text that could
                                     * still become one is held back until it cannot */
     uint32_t n_stop;
+    bool include_stop_str_in_output; /* true: the text ends after the stop string instead, and a stop
+                                    * token's (or EOS's) text is shown (empty for special tokens
+                                    * unless DCP_DECODE_SPECIAL); default false */
     unsigned decode_flags;         /* DCP_DECODE_* for the text pieces (default 0) */
     void *user;                    /* handed back in the request's events (default NULL) */
 } dcp_engine_request;
@@ -169,11 +178,12 @@ typedef struct dcp_engine_request {
 #define DCP_ENGINE_REQUEST_DEFAULT {.prompt = NULL, .n_prompt = 0, .max_tokens = 16, \
                                     .sampling = DCP_SAMPLER_CONFIG_DEFAULT, .ignore_eos = false, \
                                     .stop_tokens = NULL, .n_stop_tokens = 0, .stop = NULL, .n_stop = 0, \
-                                    .decode_flags = 0, .user = NULL}
+                                    .include_stop_str_in_output = false, .decode_flags = 0, .user = NULL}
 
 /* Queues a request; *id receives its id (> 0, unique for the engine's life). Errors, with nothing
  * queued: DCP_ERR_INVALID_ARGUMENT (no prompt, a token outside the vocabulary, bad sampling
- * values, an empty stop string, n_prompt + max_tokens beyond the context n_ctx),
+ * values, a stop token outside the vocabulary, min_tokens > max_tokens, an empty stop string,
+ * n_prompt + max_tokens beyond the context n_ctx),
  * DCP_ERR_OUT_OF_PAGES (the sequence would not fit in the whole pool even alone),
  * DCP_ERR_OUT_OF_MEMORY. Each message names the value and the limit. */
 DCP_API dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_t *id);

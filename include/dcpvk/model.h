@@ -367,25 +367,65 @@ DCP_API const char *dcp_model_state_describe_exchange(const dcp_model_state *s, 
 /* Sampling runs on the host over the downloaded logits: it needs a sort (top-k / top-p) of one
  * row per step, which is a few dozen microseconds on the CPU for vocabularies of 10^5 while the
  * logits download is one small copy; greedy decoding uses the device argmax and downloads
- * nothing but the id. */
+ * nothing but the id (unless a bias, a penalty or min_tokens changes the logits first).
+ *
+ * The order is vLLM's: on the logits (f32) the min_tokens mask, then logit_bias, then the
+ * repetition, frequency and presence penalties; then the temperature; then top-k, top-p and min-p
+ * (the order of vLLM's V0 sampler); greedy takes the argmax of the changed logits. */
+typedef struct dcp_logit_bias {
+    int32_t token;      /* a token id of the vocabulary */
+    float bias;         /* added to its logit, in [-100, 100]; -100 bans it (its logit becomes -inf) */
+} dcp_logit_bias;
+
 typedef struct dcp_sampler_config {
     float temperature;  /* 0 (default): greedy argmax; > 0: softmax(logits / temperature) */
     uint32_t top_k;     /* keep the k most likely tokens; 0 (default): all */
     float top_p;        /* keep the smallest set with probability >= top_p; 1 (default): all */
     uint64_t seed;      /* random stream seed (default 0); same seed and config: same choices */
+    float min_p;        /* after top-k and top-p, keep the tokens with p >= min_p * (the largest p);
+                         * in [0, 1]; 0 (default): all */
+    float presence_penalty;   /* subtracted from the logit of every token generated at least once;
+                               * in [-2, 2]; 0 (default): none (OpenAI's and vLLM's definition) */
+    float frequency_penalty;  /* times the number of times a token was generated, subtracted from its
+                               * logit; in [-2, 2]; 0 (default): none */
+    float repetition_penalty; /* vLLM's (and the CTRL paper's): the logit l of every token of the
+                               * prompt or the output becomes l / r when l > 0 and l * r otherwise;
+                               * > 0; 1 (default): none, and 0 counts as 1 (a zeroed struct is the
+                               * default) */
+    const dcp_logit_bias *logit_bias; /* [n_logit_bias] (copied at create; default NULL); a token
+                               * given twice: the biases add */
+    uint32_t n_logit_bias;
+    uint32_t min_tokens;      /* the tokens min_tokens_ids get logit -inf while fewer than min_tokens
+                               * tokens were generated (dcp_sampler_accept); 0 (default): never */
+    const int32_t *min_tokens_ids; /* [n_min_tokens_ids] (copied at create; the engine passes EOS and
+                               * the request's stop tokens) */
+    uint32_t n_min_tokens_ids;
 } dcp_sampler_config;
 
-#define DCP_SAMPLER_CONFIG_DEFAULT {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}
+#define DCP_SAMPLER_CONFIG_DEFAULT {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0, .min_p = 0.0f, \
+                                    .presence_penalty = 0.0f, .frequency_penalty = 0.0f, \
+                                    .repetition_penalty = 1.0f, .logit_bias = NULL, .n_logit_bias = 0, \
+                                    .min_tokens = 0, .min_tokens_ids = NULL, .n_min_tokens_ids = 0}
 
 typedef struct dcp_sampler dcp_sampler;
 
-/* DCP_ERR_INVALID_ARGUMENT for temperature < 0, top_p outside (0, 1]. Destroy with
- * dcp_sampler_destroy. */
+/* DCP_ERR_INVALID_ARGUMENT naming the field for temperature < 0, top_p outside (0, 1], min_p
+ * outside [0, 1], a presence or frequency penalty outside [-2, 2], a repetition penalty < 0, a bias
+ * outside [-100, 100] or a bias or min_tokens id outside the vocabulary. Destroy with
+ * dcp_sampler_destroy. Not thread-safe (one sampler per sequence). */
 DCP_API dcp_status dcp_sampler_create(const dcp_sampler_config *config, uint32_t n_vocab, dcp_sampler **out);
 DCP_API void dcp_sampler_destroy(dcp_sampler *s);
-/* True when the sampler is greedy (the caller may use the device argmax instead of logits). */
+/* True when the sampler's choice is the argmax of the logits as they are (the caller may use the
+ * device argmax instead of the logits): greedy (temperature 0 or top-k 1) with no bias, no penalty
+ * and no min_tokens. */
 DCP_API bool dcp_sampler_is_greedy(const dcp_sampler *s);
-/* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream. */
+/* Records tokens [n] of the sequence for the penalties and min_tokens: the prompt's (generated
+ * false: only the repetition penalty looks at them) or generated ones, in order. Call it with the
+ * prompt once, and with every generated token after it is chosen (by this sampler or not). Ids
+ * outside the vocabulary are ignored. Does not touch the random stream. */
+DCP_API void dcp_sampler_accept(dcp_sampler *s, const int32_t *tokens, uint32_t n, bool generated);
+/* Chooses a token from logits [n_vocab] f32 (NaN counts as -inf); advances the random stream
+ * (one draw, unless greedy). Does not record the token (dcp_sampler_accept). */
 DCP_API int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits);
 
 #ifdef __cplusplus

@@ -241,7 +241,28 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **
             if (q->stop_len[i] > q->stop_max) q->stop_max = q->stop_len[i];
         }
     }
-    DCP_TRY(dcp_sampler_create(&r->sampling, e->n_vocab, &q->smp));
+    q->include_stop = r->include_stop_str_in_output;
+    { /* min_tokens masks the request's own ids, EOS (unless ignored) and the stop tokens */
+        dcp_sampler_config sc = r->sampling;
+        int32_t *ids = NULL;
+        uint32_t n = 0;
+        if (sc.min_tokens > 0) {
+            ids = malloc(((size_t)sc.n_min_tokens_ids + r->n_stop_tokens + 1) * sizeof *ids);
+            if (!ids) {
+                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+                goto fail;
+            }
+            for (uint32_t i = 0; i < sc.n_min_tokens_ids; i++) ids[n++] = sc.min_tokens_ids[i];
+            if (!r->ignore_eos && e->eos >= 0 && (uint32_t)e->eos < e->n_vocab) ids[n++] = e->eos;
+            for (uint32_t i = 0; i < r->n_stop_tokens; i++) ids[n++] = r->stop_tokens[i];
+        }
+        sc.min_tokens_ids = ids;
+        sc.n_min_tokens_ids = n;
+        st = dcp_sampler_create(&sc, e->n_vocab, &q->smp);
+        free(ids);
+        if (st != DCP_OK) goto fail;
+    }
+    dcp_sampler_accept(q->smp, q->toks, q->n_prompt, false);
     q->greedy = dcp_sampler_is_greedy(q->smp);
     q->seed = r->sampling.seed;
     DCP_TRY(dcp_detokenizer_create(e->tok, r->decode_flags, &q->detok));
@@ -262,6 +283,13 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
         if (r->prompt[i] < 0 || (uint32_t)r->prompt[i] >= e->n_vocab)
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt token %u is %d, outside the vocabulary of %u", i,
                             r->prompt[i], e->n_vocab);
+    for (uint32_t i = 0; i < r->n_stop_tokens; i++)
+        if (r->stop_tokens[i] < 0 || (uint32_t)r->stop_tokens[i] >= e->n_vocab)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: stop token %u is %d, outside the vocabulary of %u", i,
+                            r->stop_tokens[i], e->n_vocab);
+    if (r->sampling.min_tokens > r->max_tokens)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: min_tokens %u exceeds max_tokens %u", r->sampling.min_tokens,
+                        r->max_tokens);
     for (uint32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
             return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: stop string %u is empty", i);

@@ -25,6 +25,7 @@ typedef struct eng_seq {
     bool admitted;               /* admitted once (cached is set) */
     int32_t slot;                /* the state's sequence slot, -1 while waiting */
     bool ignore_eos;
+    bool include_stop;           /* include_stop_str_in_output */
     int32_t *stop_tokens;        /* [n_stop_tokens] */
     uint32_t n_stop_tokens;
     char **stop;                 /* [n_stop] NUL-terminated copies */
@@ -127,8 +128,9 @@ void eng_drop_polled(dcp_engine *e);
 dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended);
 
 /* sampler.c */
-/* The distribution sampler s draws from for logits [n_vocab] (temperature, top-k, top-p; greedy:
- * all on the argmax), dense into p [n_vocab], summing to 1. Does not advance the stream. */
+/* The distribution sampler s draws from for logits [n_vocab] (the mask, biases and penalties of
+ * its history, then temperature, top-k, top-p, min-p; greedy: all on the argmax of the changed
+ * logits), dense into p [n_vocab], summing to 1. Does not advance the stream. */
 void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p);
 /* Index of the token that a uniform u in [0, 1) picks from the weights w [n] (summing to sum > 0)
  * by their cumulative sums. */

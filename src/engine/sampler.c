@@ -1,8 +1,10 @@
-/* Host sampler: greedy, temperature, top-k, top-p over one row of logits, with a seeded
+/* Host sampler: the logits changed by the min_tokens mask, biases and penalties, then greedy or
+ * temperature, top-k, top-p and min-p over one row, with a seeded
  * SplitMix64 stream (same seed and config: same choices). See include/dcpvk/model.h for why it
  * runs on the host. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "common/splitmix.h"
@@ -10,11 +12,20 @@
 #include "engine/engine_internal.h"
 
 struct dcp_sampler {
-    dcp_sampler_config cfg;
+    dcp_sampler_config cfg;      /* logit_bias and min_tokens_ids point at the copies below */
     uint32_t n_vocab;
     uint64_t state;
     struct cand { float v; uint32_t id; } *idx; /* [n_vocab] candidates (logit, id) */
     double *p;       /* [n_vocab] probabilities of the sorted candidates */
+    bool argmax_mode;            /* temperature 0 or top-k 1: the argmax of the (changed) logits */
+    bool changes;                /* a bias, a penalty or min_tokens changes the logits */
+    bool penalties;              /* a presence, frequency or repetition penalty is set */
+    float *work;                 /* [n_vocab] the changed logits (when changes) */
+    uint32_t *count;             /* [n_vocab] times each token was generated (penalties) */
+    uint8_t *in_prompt;          /* [n_vocab] 1 for the prompt's tokens (penalties) */
+    uint32_t generated;          /* tokens accepted as generated */
+    dcp_logit_bias *bias;        /* [cfg.n_logit_bias] */
+    int32_t *min_ids;            /* [cfg.n_min_tokens_ids] */
 };
 
 dcp_status dcp_sampler_create(const dcp_sampler_config *c, uint32_t n_vocab, dcp_sampler **out)
@@ -24,15 +35,55 @@ dcp_status dcp_sampler_create(const dcp_sampler_config *c, uint32_t n_vocab, dcp
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: temperature %g must be finite and >= 0", c->temperature);
     if (!(c->top_p > 0.0f && c->top_p <= 1.0f))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: top-p %g must be in (0, 1]", c->top_p);
+    if (!(c->min_p >= 0.0f && c->min_p <= 1.0f))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: min-p %g must be in [0, 1]", c->min_p);
+    if (!(c->presence_penalty >= -2.0f && c->presence_penalty <= 2.0f))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: presence penalty %g must be in [-2, 2]", c->presence_penalty);
+    if (!(c->frequency_penalty >= -2.0f && c->frequency_penalty <= 2.0f))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: frequency penalty %g must be in [-2, 2]",
+                        c->frequency_penalty);
+    if (!(c->repetition_penalty >= 0.0f) || isinf(c->repetition_penalty))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: repetition penalty %g must be finite and > 0",
+                        c->repetition_penalty);
     if (n_vocab == 0) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: empty vocabulary");
+    for (uint32_t i = 0; i < c->n_logit_bias; i++) {
+        const dcp_logit_bias *b = &c->logit_bias[i];
+        if (b->token < 0 || (uint32_t)b->token >= n_vocab)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: logit bias %u is for token %d, outside the vocabulary of %u",
+                            i, b->token, n_vocab);
+        if (!(b->bias >= -100.0f && b->bias <= 100.0f))
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: logit bias %u (token %d) is %g; it must be in [-100, 100]",
+                            i, b->token, b->bias);
+    }
+    for (uint32_t i = 0; i < c->n_min_tokens_ids; i++)
+        if (c->min_tokens_ids[i] < 0 || (uint32_t)c->min_tokens_ids[i] >= n_vocab)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: min_tokens id %u is %d, outside the vocabulary of %u", i,
+                            c->min_tokens_ids[i], n_vocab);
     dcp_sampler *s = calloc(1, sizeof *s);
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     s->cfg = *c;
+    if (s->cfg.repetition_penalty == 0.0f) s->cfg.repetition_penalty = 1.0f;
     s->n_vocab = n_vocab;
     s->state = c->seed;
+    s->argmax_mode = c->temperature == 0.0f || c->top_k == 1;
+    s->penalties = s->cfg.presence_penalty != 0.0f || s->cfg.frequency_penalty != 0.0f || s->cfg.repetition_penalty != 1.0f;
+    s->changes = s->penalties || c->n_logit_bias > 0 || (c->min_tokens > 0 && c->n_min_tokens_ids > 0);
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
     s->p = malloc((size_t)n_vocab * sizeof *s->p);
-    if (!s->idx || !s->p) {
+    bool ok = s->idx && s->p;
+    if (s->changes) ok &= (s->work = malloc((size_t)n_vocab * sizeof *s->work)) != NULL;
+    if (s->penalties) {
+        ok &= (s->count = calloc(n_vocab, sizeof *s->count)) != NULL;
+        ok &= (s->in_prompt = calloc(n_vocab, sizeof *s->in_prompt)) != NULL;
+    }
+    if (c->n_logit_bias && (s->bias = malloc(c->n_logit_bias * sizeof *s->bias)))
+        memcpy(s->bias, c->logit_bias, c->n_logit_bias * sizeof *s->bias);
+    if (c->n_min_tokens_ids && (s->min_ids = malloc(c->n_min_tokens_ids * sizeof *s->min_ids)))
+        memcpy(s->min_ids, c->min_tokens_ids, c->n_min_tokens_ids * sizeof *s->min_ids);
+    ok &= (!c->n_logit_bias || s->bias) && (!c->n_min_tokens_ids || s->min_ids);
+    s->cfg.logit_bias = s->bias;
+    s->cfg.min_tokens_ids = s->min_ids;
+    if (!ok) {
         dcp_sampler_destroy(s);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -45,12 +96,58 @@ void dcp_sampler_destroy(dcp_sampler *s)
     if (!s) return;
     free(s->idx);
     free(s->p);
+    free(s->work);
+    free(s->count);
+    free(s->in_prompt);
+    free(s->bias);
+    free(s->min_ids);
     free(s);
 }
 
-bool dcp_sampler_is_greedy(const dcp_sampler *s) { return s->cfg.temperature == 0.0f || s->cfg.top_k == 1; }
+bool dcp_sampler_is_greedy(const dcp_sampler *s) { return s->argmax_mode && !s->changes; }
+
+void dcp_sampler_accept(dcp_sampler *s, const int32_t *tokens, uint32_t n, bool generated)
+{
+    if (generated) s->generated += n;
+    if (!s->penalties) return;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->n_vocab) continue;
+        if (generated) s->count[tokens[i]]++;
+        else s->in_prompt[tokens[i]] = 1;
+    }
+}
 
 static float key(const float *l, uint32_t i) { return isnan(l[i]) ? -INFINITY : l[i]; }
+
+/* The logits the sampler chooses from: logits itself when nothing changes them, else s->work
+ * (vLLM's order: the min_tokens mask, the biases, then the repetition, frequency and presence
+ * penalties, all in f32). */
+static const float *changed(dcp_sampler *s, const float *logits)
+{
+    if (!s->changes) return logits;
+    float *w = s->work;
+    const dcp_sampler_config *c = &s->cfg;
+    for (uint32_t i = 0; i < s->n_vocab; i++) w[i] = key(logits, i);
+    if (s->generated < c->min_tokens)
+        for (uint32_t i = 0; i < c->n_min_tokens_ids; i++) w[c->min_tokens_ids[i]] = -INFINITY;
+    for (uint32_t i = 0; i < c->n_logit_bias; i++) {
+        const dcp_logit_bias *b = &c->logit_bias[i];
+        w[b->token] = b->bias <= -100.0f ? -INFINITY : w[b->token] + b->bias;
+    }
+    if (s->penalties) {
+        const float r = c->repetition_penalty, fp = c->frequency_penalty, pp = c->presence_penalty;
+        for (uint32_t i = 0; i < s->n_vocab; i++) {
+            const uint32_t n = s->count[i];
+            if (!n && !s->in_prompt[i]) continue;
+            float l = w[i];
+            if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
+            l -= fp * (float)n;
+            if (n) l -= pp;
+            w[i] = l;
+        }
+    }
+    return w;
+}
 
 /* Descending by logit, ascending id on ties (a total order: the result does not depend on qsort). */
 static int cmp_desc(const void *a, const void *b)
@@ -61,7 +158,7 @@ static int cmp_desc(const void *a, const void *b)
 }
 
 /* The kept candidates of logits in s->idx [0, *keep) (most likely first) with their weights in
- * s->p (exp((logit - max) / temperature), summing to *sum), after top-k and top-p. Returns false
+ * s->p (exp((logit - max) / temperature), summing to *sum), after top-k, top-p and min-p. Returns false
  * when nothing is finite (every logit -inf or NaN): then s->idx[0] is the pick. Not greedy. */
 static bool candidates(dcp_sampler *s, const float *logits, uint32_t *keep_out, double *sum_out)
 {
@@ -104,6 +201,18 @@ static bool candidates(dcp_sampler *s, const float *logits, uint32_t *keep_out, 
         sum = 0.0;
         for (uint32_t i = 0; i < keep; i++) sum += s->p[i];
     }
+    if (s->cfg.min_p > 0.0f) {
+        /* p_i / p_max = s->p[i] / s->p[0] and s->p[0] = 1 (the largest logit): the cut does not
+         * depend on the renormalisation of top-k and top-p. */
+        const double mp = s->cfg.min_p;
+        uint32_t cut = 1;
+        while (cut < keep && s->p[cut] >= mp) cut++;
+        if (cut < keep) {
+            keep = cut;
+            sum = 0.0;
+            for (uint32_t i = 0; i < keep; i++) sum += s->p[i];
+        }
+    }
     *keep_out = keep;
     *sum_out = sum;
     return true;
@@ -119,10 +228,11 @@ static uint32_t argmax(const dcp_sampler *s, const float *logits)
 
 int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
 {
-    if (dcp_sampler_is_greedy(s)) return (int32_t)argmax(s, logits);
+    const float *l = changed(s, logits);
+    if (s->argmax_mode) return (int32_t)argmax(s, l);
     uint32_t keep;
     double sum;
-    if (!candidates(s, logits, &keep, &sum)) return (int32_t)s->idx[0].id;
+    if (!candidates(s, l, &keep, &sum)) return (int32_t)s->idx[0].id;
     double u = (double)(dcp_splitmix64_next(&s->state) >> 11) * (1.0 / 9007199254740992.0) * sum;
     double acc = 0.0;
     for (uint32_t i = 0; i < keep; i++) {
@@ -135,11 +245,12 @@ int32_t dcp_sampler_sample(dcp_sampler *s, const float *logits)
 void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p)
 {
     for (uint32_t i = 0; i < s->n_vocab; i++) p[i] = 0.0;
+    const float *l = changed(s, logits);
     uint32_t keep;
     double sum;
-    if (dcp_sampler_is_greedy(s)) {
-        p[argmax(s, logits)] = 1.0;
-    } else if (!candidates(s, logits, &keep, &sum)) {
+    if (s->argmax_mode) {
+        p[argmax(s, l)] = 1.0;
+    } else if (!candidates(s, l, &keep, &sum)) {
         p[s->idx[0].id] = 1.0;
     } else {
         for (uint32_t i = 0; i < keep; i++) p[s->idx[i].id] = s->p[i] / sum;

@@ -324,6 +324,7 @@ dcp_status dcp_engine_step(dcp_engine *e)
         const float *row = e->logits + (size_t)k * e->n_vocab;
         const int32_t tok = q->greedy ? e->next[k] : q->spec_strict ? eng_spec_sample(e, q, row) : dcp_sampler_sample(q->smp, row);
         k++;
+        dcp_sampler_accept(q->smp, &tok, 1, true);
         bool ended;
         dcp_status ts = eng_text_token(e, q, tok, &ended);
         if (ts != DCP_OK && first == DCP_OK) first = ts;

@@ -379,6 +379,7 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
                 const int32_t dj = q->draft[j];
                 if (spec_uniform(q->seed, pos, U_ACCEPT) * qp[dj] < p[dj]) {
                     out[j] = dj;
+                    dcp_sampler_accept(q->smp, &dj, 1, true); /* row j + 1's penalties see it */
                     a++;
                     continue;
                 }
@@ -393,9 +394,11 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
                 t = eng_pick(p, V, sum_of(p, V), spec_uniform(q->seed, pos, U_TOKEN));
             }
             out[j] = t;
+            dcp_sampler_accept(q->smp, &t, 1, true);
             break;
         }
         out[j] = t;
+        dcp_sampler_accept(q->smp, &t, 1, true); /* before row j + 1's distribution */
         if (j == d || t != q->draft[j]) break;
         a++;
     }

@@ -5,7 +5,10 @@
  * Why nothing released can be part of a match: after each token the longest suffix of the held
  * text that is a proper prefix of some stop string stays held; any later match therefore starts
  * inside the held text. A stop string is whole UTF-8 and so is the held text, so the held suffix
- * starts on a character boundary and every release is whole characters. */
+ * starts on a character boundary and every release is whole characters.
+ *
+ * include_stop_str_in_output (vLLM's): the text ends after the stop string instead of before it,
+ * and a stop token's own text (empty for special tokens) is kept. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,20 +30,23 @@ static dcp_status held_append(eng_seq *q, const char *p, size_t n)
     return DCP_OK;
 }
 
-/* Where the first stop string starts in the held text (SIZE_MAX: none). */
+/* Where the output ends at the first stop string of the held text: where it starts, or (with
+ * include_stop_str_in_output) where it ends; SIZE_MAX: none. Of two starting at one place, the
+ * first listed. */
 static size_t stop_match(const eng_seq *q)
 {
-    size_t best = SIZE_MAX;
+    size_t best = SIZE_MAX, best_len = 0;
     for (uint32_t i = 0; i < q->n_stop; i++) {
         const size_t L = q->stop_len[i];
         if (L > q->held_len) continue;
         for (size_t p = 0; p + L <= q->held_len && p < best; p++)
             if (memcmp(q->held + p, q->stop[i], L) == 0) {
                 best = p;
+                best_len = L;
                 break;
             }
     }
-    return best;
+    return best != SIZE_MAX && q->include_stop ? best + best_len : best;
 }
 
 /* Bytes at the end of the held text that are a proper prefix of some stop string. */
@@ -89,10 +95,19 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
     e->stats.generated_tokens++;
     bool stop_token = !q->ignore_eos && token == e->eos;
     for (uint32_t i = 0; i < q->n_stop_tokens; i++) stop_token |= token == q->stop_tokens[i];
-    if (stop_token) return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
     const char *piece;
     size_t len;
-    dcp_status st = dcp_detokenizer_push(q->detok, token, &piece, &len);
+    dcp_status st = DCP_OK;
+    if (stop_token && !q->include_stop) return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
+    st = dcp_detokenizer_push(q->detok, token, &piece, &len);
+    if (stop_token) { /* include_stop_str_in_output: its text too (special tokens' is empty) */
+        if (st == DCP_OK) st = held_append(q, piece, len);
+        if (st != DCP_OK) {
+            eng_finish(e, q, DCP_ENGINE_FINISH_ERROR, token, NULL, 0, st, dcp_last_error());
+            return st;
+        }
+        return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
+    }
     if (st == DCP_OK) st = held_append(q, piece, len);
     if (st != DCP_OK) {
         eng_finish(e, q, DCP_ENGINE_FINISH_ERROR, token, NULL, 0, st, dcp_last_error());
