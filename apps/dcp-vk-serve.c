@@ -89,6 +89,7 @@ static int build_state(serve_app *a)
     dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
+    sc.kv_offload_bytes = a->mpi ? 0 : a->o.kv_offload_bytes; /* with prefix caching: refused under MPI */
     if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
     /* The draft model to come (--speculative-config): counted beside the state before anything of
      * either is allocated. */
@@ -146,6 +147,11 @@ static int serve(serve_app *a)
                         "to attach the same cached blocks); run without it\n", a->prog);
         return quit(a, DCP_EXIT_RUNTIME);
     }
+    if (a->mpi && a->o.kv_offload_bytes) {
+        fprintf(stderr, "%s: --kv-offloading-size: not supported under mpiexec (it offloads the prefix cache's "
+                        "blocks, and prefix caching is off there); run without it\n", a->prog);
+        return quit(a, DCP_EXIT_RUNTIME);
+    }
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
@@ -193,6 +199,12 @@ static int serve(serve_app *a)
         fprintf(stderr, "%s: prefix caching: %s\n", a->prog,
                 ec.enable_prefix_caching ? "on (blocks of block-size x DCP tokens)"
                 : a->mpi ? "off (not supported under mpiexec)" : "off (--no-enable-prefix-caching)");
+        if (ec.enable_prefix_caching && sc->kv_offload_bytes) {
+            dcp_prefix_cache_stats ps;
+            dcp_model_state_prefix_stats(a->s, &ps);
+            fprintf(stderr, "%s: KV offload: %.3f GiB of host memory, %u blocks of %u tokens\n", a->prog,
+                    (double)sc->kv_offload_bytes / (double)(1ull << 30), ps.host_capacity, ps.block_tokens);
+        }
         fflush(stderr);
         step_failed = serve_hub_run(&h, e, &stop_flag, quiesce, http) != 0;
         rc = step_failed ? DCP_EXIT_RUNTIME : DCP_EXIT_OK;

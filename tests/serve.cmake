@@ -54,6 +54,12 @@ if(TARGET dcp-vk-serve AND DCP_PYTHON3)
            ${PROJECT_SOURCE_DIR}/scripts/bench-serve.py)
   set_tests_properties(app_bench_serve PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)
 endif()
+# KV offload options: --kv-offloading-backend takes native only; --kv-offloading-size needs prefix caching.
+if(TARGET dcp-vk-serve)
+  add_test(NAME app_serve_bad_offload COMMAND sh -c "$<TARGET_FILE:dcp-vk-serve> -m x.gguf --kv-offloading-backend lmcache 2>&1; echo exit=$?; $<TARGET_FILE:dcp-vk-serve> -m x.gguf --kv-offloading-size 1 --no-enable-prefix-caching 2>&1; echo exit=$?; $<TARGET_FILE:dcp-vk-serve> -m x.gguf --kv-offloading-size -1 2>&1; echo exit=$?")
+  set_tests_properties(app_serve_bad_offload PROPERTIES PASS_REGULAR_EXPRESSION
+    "--kv-offloading-backend: 'lmcache' is not allowed \\(allowed: native\\)\nexit=2\n.*--kv-offloading-size: offloads the prefix cache's blocks.*\nexit=2\n.*--kv-offloading-size: '-1' is not a size in GiB.*\nexit=2")
+endif()
 # scripts/bench-prefix.py (the multi-turn agent trace of issue 20) on a tiny trace, 2 conversations x 2
 # turns at TP 1 and TP 2 / DCP 2 on its generated model: the JSON fields, one run per configuration and
 # mode (offload only where dcp-vk-serve has --kv-offloading-size, else skipped with a note), hit rate 0

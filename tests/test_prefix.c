@@ -17,7 +17,11 @@
  *  - exact: every request's tokens (greedy and seeded sampling) are bitwise those of the same
  *    request alone without caching, with its prefix from the cache and batched with others, over
  *    stories260K (GQA, f16 KV) at TP 1 and the DCP layouts, a generated llama with q8_0 KV, and
- *    deepseek2 (MLA latent cache) with f16 and q8_0 latent rows, at TP 1 and a DCP layout. */
+ *    deepseek2 (MLA latent cache) with f16 and q8_0 latent rows, at TP 1 and a DCP layout;
+ *  - KV offload: blocks evicted from a pool too small for every prompt go to a host pool and come
+ *    back on a hit (counted in blocks and bytes), the host pool evicts its oldest blocks when full,
+ *    and the tokens are bitwise those computed, alone and batched, over GQA f16 and q8_0 and the
+ *    MLA latent cache, at TP 1 and DCP layouts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,6 +634,174 @@ static void test_seed_refused(void **state)
     fx_close(&f);
 }
 
+/* ---- KV offload to host memory ---------------------------------------------------------------- */
+
+/* Bytes of one cached block on this process: its page in every layer's cache on every local rank. */
+static uint64_t block_bytes(const fixture *f)
+{
+    uint64_t b = 0;
+    for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < f->s->gn; i++) b += dcp_kv_pool_page_bytes(dcp_kv_cache_pool(f->s->caches[k], i));
+    return b;
+}
+
+static void print_offload(const char *what, const fixture *f)
+{
+    dcp_engine_stats es;
+    dcp_engine_get_stats(f->e, &es);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f->s, &ps);
+    fprintf(stderr, "%s: offloaded %llu blocks (%llu bytes), restored %llu blocks (%llu bytes: %llu prefill rows "
+            "saved), host evictions %llu, host-resident %u of %u; prefix hits %llu of %llu tokens\n", what,
+            (unsigned long long)es.offload_to_host_blocks, (unsigned long long)es.offload_to_host_bytes,
+            (unsigned long long)es.offload_to_device_blocks, (unsigned long long)es.offload_to_device_bytes,
+            (unsigned long long)(es.offload_to_device_blocks * ps.block_tokens),
+            (unsigned long long)es.offload_host_evictions, es.offload_host_blocks, es.offload_host_capacity,
+            (unsigned long long)es.prefix_hits, (unsigned long long)es.prefix_queries);
+}
+
+/* test_lru's trace with a host pool: a's blocks evicted from the device pages go to host memory,
+ * and a's second run takes all of its blocks back (4 from the device, 5 restored from host) with
+ * its tokens bitwise those computed; with a host pool of 3 blocks the oldest host blocks (a's
+ * tail first) are evicted and a's second run restores the 3 that stayed. */
+static void offload_lru(uint32_t host_blocks, uint32_t want_cached, uint32_t want_restored, uint64_t want_host_ev)
+{
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 128;
+    sc.max_seqs = 2;
+    sc.max_rows = 16;
+    sc.block_size = 4;
+    sc.kv_pages = 16;
+    fixture f;
+    fx_open(&f, SRC_STORIES, 1, 1, &sc, true);
+    const uint64_t bb = block_bytes(&f);
+    fx_close(&f);
+    sc.kv_offload_bytes = host_blocks * bb + bb / 2;
+    fx_open(&f, SRC_STORIES, 1, 1, &sc, true);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_int_equal(ps.host_capacity, host_blocks);
+    const uint32_t V = f.cfg.n_vocab;
+    static req a, b;
+    make_prompt(&a, 40, 3, V);
+    make_prompt(&b, 40, 4, V);
+    a.max_tokens = b.max_tokens = 2;
+    out o[4];
+    submit(&f, &a, &o[0]);
+    run(&f);
+    submit(&f, &b, &o[1]); /* evicts a's tail (5 blocks) from the device pages: to host */
+    run(&f);
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_int_equal(ps.evictions, 5);
+    assert_int_equal(ps.offloaded_blocks, 5);
+    assert_int_equal(ps.offloaded_bytes, 5 * bb);
+    assert_int_equal(ps.host_blocks, host_blocks < 5 ? host_blocks : 5);
+    submit(&f, &b, &o[2]); /* all of b hits on the device; a's block 4 goes to host */
+    run(&f);
+    assert_int_equal(o[2].cached, 36);
+    assert_same("b again", 1, &o[2], &o[1]);
+    submit(&f, &a, &o[3]);
+    run(&f);
+    char what[96];
+    snprintf(what, sizeof what, "offload, host pool of %u blocks", host_blocks);
+    print_offload(what, &f);
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_int_equal(o[3].cached, want_cached);
+    assert_int_equal(ps.restored_blocks, want_restored);
+    assert_int_equal(ps.restored_bytes, want_restored * bb);
+    assert_int_equal(ps.host_evictions, want_host_ev);
+    /* every block that went to host came back, is there, or was evicted from there */
+    assert_int_equal(ps.offloaded_blocks, ps.restored_blocks + ps.host_blocks + ps.host_evictions);
+    assert_same("a restored", 0, &o[3], &o[0]);
+    fx_close(&f);
+    /* computed without the cache: the same tokens */
+    sc.kv_offload_bytes = 0;
+    fx_open(&f, SRC_STORIES, 1, 1, &sc, false);
+    out c;
+    submit(&f, &a, &c);
+    run(&f);
+    assert_same("a computed", 0, &o[3], &c);
+    fx_close(&f);
+}
+
+static void test_offload_lru(void **state)
+{
+    (void)state;
+    offload_lru(16, 36, 5, 0); /* blocks 0..3 on the device, 4..8 restored */
+    /* A host pool of 3: b's run sends a's blocks 9..5 there (9 and 8 evicted), b's second run a's
+     * block 4 (7 evicted): a's second run hits blocks 0..6, restoring 4..6; its own evictions
+     * send more there (2 more host evictions). */
+    offload_lru(3, 28, 3, 5);
+}
+
+/* Exact over the caches: a pool too small for two prompts, so that A's blocks go to host while B
+ * runs; then A again and C (a fork of A) batched: A's prefix comes from the device and host, its
+ * tokens (and C's) bitwise those of each request alone without caching. */
+static void offload_exact(src_kind src, uint32_t tp, uint32_t dcp, uint32_t block, dcp_dtype kv, uint32_t plen)
+{
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = plen + 32;
+    sc.max_seqs = 2;
+    sc.max_rows = 32;
+    sc.block_size = block;
+    sc.kv_dtype = kv;
+    const uint32_t P = (plen + 8 + block * dcp - 1) / (block * dcp) + 1; /* a request's pages per rank */
+    sc.kv_pages = P + (P / 4 ? P / 4 : 1); /* A and B do not both stay on the device */
+    sc.kv_offload_bytes = 64ull << 20;
+    fixture f;
+    fx_open(&f, src, tp, dcp, &sc, true);
+    const uint32_t V = f.cfg.n_vocab;
+    static req r[4];
+    make_prompt(&r[0], plen, 5, V);
+    make_prompt(&r[1], plen, 6, V);
+    r[2] = r[0];
+    fork_prompt(&r[3], &r[0], plen * 2 / 3, plen / 4, 7, V);
+    for (uint32_t k = 0; k < 4; k++) {
+        r[k].max_tokens = 5;
+        r[k].temp = k % 2 ? 0.0f : 0.8f;
+        r[k].seed = 40 + k;
+    }
+    r[2].temp = 0.0f;
+    out with[4], without[4];
+    submit(&f, &r[0], &with[0]);
+    run(&f);
+    submit(&f, &r[1], &with[1]);
+    run(&f);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_true(ps.offloaded_blocks > 0);
+    submit(&f, &r[2], &with[2]);
+    submit(&f, &r[3], &with[3]);
+    run(&f);
+    dcp_model_state_prefix_stats(f.s, &ps);
+    char what[128];
+    snprintf(what, sizeof what, "offload exact %s TP %u DCP %u block %u %s, prompts of %u (A again hit %u)",
+             src == SRC_STORIES ? "stories260K" : src == SRC_GEN_HD32 ? "llama-hd32" : src == SRC_DS2 ? "deepseek2"
+             : "deepseek2-kv64", tp, dcp, block, dcp_dtype_name(kv), plen, with[2].cached);
+    print_offload(what, &f);
+    assert_true(ps.restored_blocks > 0);
+    assert_true(with[2].cached >= (plen - 1) / (block * dcp) * (block * dcp) - block * dcp);
+    fx_close(&f);
+    sc.kv_offload_bytes = 0;
+    fx_open(&f, src, tp, dcp, &sc, false);
+    for (uint32_t k = 0; k < 4; k++) {
+        submit(&f, &r[k], &without[k]);
+        run(&f);
+        assert_same(what, k, &with[k], &without[k]);
+    }
+    fx_close(&f);
+}
+
+static void test_offload_exact(void **state)
+{
+    (void)state;
+    offload_exact(SRC_STORIES, 1, 1, 8, DCP_DTYPE_F16, 120);      /* GQA f16, TP 1 */
+    offload_exact(SRC_STORIES, 8, 2, 8, DCP_DTYPE_F16, 120);      /* TP 8, DCP 2 */
+    offload_exact(SRC_GEN_HD32, 1, 1, 8, DCP_DTYPE_Q8_0, 120);    /* q8_0 KV */
+    offload_exact(SRC_DS2, 1, 1, 8, DCP_DTYPE_F16, 120);          /* MLA latent cache (K only) */
+    offload_exact(SRC_DS2_Q8, 4, 4, 8, DCP_DTYPE_Q8_0, 120);      /* MLA q8_0 latent rows, DCP 4 */
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
@@ -638,6 +810,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_preemption),   cmocka_unit_test(test_dcp_rule_2), cmocka_unit_test(test_dcp_rule_4),
         cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models),
         cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation),
+        cmocka_unit_test(test_offload_lru),  cmocka_unit_test(test_offload_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,7 +40,10 @@
  *    every series vLLM's Grafana dashboard queries is there;
  *  - prefix caching (on by default): a long prompt sent twice reports usage.prompt_tokens_details.
  *    cached_tokens 0, then whole blocks of 16 x 2 tokens, with the same text; /metrics counts
- *    vllm:prefix_cache_queries_total and _hits_total in tokens (under mpiexec: off, 0 cached).
+ *    vllm:prefix_cache_queries_total and _hits_total in tokens (under mpiexec: off, 0 cached);
+ *  - KV offload (--kv-offloading-size, a fourth server, TP 1, 16 pages): a prompt's blocks evicted
+ *    by another's go to host memory and come back for its second run (cached_tokens, the
+ *    dcpvk_kv_offload_* counters), with the same text.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
  * checks again. */
@@ -1570,6 +1573,48 @@ static void test_prefix_cache(void **state)
     free(r2);
 }
 
+/* --kv-offloading-size: a pool of 16 pages holds one of two long prompts; A, then B (evicting A's
+ * blocks to host memory), then A again: its blocks come back from host (cached_tokens, the
+ * dcpvk_kv_offload_* counters) and its text is the first one's. */
+static void test_kv_offload(void **state)
+{
+    (void)state;
+    server s;
+    const char *args[] = {"-c", "128", "--max-seqs", "1", "--kv-pages", "16", "--block-size", "8",
+                          "--kv-offloading-size", "0.01", "--kv-offloading-backend", "native", NULL};
+    server_start(&s, args);
+    const char *a = "{\"prompt\": \"Once upon a time, there was a little girl named Lily. She loved to play outside "
+                    "in the sun. One day, she saw a big red ball in the park. She ran to it and kicked it high. "
+                    "The ball flew over the tree and\", \"max_tokens\": 8, \"temperature\": 0}";
+    const char *b = "{\"prompt\": \"Tom had a small dog called Max. Every morning they walked to the river and "
+                    "looked at the fish. One day Max jumped into the water and swam after a duck. Tom laughed "
+                    "and called him back, but Max\", \"max_tokens\": 8, \"temperature\": 0}";
+    char *r1, *r2, *r3, f1[32], f3[32];
+    assert_int_equal(post(&s, "/v1/completions", a, &r1), 200);
+    assert_int_equal(post(&s, "/v1/completions", b, &r2), 200);
+    assert_int_equal(post(&s, "/v1/completions", a, &r3), 200);
+    const int c1 = cached_tokens_of(r1), c3 = cached_tokens_of(r3);
+    char *t1 = completion_text(r1, f1, sizeof f1), *t3 = completion_text(r3, f3, sizeof f3);
+    assert_string_equal(t1, t3);
+    char *m = metrics(&s);
+    const double to_host = metric(m, "dcpvk_kv_offload_blocks_total{direction=\"to_host\"}"),
+                 to_dev = metric(m, "dcpvk_kv_offload_blocks_total{direction=\"to_device\"}"),
+                 bytes_dev = metric(m, "dcpvk_kv_offload_bytes_total{direction=\"to_device\"}");
+    printf("kv offload: cached_tokens %d then %d; %.0f blocks to host, %.0f back (%.0f bytes), host capacity %.0f "
+           "blocks\n", c1, c3, to_host, to_dev, bytes_dev, metric(m, "dcpvk_kv_offload_host_capacity_blocks"));
+    assert_int_equal(c1, 0);
+    assert_true(c3 > 0 && c3 % 8 == 0);
+    assert_true(to_host > 0 && to_dev > 0 && bytes_dev > 0);
+    assert_true(metric(m, "dcpvk_kv_offload_host_capacity_blocks") > 0);
+    free(m);
+    free(t1);
+    free(t3);
+    free(r1);
+    free(r2);
+    free(r3);
+    assert_int_equal(server_stop(&s), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1613,7 +1658,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
         cmocka_unit_test(test_key_and_no_template), cmocka_unit_test(test_hostile_clients),
         cmocka_unit_test(test_speculative),   cmocka_unit_test(test_vllm_metrics),
-        cmocka_unit_test(test_cors),
+        cmocka_unit_test(test_cors),          cmocka_unit_test(test_kv_offload),
     };
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {

@@ -573,7 +573,24 @@ char *serve_metrics_text(serve_hub *h)
           s->prefix_blocks);
     GAUGE("dcpvk_prefix_cache_blocks_reclaimable", "Cached KV blocks no request uses (evicted LRU when needed).",
           "%u", s->prefix_blocks_unreferenced);
-    COUNTER("dcpvk_prefix_cache_evictions_total", "Cached KV blocks evicted.", s->prefix_evictions);
+    COUNTER("dcpvk_prefix_cache_evictions_total", "Cached KV blocks evicted from the device pages (to host or gone).",
+            s->prefix_evictions);
+    /* KV offload to host memory (--kv-offloading-size; vLLM has no stable metric names for it) */
+    tprintf(&b, "# HELP dcpvk_kv_offload_blocks_total Cached KV blocks copied between device pages and host "
+                "memory.\n# TYPE dcpvk_kv_offload_blocks_total counter\n"
+                "dcpvk_kv_offload_blocks_total{direction=\"to_host\"} %llu\n"
+                "dcpvk_kv_offload_blocks_total{direction=\"to_device\"} %llu\n",
+            (unsigned long long)s->offload_to_host_blocks, (unsigned long long)s->offload_to_device_blocks);
+    tprintf(&b, "# HELP dcpvk_kv_offload_bytes_total Bytes of cached KV blocks copied between device pages and host "
+                "memory (every rank and layer of this process).\n# TYPE dcpvk_kv_offload_bytes_total counter\n"
+                "dcpvk_kv_offload_bytes_total{direction=\"to_host\"} %llu\n"
+                "dcpvk_kv_offload_bytes_total{direction=\"to_device\"} %llu\n",
+            (unsigned long long)s->offload_to_host_bytes, (unsigned long long)s->offload_to_device_bytes);
+    GAUGE("dcpvk_kv_offload_host_blocks", "Cached KV blocks held in host memory now.", "%u", s->offload_host_blocks);
+    GAUGE("dcpvk_kv_offload_host_capacity_blocks", "Cached KV blocks the host pool holds (0: offload off).", "%u",
+          s->offload_host_capacity);
+    COUNTER("dcpvk_kv_offload_host_evictions_total", "Host-resident KV blocks evicted (the host pool full).",
+            s->offload_host_evictions);
     COUNTER("dcpvk_http_responses_total", "HTTP responses sent.", m->http_requests);
     COUNTER("dcpvk_http_errors_total", "HTTP responses with a 4xx or 5xx status.", m->http_errors);
     GAUGE("dcpvk_http_connections", "HTTP connections open now.", "%u", m->http_connections);

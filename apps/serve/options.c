@@ -105,6 +105,12 @@ void serve_print_help(const char *prog)
            "                                       blocks of block-size x DCP tokens) and prefills the\n"
            "                                       rest; the tokens are the same (default on; one\n"
            "                                       process only: off under mpiexec)\n"
+           "      --kv-offloading-size GIB         KV offload (vLLM's flag): host memory for cached\n"
+           "                                       blocks evicted from the device pages; a later hit\n"
+           "                                       copies them back instead of prefilling (default 0:\n"
+           "                                       off; needs prefix caching; not under mpiexec)\n"
+           "      --kv-offloading-backend native   the offload's backend (default native: host-visible\n"
+           "                                       memory of each rank's device, copies on its queue)\n"
            "\n"
            "Request fields: model, prompt (completions) or messages (chat), max_tokens (chat also\n"
            "max_completion_tokens), temperature, top_p, top_k, min_p, seed (-1: a random seed),\n"
@@ -164,6 +170,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
                          .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
                          .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .max_header = 16384,
                          .allowed_origins = NULL, .log_json = false, .prefix_caching = true, .prefix_caching_asked = false,
+                         .kv_offload_bytes = 0,
                          .help = 0, .version = 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return DCP_EXIT_RUNTIME;
@@ -177,7 +184,8 @@ int serve_parse(int argc, char **argv, serve_options *o)
                                           "--max-tokens-limit", "--max-queued", "--shutdown-timeout",
                                           "--http-threads", "--max-connections", "--max-connections-per-ip",
                                           "--idle-timeout", "--request-timeout", "--max-header-bytes",
-                                          "--allowed-origins", "--log-format", NULL};
+                                          "--allowed-origins", "--log-format", "--kv-offloading-size",
+                                          "--kv-offloading-backend", NULL};
         int mine = 0;
         for (int k = 0; own[k]; k++) mine |= IS(own[k]);
         if (IS("-p") || IS("--prompt") || IS("--json")) {
@@ -232,9 +240,22 @@ int serve_parse(int argc, char **argv, serve_options *o)
             if (strcmp(v, "text") && strcmp(v, "json"))
                 rc = bad(prog, "option --log-format: '%s' is not allowed (allowed: text json)", v);
             o->log_json = strcmp(v, "json") == 0;
+        } else if (IS("--kv-offloading-size")) {
+            char *end;
+            errno = 0;
+            const double gib = strtod(v, &end);
+            if (!*v || *end || errno || !(gib >= 0.0 && gib <= 65536.0)) /* !(...) also refuses NaN */
+                rc = bad(prog, "option --kv-offloading-size: '%s' is not a size in GiB in [0, 65536] (e.g. 8 or 0.5)", v);
+            else o->kv_offload_bytes = (uint64_t)(gib * (double)(1ull << 30));
+        } else if (IS("--kv-offloading-backend")) {
+            if (strcmp(v, "native"))
+                rc = bad(prog, "option --kv-offloading-backend: '%s' is not allowed (allowed: native)", v);
         }
 #undef IS
     }
+    if (!rc && o->kv_offload_bytes && !o->prefix_caching)
+        rc = bad(prog, "option --kv-offloading-size: offloads the prefix cache's blocks, and "
+                 "--no-enable-prefix-caching turned that off");
     if (!rc) rc = run_parse(nrest, rest, &o->run);
     if (!rc && o->run.help) o->help = 1;
     if (!rc && o->run.version) o->version = 1;

@@ -64,6 +64,9 @@ typedef struct serve_options {
     bool prefix_caching;         /* --enable-prefix-caching / --no-enable-prefix-caching (default on;
                                   * off under MPI unless asked for, which is refused) */
     bool prefix_caching_asked;   /* --enable-prefix-caching was given */
+    uint64_t kv_offload_bytes;   /* --kv-offloading-size GIB (vLLM's flag): host memory for cached KV
+                                  * blocks evicted from the device pages (default 0: off; needs prefix
+                                  * caching; refused under mpiexec) */
     int help, version;
 } serve_options;
 

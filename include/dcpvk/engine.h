@@ -309,7 +309,13 @@ typedef struct dcp_engine_stats {
     uint64_t prefix_hits;       /* of which taken from the cache (not prefilled) */
     uint32_t prefix_blocks;     /* cached blocks now (dcp_prefix_cache_stats.blocks) */
     uint32_t prefix_blocks_unreferenced; /* of which reclaimable */
-    uint64_t prefix_evictions;  /* cached blocks evicted */
+    uint64_t prefix_evictions;  /* cached blocks evicted from the device pages (to host or gone) */
+    /* KV offload to host memory (dcp_model_state_config.kv_offload_bytes; dcp_prefix_cache_stats) */
+    uint32_t offload_host_blocks;       /* cached blocks host-resident now */
+    uint32_t offload_host_capacity;     /* blocks the host pool holds (0: off) */
+    uint64_t offload_host_evictions;    /* host-resident blocks evicted (host pool full) */
+    uint64_t offload_to_host_blocks, offload_to_host_bytes; /* copied device -> host */
+    uint64_t offload_to_device_blocks, offload_to_device_bytes; /* restored host -> device on a hit */
 } dcp_engine_stats;
 
 DCP_API void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out);

@@ -147,6 +147,11 @@ typedef struct dcp_model_state_config {
     uint32_t max_logits;    /* rows with logits per step at most (at most max_rows); 0 (default):
                              * min(max_rows, max_seqs), one per sequence. Speculative decoding
                              * scores k + 1 rows of each sequence: up to max_rows */
+    uint64_t kv_offload_bytes; /* KV offload: bytes of host memory (host-visible, on the devices of
+                             * this process's ranks, split among them by their shards' bytes) for
+                             * prefix-cache blocks evicted from the device pages, restored from
+                             * there on a hit instead of recomputed (docs/design.md section 18);
+                             * read when prefix caching is turned on. 0 (default): off */
     const dcp_model *draft; /* a draft model (speculative decoding) loaded or counted (count_only)
                              * on the same devices and ranks, whose run state of this config's slots
                              * and context (kv_pages 0: every slot at full context; max_logits 0)
@@ -158,7 +163,8 @@ typedef struct dcp_model_state_config {
 
 #define DCP_MODEL_STATE_CONFIG_DEFAULT {.n_ctx = 0, .max_seqs = 1, .kv_pages = 0, .max_rows = 128, \
                                         .block_size = 16, .kv_dtype = DCP_DTYPE_F16, .chunk_tokens = 0, \
-                                        .interleave = 1, .backend = DCP_CP_A2A, .max_logits = 0, .draft = NULL}
+                                        .interleave = 1, .backend = DCP_CP_A2A, .max_logits = 0, .kv_offload_bytes = 0, \
+                                        .draft = NULL}
 
 typedef struct dcp_model_state dcp_model_state;
 
@@ -260,12 +266,14 @@ DCP_API bool dcp_model_state_prefix_caching(const dcp_model_state *s);
 DCP_API uint64_t dcp_prefix_block_hash(uint64_t parent, const int32_t *tokens, uint32_t n);
 /* Tokens of tokens [n] that attaching would take from the cache: whole blocks, at most n - 1
  * tokens; *revived (if not NULL): how many of those blocks no sequence references now (attaching
- * takes them out of the reclaimable pages). 0 when caching is off. Changes nothing. */
+ * takes them out of the reclaimable pages, or, for blocks offloaded to host memory, takes a free
+ * page to restore each into). 0 when caching is off. Changes nothing. */
 DCP_API uint32_t dcp_model_state_prefix_lookup(const dcp_model_state *s, const int32_t *tokens, uint32_t n,
                                                uint32_t *revived);
 /* Empty slot seq starts with the longest cached prefix of tokens [n] (as lookup): its length
- * becomes *cached tokens, their KV shared with the cache; the next step goes on from there. Nothing
- * happens when caching is off. DCP_ERR_INVALID_ARGUMENT for a busy slot or n beyond n_ctx. */
+ * becomes *cached tokens, their KV shared with the cache (blocks offloaded to host memory copied
+ * back into fresh pages first; the prefix ends before them when no page can be had); the next step
+ * goes on from there. Nothing happens when caching is off. DCP_ERR_INVALID_ARGUMENT for a busy slot or n beyond n_ctx. */
 DCP_API dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const int32_t *tokens, uint32_t n,
                                                  uint32_t *cached);
 /* The first n tokens of seq (run by steps, or attached) are final: its full blocks among them
@@ -279,7 +287,13 @@ typedef struct dcp_prefix_cache_stats {
     uint32_t block_tokens;        /* tokens per cached block: block_size x dcp */
     uint32_t blocks;              /* cached blocks (each one page on every rank, per layer) */
     uint32_t blocks_unreferenced; /* of which no sequence lists: reclaimable */
-    uint64_t evictions;           /* blocks evicted so far */
+    uint64_t evictions;           /* blocks evicted from the device pages so far (to host or gone) */
+    /* KV offload (dcp_model_state_config.kv_offload_bytes): */
+    uint32_t host_blocks;         /* blocks host-resident now (no device page; restored on a hit) */
+    uint32_t host_capacity;       /* blocks the host pool holds (0: offload off) */
+    uint64_t host_evictions;      /* host-resident blocks evicted (LRU, the host pool full) */
+    uint64_t offloaded_blocks, offloaded_bytes; /* copied device -> host (bytes: every rank and layer here) */
+    uint64_t restored_blocks, restored_bytes;   /* copied host -> device on a hit */
     uint64_t seed;                /* the seed of the hash chains */
 } dcp_prefix_cache_stats;
 

@@ -400,6 +400,13 @@ void dcp_engine_get_stats(const dcp_engine *e, dcp_engine_stats *out)
     out->prefix_blocks = ps.blocks;
     out->prefix_blocks_unreferenced = ps.blocks_unreferenced;
     out->prefix_evictions = ps.evictions;
+    out->offload_host_blocks = ps.host_blocks;
+    out->offload_host_capacity = ps.host_capacity;
+    out->offload_host_evictions = ps.host_evictions;
+    out->offload_to_host_blocks = ps.offloaded_blocks;
+    out->offload_to_host_bytes = ps.offloaded_bytes;
+    out->offload_to_device_blocks = ps.restored_blocks;
+    out->offload_to_device_bytes = ps.restored_bytes;
 }
 
 int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id)

@@ -295,6 +295,17 @@ void dcp_kv_cache_page_drop(dcp_kv_cache *kc, uint32_t i, uint32_t page)
     if (i < kc->local_count && page < kc->cfg.pool.num_pages) drop_page(&kc->ranks[i], page);
 }
 
+dcp_status dcp_kv_cache_page_take(dcp_kv_cache *kc, uint32_t i, uint32_t *page)
+{
+    if (i >= kc->local_count || kc->ranks[i].free_count == 0)
+        return dcp_fail(DCP_ERR_OUT_OF_PAGES, "KV cache: no free page on local rank %u (of %u) to take", i,
+                        kc->local_count);
+    kv_rank *r = &kc->ranks[i];
+    *page = r->free_pages[--r->free_count];
+    r->ref[*page] = 1;
+    return DCP_OK;
+}
+
 uint32_t dcp_kv_cache_page_refs(const dcp_kv_cache *kc, uint32_t i, uint32_t page)
 {
     return i < kc->local_count && page < kc->cfg.pool.num_pages ? kc->ranks[i].ref[page] : 0;

@@ -24,6 +24,9 @@ void dcp_kv_pool_bindings(const dcp_kv_pool *pool, dcp_binding *out);
 void dcp_kv_cache_page_hold(dcp_kv_cache *kc, uint32_t i, uint32_t page);
 /* Lets go of one hold on page `page` of local rank i (freeing it when it was the last). */
 void dcp_kv_cache_page_drop(dcp_kv_cache *kc, uint32_t i, uint32_t page);
+/* Takes a free page of local rank i with one hold (the caller's): *page. DCP_ERR_OUT_OF_PAGES when
+ * none is free (KV offload restores a host-resident block into it, src/model/prefix.c). */
+dcp_status dcp_kv_cache_page_take(dcp_kv_cache *kc, uint32_t i, uint32_t *page);
 /* Holders of page `page` of local rank i (0: free). */
 uint32_t dcp_kv_cache_page_refs(const dcp_kv_cache *kc, uint32_t i, uint32_t page);
 /* Empty sequence s starts with `blocks` whole global blocks held elsewhere: on local rank i its

@@ -164,7 +164,9 @@ uint32_t dcp_graph_shard_pages(uint32_t N, uint32_t B, uint32_t I, uint64_t leng
 dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds);
 /* After dcp_graph_check_pages: evicts the unreferenced cached blocks (LRU) whose pages the step
  * needs, so that every rank's free list holds the step's new pages. */
-void dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds);
+dcp_status dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds);
+/* Pages on the free lists of the worst rank now (not counting the reclaimable cached blocks). */
+uint32_t dcp_graph_pages_free_now(const dcp_model_state *s);
 
 /* ---- automatic prefix caching (prefix.c) -------------------------------------------------- */
 
@@ -177,8 +179,10 @@ uint32_t dcp_graph_prefix_entries(const dcp_model_state *s);
 uint32_t dcp_graph_prefix_reclaimable(const dcp_model_state *s);
 /* seq lets go of its entries (before its pages are freed): unreferenced ones stay cached. */
 void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq);
-/* Evicts up to n unreferenced entries, least recently released first (a page on every rank each). */
-void dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n);
+/* Evicts up to n unreferenced device-resident entries, least recently released first (a page on
+ * every rank each): to the host pool when KV offload is on (their pages copied there before this
+ * returns), else out of the cache. */
+dcp_status dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n);
 void dcp_graph_prefix_destroy(dcp_model_state *s);
 
 /* ---- blocks for the architectures ---------------------------------------------------------- */

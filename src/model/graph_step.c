@@ -257,7 +257,7 @@ dcp_status dcp_model_state_step(dcp_model_state *s, const dcp_model_row *rows, u
 {
     dcp_status st = DCP_OK;
     if ((st = check_rows(s, rows, n)) != DCP_OK) return st;
-    dcp_graph_make_room(s, s->seq_add);
+    DCP_TRY(dcp_graph_make_room(s, s->seq_add));
     DCP_TRY(append_rows(s, rows, n));
     write_inputs(s, rows);
     DCP_TRY(s->m->ops->set_rows(s));

@@ -83,14 +83,24 @@ static uint64_t step_need(const dcp_model_state *s, const uint32_t *adds, uint32
     return need;
 }
 
-void dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds)
+uint32_t dcp_graph_pages_free_now(const dcp_model_state *s)
+{
+    uint32_t worst = s->cfg.kv_pages;
+    for (uint32_t r = 0; r < s->m->dcp; r++) {
+        const uint32_t f = s->cfg.kv_pages - pages_used(s, r);
+        if (f < worst) worst = f;
+    }
+    return worst;
+}
+
+dcp_status dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds)
 {
     uint64_t short_by = 0;
     for (uint32_t r = 0; r < s->m->dcp; r++) {
         const uint64_t need = step_need(s, adds, r), free_now = s->cfg.kv_pages - pages_used(s, r);
         if (need > free_now && need - free_now > short_by) short_by = need - free_now;
     }
-    if (short_by) dcp_graph_prefix_evict(s, (uint32_t)short_by);
+    return short_by ? dcp_graph_prefix_evict(s, (uint32_t)short_by) : DCP_OK;
 }
 
 /* Whether growing the sequences of a step (adds[q] tokens for sequence q) fits on every rank. */

@@ -13,7 +13,13 @@
  * Page accounting (pages.c): a sequence's first `held` blocks are entries; on every DCP rank it
  * holds shard_pages(length) - held pages of its own, and the entries one page each, so that
  * used(r) = sum over sequences of (shard_pages - held) + entries, and the entries without refs
- * are reclaimable. */
+ * are reclaimable.
+ *
+ * KV offload (state config kv_offload_bytes): an entry evicted from the device pages may instead
+ * go to a slot of a host-visible pool (one buffer per local rank: [slots][its page of every layer]),
+ * keeping its place in the index with no device page (not counted in count or unref: the
+ * accounting above is of device pages); an attach that reaches it copies it back into fresh
+ * pages. Host slots are evicted oldest first when full. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,13 +34,16 @@ typedef struct pfx_entry {
     int32_t next;    /* next entry of the same hash bucket, or -1 */
     int32_t lru_prev, lru_next; /* neighbours in the list of unreferenced entries (oldest first), or -1 */
     uint32_t refs;   /* sequences whose block tables list it */
+    int32_t hslot;   /* host-resident (offloaded): its slot of the host pool; -1: device-resident */
+    uint32_t gen;    /* times this index was let go of (an entry of another chain when reused) */
+    uint32_t pgen;   /* the parent's gen when this entry was made: a child of a reused index never matches */
     bool used;
 } pfx_entry;
 
 struct dcp_prefix_cache {
     uint64_t seed;
     uint32_t bt;          /* tokens per global block: B * N */
-    uint32_t cap;         /* entries at most: the pages of a rank's pool */
+    uint32_t cap;         /* entries at most: the pages of a rank's pool, plus the host slots */
     uint32_t n_caches, gn;/* KV caches (layers x groups held here), local ranks of each */
     uint32_t count, unref;
     uint64_t evictions;
@@ -51,30 +60,50 @@ struct dcp_prefix_cache {
     int32_t *seq_entry;   /* [max_seqs][max_gblocks] those entries */
     bool *seq_stop;       /* [max_seqs] no more registration (a block was cached already) */
     uint32_t *scratch;    /* [gn][max_gblocks] pages of an attach */
-    int32_t lru_head, lru_tail; /* unreferenced entries, least recently released first */
+    int32_t lru_head, lru_tail; /* unreferenced device-resident entries, least recently released first */
+    /* KV offload (the host tier): an entry evicted from the device pages keeps its place in the
+     * index, its pages copied to a slot of the host pool; a lookup reaching it copies them back. */
+    uint32_t hslots;      /* entries the host pool holds (0: offload off) */
+    uint32_t nloc;        /* local ranks: ng x gn, local rank L = g gn + i */
+    dcp_buffer **hbuf;    /* [nloc] host-visible pool of each local rank: [hslots][hstride[L]] bytes */
+    uint64_t *hstride;    /* [nloc] bytes of one entry on local rank L (its page of every layer) */
+    uint64_t *hoff;       /* [n_caches][gn] offset of cache k's page within an entry's bytes */
+    dcp_cmd **hcmd;       /* [nloc] transfer commands */
+    dcp_cmd **hrun;       /* [nloc] those with something to run */
+    bool *hrec;           /* [nloc] something recorded in hcmd[L] */
+    int32_t *free_h;      /* [hslots] stack of unused host slots */
+    uint32_t n_free_h, hcount;
+    int32_t hlru_head, hlru_tail; /* host-resident entries no attach is restoring, oldest first */
+    uint64_t to_host_blocks, to_host_bytes, to_dev_blocks, to_dev_bytes, host_evictions;
 };
 
 /* The list of unreferenced entries: an entry joins at the tail when its refs fall to 0 and leaves
  * when a sequence attaches it again or it is evicted (from the head). */
-static void lru_push(dcp_prefix_cache *p, int32_t x)
+static void list_push(dcp_prefix_cache *p, int32_t *head, int32_t *tail, int32_t x)
 {
     pfx_entry *e = &p->e[x];
-    e->lru_prev = p->lru_tail;
+    e->lru_prev = *tail;
     e->lru_next = -1;
-    if (p->lru_tail >= 0) p->e[p->lru_tail].lru_next = x;
-    else p->lru_head = x;
-    p->lru_tail = x;
+    if (*tail >= 0) p->e[*tail].lru_next = x;
+    else *head = x;
+    *tail = x;
 }
 
-static void lru_unlink(dcp_prefix_cache *p, int32_t x)
+static void list_unlink(dcp_prefix_cache *p, int32_t *head, int32_t *tail, int32_t x)
 {
     pfx_entry *e = &p->e[x];
     if (e->lru_prev >= 0) p->e[e->lru_prev].lru_next = e->lru_next;
-    else p->lru_head = e->lru_next;
+    else *head = e->lru_next;
     if (e->lru_next >= 0) p->e[e->lru_next].lru_prev = e->lru_prev;
-    else p->lru_tail = e->lru_prev;
+    else *tail = e->lru_prev;
     e->lru_prev = e->lru_next = -1;
 }
+
+static void lru_push(dcp_prefix_cache *p, int32_t x) { list_push(p, &p->lru_head, &p->lru_tail, x); }
+static void lru_unlink(dcp_prefix_cache *p, int32_t x) { list_unlink(p, &p->lru_head, &p->lru_tail, x); }
+/* An entry is on one list at most: the device LRU (device-resident, refs 0) or the host LRU. */
+static void hlru_push(dcp_prefix_cache *p, int32_t x) { list_push(p, &p->hlru_head, &p->hlru_tail, x); }
+static void hlru_unlink(dcp_prefix_cache *p, int32_t x) { list_unlink(p, &p->hlru_head, &p->hlru_tail, x); }
 
 uint64_t dcp_prefix_block_hash(uint64_t parent, const int32_t *tokens, uint32_t n)
 {
@@ -128,6 +157,17 @@ static uint64_t state_seed(const dcp_model_state *s)
 static void prefix_free(dcp_prefix_cache *p)
 {
     if (!p) return;
+    for (uint32_t L = 0; L < p->nloc; L++) {
+        if (p->hcmd) dcp_cmd_destroy(p->hcmd[L]);
+        if (p->hbuf) dcp_buffer_destroy(p->hbuf[L]);
+    }
+    free(p->hcmd);
+    free(p->hrun);
+    free(p->hbuf);
+    free(p->hstride);
+    free(p->hoff);
+    free(p->hrec);
+    free(p->free_h);
     free(p->e);
     free(p->etoks);
     free(p->epages);
@@ -141,22 +181,148 @@ static void prefix_free(dcp_prefix_cache *p)
     free(p);
 }
 
-/* Removes entry x (refs 0) from the index, letting go of its pages. */
-static void evict_entry(dcp_model_state *s, int32_t x)
+/* Takes entry x out of the index (its pages or host slot let go of already). Its children, if any
+ * stayed (host-resident ones may), no longer match (gen): the index never links a block to a
+ * reused entry of another chain. */
+static void unindex(dcp_prefix_cache *p, int32_t x)
 {
-    dcp_prefix_cache *p = s->prefix;
     pfx_entry *e = &p->e[x];
     int32_t *link = &p->bucket[e->hash & (p->nbucket - 1)];
     while (*link != x) link = &p->e[*link].next;
     *link = e->next;
-    lru_unlink(p, x);
+    e->gen++;
+    e->used = false;
+    p->free_e[p->n_free_e++] = x;
+}
+
+/* Lets go of device-resident entry x's page on every rank of every cache. */
+static void drop_pages(dcp_model_state *s, int32_t x)
+{
+    dcp_prefix_cache *p = s->prefix;
     const uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
     for (uint32_t k = 0; k < p->n_caches; k++)
         for (uint32_t i = 0; i < p->gn; i++) dcp_kv_cache_page_drop(s->caches[k], i, pg[k * p->gn + i]);
-    e->used = false;
-    p->free_e[p->n_free_e++] = x;
+}
+
+/* Removes entry x (refs 0, device- or host-resident) altogether. */
+static void evict_entry(dcp_model_state *s, int32_t x)
+{
+    dcp_prefix_cache *p = s->prefix;
+    pfx_entry *e = &p->e[x];
+    if (e->hslot >= 0) {
+        hlru_unlink(p, x);
+        p->free_h[p->n_free_h++] = e->hslot;
+        e->hslot = -1;
+        p->hcount--;
+    } else {
+        lru_unlink(p, x);
+        drop_pages(s, x);
+        p->count--;
+        p->unref--;
+    }
+    unindex(p, x);
+}
+
+/* Host-resident entry x takes a free page on every rank of every cache (one hold each, the
+ * cache's), into its epages; on failure it holds none. */
+static dcp_status take_pages(dcp_model_state *s, int32_t x)
+{
+    dcp_prefix_cache *p = s->prefix;
+    uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
+    for (uint32_t j = 0; j < p->n_caches * p->gn; j++) {
+        const dcp_status st = dcp_kv_cache_page_take(s->caches[j / p->gn], j % p->gn, &pg[j]);
+        if (st != DCP_OK) {
+            while (j-- > 0) dcp_kv_cache_page_drop(s->caches[j / p->gn], j % p->gn, pg[j]);
+            return st;
+        }
+    }
+    return DCP_OK;
+}
+
+/* Records the copies of entry x's pages between the device pools and host slot h (to_host: pool to
+ * host, else host to pool), every cache and local rank, into the transfer commands. */
+static dcp_status record_moves(dcp_model_state *s, int32_t x, int32_t h, bool to_host)
+{
+    dcp_status st = DCP_OK;
+    dcp_prefix_cache *p = s->prefix;
+    const uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
+    uint64_t bytes = 0;
+    for (uint32_t k = 0; k < p->n_caches; k++)
+        for (uint32_t i = 0; i < p->gn; i++) {
+            const uint32_t L = k % s->ng * p->gn + i, page = pg[k * p->gn + i];
+            dcp_kv_pool *pool = dcp_kv_cache_pool(s->caches[k], i);
+            const uint64_t pb = dcp_kv_pool_page_bytes(pool);
+            const uint32_t pps = dcp_kv_pool_pages_per_segment(pool);
+            dcp_buffer *seg = dcp_kv_pool_segment(pool, page / pps);
+            const uint64_t po = (uint64_t)(page % pps) * pb;
+            const uint64_t ho = (uint64_t)h * p->hstride[L] + p->hoff[k * p->gn + i];
+            if (to_host) DCP_TRY(dcp_cmd_copy(p->hcmd[L], seg, po, p->hbuf[L], ho, pb));
+            else DCP_TRY(dcp_cmd_copy(p->hcmd[L], p->hbuf[L], ho, seg, po, pb));
+            p->hrec[L] = true;
+            bytes += pb;
+        }
+    if (to_host) {
+        p->to_host_blocks++;
+        p->to_host_bytes += bytes;
+    } else {
+        p->to_dev_blocks++;
+        p->to_dev_bytes += bytes;
+    }
+    return DCP_OK;
+fail:
+    return dcp_fail_context(st, "KV offload: copying cached block %d %s host slot %d", x, to_host ? "to" : "from", h);
+}
+
+/* Runs the recorded transfers on every local rank's device (side by side, each on its queue) and
+ * waits: a block's bytes are in host memory (or back in its pages) before a page is reused or read. */
+static dcp_status flush_moves(dcp_prefix_cache *p)
+{
+    dcp_status st = DCP_OK;
+    uint32_t n = 0;
+    if (p->hslots == 0) return DCP_OK;
+    for (uint32_t L = 0; L < p->nloc; L++)
+        if (p->hrec[L]) {
+            dcp_cmd_barrier_host(p->hcmd[L]);
+            p->hrun[n++] = p->hcmd[L];
+        }
+    if (n) st = dcp_cmd_run_all(p->hrun, n);
+    for (uint32_t L = 0; L < p->nloc; L++)
+        if (p->hrec[L]) {
+            p->hrec[L] = false;
+            const dcp_status r = dcp_cmd_reset(p->hcmd[L]);
+            if (st == DCP_OK) st = r;
+        }
+    return st == DCP_OK ? DCP_OK : dcp_fail_context(st, "KV offload: transfers between device pages and host memory");
+}
+
+/* Device-resident entry x (refs 0) leaves the device pages: to a host slot when offload is on (the
+ * oldest host-resident entry evicted when the host pool is full), else out of the cache. The
+ * copies are recorded; the caller flushes them before the pages are reused. */
+static dcp_status offload_entry(dcp_model_state *s, int32_t x)
+{
+    dcp_prefix_cache *p = s->prefix;
+    if (p->hslots && p->n_free_h == 0 && p->hlru_head >= 0) {
+        evict_entry(s, p->hlru_head);
+        p->host_evictions++;
+    }
+    if (p->n_free_h == 0) { /* offload off, or every host slot is being restored */
+        evict_entry(s, x);
+        return DCP_OK;
+    }
+    const int32_t h = p->free_h[--p->n_free_h];
+    dcp_status st = record_moves(s, x, h, true);
+    if (st != DCP_OK) {
+        p->free_h[p->n_free_h++] = h;
+        return st;
+    }
+    lru_unlink(p, x);
+    drop_pages(s, x);
     p->count--;
     p->unref--;
+    p->e[x].hslot = h;
+    p->hcount++;
+    hlru_push(p, x);
+    return DCP_OK;
 }
 
 void dcp_graph_prefix_destroy(dcp_model_state *s)
@@ -189,9 +355,28 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
     const uint32_t Q = s->cfg.max_seqs;
     p->seed = state_seed(s);
     p->bt = s->cfg.block_size * s->m->dcp;
-    p->cap = s->cfg.kv_pages;
     p->n_caches = s->ng * s->m->cfg.n_layer;
     p->gn = s->gn;
+    p->nloc = s->ng * s->gn;
+    /* The host tier: slots of one entry's bytes on every local rank (every layer's page). */
+    p->hstride = calloc(p->nloc, sizeof *p->hstride);
+    p->hoff = calloc((size_t)p->n_caches * p->gn, sizeof *p->hoff);
+    if (!p->hstride || !p->hoff) {
+        prefix_free(p);
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the prefix cache's index");
+    }
+    uint64_t entry_bytes = 0;
+    for (uint32_t k = 0; k < p->n_caches; k++)
+        for (uint32_t i = 0; i < p->gn; i++) {
+            const uint32_t L = k % s->ng * p->gn + i;
+            const uint64_t pb = dcp_kv_pool_page_bytes(dcp_kv_cache_pool(s->caches[k], i));
+            p->hoff[k * p->gn + i] = p->hstride[L];
+            p->hstride[L] += pb;
+            entry_bytes += pb;
+        }
+    const uint64_t slots = entry_bytes ? s->cfg.kv_offload_bytes / entry_bytes : 0;
+    p->hslots = slots > (1u << 24) ? 1u << 24 : (uint32_t)slots;
+    p->cap = s->cfg.kv_pages + p->hslots;
     p->n_ctx = s->cfg.n_ctx;
     p->max_gblocks = s->cfg.n_ctx / p->bt + 1;
     p->nbucket = 16;
@@ -211,6 +396,31 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
         prefix_free(p);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the prefix cache's index");
     }
+    p->hlru_head = p->hlru_tail = -1;
+    if (p->hslots) {
+        p->hbuf = calloc(p->nloc, sizeof *p->hbuf);
+        p->hcmd = calloc(p->nloc, sizeof *p->hcmd);
+        p->hrun = calloc(p->nloc, sizeof *p->hrun);
+        p->hrec = calloc(p->nloc, sizeof *p->hrec);
+        p->free_h = malloc((size_t)p->hslots * sizeof *p->free_h);
+        if (!p->hbuf || !p->hcmd || !p->hrun || !p->hrec || !p->free_h) {
+            prefix_free(p);
+            return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the KV offload's index");
+        }
+        for (uint32_t L = 0; L < p->nloc; L++) {
+            dcp_device *dev = dcp_kv_pool_device(dcp_kv_cache_pool(s->caches[L / p->gn], L % p->gn));
+            dcp_status st = dcp_buffer_create(dev, (uint64_t)p->hslots * p->hstride[L], DCP_MEMORY_HOST, &p->hbuf[L]);
+            if (st == DCP_OK) st = dcp_cmd_create(dev, &p->hcmd[L]);
+            if (st != DCP_OK) {
+                prefix_free(p);
+                return dcp_fail_context(st, "KV offload: a host pool of %u blocks (%llu bytes) for local rank %u",
+                                        p->hslots,
+                                        (unsigned long long)((uint64_t)p->hslots * p->hstride[L]), L);
+            }
+        }
+        for (uint32_t h = 0; h < p->hslots; h++) p->free_h[h] = (int32_t)(p->hslots - 1 - h);
+        p->n_free_h = p->hslots;
+    }
     for (uint32_t x = 0; x < p->cap; x++) p->free_e[x] = (int32_t)(p->cap - 1 - x);
     p->n_free_e = p->cap;
     for (uint32_t b = 0; b < p->nbucket; b++) p->bucket[b] = -1;
@@ -226,7 +436,7 @@ static int32_t find_entry(const dcp_prefix_cache *p, int32_t parent, uint64_t h,
 {
     for (int32_t x = p->bucket[h & (p->nbucket - 1)]; x >= 0; x = p->e[x].next) {
         const pfx_entry *e = &p->e[x];
-        if (e->hash == h && e->parent == parent &&
+        if (e->hash == h && e->parent == parent && (parent < 0 || e->pgen == p->e[parent].gen) &&
             !memcmp(p->etoks + (uint64_t)x * p->bt, toks, (size_t)p->bt * sizeof *toks))
             return x;
     }
@@ -274,21 +484,67 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
                         "prefix attach: sequence %u must be an empty slot of the %u, with at most %u tokens (%u)", seq,
                         s->cfg.max_seqs, s->cfg.n_ctx, n);
     int32_t *ent = p->seq_entry + (uint64_t)seq * p->max_gblocks;
-    const uint32_t blocks = walk(p, tokens, n, ent, NULL);
+    uint32_t blocks = walk(p, tokens, n, ent, NULL), pinned = 0;
     if (blocks == 0) return DCP_OK;
+    /* Host-resident blocks come back into fresh pages: the free ones, then those of unreferenced
+     * device-resident entries outside this chain (offloaded in turn). Without room for all of
+     * them, the chain ends before the first (the rest is computed: it takes a page either way). */
+    uint32_t n_host = 0, chain_unref = 0;
+    for (uint32_t b = 0; b < blocks; b++) {
+        n_host += p->e[ent[b]].hslot >= 0;
+        chain_unref += p->e[ent[b]].hslot < 0 && p->e[ent[b]].refs == 0;
+    }
+    const uint32_t free_now = dcp_graph_pages_free_now(s);
+    if (n_host && (uint64_t)free_now + p->unref - chain_unref < n_host) {
+        uint32_t b = 0;
+        while (p->e[ent[b]].hslot < 0) b++;
+        blocks = b;
+        n_host = 0;
+        if (blocks == 0) return DCP_OK;
+    }
+    for (uint32_t b = 0; b < blocks; b++) {
+        pfx_entry *e = &p->e[ent[b]];
+        if (e->hslot >= 0) hlru_unlink(p, ent[b]); /* held by this attach: no host eviction takes it */
+        else if (e->refs == 0) {
+            lru_unlink(p, ent[b]);
+            p->unref--;
+        }
+        e->refs++;
+    }
+    pinned = blocks;
+    /* Restores into the free pages first, so that the device entries evicted for the rest can take
+     * the host slots those restores let go of. */
+    for (uint32_t b = 0, left = n_host; left;) {
+        uint32_t room = dcp_graph_pages_free_now(s);
+        if (room == 0) {
+            DCP_TRY(dcp_graph_prefix_evict(s, left));
+            room = dcp_graph_pages_free_now(s);
+        }
+        if (room == 0) {
+            st = dcp_fail(DCP_ERR_OUT_OF_PAGES, "KV offload: no free page to restore %u host-resident blocks into",
+                          left);
+            goto fail;
+        }
+        for (; b < blocks && room && left; b++) {
+            pfx_entry *e = &p->e[ent[b]];
+            if (e->hslot < 0) continue;
+            DCP_TRY(take_pages(s, ent[b]));
+            DCP_TRY(record_moves(s, ent[b], e->hslot, false));
+            p->free_h[p->n_free_h++] = e->hslot; /* reused only after the flush below */
+            e->hslot = -1;
+            p->hcount--;
+            p->count++;
+            room--;
+            left--;
+        }
+        DCP_TRY(flush_moves(p));
+    }
     for (uint32_t k = 0; k < p->n_caches; k++) {
         for (uint32_t i = 0; i < p->gn; i++)
             for (uint32_t b = 0; b < blocks; b++)
                 p->scratch[(uint64_t)i * blocks + b] = p->epages[((uint64_t)ent[b] * p->n_caches + k) * p->gn + i];
         /* Every cache checks the same things first: the first refuses or none does. */
         DCP_TRY(dcp_kv_cache_attach(s->caches[k], seq, blocks, p->scratch));
-    }
-    for (uint32_t b = 0; b < blocks; b++) {
-        pfx_entry *e = &p->e[ent[b]];
-        if (e->refs++ == 0) {
-            lru_unlink(p, ent[b]);
-            p->unref--;
-        }
     }
     const uint32_t c = blocks * p->bt;
     memcpy(p->seq_toks + (uint64_t)seq * p->n_ctx, tokens, (size_t)c * sizeof *tokens);
@@ -298,6 +554,15 @@ dcp_status dcp_model_state_prefix_attach(dcp_model_state *s, uint32_t seq, const
     *cached = c;
     return DCP_OK;
 fail:
+    for (uint32_t b = pinned; b-- > 0;) { /* let go of the chain again: it stays cached */
+        pfx_entry *e = &p->e[ent[b]];
+        if (--e->refs) continue;
+        if (e->hslot >= 0) hlru_push(p, ent[b]);
+        else {
+            lru_push(p, ent[b]);
+            p->unref++;
+        }
+    }
     return dcp_fail_context(st, "prefix attach of sequence %u", seq);
 }
 
@@ -323,7 +588,8 @@ dcp_status dcp_model_state_prefix_commit(dcp_model_state *s, uint32_t seq, uint3
         }
         const int32_t x = p->free_e[--p->n_free_e];
         p->e[x] = (pfx_entry){.hash = h, .parent = parent, .next = p->bucket[h & (p->nbucket - 1)], .refs = 1,
-                              .lru_prev = -1, .lru_next = -1, .used = true};
+                              .lru_prev = -1, .lru_next = -1, .hslot = -1, .gen = p->e[x].gen,
+                              .pgen = parent >= 0 ? p->e[parent].gen : 0, .used = true};
         p->bucket[h & (p->nbucket - 1)] = x;
         memcpy(p->etoks + (uint64_t)x * p->bt, toks + (uint64_t)b * p->bt, (size_t)p->bt * sizeof *toks);
         uint32_t *pg = p->epages + (uint64_t)x * p->n_caches * p->gn;
@@ -369,13 +635,18 @@ void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq)
     p->seq_stop[seq] = false;
 }
 
-void dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n)
+dcp_status dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n)
 {
+    dcp_status st = DCP_OK;
     dcp_prefix_cache *p = s->prefix;
     while (p && n-- > 0 && p->lru_head >= 0) {
-        evict_entry(s, p->lru_head);
+        DCP_TRY(offload_entry(s, p->lru_head));
         p->evictions++;
     }
+    if (p) DCP_TRY(flush_moves(p));
+    return DCP_OK;
+fail:
+    return st;
 }
 
 void dcp_model_state_prefix_stats(const dcp_model_state *s, dcp_prefix_cache_stats *out)
@@ -388,5 +659,12 @@ void dcp_model_state_prefix_stats(const dcp_model_state *s, dcp_prefix_cache_sta
     out->blocks = p->count;
     out->blocks_unreferenced = p->unref;
     out->evictions = p->evictions;
+    out->host_blocks = p->hcount;
+    out->host_capacity = p->hslots;
+    out->host_evictions = p->host_evictions;
+    out->offloaded_blocks = p->to_host_blocks;
+    out->offloaded_bytes = p->to_host_bytes;
+    out->restored_blocks = p->to_dev_blocks;
+    out->restored_bytes = p->to_dev_bytes;
     out->seed = p->seed;
 }
