@@ -65,7 +65,10 @@ struct dcp_prefix_cache {
      * index, its pages copied to a slot of the host pool; a lookup reaching it copies them back. */
     uint32_t hslots;      /* entries the host pool holds (0: offload off) */
     uint32_t nloc;        /* local ranks: ng x gn, local rank L = g gn + i */
-    dcp_buffer **hbuf;    /* [nloc] host-visible pool of each local rank: [hslots][hstride[L]] bytes */
+    dcp_buffer **hbuf;    /* [nloc][hnseg] host-visible pool of each local rank, [hslots][hstride[L]] bytes
+                           * in segments of hper[L] slots (each within the device's buffer limits) */
+    uint32_t hnseg;       /* segments per local rank (the most any rank needs) */
+    uint32_t *hper;       /* [nloc] slots per segment on local rank L */
     uint64_t *hstride;    /* [nloc] bytes of one entry on local rank L (its page of every layer) */
     uint64_t *hoff;       /* [n_caches][gn] offset of cache k's page within an entry's bytes */
     dcp_cmd **hcmd;       /* [nloc] transfer commands */
@@ -159,8 +162,9 @@ static void prefix_free(dcp_prefix_cache *p)
     if (!p) return;
     for (uint32_t L = 0; L < p->nloc; L++) {
         if (p->hcmd) dcp_cmd_destroy(p->hcmd[L]);
-        if (p->hbuf) dcp_buffer_destroy(p->hbuf[L]);
+        for (uint32_t j = 0; p->hbuf && j < p->hnseg; j++) dcp_buffer_destroy(p->hbuf[(size_t)L * p->hnseg + j]);
     }
+    free(p->hper);
     free(p->hcmd);
     free(p->hrun);
     free(p->hbuf);
@@ -255,9 +259,10 @@ static dcp_status record_moves(dcp_model_state *s, int32_t x, int32_t h, bool to
             const uint32_t pps = dcp_kv_pool_pages_per_segment(pool);
             dcp_buffer *seg = dcp_kv_pool_segment(pool, page / pps);
             const uint64_t po = (uint64_t)(page % pps) * pb;
-            const uint64_t ho = (uint64_t)h * p->hstride[L] + p->hoff[k * p->gn + i];
-            if (to_host) DCP_TRY(dcp_cmd_copy(p->hcmd[L], seg, po, p->hbuf[L], ho, pb));
-            else DCP_TRY(dcp_cmd_copy(p->hcmd[L], p->hbuf[L], ho, seg, po, pb));
+            dcp_buffer *hb = p->hbuf[(size_t)L * p->hnseg + h / p->hper[L]];
+            const uint64_t ho = (uint64_t)(h % p->hper[L]) * p->hstride[L] + p->hoff[k * p->gn + i];
+            if (to_host) DCP_TRY(dcp_cmd_copy(p->hcmd[L], seg, po, hb, ho, pb));
+            else DCP_TRY(dcp_cmd_copy(p->hcmd[L], hb, ho, seg, po, pb));
             p->hrec[L] = true;
             bytes += pb;
         }
@@ -398,7 +403,33 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
     }
     p->hlru_head = p->hlru_tail = -1;
     if (p->hslots) {
-        p->hbuf = calloc(p->nloc, sizeof *p->hbuf);
+        /* Segments: a buffer of one device stays within its storage-buffer range and allocation
+         * limit (the copies do not bind it, but dcp_buffer_create holds every buffer to both). */
+        p->hper = calloc(p->nloc, sizeof *p->hper);
+        if (!p->hper) {
+            prefix_free(p);
+            return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the KV offload's index");
+        }
+        p->hnseg = 1;
+        for (uint32_t L = 0; L < p->nloc; L++) {
+            dcp_device *dev = dcp_kv_pool_device(dcp_kv_cache_pool(s->caches[L / p->gn], L % p->gn));
+            const dcp_device_info *info = dcp_device_get_info(dev);
+            uint64_t lim = info->max_storage_buffer_range;
+            if (info->max_allocation_size && info->max_allocation_size < lim) lim = info->max_allocation_size;
+            const uint64_t per = p->hstride[L] ? lim / p->hstride[L] : p->hslots;
+            if (per == 0) {
+                const uint64_t stride = p->hstride[L];
+                prefix_free(p);
+                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                                "KV offload: one cached block takes %llu bytes on local rank %u, more than device %d's "
+                                "buffer limit of %llu bytes (use a smaller block size)",
+                                (unsigned long long)stride, L, info->logical_index, (unsigned long long)lim);
+            }
+            p->hper[L] = per < p->hslots ? (uint32_t)per : p->hslots;
+            const uint32_t nseg = (p->hslots + p->hper[L] - 1) / p->hper[L];
+            if (nseg > p->hnseg) p->hnseg = nseg;
+        }
+        p->hbuf = calloc((size_t)p->nloc * p->hnseg, sizeof *p->hbuf);
         p->hcmd = calloc(p->nloc, sizeof *p->hcmd);
         p->hrun = calloc(p->nloc, sizeof *p->hrun);
         p->hrec = calloc(p->nloc, sizeof *p->hrec);
@@ -409,13 +440,18 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
         }
         for (uint32_t L = 0; L < p->nloc; L++) {
             dcp_device *dev = dcp_kv_pool_device(dcp_kv_cache_pool(s->caches[L / p->gn], L % p->gn));
-            dcp_status st = dcp_buffer_create(dev, (uint64_t)p->hslots * p->hstride[L], DCP_MEMORY_HOST, &p->hbuf[L]);
+            dcp_status st = DCP_OK;
+            for (uint32_t j = 0, first = 0; st == DCP_OK && first < p->hslots; j++, first += p->hper[L]) {
+                const uint32_t n = p->hslots - first < p->hper[L] ? p->hslots - first : p->hper[L];
+                st = dcp_buffer_create(dev, (uint64_t)n * p->hstride[L], DCP_MEMORY_HOST, &p->hbuf[(size_t)L * p->hnseg + j]);
+            }
             if (st == DCP_OK) st = dcp_cmd_create(dev, &p->hcmd[L]);
             if (st != DCP_OK) {
+                const unsigned long long bytes = (unsigned long long)((uint64_t)p->hslots * p->hstride[L]);
+                const uint32_t slots = p->hslots;
                 prefix_free(p);
                 return dcp_fail_context(st, "KV offload: a host pool of %u blocks (%llu bytes) for local rank %u",
-                                        p->hslots,
-                                        (unsigned long long)((uint64_t)p->hslots * p->hstride[L]), L);
+                                        slots, bytes, L);
             }
         }
         for (uint32_t h = 0; h < p->hslots; h++) p->free_h[h] = (int32_t)(p->hslots - 1 - h);
