@@ -270,7 +270,8 @@ typedef struct dcp_engine_event {
     uint32_t completion_tokens; /* tokens generated so far (stop tokens and EOS included) */
     uint32_t cached_tokens;    /* prompt tokens taken from the prefix cache when the request was
                                 * first admitted (0 with caching off) */
-    /* Log-probabilities (requests with logprobs), natural log, of the distribution the token was
+    /* Log-probabilities (requests with logprobs; PROMPT events: of the raw distribution, see
+     * prompt_logprobs), natural log, of the distribution the token was
      * drawn from: the logits after the min_tokens mask, the biases and the penalties, divided by the
      * temperature, with the tokens that top-k, top-p and min-p cut at -inf (vLLM's
      * processed_logprobs). Greedy requests (temperature 0 or top-k 1): the log-softmax of the
