@@ -5,5 +5,6 @@ dcp_test(test_engine SOURCES test_engine.c ref_model.c vkutil.c)
 # Chat template families: recognition and rendering (host only).
 dcp_test(test_chat SOURCES test_chat.c LABELS host)
 # Logprobs of the engine's tokens against a CPU computation from the same logits, batch-invariant,
-# the same under n-gram speculation.
+# the same under n-gram speculation; prompt logprobs against the CPU double reference (TP 1 and
+# TP 8 / DCP 2), batch- and chunk-invariant, with prefix caching.
 dcp_test(test_logprobs SOURCES test_logprobs.c ref_model.c vkutil.c)

@@ -12,7 +12,14 @@
  *  - n-gram speculation: the same tokens and logprobs as without (each from its own row);
  *  - a draft model (the same model in a second state: every draft accepted): the logprobs of its
  *    tokens (other draws than without speculation) equal the CPU's too;
- *  - refused: top_logprobs beyond 20, top_logprobs without logprobs. */
+ *  - prompt logprobs (dcp_engine_request.prompt_logprobs, PROMPT events): every prompt token's
+ *    log-probability, rank and top tokens against the CPU double reference model (src/ref, one
+ *    token at a time) within 5e-4, position 0 without one, the pieces the decoded prompt; the same
+ *    bitwise alone, in a batch, in chunks of 7 rows, and with prefix caching on after the prompt was
+ *    cached (no cached blocks taken); the tokens generated after them those of a request without;
+ *    max_tokens 0 ends after the prompt; TP 8 / DCP 2 (max_logits 4: chunks cut by the rows with
+ *    logits) within 1e-4 of TP 1;
+ *  - refused: top_logprobs beyond 20, top_logprobs without logprobs, the same for the prompt's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,6 +404,266 @@ static void test_draft(void **state)
     fx_close(&f);
 }
 
+/* ---- prompt logprobs ---------------------------------------------------------------------------- */
+
+enum { PLEN = 40 };
+
+typedef struct pout {
+    uint32_t n;                  /* PROMPT events */
+    bool has[PLEN];
+    float lp[PLEN];
+    uint32_t rank[PLEN], n_top[PLEN];
+    int32_t tok[PLEN], top_ids[PLEN][DCP_ENGINE_MAX_LOGPROBS];
+    float top_lps[PLEN][DCP_ENGINE_MAX_LOGPROBS];
+    char pieces[1024];
+    size_t plen;
+    int32_t gen[MAXT];
+    uint32_t n_gen, cached;
+    dcp_engine_finish finish;
+    bool done;
+} pout;
+
+static void pdrain(dcp_engine *e)
+{
+    dcp_engine_event ev;
+    while (dcp_engine_poll(e, &ev)) {
+        pout *o = ev.user;
+        assert_false(o->done);
+        if (ev.kind == DCP_ENGINE_EVENT_PROMPT) {
+            assert_int_equal(o->n_gen, 0); /* before any token */
+            assert_int_equal(ev.position, o->n);
+            assert_int_equal(ev.len, 0);
+            const uint32_t i = o->n++;
+            o->has[i] = ev.has_logprob;
+            o->tok[i] = ev.token;
+            o->lp[i] = ev.logprob;
+            o->rank[i] = ev.rank;
+            o->n_top[i] = ev.n_top;
+            memcpy(o->top_ids[i], ev.top_ids, sizeof ev.top_ids);
+            memcpy(o->top_lps[i], ev.top_logprobs, sizeof ev.top_logprobs);
+            assert_true(o->plen + ev.piece_len < sizeof o->pieces);
+            memcpy(o->pieces + o->plen, ev.piece, ev.piece_len);
+            o->plen += ev.piece_len;
+            continue;
+        }
+        if (ev.token >= 0) o->gen[o->n_gen++] = ev.token;
+        o->cached = ev.cached_tokens;
+        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
+            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
+            o->finish = ev.finish;
+            o->done = true;
+        }
+    }
+}
+
+/* Requests [n] together on an engine over s (step_tokens 0: the state's rows). */
+static void prun(dcp_model_state *s, const dcp_tokenizer *tok, uint32_t step_tokens, bool caching,
+                 const dcp_engine_request *r, uint32_t n, pout *o)
+{
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    ec.step_tokens = step_tokens;
+    ec.enable_prefix_caching = caching;
+    dcp_engine *e;
+    DCP_ASSERT_OK(dcp_engine_create(s, tok, &ec, &e));
+    for (uint32_t i = 0; i < n; i++) {
+        memset(&o[i], 0, sizeof o[i]);
+        dcp_engine_request q = r[i];
+        q.user = &o[i];
+        uint64_t id;
+        DCP_ASSERT_OK(dcp_engine_submit(e, &q, &id));
+        if (caching) { /* one after the other: the later ones find the earlier ones' blocks */
+            while (dcp_engine_busy(e)) {
+                DCP_ASSERT_OK(dcp_engine_step(e));
+                pdrain(e);
+            }
+        }
+    }
+    while (dcp_engine_busy(e)) {
+        DCP_ASSERT_OK(dcp_engine_step(e));
+        pdrain(e);
+    }
+    pdrain(e);
+    for (uint32_t i = 0; i < n; i++) assert_true(o[i].done);
+    dcp_engine_destroy(e);
+}
+
+static void assert_same_prompt(const pout *a, const pout *b, float tol, const char *what)
+{
+    assert_int_equal(a->n, b->n);
+    double worst = 0.0;
+    for (uint32_t i = 0; i < a->n; i++) {
+        assert_int_equal(a->has[i], b->has[i]);
+        assert_int_equal(a->tok[i], b->tok[i]);
+        if (!a->has[i]) continue;
+        const double d = fabs((double)a->lp[i] - b->lp[i]);
+        if (d > worst) worst = d;
+        if (!(d <= tol)) fail_msg("%s: position %u logprob %.9g against %.9g", what, i, a->lp[i], b->lp[i]);
+        const uint32_t nt = a->n_top[i] < b->n_top[i] ? a->n_top[i] : b->n_top[i];
+        for (uint32_t j = 0; j < nt; j++) {
+            if (tol == 0.0f) assert_int_equal(a->top_ids[i][j], b->top_ids[i][j]);
+            if (a->top_ids[i][j] == b->top_ids[i][j] && !(fabs((double)a->top_lps[i][j] - b->top_lps[i][j]) <= tol))
+                fail_msg("%s: position %u top %u differs", what, i, j);
+        }
+        if (tol == 0.0f) assert_int_equal(a->rank[i], b->rank[i]);
+    }
+    printf("%s: %u prompt positions, within %.2e\n", what, a->n, worst);
+}
+
+/* Against the CPU double reference run over the prompt one token at a time: position i's
+ * log-softmax (in double) of the logits after token i - 1; the top tokens, the rank. */
+static void check_prompt_ref(fixture *f, const dcp_engine_request *r, const pout *o)
+{
+    const uint32_t V = f->V, n = r->n_prompt;
+    assert_int_equal(o->n, n);
+    dcp_test_ref_model rm;
+    dcp_test_ref_model_load(&rm, f->g, &f->cfg, NCTX);
+    float *l = malloc(V * sizeof *l);
+    double *srt = malloc(2 * V * sizeof *srt);
+    assert_true(l && srt);
+    assert_false(o->has[0]);
+    assert_int_equal(o->rank[0], 0);
+    double worst = 0.0;
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        dcp_ref_llama_step(&rm.ref, r->prompt[i], i, l);
+        const uint32_t p = i + 1;
+        assert_true(o->has[p]);
+        assert_int_equal(o->tok[p], r->prompt[p]);
+        for (uint32_t t = 0; t < V; t++) {
+            srt[2 * t] = l[t];
+            srt[2 * t + 1] = t;
+        }
+        qsort(srt, V, 2 * sizeof *srt, cmp_desc);
+        double sum = 0.0;
+        for (uint32_t t = 0; t < V; t++) sum += exp(srt[2 * t] - srt[0]);
+        const double lse = srt[0] + log(sum);
+        const double want = (double)l[r->prompt[p]] - lse;
+        double d = fabs(o->lp[p] - want);
+        if (d > worst) worst = d;
+        if (!(d <= 5e-4)) fail_msg("prompt position %u (token %d): logprob %.7f, CPU %.7f", p, r->prompt[p], o->lp[p], want);
+        /* the rank: 1 + the CPU's larger logits, give or take the tokens within 1e-3 of it */
+        uint32_t above = 0, near = 0;
+        const float lt = l[r->prompt[p]];
+        for (uint32_t t = 0; t < V; t++) {
+            above += l[t] > lt;
+            near += (int32_t)t != r->prompt[p] && fabs((double)l[t] - lt) < 1e-3;
+        }
+        if (!(o->rank[p] + near >= above + 1 && o->rank[p] <= above + 1 + near))
+            fail_msg("prompt position %u: rank %u, CPU %u (%u within 1e-3)", p, o->rank[p], above + 1, near);
+        assert_int_equal(o->n_top[p], r->prompt_top_logprobs);
+        for (uint32_t j = 0; j < o->n_top[p]; j++) {
+            const int32_t id = o->top_ids[p][j];
+            d = fabs(o->top_lps[p][j] - ((double)l[id] - lse));
+            if (d > worst) worst = d;
+            if (!(d <= 5e-4)) fail_msg("prompt position %u top %u (%d): %.7f, CPU %.7f", p, j, id, o->top_lps[p][j], (double)l[id] - lse);
+            if (srt[2 * j] - srt[2 * j + 2] > 1e-3) assert_int_equal(id, (int32_t)srt[2 * j + 1]);
+            if (j) assert_true(o->top_lps[p][j] <= o->top_lps[p][j - 1]);
+            if (id == r->prompt[p]) assert_true(o->top_lps[p][j] == o->lp[p] && o->rank[p] == j + 1);
+        }
+    }
+    printf("prompt logprobs: %u positions within %.2e of the CPU double reference\n", n, worst);
+    /* the pieces are the prompt decoded */
+    char *text = NULL;
+    size_t len = 0;
+    DCP_ASSERT_OK(dcp_tokenizer_decode(f->tok, r->prompt, n, 0, &text, &len));
+    assert_int_equal(o->plen, len);
+    assert_memory_equal(o->pieces, text, len);
+    free(text);
+    free(l);
+    free(srt);
+    dcp_test_ref_model_free(&rm);
+}
+
+static void test_prompt(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    dcp_engine_request r[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        r[i] = (dcp_engine_request)DCP_ENGINE_REQUEST_DEFAULT;
+        r[i].ignore_eos = true;
+    }
+    /* the story's first PLEN tokens, prompt logprobs with the 5 most likely, nothing generated */
+    r[0].prompt = stories_ref;
+    r[0].n_prompt = PLEN;
+    r[0].max_tokens = 0;
+    r[0].prompt_logprobs = true;
+    r[0].prompt_top_logprobs = 5;
+    /* the same prompt, sampled with a bias and penalties (the prompt's logprobs stay raw) */
+    r[1] = r[0];
+    r[1].max_tokens = 8;
+    r[1].prompt_top_logprobs = 3;
+    r[1].sampling.temperature = 0.9f;
+    r[1].sampling.seed = 5;
+    r[1].sampling.logit_bias = bias;
+    r[1].sampling.n_logit_bias = 3;
+    r[1].sampling.presence_penalty = 0.5f;
+    /* another prompt without */
+    r[2].prompt = stories_ref + 3;
+    r[2].n_prompt = 17;
+    r[2].max_tokens = 12;
+    pout alone[3], together[3], chunked[3], plain, cached[2];
+    for (uint32_t i = 0; i < 3; i++) prun(f.s, f.tok, 0, false, &r[i], 1, &alone[i]);
+    check_prompt_ref(&f, &r[0], &alone[0]);
+    assert_int_equal(alone[0].n_gen, 0);
+    assert_int_equal(alone[0].finish, DCP_ENGINE_FINISH_LENGTH);
+    assert_int_equal(alone[2].n, 0);
+    assert_same_prompt(&alone[0], &alone[1], 0.0f, "prompt logprobs, sampled request");
+    prun(f.s, f.tok, 0, false, r, 3, together);
+    prun(f.s, f.tok, 7, false, r, 3, chunked);
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_same_prompt(&alone[i], &together[i], 0.0f, "prompt logprobs, batched");
+        assert_same_prompt(&alone[i], &chunked[i], 0.0f, "prompt logprobs, chunks of 7");
+        assert_int_equal(alone[i].n_gen, together[i].n_gen);
+        assert_memory_equal(alone[i].gen, together[i].gen, alone[i].n_gen * sizeof *alone[i].gen);
+        assert_memory_equal(alone[i].gen, chunked[i].gen, alone[i].n_gen * sizeof *alone[i].gen);
+    }
+    /* asking for them changes no token */
+    dcp_engine_request p = r[1];
+    p.prompt_logprobs = false;
+    p.prompt_top_logprobs = 0;
+    prun(f.s, f.tok, 0, false, &p, 1, &plain);
+    assert_int_equal(plain.n, 0);
+    assert_int_equal(plain.n_gen, alone[1].n_gen);
+    assert_memory_equal(plain.gen, alone[1].gen, plain.n_gen * sizeof *plain.gen);
+    /* prefix caching: the prompt cached by a plain request first; the prompt-logprobs request takes
+     * none of it (cached 0) and gives the same values; a plain one after takes the blocks */
+    dcp_engine_request seq[3] = {p, r[1], p};
+    pout cs[3];
+    prun(f.s, f.tok, 0, true, seq, 3, cs);
+    cached[0] = cs[1];
+    assert_int_equal(cached[0].cached, 0);
+    assert_true(cs[2].cached > 0);
+    assert_same_prompt(&alone[1], &cached[0], 0.0f, "prompt logprobs with prefix caching");
+    assert_memory_equal(cs[1].gen, alone[1].gen, alone[1].n_gen * sizeof *alone[1].gen);
+    printf("prefix caching: a plain request after it took %u cached tokens; the prompt-logprobs one 0\n", cs[2].cached);
+    /* TP 8 / DCP 2 on logical devices, the default max_logits (4: min(max_rows, max_seqs)) */
+    {
+        dcp_context *ctx8 = dcp_test_context_of(8);
+        dcp_device *devs[8];
+        for (uint32_t k = 0; k < 8; k++) devs[k] = dcp_context_device(ctx8, (int)k);
+        dcp_model *m8;
+        DCP_ASSERT_OK(dcp_test_model_load(devs, 0, 8, 8, 2, false, f.g, &f.cfg, &m8));
+        dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+        sc.n_ctx = NCTX;
+        sc.max_seqs = 4;
+        sc.max_rows = NCTX;
+        sc.kv_dtype = DCP_DTYPE_F32;
+        dcp_model_state *s8;
+        DCP_ASSERT_OK(dcp_model_state_create(m8, &sc, &s8));
+        assert_int_equal(dcp_model_state_max_logits(s8), 4);
+        pout d[3], d1;
+        prun(s8, f.tok, 0, false, r, 3, d);
+        prun(s8, f.tok, 0, false, &r[0], 1, &d1);
+        for (uint32_t i = 0; i < 2; i++) assert_same_prompt(&alone[i], &d[i], 1e-4f, "prompt logprobs, TP 8 / DCP 2 against TP 1");
+        assert_same_prompt(&d1, &d[0], 0.0f, "prompt logprobs, TP 8 / DCP 2, alone and batched");
+        dcp_model_state_destroy(s8);
+        dcp_model_destroy(m8);
+        dcp_test_context_done(ctx8);
+    }
+    fx_close(&f);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -417,6 +684,15 @@ static void test_refused(void **state)
     r.top_logprobs = 2;
     assert_int_equal(dcp_engine_submit(e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "without logprobs"));
+    r.top_logprobs = 0;
+    r.prompt_logprobs = true;
+    r.prompt_top_logprobs = DCP_ENGINE_MAX_LOGPROBS + 1;
+    assert_int_equal(dcp_engine_submit(e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "prompt_top_logprobs 21"));
+    r.prompt_logprobs = false;
+    r.prompt_top_logprobs = 1;
+    assert_int_equal(dcp_engine_submit(e, &r, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "without prompt_logprobs"));
     dcp_engine_destroy(e);
     fx_close(&f);
 }
@@ -428,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_cpu_and_batch),
         cmocka_unit_test(test_ngram),
         cmocka_unit_test(test_draft),
+        cmocka_unit_test(test_prompt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

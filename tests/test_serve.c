@@ -18,7 +18,11 @@
  *  - logprobs through the OpenAI client (tests/serve/logprobs.mjs): completions' logprobs: N and
  *    chat's logprobs + top_logprobs, streaming and not, greedy and sampled: shapes, token texts
  *    concatenating to the text, exp of the top ones summing to <= 1, 400s for values out of range;
- *  - every unknown field and every known-but-unsupported parameter (n: 2, prompt_logprobs,
+ *  - echo and prompt_logprobs through the OpenAI client (tests/serve/echo.mjs): the prompt text
+ *    first, its entries first in the logprobs (the first null), max_tokens 0, raw values unchanged
+ *    by sampling, no cached blocks taken, vLLM's prompt_logprobs agreeing with echo's, a stream's
+ *    first chunk carrying the prompt;
+ *  - every unknown field and every known-but-unsupported parameter (n: 2, prompt_logprobs on chat,
  *    response_format, guided_json, ...) is refused with a 400 naming it, on both endpoints; their
  *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
  *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
@@ -752,7 +756,26 @@ static void test_logprobs(void **state)
     printf("logprobs: %s", r.out);
     cJSON *j = cJSON_Parse(r.out);
     if (!j) fail_msg("node printed no JSON: %s", r.out);
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")), 8);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")), 7);
+    cJSON_Delete(j);
+    dcp_test_result_free(&r);
+    expect_healthy(&srv);
+}
+
+/* echo and prompt_logprobs through the OpenAI client on the shared server (tests/serve/echo.mjs). */
+static void test_echo(void **state)
+{
+    (void)state;
+    char script[512], base[128];
+    snprintf(script, sizeof script, "%s/echo.mjs", node_dir);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", srv.port);
+    const char *argv[] = {"node", script, base, "stories260K", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("node echo.mjs: exit %d: %s %s", r.code, r.err, r.out);
+    printf("echo: %s", r.out);
+    cJSON *j = cJSON_Parse(r.out);
+    if (!j) fail_msg("node printed no JSON: %s", r.out);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")), 6);
     cJSON_Delete(j);
     dcp_test_result_free(&r);
     expect_healthy(&srv);
@@ -835,9 +858,9 @@ static void test_bad_requests(void **state)
 /* Every parameter the server knows and does not implement (apps/serve/api.c, `refused`), with a
  * value that asks for something; and names it does not know at all. */
 static const char *const refused_fields[][2] = {
-    {"n", "2"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "true"},
+    {"n", "2"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "\"yes\""},
     {"suffix", "\"the end\""}, {"logprobs", "21"}, {"logprobs", "\"5\""}, {"top_logprobs", "2"},
-    {"prompt_logprobs", "1"}, {"typical_p", "0.5"}, {"skip_special_tokens", "false"},
+    {"prompt_logprobs", "21"}, {"typical_p", "0.5"}, {"skip_special_tokens", "false"},
     {"spaces_between_special_tokens", "false"}, {"truncate_prompt_tokens", "4"},
     {"response_format", "{\"type\": \"json_object\"}"}, {"grammar", "\"root ::= \\\"a\\\"\""},
     {"json_schema", "{\"type\": \"object\"}"}, {"guided_json", "{\"type\": \"object\"}"}, {"guided_regex", "\"a+\""},
@@ -1653,6 +1676,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_echo),
         cmocka_unit_test(test_bad_requests),  cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),

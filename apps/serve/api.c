@@ -119,7 +119,14 @@ static int completion_prompt(serve_hub *h, const cJSON *j, serve_req *r, serve_e
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
         (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
         p = p->child; /* ["text"] or [[ids]] */
-    if (cJSON_IsString(p)) return tokenize(h, p->valuestring, strlen(p->valuestring), false, r, err);
+    if (cJSON_IsString(p)) {
+        if (r->echo && !(r->echo_text = strdup(p->valuestring))) {
+            serve_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return -1;
+        }
+        r->echo_len = r->echo ? strlen(p->valuestring) : 0;
+        return tokenize(h, p->valuestring, strlen(p->valuestring), false, r, err);
+    }
     if (!cJSON_IsArray(p))
         return BAD("prompt", "'prompt' must be a string or a list of token ids (one prompt per request)");
     int n = cJSON_GetArraySize(p);
@@ -139,6 +146,17 @@ static int completion_prompt(serve_hub *h, const cJSON *j, serve_req *r, serve_e
         r->prompt[i] = (int32_t)id;
     }
     r->n_prompt = (uint32_t)n;
+    if (r->echo) { /* the ids decoded, special tokens not shown */
+        char *t = NULL;
+        size_t tn = 0;
+        if (dcp_tokenizer_decode(h->tok, r->prompt, r->n_prompt, 0, &t, &tn) != DCP_OK || !(r->echo_text = serve_utf8(t, tn))) {
+            free(t);
+            serve_error_set(err, 500, "server_error", "prompt", NULL, "decoding the prompt failed: %s", dcp_last_error());
+            return -1;
+        }
+        free(t);
+        r->echo_len = strlen(r->echo_text);
+    }
     return 0;
 }
 
@@ -323,6 +341,7 @@ static const struct {
     {"frequency_penalty", FOR_BOTH}, {"repetition_penalty", FOR_BOTH}, {"min_tokens", FOR_BOTH},
     {"stop_token_ids", FOR_BOTH}, {"include_stop_str_in_output", FOR_BOTH},
     {"logprobs", FOR_BOTH} /* completions: an integer 0 .. 20; chat: a bool */, {"top_logprobs", FOR_CHAT},
+    {"echo", FOR_COMPLETIONS}, {"prompt_logprobs", FOR_COMPLETIONS},
 };
 
 /* The value of a refused field that asks for nothing (what this server does anyway). */
@@ -349,10 +368,9 @@ static const struct {
     {"best_of", FOR_COMPLETIONS, NEUTRAL_ONE, "best-of sampling"},
     {"use_beam_search", FOR_BOTH, NEUTRAL_FALSE, "beam search"},
     {"length_penalty", FOR_BOTH, NEUTRAL_ONE, "beam search"},
-    {"echo", FOR_COMPLETIONS, NEUTRAL_FALSE, "echoing the prompt"},
     {"suffix", FOR_COMPLETIONS, NEUTRAL_EMPTY, "text after the completion (insertion)"},
     {"top_logprobs", FOR_COMPLETIONS, NEUTRAL_ZERO, "chat's form of logprobs; completions take \"logprobs\": N"},
-    {"prompt_logprobs", FOR_BOTH, NEUTRAL_NONE, "log probabilities of the prompt"},
+    {"prompt_logprobs", FOR_CHAT, NEUTRAL_NONE, "log probabilities of the prompt (on /v1/completions only)"},
     {"typical_p", FOR_BOTH, NEUTRAL_ONE, "locally typical sampling"},
     {"skip_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"spaces_between_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
@@ -429,7 +447,8 @@ static int check_fields(const cJSON *j, serve_kind kind, serve_error *err)
                                           : "model, prompt, max_tokens, temperature, top_p, top_k, min_p, seed, "
                                             "logit_bias, presence_penalty, frequency_penalty, repetition_penalty, "
                                             "min_tokens, stream, stream_options, stop, stop_token_ids, "
-                                            "include_stop_str_in_output, ignore_eos, logprobs, user");
+                                            "include_stop_str_in_output, ignore_eos, logprobs, echo, "
+                                            "prompt_logprobs, user");
     }
     return 0;
 }
@@ -629,6 +648,29 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
             er.top_logprobs = (uint32_t)k;
         }
     }
+    /* echo (completions): the prompt's text first, and with logprobs its tokens' entries first (the
+     * first without a logprob, OpenAI's legacy form); prompt_logprobs: vLLM's per-token dicts */
+    r->prompt_lp = -1;
+    if ((v = field(j, "echo"))) {
+        if (!cJSON_IsBool(v)) {
+            BAD("echo", "'echo' must be true or false");
+            goto done;
+        }
+        r->echo = cJSON_IsTrue(v);
+    }
+    if ((v = field(j, "prompt_logprobs"))) {
+        if (get_int(v, 0, DCP_ENGINE_MAX_LOGPROBS, &k)) {
+            BAD("prompt_logprobs", "'prompt_logprobs' must be an integer in [0, %d] (the most likely tokens shown "
+                                   "with each prompt token)", DCP_ENGINE_MAX_LOGPROBS);
+            goto done;
+        }
+        r->prompt_lp = (int32_t)k;
+    }
+    if (r->prompt_lp >= 0 || (r->echo && er.logprobs)) {
+        er.prompt_logprobs = true;
+        er.prompt_top_logprobs = r->prompt_lp > 0 ? (uint32_t)r->prompt_lp : 0;
+        if (r->echo && er.logprobs && er.top_logprobs > er.prompt_top_logprobs) er.prompt_top_logprobs = er.top_logprobs;
+    }
     if (kind == SERVE_CHAT && (v = field(j, "top_logprobs")) && !cJSON_IsNull(v)) {
         if (get_int(v, 0, DCP_ENGINE_MAX_LOGPROBS, &k)) {
             BAD("top_logprobs", "'top_logprobs' must be an integer in [0, %d]", DCP_ENGINE_MAX_LOGPROBS);
@@ -644,8 +686,9 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
     v = field(j, "max_tokens");
     if (!v && kind == SERVE_CHAT && (v = field(j, "max_completion_tokens"))) mt_name = "max_completion_tokens";
     long long max_tokens = -1;
-    if (v && get_int(v, 1, 1e12, &max_tokens)) {
-        BAD(mt_name, "'%s' must be an integer >= 1", mt_name);
+    const bool prompt_only = r->echo || r->prompt_lp >= 0; /* max_tokens 0: the prompt alone */
+    if (v && get_int(v, prompt_only ? 0 : 1, 1e12, &max_tokens)) {
+        BAD(mt_name, "'%s' must be an integer >= %d", mt_name, prompt_only ? 0 : 1);
         goto done;
     }
     if (max_tokens > (long long)h->max_tokens_limit) {
@@ -677,7 +720,7 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         if (max_tokens > (long long)h->n_ctx - r->n_prompt) max_tokens = (long long)h->n_ctx - r->n_prompt;
         if (max_tokens > (long long)h->max_tokens_limit) max_tokens = h->max_tokens_limit;
     }
-    if (max_tokens <= 0 || (long long)r->n_prompt + max_tokens > (long long)h->n_ctx) {
+    if ((max_tokens == 0 && !prompt_only) || max_tokens < 0 || (long long)r->n_prompt + max_tokens > (long long)h->n_ctx) {
         serve_error_set(err, 400, "invalid_request_error", mt_name, "context_length_exceeded",
                         "This model's maximum context length is %u tokens. However, you requested %lld tokens "
                         "(%u in the prompt, %lld for the completion). Please reduce the prompt or %s.",
@@ -772,33 +815,90 @@ static cJSON *bytes_of(const char *s)
     return a;
 }
 
-/* Completions' logprobs of entries [from, to): {tokens, token_logprobs, top_logprobs (a {text:
- * logprob} object of the n_top most likely and the chosen token), text_offset}. */
-static cJSON *completion_logprobs(const serve_hub *h, const serve_req *r, size_t from, size_t to)
+/* Characters (code points) of the prompt's pieces: where the generated tokens' text_offset starts
+ * after an echoed prompt. */
+static size_t prompt_chars(const serve_req *r)
+{
+    if (!r->n_plps) return 0;
+    const serve_lp *y = &r->plps[r->n_plps - 1];
+    size_t n = y->offset;
+    for (size_t i = 0; i < y->piece_len; i++) n += ((unsigned char)y->piece[i] & 0xC0) != 0x80;
+    return n;
+}
+
+/* One entry of completions' logprobs: x's text, logprob, {text: logprob} of its n_show most likely
+ * and itself (both null for a prompt's first token), text offset. */
+static void completion_entry(const serve_hub *h, cJSON *toks, cJSON *lps, cJSON *tops, cJSON *offs, const serve_lp *x,
+                             uint32_t n_show, size_t offset)
+{
+    cJSON_AddItemToArray(toks, cJSON_CreateString(x->piece));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+    if (!x->has_lp) {
+        cJSON_AddItemToArray(lps, cJSON_CreateNull());
+        cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        return;
+    }
+    cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_value(x->logprob)));
+    if (n_show > x->n_top) n_show = x->n_top;
+    cJSON *t = cJSON_CreateObject();
+    bool chosen = false;
+    for (uint32_t k = 0; k <= n_show; k++) { /* the chosen one last unless among them */
+        if (k == n_show && chosen) break;
+        const int32_t id = k < n_show ? x->top_ids[k] : x->token;
+        const float lp = k < n_show ? x->top_lps[k] : x->logprob;
+        chosen |= id == x->token;
+        char *text = alt_text(h, x, id);
+        if (text && !cJSON_GetObjectItemCaseSensitive(t, text)) /* two ids of one text: the likelier */
+            cJSON_AddNumberToObject(t, text, lp_value(lp));
+        free(text);
+    }
+    cJSON_AddItemToArray(tops, t);
+}
+
+/* Completions' logprobs: with_prompt: the prompt's entries first (echo); then the generated ones
+ * [from, to) (their offsets after the prompt's characters when it is echoed): {tokens,
+ * token_logprobs, top_logprobs (a {text: logprob} object of the n_top most likely and the chosen
+ * token), text_offset}. */
+static cJSON *completion_logprobs(const serve_hub *h, const serve_req *r, bool with_prompt, size_t from, size_t to)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs"),
           *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
-    for (size_t i = from; i < to; i++) {
-        const serve_lp *x = &r->lps[i];
-        cJSON_AddItemToArray(toks, cJSON_CreateString(x->piece));
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_value(x->logprob)));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)x->offset));
-        cJSON *t = cJSON_CreateObject();
-        bool chosen = false;
-        for (uint32_t k = 0; k <= x->n_top; k++) { /* the chosen one last unless among them */
-            if (k == x->n_top && chosen) break;
-            const int32_t id = k < x->n_top ? x->top_ids[k] : x->token;
-            const float lp = k < x->n_top ? x->top_lps[k] : x->logprob;
-            chosen |= id == x->token;
-            char *text = alt_text(h, x, id);
-            if (text && !cJSON_GetObjectItemCaseSensitive(t, text)) /* two ids of one text: the likelier */
-                cJSON_AddNumberToObject(t, text, lp_value(lp));
+    for (size_t i = 0; with_prompt && i < r->n_plps; i++)
+        completion_entry(h, toks, lps, tops, offs, &r->plps[i], r->er.top_logprobs, r->plps[i].offset);
+    const size_t base = r->echo ? prompt_chars(r) : 0;
+    for (size_t i = from; i < to; i++)
+        completion_entry(h, toks, lps, tops, offs, &r->lps[i], r->lps[i].n_top, base + r->lps[i].offset);
+    return o;
+}
+
+/* vLLM's prompt_logprobs: [null, {"<id>": {logprob, rank, decoded_token}, ...}, ...]: per prompt
+ * token after the first, the token itself first, then the prompt_lp most likely (rank 1, 2, ...). */
+static cJSON *vllm_prompt_logprobs(const serve_hub *h, const serve_req *r)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < r->n_plps; i++) {
+        const serve_lp *x = &r->plps[i];
+        if (!x->has_lp) {
+            cJSON_AddItemToArray(a, cJSON_CreateNull());
+            continue;
+        }
+        cJSON *d = cJSON_CreateObject();
+        const uint32_t k = (uint32_t)r->prompt_lp < x->n_top ? (uint32_t)r->prompt_lp : x->n_top;
+        for (uint32_t j = 0; j <= k; j++) {
+            const int32_t id = j == 0 ? x->token : x->top_ids[j - 1];
+            if (j > 0 && id == x->token) continue;
+            char key[16], *text = alt_text(h, x, id);
+            snprintf(key, sizeof key, "%d", id);
+            cJSON *e = cJSON_AddObjectToObject(d, key);
+            cJSON_AddNumberToObject(e, "logprob", lp_value(j == 0 ? x->logprob : x->top_lps[j - 1]));
+            cJSON_AddNumberToObject(e, "rank", j == 0 ? x->rank : j);
+            cJSON_AddStringToObject(e, "decoded_token", text ? text : "");
             free(text);
         }
-        cJSON_AddItemToArray(tops, t);
+        cJSON_AddItemToArray(a, d);
     }
-    return o;
+    return a;
 }
 
 /* Chat's logprobs of entries [from, to): {content: [{token, logprob, bytes, top_logprobs: [{token,
@@ -827,15 +927,18 @@ static cJSON *chat_logprobs(const serve_hub *h, const serve_req *r, size_t from,
     return o;
 }
 
-/* choice.logprobs: null without logprobs (or, in a stream, without entries in [from, to)). */
-static void add_logprobs(const serve_hub *h, const serve_req *r, cJSON *choice, size_t from, size_t to, bool stream)
+/* choice.logprobs: null without logprobs (or, in a stream, without entries in [from, to) and
+ * without the prompt's); with_prompt: an echoed prompt's entries first. */
+static void add_logprobs(const serve_hub *h, const serve_req *r, cJSON *choice, size_t from, size_t to, bool stream,
+                         bool with_prompt)
 {
-    if (!r->er.logprobs || (stream && from >= to)) {
+    with_prompt = with_prompt && r->echo && r->kind == SERVE_COMPLETION;
+    if (!r->er.logprobs || (stream && from >= to && !with_prompt)) {
         cJSON_AddNullToObject(choice, "logprobs");
         return;
     }
     cJSON_AddItemToObject(choice, "logprobs", r->kind == SERVE_CHAT ? chat_logprobs(h, r, from, to)
-                                                                     : completion_logprobs(h, r, from, to));
+                                                                     : completion_logprobs(h, r, with_prompt, from, to));
 }
 
 static void add_finish(cJSON *choice, dcp_engine_finish f)
@@ -863,9 +966,17 @@ char *serve_api_response(const serve_hub *h, const serve_req *r)
         cJSON_AddStringToObject(m, "role", "assistant");
         cJSON_AddItemToObject(m, "content", string_n(r->text ? r->text : "", r->text_len));
     } else {
-        cJSON_AddItemToObject(c, "text", string_n(r->text ? r->text : "", r->text_len));
+        /* echo: the prompt's text, then the completion's */
+        char *t = malloc(r->echo_len + r->text_len + 1);
+        if (t) {
+            if (r->echo_len) memcpy(t, r->echo_text, r->echo_len);
+            if (r->text_len) memcpy(t + r->echo_len, r->text, r->text_len);
+        }
+        cJSON_AddItemToObject(c, "text", t ? string_n(t, r->echo_len + r->text_len) : cJSON_CreateNull());
+        free(t);
     }
-    add_logprobs(h, r, c, 0, r->n_lps, false);
+    add_logprobs(h, r, c, 0, r->n_lps, false, true);
+    if (r->prompt_lp >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", vllm_prompt_logprobs(h, r));
     add_finish(c, r->finish);
     add_usage(o, r);
     return print_free(o);
@@ -906,8 +1017,26 @@ char *serve_api_chunk_lp(const serve_hub *h, const serve_req *r, const char *del
     } else {
         cJSON_AddItemToObject(c, "text", string_n(delta, n));
     }
-    add_logprobs(h, r, c, lp_from, lp_to, true);
+    add_logprobs(h, r, c, lp_from, lp_to, true, false);
     add_finish(c, f);
+    return sse(o);
+}
+
+bool serve_api_prompt_pending(const serve_req *r)
+{
+    return r->er.prompt_logprobs && r->n_plps < r->n_prompt && r->state != SREQ_DONE && r->state != SREQ_REFUSED;
+}
+
+char *serve_api_chunk_prompt(const serve_hub *h, const serve_req *r)
+{
+    cJSON *o = envelope(h, r, "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, "text", string_n(r->echo ? r->echo_text : "", r->echo ? r->echo_len : 0));
+    add_logprobs(h, r, c, 0, 0, true, true);
+    if (r->prompt_lp >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", vllm_prompt_logprobs(h, r));
+    add_finish(c, DCP_ENGINE_FINISH_NONE);
     return sse(o);
 }
 

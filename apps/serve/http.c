@@ -273,7 +273,8 @@ typedef struct stream_ctx {
     serve_req *r;     /* one reference */
     size_t sent;      /* bytes of r->text already formatted */
     size_t lp_sent;   /* entries of r->lps already formatted */
-    bool role_sent;   /* chat: the first chunk (assistant role) */
+    bool role_sent;   /* chat: the first chunk (assistant role); completions with echo or
+                       * prompt_logprobs: the first chunk (the prompt) */
     bool ended;       /* [DONE] formatted */
     char *out;        /* formatted, not yet handed to MHD */
     size_t out_len, out_off;
@@ -300,6 +301,11 @@ static bool stream_format(stream_ctx *x)
     bool any = false;
     if (!x->role_sent && r->kind == SERVE_CHAT) {
         out_add(x, serve_api_chunk_role(h, r));
+        any = true;
+    }
+    if (!x->role_sent && r->kind == SERVE_COMPLETION && (r->echo || r->prompt_lp >= 0)) {
+        if (serve_api_prompt_pending(r)) return false; /* the prompt's chunk first, once it is whole */
+        out_add(x, serve_api_chunk_prompt(h, r));
         any = true;
     }
     x->role_sent = true;

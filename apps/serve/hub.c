@@ -110,6 +110,9 @@ void serve_req_unref(serve_req *r)
     free(r->text);
     for (size_t i = 0; i < r->n_lps; i++) free(r->lps[i].piece);
     free(r->lps);
+    for (size_t i = 0; i < r->n_plps; i++) free(r->plps[i].piece);
+    free(r->plps);
+    free(r->echo_text);
     free(r);
 }
 
@@ -207,21 +210,24 @@ static void append_text(serve_req *r, const char *t, size_t n)
     r->text[r->text_len] = 0;
 }
 
-/* The logprobs an event carries, as r's next entry. */
+/* The logprobs an event carries, as r's next entry (of its prompt's for a PROMPT event). */
 static void append_lp(serve_req *r, const dcp_engine_event *ev)
 {
-    if (!ev->has_logprob) return;
-    if (r->n_lps == r->lps_cap) {
-        size_t cap = r->lps_cap ? r->lps_cap * 2 : 16;
-        serve_lp *p = realloc(r->lps, cap * sizeof *p);
+    const bool prompt = ev->kind == DCP_ENGINE_EVENT_PROMPT;
+    if (!ev->has_logprob && !prompt) return;
+    serve_lp **arr = prompt ? &r->plps : &r->lps;
+    size_t *n = prompt ? &r->n_plps : &r->n_lps, *capp = prompt ? &r->plps_cap : &r->lps_cap;
+    if (*n == *capp) {
+        size_t cap = *capp ? *capp * 2 : 16;
+        serve_lp *p = realloc(*arr, cap * sizeof *p);
         if (!p) {
             r->oom = true;
             return;
         }
-        r->lps = p;
-        r->lps_cap = cap;
+        *arr = p;
+        *capp = cap;
     }
-    serve_lp *x = &r->lps[r->n_lps];
+    serve_lp *x = &(*arr)[*n];
     if (!(x->piece = malloc(ev->piece_len + 1))) {
         r->oom = true;
         return;
@@ -230,17 +236,19 @@ static void append_lp(serve_req *r, const dcp_engine_event *ev)
     x->piece[ev->piece_len] = 0;
     x->piece_len = ev->piece_len;
     x->offset = 0; /* characters (code points) of the pieces before, as vLLM counts them */
-    if (r->n_lps) {
-        const serve_lp *y = &r->lps[r->n_lps - 1];
+    if (*n) {
+        const serve_lp *y = &(*arr)[*n - 1];
         x->offset = y->offset;
         for (size_t i = 0; i < y->piece_len; i++) x->offset += ((unsigned char)y->piece[i] & 0xC0) != 0x80;
     }
     x->token = ev->token;
+    x->has_lp = ev->has_logprob;
+    x->rank = ev->rank;
     x->logprob = ev->logprob;
     x->n_top = ev->n_top;
     memcpy(x->top_ids, ev->top_ids, ev->n_top * sizeof *ev->top_ids);
     memcpy(x->top_lps, ev->top_logprobs, ev->n_top * sizeof *ev->top_logprobs);
-    r->n_lps++;
+    (*n)++;
 }
 
 /* Request r's new tokens, seen at t (one time for every request of a step: vLLM's iteration

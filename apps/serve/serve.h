@@ -91,6 +91,8 @@ typedef enum serve_state {
 /* One generated token's log-probabilities (requests with logprobs; dcp_engine_event's). */
 typedef struct serve_lp {
     int32_t token;
+    bool has_lp;                 /* false: a prompt's first token (no logprob: null) */
+    uint32_t rank;               /* prompt tokens: 1 + the tokens more likely (vLLM's rank) */
     float logprob;
     uint32_t n_top;
     int32_t top_ids[DCP_ENGINE_MAX_LOGPROBS];
@@ -98,7 +100,7 @@ typedef struct serve_lp {
     char *piece;                 /* its text in the output (NUL-terminated) [piece_len] */
     size_t piece_len;
     size_t offset;               /* characters (code points) of output text before it (the pieces
-                                  * before) */
+                                  * before; of the generated tokens' alone, the prompt's alone) */
 } serve_lp;
 
 typedef struct serve_req {
@@ -114,6 +116,11 @@ typedef struct serve_req {
     char **stops;                /* [n_stop] */
     int32_t *stop_tokens;        /* [er.n_stop_tokens] stop_token_ids, then the chat end-of-turn */
     dcp_logit_bias *bias;        /* [er.sampling.n_logit_bias] */
+    bool echo;                   /* completions' echo: the prompt text comes first */
+    int32_t prompt_lp;           /* vLLM's prompt_logprobs k (0 .. 20), -1: not asked */
+    char *echo_text;             /* echo: the prompt as given (a text prompt), or its ids decoded
+                                  * (NUL-terminated) [echo_len] */
+    size_t echo_len;
     /* shared, under the hub's mutex */
     void *conn;                  /* the MHD connection answering it (serve/http.c) */
     bool suspended;              /* that connection waits for a change of this request: the hub's
@@ -141,6 +148,9 @@ typedef struct serve_req {
     /* logprobs (er.logprobs): one entry per token with logprobs, under the hub's mutex */
     serve_lp *lps;               /* [n_lps] */
     size_t n_lps, lps_cap;
+    /* prompt logprobs (er.prompt_logprobs): one entry per prompt token, under the hub's mutex */
+    serve_lp *plps;              /* [n_plps] */
+    size_t n_plps, plps_cap;
 } serve_req;
 
 /* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
@@ -286,6 +296,11 @@ char *serve_api_chunk(const serve_hub *h, const serve_req *r, const char *delta,
 char *serve_api_chunk_lp(const serve_hub *h, const serve_req *r, const char *delta, size_t n, dcp_engine_finish f,
                          size_t lp_from, size_t lp_to);
 char *serve_api_chunk_role(const serve_hub *h, const serve_req *r);
+/* Completions with echo or prompt_logprobs: the first event, with the prompt (echo: its text, and
+ * with logprobs its tokens' entries) and vLLM's prompt_logprobs when asked. */
+char *serve_api_chunk_prompt(const serve_hub *h, const serve_req *r);
+/* Whether r's first stream event waits for prompt logprobs still to come. */
+bool serve_api_prompt_pending(const serve_req *r);
 char *serve_api_chunk_usage(const serve_hub *h, const serve_req *r);
 char *serve_api_chunk_error(const serve_req *r);
 /* "stop", "length", "abort" (cancelled) for the OpenAI finish_reason. */

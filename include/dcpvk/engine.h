@@ -180,6 +180,20 @@ typedef struct dcp_engine_request {
                                     * device argmax alone) */
     uint32_t top_logprobs;         /* 0 .. DCP_ENGINE_MAX_LOGPROBS most likely tokens with each
                                     * (default 0: only the chosen token's) */
+    bool prompt_logprobs;          /* true: one PROMPT event per prompt token, in order, before any
+                                    * TOKEN event: the first without a log-probability (nothing comes
+                                    * before it), each other with the log-probability of that prompt
+                                    * token given the ones before it and the prompt_top_logprobs most
+                                    * likely tokens there, from the raw model distribution (the
+                                    * log-softmax of the logits: no bias, penalty, mask or temperature).
+                                    * The prefill then downloads the logits of every prompt row (its
+                                    * chunks get no more rows with logits than the state's max_logits),
+                                    * and the request takes no prefix-cache blocks until its PROMPT
+                                    * events are out (they are recomputed; its own blocks are still
+                                    * cached for others). With max_tokens 0 the request runs its
+                                    * prefill and finishes (LENGTH) after its last PROMPT event.
+                                    * Default false */
+    uint32_t prompt_top_logprobs;  /* 0 .. DCP_ENGINE_MAX_LOGPROBS (default 0) */
 } dcp_engine_request;
 
 /* The most alternatives per token (OpenAI's limit for top_logprobs). */
@@ -189,7 +203,8 @@ typedef struct dcp_engine_request {
                                     .sampling = DCP_SAMPLER_CONFIG_DEFAULT, .ignore_eos = false, \
                                     .stop_tokens = NULL, .n_stop_tokens = 0, .stop = NULL, .n_stop = 0, \
                                     .include_stop_str_in_output = false, .decode_flags = 0, .user = NULL, \
-                                    .logprobs = false, .top_logprobs = 0}
+                                    .logprobs = false, .top_logprobs = 0, .prompt_logprobs = false, \
+                                    .prompt_top_logprobs = 0}
 
 /* Queues a request; *id receives its id (> 0, unique for the engine's life). Errors, with nothing
  * queued: DCP_ERR_INVALID_ARGUMENT (no prompt, a token outside the vocabulary, bad sampling
@@ -214,6 +229,12 @@ DCP_API bool dcp_engine_busy(const dcp_engine *e);
 typedef enum dcp_engine_event_kind {
     DCP_ENGINE_EVENT_TOKEN = 0,    /* a token was generated */
     DCP_ENGINE_EVENT_FINISHED = 1, /* the request ended; its last event */
+    DCP_ENGINE_EVENT_PROMPT = 2,   /* a prompt token's log-probabilities (requests with prompt_logprobs):
+                                    * token, position, piece (the token's text in the prompt decoded
+                                    * alone from its start, special tokens shown as the request's
+                                    * decode_flags say), has_logprob (false at position 0), logprob,
+                                    * rank, top_ids / top_logprobs (n_top = prompt_top_logprobs); no
+                                    * text (len 0) */
 } dcp_engine_event_kind;
 
 typedef enum dcp_engine_finish {
@@ -249,7 +270,8 @@ typedef struct dcp_engine_event {
     uint32_t completion_tokens; /* tokens generated so far (stop tokens and EOS included) */
     uint32_t cached_tokens;    /* prompt tokens taken from the prefix cache when the request was
                                 * first admitted (0 with caching off) */
-    /* Log-probabilities (requests with logprobs), natural log, of the distribution the token was
+    /* Log-probabilities (requests with logprobs; PROMPT events: of the raw distribution, see
+     * prompt_logprobs), natural log, of the distribution the token was
      * drawn from: the logits after the min_tokens mask, the biases and the penalties, divided by the
      * temperature, with the tokens that top-k, top-p and min-p cut at -inf (vLLM's
      * processed_logprobs). Greedy requests (temperature 0 or top-k 1): the log-softmax of the
@@ -262,7 +284,11 @@ typedef struct dcp_engine_event {
     int32_t top_ids[DCP_ENGINE_MAX_LOGPROBS];    /* [n_top] the most likely tokens, most likely first
                                 * (ties: smaller id first) */
     float top_logprobs[DCP_ENGINE_MAX_LOGPROBS]; /* [n_top] theirs (-inf for cut tokens) */
-    const char *piece;         /* has_logprob: the text this token added to the decoded output
+    uint32_t position;         /* PROMPT: the token's index in the prompt */
+    uint32_t rank;             /* PROMPT with has_logprob: 1 + the tokens with a larger logit (vLLM's
+                                * rank); else 0 */
+    const char *piece;         /* has_logprob (and every PROMPT event): the text this token added to
+                                * the decoded output (the decoded prompt for PROMPT)
                                 * (before stop strings are held back or cut; may be empty, mid
                                 * character), [piece_len] bytes, valid like text */
     size_t piece_len;

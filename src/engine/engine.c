@@ -80,6 +80,7 @@ static void seq_free(eng_seq *q)
     free(q->stop_len);
     dcp_sampler_destroy(q->smp);
     dcp_detokenizer_destroy(q->detok);
+    dcp_detokenizer_destroy(q->pdetok);
     free(q->held);
     free(q->lp);
     free(q->piece);
@@ -147,8 +148,8 @@ void eng_release_slot(dcp_engine *e, eng_seq *q)
     e->running--;
 }
 
-dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
-                    size_t len, dcp_engine_finish finish, dcp_status status, const char *message)
+/* Room for one more event in the queue. */
+static dcp_status reserve_event(dcp_engine *e)
 {
     if (e->ev_count == e->ev_cap) {
         size_t cap = e->ev_cap ? e->ev_cap * 2 : 64;
@@ -160,6 +161,61 @@ dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32
         e->ev_cap = cap;
         e->ev_head = 0;
     }
+    return DCP_OK;
+}
+
+dcp_status eng_emit_prompt(dcp_engine *e, eng_seq *q, const float *logits)
+{
+    const uint32_t pos = q->plp_done;
+    const int32_t token = q->toks[pos];
+    dcp_status st = reserve_event(e);
+    const char *t1 = NULL, *t2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    if (st == DCP_OK) st = dcp_detokenizer_push(q->pdetok, token, &t1, &n1);
+    if (st != DCP_OK) return st;
+    char *piece = malloc(n1 + 1);
+    if (!piece) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (n1) memcpy(piece, t1, n1);
+    if (pos + 1 == q->n_prompt) { /* the prompt's last: what the detokenizer still holds */
+        st = dcp_detokenizer_flush(q->pdetok, &t2, &n2);
+        char *p2 = st == DCP_OK ? realloc(piece, n1 + n2 + 1) : NULL;
+        if (!p2) {
+            free(piece);
+            return st != DCP_OK ? st : dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+        }
+        piece = p2;
+        if (n2) memcpy(piece + n1, t2, n2);
+    }
+    piece[n1 + n2] = 0;
+    eng_event x = {0};
+    x.piece = piece;
+    if (!(x.text = calloc(1, 1))) {
+        free(piece);
+        return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    x.ev = (dcp_engine_event){.kind = DCP_ENGINE_EVENT_PROMPT, .id = q->id, .user = q->user, .token = token,
+                              .text = x.text, .len = 0, .message = "", .prompt_tokens = q->n_prompt,
+                              .cached_tokens = q->cached, .position = pos, .piece = piece, .piece_len = n1 + n2};
+    if (logits) {
+        eng_lp lp;
+        eng_raw_logprobs(logits, e->n_vocab, token, q->plp_top, &lp, &x.ev.rank);
+        x.ev.has_logprob = true;
+        x.ev.logprob = lp.logprob;
+        x.ev.n_top = lp.n_top;
+        memcpy(x.ev.top_ids, lp.ids, lp.n_top * sizeof *lp.ids);
+        memcpy(x.ev.top_logprobs, lp.lps, lp.n_top * sizeof *lp.lps);
+    }
+    e->events[(e->ev_head + e->ev_count) % e->ev_cap] = x;
+    e->ev_count++;
+    q->plp_done++;
+    return DCP_OK;
+}
+
+dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
+                    size_t len, dcp_engine_finish finish, dcp_status status, const char *message)
+{
+    dcp_status st = reserve_event(e);
+    if (st != DCP_OK) return st;
     eng_event x = {0};
     const eng_lp *lp = kind == DCP_ENGINE_EVENT_TOKEN || token >= 0 ? q->lp_cur : NULL;
     x.text = malloc(len + 1);
@@ -290,6 +346,11 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **
     }
     /* logprobs need the logits row: such a request never takes the device argmax alone */
     q->greedy = dcp_sampler_is_greedy(q->smp) && !q->logprobs;
+    q->plp = r->prompt_logprobs;
+    q->plp_top = r->prompt_top_logprobs;
+    /* the prompt's pieces as a text of their own: special tokens as the request shows them */
+    if (q->plp && (st = dcp_detokenizer_create(e->tok, r->decode_flags & DCP_DECODE_SPECIAL, &q->pdetok)) != DCP_OK)
+        goto fail;
     q->seed = r->sampling.seed;
     DCP_TRY(dcp_detokenizer_create(e->tok, r->decode_flags, &q->detok));
     DCP_TRY(eng_spec_seq_init(e, q));
@@ -318,6 +379,12 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
                         DCP_ENGINE_MAX_LOGPROBS);
     if (r->top_logprobs && !r->logprobs)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: top_logprobs %u without logprobs", r->top_logprobs);
+    if (r->prompt_top_logprobs > DCP_ENGINE_MAX_LOGPROBS)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt_top_logprobs %u exceeds %d", r->prompt_top_logprobs,
+                        DCP_ENGINE_MAX_LOGPROBS);
+    if (r->prompt_top_logprobs && !r->prompt_logprobs)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt_top_logprobs %u without prompt_logprobs",
+                        r->prompt_top_logprobs);
     if (r->sampling.min_tokens > r->max_tokens)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: min_tokens %u exceeds max_tokens %u", r->sampling.min_tokens,
                         r->max_tokens);
@@ -348,7 +415,7 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
     e->waiting++;
     e->stats.prompt_tokens += r->n_prompt;
     *id = q->id;
-    if (r->max_tokens == 0) eng_finish(e, q, DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
+    if (r->max_tokens == 0 && !r->prompt_logprobs) eng_finish(e, q, DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
     return DCP_OK;
 }
 

@@ -61,6 +61,11 @@ typedef struct eng_seq {
     char *piece;                 /* that token's detokenized text [piece_len] (text.c; eng_emit copies
                                   * it and empties it); capacity piece_cap */
     size_t piece_len, piece_cap;
+    /* prompt logprobs (dcp_engine_request.prompt_logprobs) */
+    bool plp;
+    uint32_t plp_top;            /* prompt_top_logprobs */
+    uint32_t plp_done;           /* PROMPT events out (prompt positions 0 .. plp_done - 1) */
+    dcp_detokenizer *pdetok;     /* the prompt's pieces (plp only) */
     struct eng_seq *prev, *next; /* the engine's list, by id */
 } eng_seq;
 
@@ -77,6 +82,8 @@ typedef struct eng_sched {
     uint32_t rows;
     bool logits;
     uint32_t drafts;             /* draft tokens after its token rows (speculation: rows is 1) */
+    uint32_t plp_first, plp;     /* prompt logprobs: token rows plp_first .. plp_first + plp - 1 of
+                                  * the chunk want logits too (row p gives prompt position p + 1's) */
 } eng_sched;
 
 struct dcp_engine {
@@ -132,6 +139,9 @@ dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length);
 /* Queues an event for q (text copied; message may be NULL). DCP_ERR_OUT_OF_MEMORY. */
 dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
                     size_t len, dcp_engine_finish finish, dcp_status status, const char *message);
+/* Queues q's PROMPT event for prompt position q->plp_done (and advances it): with the raw
+ * log-probabilities of logits [n_vocab] (the row before it), or without (NULL: position 0). */
+dcp_status eng_emit_prompt(dcp_engine *e, eng_seq *q, const float *logits);
 /* Ends q: releases its slot, queues FINISHED (with text), unlinks and frees it. */
 void eng_finish(dcp_engine *e, eng_seq *q, dcp_engine_finish why, int32_t token, const char *text, size_t len,
                 dcp_status status, const char *message);
@@ -155,6 +165,11 @@ void eng_sampler_logprobs(dcp_sampler *s, const float *logits, int32_t token, ui
 /* dcp_sampler_sample (the same token, the same draw) and eng_sampler_logprobs of that token in
  * one pass over the candidates. */
 int32_t eng_sampler_sample_logprobs(dcp_sampler *s, const float *logits, uint32_t n_top, eng_lp *out);
+/* The raw model distribution's log-probabilities (the log-softmax of logits [n_vocab] in double,
+ * NaN as -inf) of token and of the n_top most likely tokens (ties: smaller id first), into *out;
+ * *rank = 1 + the tokens whose logit is larger than token's. */
+void eng_raw_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t n_top, eng_lp *out,
+                      uint32_t *rank);
 /* Index of the token that a uniform u in [0, 1) picks from the weights w [n] (summing to sum > 0)
  * by their cumulative sums. */
 int32_t eng_pick(const double *w, uint32_t n, double sum, double u);

@@ -369,3 +369,32 @@ int32_t eng_sampler_sample_logprobs(dcp_sampler *s, const float *logits, uint32_
     }
     return t;
 }
+
+void eng_raw_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t n_top, eng_lp *out,
+                      uint32_t *rank)
+{
+    if (n_top > n_vocab) n_top = n_vocab;
+    out->n_top = n_top;
+    double mx = -INFINITY;
+    for (uint32_t i = 0; i < n_vocab; i++)
+        if (key(logits, i) > mx) mx = key(logits, i);
+    double sum = 0.0;
+    for (uint32_t i = 0; isfinite(mx) && i < n_vocab; i++) sum += exp((double)key(logits, i) - mx);
+    const double lse = isfinite(mx) ? mx + log(sum) : 0.0;
+    const float lt = key(logits, (uint32_t)token);
+    uint32_t above = 0, n = 0; /* n: the top list's length so far, sorted by (logit desc, id asc) */
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        const float v = key(logits, i);
+        above += v > lt;
+        if (n_top == 0 || (n == n_top && !(v > key(logits, (uint32_t)out->ids[n - 1])))) continue;
+        uint32_t at = n < n_top ? n++ : n - 1; /* insert (ids ascend, so an equal logit goes after) */
+        while (at > 0 && v > key(logits, (uint32_t)out->ids[at - 1])) {
+            out->ids[at] = out->ids[at - 1];
+            at--;
+        }
+        out->ids[at] = (int32_t)i;
+    }
+    for (uint32_t k = 0; k < n_top; k++) out->lps[k] = (float)((double)key(logits, (uint32_t)out->ids[k]) - lse);
+    out->logprob = (float)((double)lt - lse);
+    *rank = above + 1;
+}

@@ -76,6 +76,34 @@ static bool admit_fits(const dcp_engine *e, const eng_seq *q, const uint32_t *fu
     return true;
 }
 
+/* Prompt logprobs: whether q still has PROMPT events to give, and the first row whose logits it
+ * wants (row p gives position p + 1's; position 0's needs none). */
+static bool plp_pending(const eng_seq *q) { return q->plp && q->plp_done < q->n_prompt; }
+static uint32_t plp_lo(const eng_seq *q) { return q->plp_done ? q->plp_done - 1 : 0; }
+
+/* Of q's k token rows from q->fed, the first that wants logits for a prompt position, and how many
+ * do (rows plp_lo .. n_prompt - 2). */
+static uint32_t plp_rows(const eng_seq *q, uint32_t k, uint32_t *first)
+{
+    *first = 0;
+    if (!plp_pending(q) || q->n_prompt < 2) return 0;
+    const uint32_t a = plp_lo(q) > q->fed ? plp_lo(q) : q->fed, b = q->fed + k < q->n_prompt - 1 ? q->fed + k : q->n_prompt - 1;
+    if (a >= b) return 0;
+    *first = a - q->fed;
+    return b - a;
+}
+
+/* A chunk of k rows of q cut so that its rows with logits (prompt positions, and its last token's)
+ * fit in the step's rows with logits left. */
+static uint32_t plp_cap(const dcp_engine *e, const eng_seq *q, uint32_t k)
+{
+    if (!plp_pending(q)) return k;
+    const uint32_t avail = e->max_logits - e->logits_used;
+    uint32_t first;
+    while (k && plp_rows(q, k, &first) + (q->fed + k == q->n_toks) > avail) k--;
+    return k;
+}
+
 /* Adds k rows of q (tokens toks[fed ...]) and `drafts` draft rows to the step, their pages to need.
  * The rows are laid out by layout_rows once the drafts are known. */
 static void add_rows(dcp_engine *e, eng_seq *q, uint32_t k, uint32_t drafts)
@@ -85,8 +113,10 @@ static void add_rows(dcp_engine *e, eng_seq *q, uint32_t k, uint32_t drafts)
         e->need[r] += dcp_model_state_shard_pages(e->s, (uint64_t)len + k + drafts, r) -
                       dcp_model_state_shard_pages(e->s, len, r);
     const bool logits = q->fed + k == q->n_toks;
-    e->sched[e->n_sched++] = (eng_sched){q, k, logits, drafts};
-    e->logits_used += logits + drafts;
+    uint32_t first;
+    const uint32_t plp = plp_rows(q, k, &first);
+    e->sched[e->n_sched++] = (eng_sched){q, k, logits, drafts, first, plp};
+    e->logits_used += logits + drafts + plp;
     q->step_rows = k + drafts;
 }
 
@@ -98,7 +128,9 @@ static void layout_rows(dcp_engine *e)
         const eng_sched *x = &e->sched[i];
         const eng_seq *q = x->seq;
         for (uint32_t t = 0; t < x->rows; t++)
-            e->rows[e->n_rows++] = (dcp_model_row){q->toks[q->fed + t], (uint32_t)q->slot, x->logits && t + 1 == x->rows};
+            e->rows[e->n_rows++] = (dcp_model_row){q->toks[q->fed + t], (uint32_t)q->slot,
+                                                   (x->logits && t + 1 == x->rows) ||
+                                                       (t >= x->plp_first && t < x->plp_first + x->plp)};
         for (uint32_t t = 0; t < x->drafts; t++) e->rows[e->n_rows++] = (dcp_model_row){q->draft[t], (uint32_t)q->slot, true};
     }
 }
@@ -175,7 +207,8 @@ static bool schedule(dcp_engine *e)
     /* 2. running prefills */
     for (eng_seq *q = e->head; q && budget; q = q->next) {
         if (q->slot < 0 || q->step_rows || q->n_toks - q->fed <= 1) continue;
-        const uint32_t want = chunk_with_logits(e, q, q->n_toks - q->fed < budget ? q->n_toks - q->fed : budget);
+        const uint32_t want =
+            plp_cap(e, q, chunk_with_logits(e, q, q->n_toks - q->fed < budget ? q->n_toks - q->fed : budget));
         if (want == 0) continue;
         uint32_t k;
         while ((k = fit_tokens(e, q->fed, want, 0)) == 0) {
@@ -202,13 +235,14 @@ static bool schedule(dcp_engine *e)
         int32_t slot = free_slot(e);
         if (slot < 0) break;
         /* Prefix caching: the cached blocks of its tokens are attached, the rest prefilled. */
+        /* A request still owing prompt logprobs takes none: it needs the logits of every row. */
         uint32_t revived = 0;
-        const uint32_t hit = dcp_model_state_prefix_lookup(e->s, q->toks, q->n_toks, &revived);
+        const uint32_t hit = plp_pending(q) ? 0 : dcp_model_state_prefix_lookup(e->s, q->toks, q->n_toks, &revived);
         const uint32_t hit_blocks = hit / (dcp_model_state_get_config(e->s)->block_size * e->dcp);
         if (!admit_fits(e, q, future, e->running, hit_blocks, revived)) break;
         const uint32_t rest = q->n_toks - hit;
         q->fed = hit; /* chunk_with_logits counts from there */
-        const uint32_t k = chunk_with_logits(e, q, rest < budget ? rest : budget);
+        const uint32_t k = plp_cap(e, q, chunk_with_logits(e, q, rest < budget ? rest : budget));
         q->fed = 0;
         if (k == 0) break;
         uint32_t cached = 0;
@@ -275,7 +309,7 @@ dcp_status dcp_engine_step(dcp_engine *e)
     }
     bool want_logits = false;
     for (uint32_t i = 0; i < e->n_sched; i++)
-        want_logits |= (e->sched[i].logits || e->sched[i].drafts) && !e->sched[i].seq->greedy;
+        want_logits |= ((e->sched[i].logits || e->sched[i].drafts) && !e->sched[i].seq->greedy) || e->sched[i].plp;
     const double t0 = now_s();
     st = dcp_model_state_step(e->s, e->rows, e->n_rows, want_logits ? e->logits : NULL, e->next);
     e->stats.last_step_seconds = now_s() - t0;
@@ -318,9 +352,20 @@ dcp_status dcp_engine_step(dcp_engine *e)
             if (vs != DCP_OK && first == DCP_OK) first = vs;
             continue;
         }
+        if (plp_pending(q)) { /* prompt logprobs: position 0's, then those of the chunk's rows */
+            dcp_status ps = q->plp_done == 0 ? eng_emit_prompt(e, q, NULL) : DCP_OK;
+            for (uint32_t t = 0; t < x->plp && ps == DCP_OK; t++, k++)
+                ps = eng_emit_prompt(e, q, e->logits + (size_t)k * e->n_vocab);
+            if (ps != DCP_OK && first == DCP_OK) first = ps;
+        }
         q->fed += x->rows;
         if (q->fed > q->seen) q->seen = q->fed;
         if (!x->logits) continue;
+        if (q->max_tokens == 0) { /* prompt logprobs only: the prompt is done */
+            k++;
+            eng_finish(e, q, DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
+            continue;
+        }
         const float *row = e->logits + (size_t)k * e->n_vocab;
         int32_t tok;
         if (q->logprobs && !q->spec_strict) { /* q->greedy is false with logprobs */

@@ -124,7 +124,6 @@ const bad = [
   [false, { logprobs: 21 }, "logprobs"],
   [false, { logprobs: -1 }, "logprobs"],
   [false, { logprobs: true }, "logprobs"],
-  [false, { logprobs: 2, echo: true }, "echo"],
   [true, { logprobs: true, top_logprobs: 21 }, "top_logprobs"],
   [true, { logprobs: true, top_logprobs: -1 }, "top_logprobs"],
   [true, { top_logprobs: 2 }, "top_logprobs"],

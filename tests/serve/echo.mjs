@@ -1,0 +1,150 @@
+// echo and prompt_logprobs on /v1/completions through the official OpenAI JavaScript client (run by
+// tests/test_serve.c): node echo.mjs BASE_URL MODEL
+// Checks: echo puts the prompt's text before the completion (max_tokens 0: the prompt alone); with
+// logprobs N the prompt's tokens come first in the logprobs arrays, the first with null
+// token_logprobs and top_logprobs, the tokens concatenating to the text, text_offset counting
+// characters across prompt and completion; the completion part equals a request without echo; the
+// prompt's logprobs are raw (a bias, penalties and temperature leave them as they are) and do not
+// take prefix-cache blocks (cached_tokens 0 after the same prompt was cached); vLLM's
+// prompt_logprobs k ([null, {id: {logprob, rank, decoded_token}}]) agrees with echo's values; a
+// stream's first chunk carries the prompt and its entries; 400s naming the field. Prints one JSON
+// line; exits 1 with the reason on stderr when a check fails.
+import OpenAI from "openai";
+
+const [base, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: base, apiKey: process.env.DCP_VK_API_KEY || "none", maxRetries: 0 });
+
+function fail(msg) {
+  console.error(`echo: ${msg}`);
+  process.exit(1);
+}
+function check(ok, msg) {
+  if (!ok) fail(msg);
+}
+const EPS = 1e-5;
+const prompt =
+  "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park.";
+const out = {};
+
+function checkEcho(what, c, n_prompt, n_gen, N) {
+  const lp = c.logprobs;
+  check(lp && Array.isArray(lp.tokens), `${what}: no logprobs`);
+  const n = n_prompt + n_gen;
+  for (const f of ["tokens", "token_logprobs", "top_logprobs", "text_offset"])
+    check(lp[f].length === n, `${what}: ${f} has ${lp[f].length} entries, want ${n} (${n_prompt} prompt + ${n_gen})`);
+  check(lp.token_logprobs[0] === null && lp.top_logprobs[0] === null, `${what}: the first prompt token has a logprob`);
+  check(lp.tokens.join("") === c.text, `${what}: tokens '${lp.tokens.join("")}' are not the text '${c.text}'`);
+  let off = 0;
+  for (let i = 0; i < n; i++) {
+    check(lp.text_offset[i] === off, `${what}: text_offset[${i}] ${lp.text_offset[i]}, want ${off}`);
+    off += [...lp.tokens[i]].length;
+    if (i === 0) continue;
+    const x = lp.token_logprobs[i];
+    check(Number.isFinite(x) && x <= EPS, `${what}: token_logprobs[${i}] ${x}`);
+    const vals = Object.values(lp.top_logprobs[i]);
+    check(vals.length >= Math.min(N, 1) && vals.length <= N + 1, `${what}: top_logprobs[${i}] has ${vals.length} for N ${N}`);
+    check(vals.reduce((a, v) => a + Math.exp(v), 0) <= 1 + EPS, `${what}: top_logprobs[${i}] exp sum > 1`);
+    if (lp.tokens[i] in lp.top_logprobs[i] && i < n_prompt)
+      check(Math.abs(lp.top_logprobs[i][lp.tokens[i]] - x) < EPS, `${what}: prompt token ${i} in its top with another logprob`);
+  }
+}
+
+// the plain completion, to compare with
+const plain = await client.completions.create({ model, prompt, max_tokens: 6, temperature: 0, logprobs: 2, ignore_eos: true });
+const pc = plain.choices[0];
+const P = plain.usage.prompt_tokens;
+
+// echo + logprobs (the same prompt was just cached: prompt logprobs take no cached blocks)
+const e = await client.completions.create({ model, prompt, max_tokens: 6, temperature: 0, logprobs: 2, echo: true, ignore_eos: true });
+const ec = e.choices[0];
+check(ec.text === prompt + pc.text, `echo: text '${ec.text}', want the prompt + '${pc.text}'`);
+checkEcho("echo", ec, P, e.usage.completion_tokens, 2);
+check(e.usage.prompt_tokens_details.cached_tokens === 0, `echo: ${e.usage.prompt_tokens_details.cached_tokens} cached tokens`);
+for (let i = 0; i < pc.logprobs.tokens.length; i++) {
+  check(ec.logprobs.tokens[P + i] === pc.logprobs.tokens[i], `echo: generated token ${i} differs`);
+  check(Math.abs(ec.logprobs.token_logprobs[P + i] - pc.logprobs.token_logprobs[i]) < EPS, `echo: generated logprob ${i} differs`);
+}
+const again = await client.completions.create({ model, prompt, max_tokens: 2, temperature: 0 });
+out.cached_after = again.usage.prompt_tokens_details.cached_tokens;
+check(out.cached_after > 0, `a plain request after found no cached tokens: the cache is not in use`);
+out.echo = { prompt_tokens: P, entries: ec.logprobs.tokens.length, second: ec.logprobs.token_logprobs[1] };
+
+// raw: a bias, penalties, a temperature change the completion, not the prompt's logprobs
+const b = await client.completions.create({
+  model, prompt, max_tokens: 3, temperature: 0.7, seed: 4, logit_bias: { 13: -100, 29: 5 }, presence_penalty: 1.5,
+  repetition_penalty: 1.4, logprobs: 2, echo: true,
+});
+for (let i = 1; i < P; i++)
+  check(Math.abs(b.choices[0].logprobs.token_logprobs[i] - ec.logprobs.token_logprobs[i]) < EPS, `raw: prompt logprob ${i} changed with sampling`);
+
+// echo with max_tokens 0: the prompt alone, with and without logprobs
+const z = await client.completions.create({ model, prompt, max_tokens: 0, echo: true, logprobs: 1 });
+check(z.choices[0].text === prompt && z.usage.completion_tokens === 0, `max_tokens 0: '${z.choices[0].text}', ${z.usage.completion_tokens} tokens`);
+check(z.choices[0].finish_reason === "length", `max_tokens 0: finish ${z.choices[0].finish_reason}`);
+checkEcho("max_tokens 0", z.choices[0], P, 0, 1);
+for (let i = 1; i < P; i++) check(Math.abs(z.choices[0].logprobs.token_logprobs[i] - ec.logprobs.token_logprobs[i]) < EPS, `max_tokens 0: prompt logprob ${i}`);
+const z0 = await client.completions.create({ model, prompt, max_tokens: 0, echo: true });
+check(z0.choices[0].text === prompt && z0.choices[0].logprobs === null, `echo without logprobs, max_tokens 0: ${JSON.stringify(z0.choices[0])}`);
+const t = await client.completions.create({ model, prompt, max_tokens: 6, temperature: 0, echo: true, ignore_eos: true });
+check(t.choices[0].text === prompt + pc.text && t.choices[0].logprobs === null, `echo without logprobs: '${t.choices[0].text}'`);
+
+// vLLM's prompt_logprobs: [null, {id: {logprob, rank, decoded_token}}], the prompt token first
+const v = await client.completions.create({ model, prompt, max_tokens: 6, temperature: 0, prompt_logprobs: 3, ignore_eos: true });
+const pl = v.choices[0].prompt_logprobs;
+check(v.choices[0].text === pc.text, `prompt_logprobs: the text changed`);
+check(Array.isArray(pl) && pl.length === P && pl[0] === null, `prompt_logprobs: ${JSON.stringify(pl?.slice(0, 2))}`);
+for (let i = 1; i < P; i++) {
+  // (a JS object orders integer keys itself: the prompt token is found by its text and value)
+  const entries = Object.entries(pl[i]);
+  const own = entries.map(([, x]) => x).find((x) => x.decoded_token === ec.logprobs.tokens[i] && Math.abs(x.logprob - ec.logprobs.token_logprobs[i]) < EPS);
+  check(own, `prompt_logprobs ${i}: no entry for the prompt token '${ec.logprobs.tokens[i]}' (${ec.logprobs.token_logprobs[i]}): ${JSON.stringify(pl[i])}`);
+  const ranks = entries.map(([, x]) => x.rank);
+  for (let r = 1; r <= 3; r++) check(ranks.includes(r), `prompt_logprobs ${i}: no rank ${r} in ${JSON.stringify(pl[i])}`);
+  check(entries.length === 3 + (own.rank > 3 ? 1 : 0), `prompt_logprobs ${i}: ${entries.length} entries, rank ${own.rank}`);
+  const top = entries.filter(([, x]) => x.rank === 1)[0][1];
+  check(top.logprob >= own.logprob - EPS, `prompt_logprobs ${i}: rank 1 less likely than the token`);
+}
+out.prompt_logprobs = { positions: pl.length, second: pl[1] };
+
+// streams: the first chunk carries the prompt (and its entries); the rest as the whole response
+for (const [name, body] of [["stream", { max_tokens: 6, logprobs: 2 }], ["stream max_tokens 0", { max_tokens: 0, logprobs: 2 }]]) {
+  const s = await client.completions.create({ model, prompt, temperature: 0, echo: true, ignore_eos: true, stream: true, ...body });
+  let text = "", first = null;
+  const lp = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for await (const ch of s) {
+    const x = ch.choices[0];
+    if (first === null) first = x;
+    text += x.text;
+    if (x.logprobs) for (const f of Object.keys(lp)) lp[f].push(...x.logprobs[f]);
+  }
+  check(first.text === prompt, `${name}: first chunk '${first.text}'`);
+  check(first.logprobs && first.logprobs.tokens.length === P, `${name}: first chunk has ${first.logprobs?.tokens.length} entries`);
+  const whole = body.max_tokens ? ec : z.choices[0];
+  check(text === whole.text, `${name}: text '${text}', whole '${whole.text}'`);
+  check(JSON.stringify(lp.tokens) === JSON.stringify(whole.logprobs.tokens), `${name}: tokens differ`);
+  check(JSON.stringify(lp.text_offset) === JSON.stringify(whole.logprobs.text_offset), `${name}: offsets differ`);
+  for (let i = 1; i < lp.tokens.length; i++) check(Math.abs(lp.token_logprobs[i] - whole.logprobs.token_logprobs[i]) < EPS, `${name}: logprob ${i}`);
+}
+
+// refused: 400 naming the field
+const bad = [
+  [false, { echo: "yes" }, "echo"],
+  [false, { prompt_logprobs: 21 }, "prompt_logprobs"],
+  [false, { prompt_logprobs: -1 }, "prompt_logprobs"],
+  [false, { max_tokens: 0 }, "max_tokens"],
+  [true, { prompt_logprobs: 1 }, "prompt_logprobs"],
+  [true, { echo: true }, "echo"],
+];
+out.refused = [];
+for (const [chat, extra, param] of bad) {
+  try {
+    if (chat) await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hi" }], max_tokens: 2, ...extra });
+    else await client.completions.create({ model, prompt, max_tokens: 2, ...extra });
+    fail(`${JSON.stringify(extra)} was accepted`);
+  } catch (err) {
+    if (!(err instanceof OpenAI.APIError)) throw err;
+    check(err.status === 400 && err.param === param, `${JSON.stringify(extra)}: status ${err.status} param ${err.param} (want 400 ${param}): ${err.message}`);
+    out.refused.push(param);
+  }
+}
+console.log(JSON.stringify(out));
