@@ -22,7 +22,10 @@
  *    first, its entries first in the logprobs (the first null), max_tokens 0, raw values unchanged
  *    by sampling, no cached blocks taken, vLLM's prompt_logprobs agreeing with echo's, a stream's
  *    first chunk carrying the prompt;
- *  - every unknown field and every known-but-unsupported parameter (n: 2, prompt_logprobs on chat,
+ *  - n choices through the OpenAI client (tests/serve/choices.mjs): n = 3 on both endpoints,
+ *    streaming and not: indexes, greedy choices equal to the n = 1 text, seeded choices
+ *    reproducible (choice 0 the n = 1 one), usage with the prompt once and the completions summed;
+ *  - every unknown field and every known-but-unsupported parameter (n: 17, prompt_logprobs on chat,
  *    response_format, guided_json, ...) is refused with a 400 naming it, on both endpoints; their
  *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
  *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
@@ -707,7 +710,7 @@ static void test_openai_client(void **state)
         fail_msg("models.retrieve of a missing model: %s", r.out);
     if (!cJSON_IsObject(refused) || cJSON_GetObjectItem(refused, "status")->valueint != 400 ||
         strcmp(cJSON_GetObjectItem(refused, "param")->valuestring, "n"))
-        fail_msg("n: 2 through the client: %s", r.out);
+        fail_msg("n: 17 through the client: %s", r.out);
     check_param_cases(cJSON_GetObjectItem(j, "params"));
     /* The chat text is the greedy continuation of the chatml rendering (the same as a completion of it). */
     char *resp, finish[32];
@@ -781,6 +784,25 @@ static void test_echo(void **state)
     expect_healthy(&srv);
 }
 
+/* n choices through the OpenAI client on the shared server (tests/serve/choices.mjs checks it all). */
+static void test_choices(void **state)
+{
+    (void)state;
+    char script[512], base[128];
+    snprintf(script, sizeof script, "%s/choices.mjs", node_dir);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", srv.port);
+    const char *argv[] = {"node", script, base, "stories260K", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("node choices.mjs: exit %d: %s %s", r.code, r.err, r.out);
+    printf("choices: %s", r.out);
+    cJSON *j = cJSON_Parse(r.out);
+    if (!j) fail_msg("node printed no JSON: %s", r.out);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "chat"), "seeded")), 3);
+    cJSON_Delete(j);
+    dcp_test_result_free(&r);
+    expect_healthy(&srv);
+}
+
 /* One bad request: its status, an OpenAI error body (error.message containing msg, error.param when
  * given), then the server still serves. */
 static void expect_error(const char *method, const char *path, const char *body, size_t len, int status,
@@ -839,7 +861,7 @@ static void test_bad_requests(void **state)
                  NULL);
     expect_error("POST", "/v1/completions", BODY("{\"model\": \"gpt-4\", \"prompt\": \"Once\"}"), 404, "model",
                  "does not exist");
-    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"n\": 3}"), 400, "n", NULL);
+    expect_error("POST", "/v1/completions", BODY("{\"prompt\": \"Once\", \"n\": 17}"), 400, "n", "[1, 16]");
     expect_error("GET", "/v1/nothing", NULL, 0, 404, NULL, "no such route");
     expect_error("GET", "/v1/completions", NULL, 0, 405, NULL, "not allowed");
     /* Still serving, with the reference text. */
@@ -858,7 +880,7 @@ static void test_bad_requests(void **state)
 /* Every parameter the server knows and does not implement (apps/serve/api.c, `refused`), with a
  * value that asks for something; and names it does not know at all. */
 static const char *const refused_fields[][2] = {
-    {"n", "2"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "\"yes\""},
+    {"n", "17"}, {"n", "0"}, {"best_of", "3"}, {"use_beam_search", "true"}, {"length_penalty", "0.5"}, {"echo", "\"yes\""},
     {"suffix", "\"the end\""}, {"logprobs", "21"}, {"logprobs", "\"5\""}, {"top_logprobs", "2"},
     {"prompt_logprobs", "21"}, {"typical_p", "0.5"}, {"skip_special_tokens", "false"},
     {"spaces_between_special_tokens", "false"}, {"truncate_prompt_tokens", "4"},
@@ -1676,7 +1698,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_echo),
+        cmocka_unit_test(test_echo),          cmocka_unit_test(test_choices),
         cmocka_unit_test(test_bad_requests),  cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),

@@ -342,6 +342,7 @@ static const struct {
     {"stop_token_ids", FOR_BOTH}, {"include_stop_str_in_output", FOR_BOTH},
     {"logprobs", FOR_BOTH} /* completions: an integer 0 .. 20; chat: a bool */, {"top_logprobs", FOR_CHAT},
     {"echo", FOR_COMPLETIONS}, {"prompt_logprobs", FOR_COMPLETIONS},
+    {"n", FOR_BOTH} /* choices, 1 .. DCP_ENGINE_MAX_CHOICES */,
 };
 
 /* The value of a refused field that asks for nothing (what this server does anyway). */
@@ -364,7 +365,6 @@ static const struct {
     neutral ok;
     const char *what;
 } refused[] = {
-    {"n", FOR_BOTH, NEUTRAL_ONE, "more than one choice per request"},
     {"best_of", FOR_COMPLETIONS, NEUTRAL_ONE, "best-of sampling"},
     {"use_beam_search", FOR_BOTH, NEUTRAL_FALSE, "beam search"},
     {"length_penalty", FOR_BOTH, NEUTRAL_ONE, "beam search"},
@@ -696,6 +696,16 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
             h->max_tokens_limit);
         goto done;
     }
+    long long n_choices = 1;
+    if ((v = field(j, "n")) && get_int(v, 1, DCP_ENGINE_MAX_CHOICES, &n_choices)) {
+        BAD("n", "'n' must be an integer in [1, %d] (choices per request)", DCP_ENGINE_MAX_CHOICES);
+        goto done;
+    }
+    if (n_choices > 1 && (r->echo || r->prompt_lp >= 0)) {
+        BAD("n", "'n' is %lld; echo and prompt_logprobs take one choice (n: 1)", n_choices);
+        goto done;
+    }
+    er.n = (uint32_t)n_choices;
     r->er = er;
     if (parse_stop(j, r, err) || parse_stop_token_ids(h, j, r, err) || parse_logit_bias(h, j, r, err)) goto done;
     if ((kind == SERVE_CHAT ? chat_prompt(h, j, r, err) : completion_prompt(h, j, r, err))) goto done;
@@ -741,6 +751,18 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
     const int32_t bos = dcp_tokenizer_bos(h->tok);
     r->er.decode_flags = (r->n_prompt > 1 || r->prompt[0] != bos) ? DCP_DECODE_KEEP_LEADING_SPACE : 0;
     r->er.user = r;
+    r->n_choices = 1;
+    for (uint32_t i = 1; i < r->er.n; i++) { /* the other choices' outputs */
+        serve_req *c = serve_req_new();
+        if (!c) {
+            BAD("n", "out of memory");
+            goto done;
+        }
+        c->kind = kind;
+        c->index = i;
+        c->parent = r;
+        r->choice[r->n_choices++ - 1] = c;
+    }
     rc = 0;
 done:
     cJSON_Delete(j);
@@ -760,6 +782,7 @@ const char *serve_api_finish_reason(dcp_engine_finish f)
 
 static cJSON *envelope(const serve_hub *h, const serve_req *r, const char *object)
 {
+    if (r->parent) r = r->parent; /* a choice: the request's id and time */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
     cJSON_AddStringToObject(o, "object", object);
@@ -772,8 +795,10 @@ static void add_usage(cJSON *o, const serve_req *r)
 {
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->completion_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + r->completion_tokens);
+    uint32_t completion = 0; /* summed over the choices; the prompt counts once */
+    for (uint32_t i = 0; i < (r->n_choices ? r->n_choices : 1); i++) completion += serve_choice(r, i)->completion_tokens;
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + completion);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", r->cached_tokens);
 }
@@ -933,7 +958,7 @@ static void add_logprobs(const serve_hub *h, const serve_req *r, cJSON *choice, 
                          bool with_prompt)
 {
     with_prompt = with_prompt && r->echo && r->kind == SERVE_COMPLETION;
-    if (!r->er.logprobs || (stream && from >= to && !with_prompt)) {
+    if (!(r->parent ? r->parent : r)->er.logprobs || (stream && from >= to && !with_prompt)) {
         cJSON_AddNullToObject(choice, "logprobs");
         return;
     }
@@ -958,26 +983,30 @@ char *serve_api_response(const serve_hub *h, const serve_req *r)
 {
     const bool chat = r->kind == SERVE_CHAT;
     cJSON *o = envelope(h, r, chat ? "chat.completion" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddItemToObject(m, "content", string_n(r->text ? r->text : "", r->text_len));
-    } else {
-        /* echo: the prompt's text, then the completion's */
-        char *t = malloc(r->echo_len + r->text_len + 1);
-        if (t) {
-            if (r->echo_len) memcpy(t, r->echo_text, r->echo_len);
-            if (r->text_len) memcpy(t + r->echo_len, r->text, r->text_len);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (uint32_t i = 0; i < (r->n_choices ? r->n_choices : 1); i++) {
+        const serve_req *x = serve_choice(r, i);
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, c);
+        cJSON_AddNumberToObject(c, "index", i);
+        if (chat) {
+            cJSON *m = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddItemToObject(m, "content", string_n(x->text ? x->text : "", x->text_len));
+        } else {
+            /* echo (n is 1 then): the prompt's text, then the completion's */
+            char *t = malloc(x->echo_len + x->text_len + 1);
+            if (t) {
+                if (x->echo_len) memcpy(t, x->echo_text, x->echo_len);
+                if (x->text_len) memcpy(t + x->echo_len, x->text, x->text_len);
+            }
+            cJSON_AddItemToObject(c, "text", t ? string_n(t, x->echo_len + x->text_len) : cJSON_CreateNull());
+            free(t);
         }
-        cJSON_AddItemToObject(c, "text", t ? string_n(t, r->echo_len + r->text_len) : cJSON_CreateNull());
-        free(t);
+        add_logprobs(h, x, c, 0, x->n_lps, false, true);
+        if (x->prompt_lp >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", vllm_prompt_logprobs(h, x));
+        add_finish(c, x->finish);
     }
-    add_logprobs(h, r, c, 0, r->n_lps, false, true);
-    if (r->prompt_lp >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", vllm_prompt_logprobs(h, r));
-    add_finish(c, r->finish);
     add_usage(o, r);
     return print_free(o);
 }
@@ -1010,7 +1039,7 @@ char *serve_api_chunk_lp(const serve_hub *h, const serve_req *r, const char *del
     cJSON *o = envelope(h, r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", r->index);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (n || f == DCP_ENGINE_FINISH_NONE) cJSON_AddItemToObject(d, "content", string_n(delta, n));
@@ -1045,7 +1074,7 @@ char *serve_api_chunk_role(const serve_hub *h, const serve_req *r)
     cJSON *o = envelope(h, r, "chat.completion.chunk");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", r->index);
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
     cJSON_AddStringToObject(d, "role", "assistant");
     cJSON_AddStringToObject(d, "content", "");

@@ -271,10 +271,11 @@ typedef struct stream_ctx {
     serve_http *s;
     struct MHD_Connection *c;
     serve_req *r;     /* one reference */
-    size_t sent;      /* bytes of r->text already formatted */
-    size_t lp_sent;   /* entries of r->lps already formatted */
-    bool role_sent;   /* chat: the first chunk (assistant role); completions with echo or
-                       * prompt_logprobs: the first chunk (the prompt) */
+    size_t sent[DCP_ENGINE_MAX_CHOICES];    /* per choice: bytes of its text already formatted */
+    size_t lp_sent[DCP_ENGINE_MAX_CHOICES]; /* per choice: entries of its lps already formatted */
+    bool fin_sent[DCP_ENGINE_MAX_CHOICES];  /* per choice: its finish chunk formatted */
+    bool role_sent;   /* chat: the first chunk of each choice (assistant role); completions with
+                       * echo or prompt_logprobs: the first chunk (the prompt) */
     bool ended;       /* [DONE] formatted */
     char *out;        /* formatted, not yet handed to MHD */
     size_t out_len, out_off;
@@ -299,8 +300,9 @@ static bool stream_format(stream_ctx *x)
     serve_hub *h = x->s->h;
     serve_req *r = x->r;
     bool any = false;
+    const uint32_t n = r->n_choices ? r->n_choices : 1;
     if (!x->role_sent && r->kind == SERVE_CHAT) {
-        out_add(x, serve_api_chunk_role(h, r));
+        for (uint32_t i = 0; i < n; i++) out_add(x, serve_api_chunk_role(h, serve_choice(r, i)));
         any = true;
     }
     if (!x->role_sent && r->kind == SERVE_COMPLETION && (r->echo || r->prompt_lp >= 0)) {
@@ -310,17 +312,26 @@ static bool stream_format(stream_ctx *x)
     }
     x->role_sent = true;
     /* a chunk carries the logprobs of the tokens since the last one (their text may still be held
-     * back: a stop string could start there) */
-    if (r->text_len > x->sent || (r->n_lps > x->lp_sent && r->state != SREQ_DONE)) {
-        out_add(x, serve_api_chunk_lp(h, r, r->text + x->sent, r->text_len - x->sent, DCP_ENGINE_FINISH_NONE,
-                                      x->lp_sent, r->n_lps));
-        x->sent = r->text_len;
-        x->lp_sent = r->n_lps;
-        any = true;
+     * back: a stop string could start there); each choice its own chunks, with its index */
+    const bool error = r->state == SREQ_DONE && (r->finish == DCP_ENGINE_FINISH_ERROR || r->oom);
+    for (uint32_t i = 0; i < n; i++) {
+        const serve_req *c = serve_choice(r, i);
+        if (x->fin_sent[i]) continue;
+        if (c->text_len > x->sent[i] || (c->n_lps > x->lp_sent[i] && !c->choice_done)) {
+            out_add(x, serve_api_chunk_lp(h, c, c->text + x->sent[i], c->text_len - x->sent[i],
+                                          DCP_ENGINE_FINISH_NONE, x->lp_sent[i], c->n_lps));
+            x->sent[i] = c->text_len;
+            x->lp_sent[i] = c->n_lps;
+            any = true;
+        }
+        if (c->choice_done && !error) {
+            out_add(x, serve_api_chunk_lp(h, c, "", 0, c->finish, x->lp_sent[i], c->n_lps));
+            x->fin_sent[i] = true;
+            any = true;
+        }
     }
     if (r->state == SREQ_DONE) {
-        if (r->finish == DCP_ENGINE_FINISH_ERROR || r->oom) out_add(x, serve_api_chunk_error(r));
-        else out_add(x, serve_api_chunk_lp(h, r, "", 0, r->finish, x->lp_sent, r->n_lps));
+        if (error) out_add(x, serve_api_chunk_error(r));
         if (r->include_usage) out_add(x, serve_api_chunk_usage(h, r));
         out_add(x, strdup("data: [DONE]\n\n"));
         x->ended = true;

@@ -113,6 +113,7 @@ void serve_req_unref(serve_req *r)
     for (size_t i = 0; i < r->n_plps; i++) free(r->plps[i].piece);
     free(r->plps);
     free(r->echo_text);
+    for (uint32_t i = 0; i + 1 < r->n_choices; i++) serve_req_unref(r->choice[i]);
     free(r);
 }
 
@@ -165,8 +166,8 @@ static void take_incoming(serve_hub *h, dcp_engine *e)
             r->engine_id = id;
             changed(h, r);
         } else {
-            if (st == DCP_OK) { /* no room to track it: take it back */
-                dcp_engine_cancel(e, id);
+            if (st == DCP_OK) { /* no room to track it: take it back (every choice) */
+                for (uint32_t c = 0; c < (r->er.n ? r->er.n : 1); c++) dcp_engine_cancel(e, id + c);
                 st = DCP_ERR_OUT_OF_MEMORY;
             }
             r->state = SREQ_REFUSED;
@@ -185,7 +186,8 @@ static void take_cancels(serve_hub *h, dcp_engine *e, bool all)
     for (size_t i = 0; i < h->n_active; i++) {
         serve_req *r = h->active[i];
         if (r->state == SREQ_RUNNING && (r->cancel || all)) {
-            dcp_engine_cancel(e, r->engine_id);
+            for (uint32_t c = 0; c < (r->n_choices ? r->n_choices : 1); c++)
+                if (!serve_choice(r, c)->choice_done) dcp_engine_cancel(e, r->engine_id + c);
             r->cancel = true;
         }
     }
@@ -295,17 +297,32 @@ static void route_events(serve_hub *h, dcp_engine *e, double t, double t_step)
     dcp_engine_event ev;
     while (dcp_engine_poll(e, &ev)) {
         serve_req *r = ev.user;
+        serve_req *c = ev.index < (r->n_choices ? r->n_choices : 1) ? serve_choice(r, ev.index) : r;
         if (r->t_scheduled == 0 && ev.completion_tokens > 0) r->t_scheduled = t_step > 0 ? t_step : t;
-        note_tokens(h, r, ev.completion_tokens, t);
-        append_text(r, ev.text, ev.len);
-        append_lp(r, &ev);
-        r->completion_tokens = ev.completion_tokens;
-        r->cached_tokens = ev.cached_tokens;
+        if (ev.index == 0) note_tokens(h, r, ev.completion_tokens, t); /* timed on choice 0 */
+        append_text(c, ev.text, ev.len);
+        if (c->oom) r->oom = true;
+        append_lp(c, &ev);
+        c->completion_tokens = ev.completion_tokens;
+        r->cached_tokens = ev.index == 0 ? ev.cached_tokens : r->cached_tokens;
         if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
-            note_finish(h, r, ev.finish, t);
-            r->finish = ev.finish;
-            r->status = ev.status;
-            if (ev.message && ev.message[0]) snprintf(r->message, sizeof r->message, "%s", ev.message);
+            c->choice_done = true;
+            c->finish = ev.finish;
+            if (ev.finish == DCP_ENGINE_FINISH_ERROR) {
+                r->status = ev.status;
+                if (ev.message && ev.message[0]) snprintf(r->message, sizeof r->message, "%s", ev.message);
+            }
+            bool all = true;
+            for (uint32_t i = 0; i < (r->n_choices ? r->n_choices : 1); i++) all &= serve_choice(r, i)->choice_done;
+            if (!all) {
+                changed(h, r);
+                continue;
+            }
+            bool err = false;
+            for (uint32_t i = 0; i < (r->n_choices ? r->n_choices : 1); i++)
+                err |= serve_choice(r, i)->finish == DCP_ENGINE_FINISH_ERROR;
+            if (err) r->finish = DCP_ENGINE_FINISH_ERROR;
+            note_finish(h, r, r->finish, t);
             r->state = SREQ_DONE;
             for (size_t i = 0; i < h->n_active; i++)
                 if (h->active[i] == r) {

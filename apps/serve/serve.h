@@ -151,7 +151,21 @@ typedef struct serve_req {
     /* prompt logprobs (er.prompt_logprobs): one entry per prompt token, under the hub's mutex */
     serve_lp *plps;              /* [n_plps] */
     size_t n_plps, plps_cap;
+    /* n choices (er.n): this request is choice 0 and holds the others' outputs (their text, lps,
+     * finish and completion_tokens, under the hub's mutex) in choice[0 .. n_choices - 2]; engine
+     * ids engine_id + i. state turns DONE when every choice has finished. */
+    uint32_t index;              /* the choice (0 for the request itself) */
+    struct serve_req *parent;    /* choices 1 .. n-1: the request (borrowed); NULL for it */
+    uint32_t n_choices;          /* er.n (1 .. DCP_ENGINE_MAX_CHOICES) */
+    bool choice_done;            /* this choice finished */
+    struct serve_req *choice[DCP_ENGINE_MAX_CHOICES - 1]; /* choices 1 .. n-1, owned */
 } serve_req;
+
+/* Choice i of r (r itself for 0). */
+static inline serve_req *serve_choice(const serve_req *r, uint32_t i)
+{
+    return i ? r->choice[i - 1] : (serve_req *)r;
+}
 
 /* ---- the hub: what the threads share (serve/hub.c) --------------------------------------------- */
 

@@ -194,7 +194,24 @@ typedef struct dcp_engine_request {
                                     * prefill and finishes (LENGTH) after its last PROMPT event.
                                     * Default false */
     uint32_t prompt_top_logprobs;  /* 0 .. DCP_ENGINE_MAX_LOGPROBS (default 0) */
+    uint32_t n;                    /* choices from the one prompt, 1 .. DCP_ENGINE_MAX_CHOICES (default
+                                    * 1; 0 reads as 1): n sequences with consecutive ids, choice i
+                                    * sampling with seed dcp_engine_choice_seed(sampling.seed, i).
+                                    * With prefix caching on, choices 1 .. n-1 wait until choice 0 has
+                                    * prefilled the prompt once and then attach its full blocks
+                                    * (shared by refcount), computing only the prompt's last partial
+                                    * block themselves. n > 1 with prompt_logprobs is refused */
 } dcp_engine_request;
+
+/* The most choices per request (dcp_engine_request.n). */
+#define DCP_ENGINE_MAX_CHOICES 16
+
+/* The sampling seed of choice i of a request seeded with seed: seed itself for choice 0 (so a
+ * request with n = 1 and its choice 0 draw the same tokens), else SplitMix64's mixing of
+ * seed + i * 0x9E3779B97F4A7C15 (dcp_splitmix64_next of state seed + (i - 1) * that increment).
+ * Depends on nothing else: choice i of a seeded request is reproducible whatever the batch.
+ * Thread-safe. */
+DCP_API uint64_t dcp_engine_choice_seed(uint64_t seed, uint32_t i);
 
 /* The most alternatives per token (OpenAI's limit for top_logprobs). */
 #define DCP_ENGINE_MAX_LOGPROBS 20
@@ -204,10 +221,11 @@ typedef struct dcp_engine_request {
                                     .stop_tokens = NULL, .n_stop_tokens = 0, .stop = NULL, .n_stop = 0, \
                                     .include_stop_str_in_output = false, .decode_flags = 0, .user = NULL, \
                                     .logprobs = false, .top_logprobs = 0, .prompt_logprobs = false, \
-                                    .prompt_top_logprobs = 0}
+                                    .prompt_top_logprobs = 0, .n = 1}
 
-/* Queues a request; *id receives its id (> 0, unique for the engine's life). Errors, with nothing
- * queued: DCP_ERR_INVALID_ARGUMENT (no prompt, a token outside the vocabulary, bad sampling
+/* Queues a request; *id receives its id (> 0, unique for the engine's life); with n choices, choice
+ * i has id *id + i (each its own events, dcp_engine_event.index i; cancel each by its id). Errors,
+ * with nothing queued: DCP_ERR_INVALID_ARGUMENT (n above DCP_ENGINE_MAX_CHOICES, no prompt, a token outside the vocabulary, bad sampling
  * values, a stop token outside the vocabulary, min_tokens > max_tokens, an empty stop string,
  * n_prompt + max_tokens beyond the context n_ctx),
  * DCP_ERR_OUT_OF_PAGES (the sequence would not fit in the whole pool even alone),
@@ -252,6 +270,7 @@ typedef struct dcp_engine_event {
     dcp_engine_event_kind kind;
     uint64_t id;               /* the request */
     void *user;                /* its dcp_engine_request.user */
+    uint32_t index;            /* the choice, 0 .. n-1 (id - the request's first id) */
     int32_t token;             /* TOKEN: the id generated; FINISHED: the token that ended the request
                                 * (EOS, a stop token, the one completing a stop string, the
                                 * max_tokens-th), or -1 when it ended without one (cancelled, an

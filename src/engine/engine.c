@@ -4,7 +4,15 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/splitmix.h"
 #include "engine/engine_internal.h"
+
+uint64_t dcp_engine_choice_seed(uint64_t seed, uint32_t i)
+{
+    if (i == 0) return seed;
+    uint64_t state = seed + (uint64_t)(i - 1) * 0x9E3779B97F4A7C15ull;
+    return dcp_splitmix64_next(&state);
+}
 
 const char *dcp_engine_finish_name(dcp_engine_finish f)
 {
@@ -232,6 +240,7 @@ dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32
     x.ev = (dcp_engine_event){.kind = kind,
                               .id = q->id,
                               .user = q->user,
+                              .index = q->index,
                               .token = token,
                               .text = x.text,
                               .len = len,
@@ -272,14 +281,15 @@ void eng_finish(dcp_engine *e, eng_seq *q, dcp_engine_finish why, int32_t token,
     seq_free(q);
 }
 
-/* Copies the request into a new sequence (not yet linked). */
-static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **out)
+/* Copies the request into a new sequence for choice `index` (not yet linked). */
+static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, uint32_t index, eng_seq **out)
 {
     dcp_status st = DCP_OK;
     *out = NULL;
     eng_seq *q = calloc(1, sizeof *q);
     if (!q) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     q->user = r->user;
+    q->index = index;
     q->slot = -1;
     q->n_prompt = q->n_toks = r->n_prompt;
     q->max_tokens = r->max_tokens;
@@ -319,6 +329,7 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **
     q->include_stop = r->include_stop_str_in_output;
     { /* min_tokens masks the request's own ids, EOS (unless ignored) and the stop tokens */
         dcp_sampler_config sc = r->sampling;
+        sc.seed = dcp_engine_choice_seed(r->sampling.seed, index);
         int32_t *ids = NULL;
         uint32_t n = 0;
         if (sc.min_tokens > 0) {
@@ -351,7 +362,7 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, eng_seq **
     /* the prompt's pieces as a text of their own: special tokens as the request shows them */
     if (q->plp && (st = dcp_detokenizer_create(e->tok, r->decode_flags & DCP_DECODE_SPECIAL, &q->pdetok)) != DCP_OK)
         goto fail;
-    q->seed = r->sampling.seed;
+    q->seed = dcp_engine_choice_seed(r->sampling.seed, index);
     DCP_TRY(dcp_detokenizer_create(e->tok, r->decode_flags, &q->detok));
     DCP_TRY(eng_spec_seq_init(e, q));
     *out = q;
@@ -364,6 +375,10 @@ fail:
 dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_t *id)
 {
     *id = 0;
+    const uint32_t n = r->n ? r->n : 1;
+    if (n > DCP_ENGINE_MAX_CHOICES)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: n is %u choices, above the limit of %d", n,
+                        DCP_ENGINE_MAX_CHOICES);
     if (!r->prompt || r->n_prompt == 0)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: a request needs at least one prompt token");
     for (uint32_t i = 0; i < r->n_prompt; i++)
@@ -385,6 +400,8 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
     if (r->prompt_top_logprobs && !r->prompt_logprobs)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt_top_logprobs %u without prompt_logprobs",
                         r->prompt_top_logprobs);
+    if (n > 1 && r->prompt_logprobs)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt_logprobs with n %u choices (one choice only)", n);
     if (r->sampling.min_tokens > r->max_tokens)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: min_tokens %u exceeds max_tokens %u", r->sampling.min_tokens,
                         r->max_tokens);
@@ -404,18 +421,28 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
                             "has %u in all, so the request can never run",
                             (unsigned long long)total, r->n_prompt, r->max_tokens, pages, k, e->kv_pages);
     }
-    eng_seq *q = NULL;
-    dcp_status st = seq_new(e, r, &q);
-    if (st != DCP_OK) return st;
-    q->id = e->next_id++;
-    q->prev = e->tail;
-    if (e->tail) e->tail->next = q;
-    else e->head = q;
-    e->tail = q;
-    e->waiting++;
-    e->stats.prompt_tokens += r->n_prompt;
-    *id = q->id;
-    if (r->max_tokens == 0 && !r->prompt_logprobs) eng_finish(e, q, DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
+    eng_seq *qs[DCP_ENGINE_MAX_CHOICES] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        dcp_status st = seq_new(e, r, i, &qs[i]);
+        if (st != DCP_OK) {
+            while (i-- > 0) seq_free(qs[i]);
+            return st;
+        }
+    }
+    *id = e->next_id;
+    for (uint32_t i = 0; i < n; i++) {
+        eng_seq *q = qs[i];
+        q->id = e->next_id++;
+        q->parent = i && e->cfg.enable_prefix_caching ? *id : 0;
+        q->prev = e->tail;
+        if (e->tail) e->tail->next = q;
+        else e->head = q;
+        e->tail = q;
+        e->waiting++;
+    }
+    e->stats.prompt_tokens += r->n_prompt; /* once: the choices share it */
+    if (r->max_tokens == 0 && !r->prompt_logprobs)
+        for (uint32_t i = 0; i < n; i++) eng_finish(e, qs[i], DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
     return DCP_OK;
 }
 

@@ -167,6 +167,17 @@ static int32_t free_slot(const dcp_engine *e)
     return -1;
 }
 
+/* Choice 1 .. n-1 of a request (prefix caching on) while choice 0 has not yet had the whole prompt
+ * in KV once: it waits, so that it attaches the prompt's full blocks rather than prefilling them
+ * again. Choice 0 comes just before it in the list (consecutive ids) unless it ended already. */
+static bool waits_for_parent(const eng_seq *q)
+{
+    if (!q->parent) return false;
+    for (const eng_seq *p = q->prev; p && p->id >= q->parent; p = p->prev)
+        if (p->id == q->parent) return p->seen < p->n_prompt;
+    return false;
+}
+
 /* Fills rows and sched; returns whether anything is scheduled. */
 static bool schedule(dcp_engine *e)
 {
@@ -231,7 +242,7 @@ static bool schedule(dcp_engine *e)
                 future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
                              dcp_model_state_shard_pages(e->s, (uint64_t)q->fed + q->step_rows, r);
     for (eng_seq *q = e->head; q && budget && !preempted; q = q->next) {
-        if (q->slot >= 0) continue;
+        if (q->slot >= 0 || waits_for_parent(q)) continue;
         int32_t slot = free_slot(e);
         if (slot < 0) break;
         /* Prefix caching: the cached blocks of its tokens are attached, the rest prefilled. */

@@ -2,7 +2,7 @@
 //   node openai_client.mjs BASE_URL MODEL REQUESTS.json [PARAMS.json]
 // REQUESTS.json: [{"prompt": "...", "max_tokens": N}, ...]. Sends them all at once as streaming
 // completions (greedy), plus one streaming chat completion and a models listing, then retrieves the
-// model (and one that does not exist) and sends a parameter the server refuses (n: 2), and
+// model (and one that does not exist) and sends a value the server refuses (n: 17, over its limit of 16), and
 // prints one JSON object: {"texts": [...], "finish": [...], "chat": "...", "chat_finish": "...",
 // "models": [...], "retrieved": "...", "missing": {status, code}, "refused": {status, param},
 // "params": [...]}.
@@ -106,7 +106,7 @@ try {
   }
   let refused = null;
   try {
-    await client.completions.create({ model, prompt: "Once", max_tokens: 4, n: 2 });
+    await client.completions.create({ model, prompt: "Once", max_tokens: 4, n: 17 });
   } catch (e) {
     refused = { status: e.status ?? null, param: e.param ?? null };
   }

@@ -1,0 +1,236 @@
+/* n choices per request (dcp_engine_request.n, include/dcpvk/engine.h) on stories260K, with prefix
+ * caching on, at TP 1 and at TP 8 / DCP 2:
+ *  - greedy, n = 4: every choice's tokens are bitwise those of the request with n = 1 on an engine
+ *    without prefix caching; every event carries its choice's index; choices 1 .. 3 took the
+ *    prompt's full blocks from the cache (cached_tokens), and the KV pages in use at the peak
+ *    (the real pools, every layer and rank) are fewer than four times those of one request;
+ *  - seeded sampling, n = 3: choice i's tokens are those of a request with n = 1 and seed
+ *    dcp_engine_choice_seed(seed, i) run alone without caching (choice 0: the seed itself), the
+ *    same again in a batch with an unrelated request, and the choices differ;
+ *  - n above DCP_ENGINE_MAX_CHOICES is refused with a message naming n. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcpvk/engine.h"
+#include "dcpvk/gguf.h"
+#include "dcpvk/kv.h"
+#include "dcpvk/model.h"
+#include "dcpvk/tokenizer.h"
+#include "model/graph.h"
+#include "ref_model.h"
+#include "vkutil.h"
+
+enum { MAXT = 64, MAXC = 8, NPROMPT = 42, BLOCK = 4 };
+
+typedef struct fixture {
+    dcp_gguf *g;
+    dcp_model_config cfg;
+    dcp_context *ctx;
+    dcp_model *m;
+    dcp_model_state *s;
+    dcp_tokenizer *tok;
+    dcp_engine *e;
+} fixture;
+
+static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, bool cache)
+{
+    memset(f, 0, sizeof *f);
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
+    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
+    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
+    f->ctx = dcp_test_context_of(tp);
+    dcp_device *devs[8];
+    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 128;
+    sc.max_seqs = 6;
+    sc.block_size = BLOCK;
+    sc.kv_pages = 128;
+    DCP_ASSERT_OK(dcp_model_state_create(f->m, &sc, &f->s));
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    ec.enable_prefix_caching = cache;
+    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
+}
+
+static void fx_close(fixture *f)
+{
+    dcp_engine_destroy(f->e);
+    dcp_model_state_destroy(f->s);
+    dcp_model_destroy(f->m);
+    dcp_test_context_done(f->ctx);
+    dcp_tokenizer_destroy(f->tok);
+    dcp_gguf_close(f->g);
+}
+
+typedef struct out {
+    int32_t toks[MAXT];
+    uint32_t n, cached;
+    bool done;
+} out;
+
+/* Choice outputs: user points to an array of MAXC outs, indexed by the event's choice. */
+static void drain(dcp_engine *e, uint64_t first)
+{
+    dcp_engine_event ev;
+    while (dcp_engine_poll(e, &ev)) {
+        out *o = (out *)ev.user + ev.index;
+        assert_true(ev.index < MAXC);
+        assert_int_equal(ev.id, first ? first + ev.index : ev.id);
+        assert_false(o->done);
+        if (ev.token >= 0 && ev.kind == DCP_ENGINE_EVENT_TOKEN) o->toks[o->n++] = ev.token;
+        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
+            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
+            if (ev.token >= 0) o->toks[o->n++] = ev.token;
+            o->cached = ev.cached_tokens;
+            o->done = true;
+        }
+    }
+}
+
+/* Distinct pages in use now: the pool less the free pages, the most over every layer and rank. */
+static uint32_t pages_in_use(const fixture *f)
+{
+    const dcp_model_state *s = f->s;
+    uint32_t worst = 0;
+    for (uint32_t k = 0; k < s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < s->gn; i++) {
+            const uint32_t used = s->cfg.kv_pages - dcp_kv_cache_pages_free(s->caches[k], i);
+            if (used > worst) worst = used;
+        }
+    return worst;
+}
+
+static dcp_engine_request make(const int32_t *prompt, uint32_t n, float temp, uint64_t seed, uint32_t max_tokens)
+{
+    dcp_engine_request q = DCP_ENGINE_REQUEST_DEFAULT;
+    q.prompt = prompt;
+    q.n_prompt = NPROMPT;
+    q.max_tokens = max_tokens;
+    q.ignore_eos = true;
+    q.n = n;
+    q.sampling.temperature = temp;
+    q.sampling.seed = seed;
+    return q;
+}
+
+/* Runs request q (with its n) on f, outs[choice]; returns the peak pages in use. */
+static uint32_t run(fixture *f, dcp_engine_request q, out *outs, const dcp_engine_request *other, out *oout)
+{
+    memset(outs, 0, MAXC * sizeof *outs);
+    q.user = outs;
+    uint64_t id, oid = 0;
+    if (other) {
+        dcp_engine_request o = *other;
+        memset(oout, 0, MAXC * sizeof *oout);
+        o.user = oout;
+        DCP_ASSERT_OK(dcp_engine_submit(f->e, &o, &oid));
+        DCP_ASSERT_OK(dcp_engine_step(f->e)); /* the other one is running already */
+    }
+    DCP_ASSERT_OK(dcp_engine_submit(f->e, &q, &id));
+    uint32_t peak = 0;
+    while (dcp_engine_busy(f->e)) {
+        DCP_ASSERT_OK(dcp_engine_step(f->e));
+        const uint32_t u = pages_in_use(f);
+        if (u > peak) peak = u;
+        drain(f->e, 0);
+    }
+    drain(f->e, 0);
+    for (uint32_t i = 0; i < (q.n ? q.n : 1); i++) assert_true(outs[i].done);
+    return peak;
+}
+
+static void prompt_of(int32_t *p)
+{
+    p[0] = 1; /* BOS */
+    for (uint32_t i = 1; i < NPROMPT; i++) p[i] = (int32_t)(3 + (i * 37u) % 500u);
+}
+
+static void check_layout(uint32_t tp, uint32_t dcp)
+{
+    int32_t prompt[NPROMPT];
+    prompt_of(prompt);
+    const uint32_t gen = 8, n = 4;
+    /* the references: n = 1 without caching */
+    fixture f;
+    fx_open(&f, tp, dcp, false);
+    out ref[MAXC], refs[3][MAXC];
+    const uint32_t single = run(&f, make(prompt, 1, 0.0f, 0, gen), ref, NULL, NULL);
+    for (uint32_t i = 0; i < 3; i++)
+        (void)run(&f, make(prompt, 1, 0.9f, dcp_engine_choice_seed(1234, i), 16), refs[i], NULL, NULL);
+    fx_close(&f);
+    assert_int_equal(ref[0].n, gen);
+
+    fx_open(&f, tp, dcp, true);
+    out c[MAXC];
+    const uint32_t shared = run(&f, make(prompt, n, 0.0f, 0, gen), c, NULL, NULL);
+    const uint32_t block_tokens = BLOCK * dcp, full = (NPROMPT - 1) / block_tokens * block_tokens;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(c[i].n, gen);
+        assert_memory_equal(c[i].toks, ref[0].toks, gen * sizeof *c[i].toks);
+        assert_int_equal(c[i].cached, i ? full : 0);
+    }
+    printf("TP %u DCP %u: n = %u greedy: peak %u pages per rank and layer, one request %u (4x: %u)\n", tp, dcp, n,
+           shared, single, n * single);
+    assert_true(shared < n * single);
+    dcp_engine_stats st;
+    dcp_engine_get_stats(f.e, &st);
+    assert_int_equal(st.prompt_tokens, NPROMPT);
+
+    /* seeded: choice i == n = 1 with the choice's seed, alone and in a batch */
+    out a[MAXC], b[MAXC], other[MAXC];
+    (void)run(&f, make(prompt, 3, 0.9f, 1234, 16), a, NULL, NULL);
+    int32_t p2[NPROMPT];
+    for (uint32_t i = 0; i < NPROMPT; i++) p2[i] = prompt[NPROMPT - 1 - i];
+    const dcp_engine_request o = make(p2, 1, 0.7f, 5, 24);
+    (void)run(&f, make(prompt, 3, 0.9f, 1234, 16), b, &o, other);
+    bool differ = false;
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(a[i].n, 16);
+        assert_memory_equal(a[i].toks, refs[i][0].toks, 16 * sizeof *a[i].toks);
+        assert_memory_equal(b[i].toks, refs[i][0].toks, 16 * sizeof *b[i].toks);
+        differ |= i && memcmp(a[i].toks, a[0].toks, sizeof a[0].toks) != 0;
+    }
+    assert_true(differ);
+
+    /* over the limit */
+    dcp_engine_request big = make(prompt, DCP_ENGINE_MAX_CHOICES + 1, 0.0f, 0, 4);
+    uint64_t id;
+    assert_int_equal(dcp_engine_submit(f.e, &big, &id), DCP_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(dcp_last_error(), "n is 17"));
+    assert_false(dcp_engine_busy(f.e));
+    fx_close(&f);
+}
+
+static void test_choices_tp1(void **state)
+{
+    (void)state;
+    check_layout(1, 1);
+}
+
+static void test_choices_dcp2(void **state)
+{
+    (void)state;
+    check_layout(8, 2); /* stories260K has 4 KV heads: DCP 2 needs TP 8 */
+}
+
+static void test_choice_seed(void **state)
+{
+    (void)state;
+    assert_true(dcp_engine_choice_seed(42, 0) == 42);
+    assert_true(dcp_engine_choice_seed(42, 1) != 42);
+    assert_true(dcp_engine_choice_seed(42, 1) != dcp_engine_choice_seed(42, 2));
+    assert_true(dcp_engine_choice_seed(42, 1) != dcp_engine_choice_seed(43, 1));
+    assert_true(dcp_engine_choice_seed(42, 3) == dcp_engine_choice_seed(42, 3));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choice_seed),
+        cmocka_unit_test(test_choices_tp1),
+        cmocka_unit_test(test_choices_dcp2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
