@@ -1,6 +1,7 @@
 # GGUF reader/writer, tokenizers, malformed files and the fuzz smoke run (issue 4).
 dcp_test(test_gguf SOURCES test_gguf.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
 dcp_test(test_tokenizer SOURCES test_tokenizer.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
+dcp_test(test_json_constraint SOURCES test_json_constraint.c TIMEOUT 300 LABELS gguf)
 # The UTF-8 sanitizer every printed text goes through (src/text/utf8.c).
 dcp_test(test_utf8 SOURCES test_utf8.c TIMEOUT 60 LABELS gguf)
 dcp_test(test_gguf_malformed SOURCES test_gguf_malformed.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
