@@ -47,6 +47,7 @@ set_tests_properties(dcp_vk_gguf_make_model PROPERTIES PASS_REGULAR_EXPRESSION "
 # deterministic mutations (fuzz/more_fuzz_targets.h).
 dcp_test(test_fuzz_smoke SOURCES test_fuzz_smoke.c test_gguf_util.c ${CMAKE_SOURCE_DIR}/fuzz/tokenizers_fuzz_target.c
          ${CMAKE_SOURCE_DIR}/fuzz/loader_fuzz_target.c ${CMAKE_SOURCE_DIR}/fuzz/options_fuzz_target.c
+         ${CMAKE_SOURCE_DIR}/fuzz/json_fuzz_target.c
          ${CMAKE_SOURCE_DIR}/apps/cli/cli.c ${CMAKE_SOURCE_DIR}/apps/cli/options.c ${CMAKE_SOURCE_DIR}/apps/cli/world.c
          ${CMAKE_SOURCE_DIR}/apps/cli/spec.c
          ENV "DCP_VK_DEVICES=0,0" TIMEOUT 300 LABELS gguf)

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define DCP_JSON_MAX_WS 12     /* whitespace bytes in a row between two tokens of the JSON text */
+#define DCP_JSON_MAX_WS 4      /* whitespace bytes in a row between two tokens of the JSON text */
 #define DCP_JSON_MAX_DEPTH 32  /* recognizer stack frames (the root's included) */
 
 /* A compiled schema (immutable; shareable between threads). Created by dcp_json_schema_compile,
