@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dcpvk/gguf.h"
 #include "dcpvk/json_constraint.h"
@@ -222,7 +223,8 @@ static void check_vocab(const char *rel)
     uint8_t *mask = malloc(n);
     assert_non_null(mask);
     const int32_t eos = dcp_tokenizer_eos(t);
-    size_t checked = 0, allowed_total = 0;
+    size_t checked = 0, allowed_total = 0, masks = 0;
+    double mask_s = 0.0;
     for (size_t k = 0; k < sizeof mask_schemas / sizeof mask_schemas[0]; k++) {
         dcp_json_schema *s = compile(mask_schemas[k]);
         for (int walk = 0; walk < 3; walk++) {
@@ -230,7 +232,12 @@ static void check_vocab(const char *rel)
             assert_int_equal(dcp_json_state_create(s, &st), DCP_OK);
             assert_int_equal(dcp_json_state_create(s, &tmp), DCP_OK);
             for (int step = 0; step < 24 && !dcp_json_state_finished(st); step++) {
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
                 dcp_json_state_mask(st, v, &eos, eos >= 0 ? 1 : 0, mask);
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                mask_s += (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+                masks++;
                 uint32_t n_allowed = 0;
                 for (uint32_t id = 0; id < n; id++) {
                     size_t len;
@@ -264,8 +271,8 @@ static void check_vocab(const char *rel)
         }
         dcp_json_schema_destroy(s);
     }
-    printf("%s: %u tokens, %zu mask entries checked (mean %zu allowed per step)\n", rel, n, checked,
-           allowed_total / (checked / n));
+    printf("%s: %u tokens, %zu mask entries checked (mean %zu allowed per step), mask %.3f ms per step\n", rel, n,
+           checked, allowed_total / (checked / n), 1e3 * mask_s / (double)masks);
     free(mask);
     dcp_json_vocab_destroy(v);
     dcp_tokenizer_destroy(t);

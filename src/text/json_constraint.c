@@ -871,6 +871,8 @@ struct dcp_json_vocab {
     size_t *off;              /* [n + 1] token id's bytes: bytes[off[id], off[id + 1]) */
     uint32_t *order;          /* [n] ids sorted by their bytes */
     uint32_t *lcp;            /* [n] bytes order[i] shares with order[i - 1] */
+    uint8_t *sbytes;          /* the bytes again in sorted order (the mask reads them in sequence) */
+    size_t *soff;             /* [n + 1] order[i]'s bytes: sbytes[soff[i], soff[i + 1]) */
     size_t max_len;
 };
 
@@ -928,6 +930,16 @@ dcp_status dcp_json_vocab_create(const dcp_tokenizer *t, dcp_json_vocab **out)
         while (k < la && k < lb && v->bytes[v->off[a] + k] == v->bytes[v->off[b] + k]) k++;
         v->lcp[i] = k;
     }
+    if (!(v->sbytes = malloc(total ? total : 1)) || !(v->soff = malloc(((size_t)n + 1) * sizeof *v->soff))) goto oom;
+    size_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t id = v->order[i];
+        const size_t len = v->off[id + 1] - v->off[id];
+        v->soff[i] = at;
+        memcpy(v->sbytes + at, v->bytes + v->off[id], len);
+        at += len;
+    }
+    v->soff[n] = at;
     *out = v;
     return DCP_OK;
 oom:
@@ -943,6 +955,8 @@ void dcp_json_vocab_destroy(dcp_json_vocab *v)
     free(v->off);
     free(v->order);
     free(v->lcp);
+    free(v->sbytes);
+    free(v->soff);
     free(v);
 }
 
@@ -975,9 +989,8 @@ void dcp_json_state_mask(dcp_json_state *st, const dcp_json_vocab *v, const int3
         state_copy(&w[0], st);
         size_t valid = 0;
         for (uint32_t i = 0; i < v->n; i++) {
-            const uint32_t id = v->order[i];
-            const uint8_t *b = v->bytes + v->off[id];
-            const size_t len = v->off[id + 1] - v->off[id], l = i ? v->lcp[i] : 0;
+            const uint8_t *b = v->sbytes + v->soff[i];
+            const size_t len = v->soff[i + 1] - v->soff[i], l = i ? v->lcp[i] : 0;
             if (len == 0) continue;
             if (l > valid) continue; /* shares the prefix that failed at byte valid */
             size_t k = l;
@@ -986,7 +999,7 @@ void dcp_json_state_mask(dcp_json_state *st, const dcp_json_vocab *v, const int3
                 if (!feed1(&w[k + 1], b[k])) break;
             }
             valid = k;
-            if (k == len) allowed[id] = 1;
+            if (k == len) allowed[v->order[i]] = 1;
         }
     } else { /* out of memory for the walk: token by token */
         dcp_json_state t;
