@@ -31,4 +31,10 @@ void dcp_fuzz_loader_done(void);
  * whose results are checked against a reference reading of the same text. */
 int dcp_fuzz_options(const uint8_t *data, size_t size);
 
+/* JSON-constrained decoding (json_fuzz_target.c): the bytes before the first NUL as a JSON Schema
+ * (none: json_object), the rest as output fed to the recognizer byte by byte; checks that a
+ * rejected byte changes nothing, that one-by-one equals all-at-once, that finished means complete
+ * with nothing to follow, and that no valid prefix is a dead end. */
+int dcp_fuzz_json(const uint8_t *data, size_t size);
+
 #endif

@@ -1,6 +1,7 @@
 # GGUF reader/writer, tokenizers, malformed files and the fuzz smoke run (issue 4).
 dcp_test(test_gguf SOURCES test_gguf.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
 dcp_test(test_tokenizer SOURCES test_tokenizer.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
+dcp_test(test_json_constraint SOURCES test_json_constraint.c TIMEOUT 300 LABELS gguf)
 # The UTF-8 sanitizer every printed text goes through (src/text/utf8.c).
 dcp_test(test_utf8 SOURCES test_utf8.c TIMEOUT 60 LABELS gguf)
 dcp_test(test_gguf_malformed SOURCES test_gguf_malformed.c test_gguf_util.c TIMEOUT 120 LABELS gguf)
@@ -46,6 +47,7 @@ set_tests_properties(dcp_vk_gguf_make_model PROPERTIES PASS_REGULAR_EXPRESSION "
 # deterministic mutations (fuzz/more_fuzz_targets.h).
 dcp_test(test_fuzz_smoke SOURCES test_fuzz_smoke.c test_gguf_util.c ${CMAKE_SOURCE_DIR}/fuzz/tokenizers_fuzz_target.c
          ${CMAKE_SOURCE_DIR}/fuzz/loader_fuzz_target.c ${CMAKE_SOURCE_DIR}/fuzz/options_fuzz_target.c
+         ${CMAKE_SOURCE_DIR}/fuzz/json_fuzz_target.c
          ${CMAKE_SOURCE_DIR}/apps/cli/cli.c ${CMAKE_SOURCE_DIR}/apps/cli/options.c ${CMAKE_SOURCE_DIR}/apps/cli/world.c
          ${CMAKE_SOURCE_DIR}/apps/cli/spec.c
          ENV "DCP_VK_DEVICES=0,0" TIMEOUT 300 LABELS gguf)

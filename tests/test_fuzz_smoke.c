@@ -157,9 +157,44 @@ static void test_options(void **state)
     printf("options: %d argument lists\n", runs);
 }
 
+/* JSON output: schemas (supported, refused, malformed) with output texts, and mutations of both. */
+static void test_json(void **state)
+{
+    (void)state;
+    static const char *const schemas[] = {
+        "", "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"enum\":[\"x\",1,[true]]}},"
+        "\"required\":[\"a\"],\"additionalProperties\":false}",
+        "{\"type\":\"array\",\"items\":{\"type\":[\"string\",\"number\",\"null\"]},\"minItems\":1,\"maxItems\":3}",
+        "{\"const\":{\"k\": [1, 2.5e3, \"\\u00e9\"]}}", "{\"pattern\":\"a\"}", "{\"type\":", "true", "false",
+        "{\"properties\":{\"p\":{\"additionalProperties\":{\"type\":\"boolean\"}}}}"};
+    static const char *const outputs[] = {
+        "{\"a\": 12, \"b\": [true]}", "[\"s\\n\", -0.5e+3, null]", "{\"k\":[1,2.5e3,\"\\u00e9\"]}",
+        "  {\"p\": {\"q\": true, \"r\": false}}", "{\"x\":\"\xc3\xa9\xf0\x9f\x98\x80\"}", "1e5", "[[[[[[[[[[[[[[[[[[[["};
+    dcp_test_rng r = {11};
+    int runs = 0;
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++)
+        for (size_t j = 0; j < sizeof outputs / sizeof outputs[0]; j++) {
+            uint8_t buf[512];
+            const size_t a = strlen(schemas[i]), b = strlen(outputs[j]);
+            memcpy(buf, schemas[i], a);
+            buf[a] = 0;
+            memcpy(buf + a + 1, outputs[j], b);
+            run_exact(dcp_fuzz_json, buf, a + 1 + b);
+            runs++;
+            for (int k = 0; k < 20; k++, runs++) {
+                size_t m;
+                uint8_t *c = mutated(&r, buf, a + 1 + b, &m, 0);
+                run_exact(dcp_fuzz_json, c, m);
+                free(c);
+            }
+        }
+    printf("json: %d schema and output inputs\n", runs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_tokenizers), cmocka_unit_test(test_options),
+                                       cmocka_unit_test(test_json),
                                        cmocka_unit_test(test_loader)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

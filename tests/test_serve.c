@@ -25,8 +25,12 @@
  *  - n choices through the OpenAI client (tests/serve/choices.mjs): n = 3 on both endpoints,
  *    streaming and not: indexes, greedy choices equal to the n = 1 text, seeded choices
  *    reproducible (choice 0 the n = 1 one), usage with the prompt once and the completions summed;
+ *  - JSON output through the OpenAI client (tests/serve/json_output.mjs): response_format
+ *    json_schema output parses and matches its schema (both endpoints, streamed and not, greedy and
+ *    sampled), json_object output that ends with "stop" parses as an object, "length" when
+ *    max_tokens cuts it, unsupported keywords (pattern, minLength, anyOf, format) a 400 naming them;
  *  - every unknown field and every known-but-unsupported parameter (n: 17, prompt_logprobs on chat,
- *    response_format, guided_json, ...) is refused with a 400 naming it, on both endpoints; their
+ *    guided_json, a response_format schema keyword, ...) is refused with a 400 naming it, on both endpoints; their
  *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
  *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
  *    UTF-8 and JSON whatever the request held (a model name cut mid-character, GET /%FF);
@@ -803,6 +807,27 @@ static void test_choices(void **state)
     expect_healthy(&srv);
 }
 
+/* JSON output through the OpenAI client on the shared server (tests/serve/json_output.mjs checks it:
+ * json_object parses, json_schema matches its schema, unsupported keywords are a 400 naming them). */
+static void test_json_output(void **state)
+{
+    (void)state;
+    char script[512], base[128];
+    snprintf(script, sizeof script, "%s/json_output.mjs", node_dir);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", srv.port);
+    const char *argv[] = {"node", script, base, "stories260K", NULL};
+    dcp_test_result r = dcp_test_spawn(argv);
+    if (r.code != 0) fail_msg("node json_output.mjs: exit %d: %s %s", r.code, r.err, r.out);
+    printf("json_output: %s", r.out);
+    cJSON *j = cJSON_Parse(r.out);
+    if (!j) fail_msg("node printed no JSON: %s", r.out);
+    assert_true(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")) >= 4);
+    assert_true(cJSON_GetObjectItem(j, "parsed")->valueint >= 8);
+    cJSON_Delete(j);
+    dcp_test_result_free(&r);
+    expect_healthy(&srv);
+}
+
 /* One bad request: its status, an OpenAI error body (error.message containing msg, error.param when
  * given), then the server still serves. */
 static void expect_error(const char *method, const char *path, const char *body, size_t len, int status,
@@ -884,7 +909,8 @@ static const char *const refused_fields[][2] = {
     {"suffix", "\"the end\""}, {"logprobs", "21"}, {"logprobs", "\"5\""}, {"top_logprobs", "2"},
     {"prompt_logprobs", "21"}, {"typical_p", "0.5"}, {"skip_special_tokens", "false"},
     {"spaces_between_special_tokens", "false"}, {"truncate_prompt_tokens", "4"},
-    {"response_format", "{\"type\": \"json_object\"}"}, {"grammar", "\"root ::= \\\"a\\\"\""},
+    {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": {\"pattern\": \"a\"}}}"},
+    {"response_format", "{\"type\": \"xml\"}"}, {"grammar", "\"root ::= \\\"a\\\"\""},
     {"json_schema", "{\"type\": \"object\"}"}, {"guided_json", "{\"type\": \"object\"}"}, {"guided_regex", "\"a+\""},
     {"guided_choice", "[\"a\", \"b\"]"}, {"guided_grammar", "\"root ::= \\\"a\\\"\""},
     {"guided_decoding_backend", "\"xgrammar\""}, {"tools", "[{\"type\": \"function\"}]"}, {"tool_choice", "\"auto\""},
@@ -1699,6 +1725,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_echo),          cmocka_unit_test(test_choices),
+        cmocka_unit_test(test_json_output),
         cmocka_unit_test(test_bad_requests),  cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
         cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),

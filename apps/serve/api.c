@@ -282,6 +282,52 @@ static int parse_stop_token_ids(serve_hub *h, const cJSON *j, serve_req *r, serv
     return 0;
 }
 
+/* "response_format": {"type": "text"} (nothing), {"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name": ..., "schema": {...}, "strict": ..., "description": ...}}: compiled into
+ * r->json (the schema's refusals name the keyword). */
+static int parse_response_format(serve_hub *h, const cJSON *j, serve_req *r, serve_error *err)
+{
+    const cJSON *f = field(j, "response_format");
+    if (!f || cJSON_IsNull(f)) return 0;
+    const cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+    if (!cJSON_IsString(t))
+        return BAD("response_format", "'response_format' must be an object with a 'type' (text, json_object or "
+                   "json_schema)");
+    for (const cJSON *m = f->child; m; m = m->next)
+        if (!m->string || (strcmp(m->string, "type") != 0 && strcmp(m->string, "json_schema") != 0))
+            return BAD("response_format", "unknown field '%.64s' in 'response_format'", m->string ? m->string : "");
+    dcp_status st;
+    if (strcmp(t->valuestring, "text") == 0) {
+        return 0;
+    } else if (strcmp(t->valuestring, "json_object") == 0) {
+        st = dcp_json_schema_compile(NULL, 0, &r->json);
+    } else if (strcmp(t->valuestring, "json_schema") == 0) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
+        if (!cJSON_IsObject(js))
+            return BAD("response_format", "'response_format' of type json_schema needs a 'json_schema' object "
+                       "({\"name\": ..., \"schema\": {...}})");
+        for (const cJSON *m = js->child; m; m = m->next)
+            if (!m->string || (strcmp(m->string, "name") && strcmp(m->string, "schema") && strcmp(m->string, "strict") &&
+                               strcmp(m->string, "description")))
+                return BAD("response_format", "unknown field '%.64s' in 'response_format.json_schema'",
+                           m->string ? m->string : "");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
+        if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc))
+            return BAD("response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
+        char *text = cJSON_PrintUnformatted(sc);
+        if (!text) return BAD("response_format", "out of memory");
+        st = dcp_json_schema_compile(text, strlen(text), &r->json);
+        free(text);
+    } else {
+        return BAD("response_format", "'response_format' type '%.32s' is not supported (text, json_object, "
+                   "json_schema)", t->valuestring);
+    }
+    if (st != DCP_OK) return BAD("response_format", "'response_format': %s", dcp_last_error());
+    r->er.sampling.json = r->json;
+    r->er.sampling.json_vocab = h->json_vocab;
+    return 0;
+}
+
 /* "logit_bias": {"token id": bias in [-100, 100], ...} (at most 1024), into r->bias. */
 static int parse_logit_bias(serve_hub *h, const cJSON *j, serve_req *r, serve_error *err)
 {
@@ -343,6 +389,7 @@ static const struct {
     {"logprobs", FOR_BOTH} /* completions: an integer 0 .. 20; chat: a bool */, {"top_logprobs", FOR_CHAT},
     {"echo", FOR_COMPLETIONS}, {"prompt_logprobs", FOR_COMPLETIONS},
     {"n", FOR_BOTH} /* choices, 1 .. DCP_ENGINE_MAX_CHOICES */,
+    {"response_format", FOR_BOTH} /* text, json_object, json_schema */,
 };
 
 /* The value of a refused field that asks for nothing (what this server does anyway). */
@@ -352,7 +399,6 @@ typedef enum neutral {
     NEUTRAL_ZERO,     /* 0 */
     NEUTRAL_ONE,      /* 1 */
     NEUTRAL_EMPTY,    /* "", [] or {} */
-    NEUTRAL_TEXT,     /* {"type": "text"} (response_format) */
 } neutral;
 
 /* Parameters of the OpenAI, vLLM and llama.cpp APIs that would change the output and that this
@@ -375,7 +421,6 @@ static const struct {
     {"skip_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"spaces_between_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"truncate_prompt_tokens", FOR_BOTH, NEUTRAL_NONE, "prompt truncation"},
-    {"response_format", FOR_BOTH, NEUTRAL_TEXT, "structured output"},
     {"grammar", FOR_BOTH, NEUTRAL_NONE, "grammar-constrained output"},
     {"json_schema", FOR_BOTH, NEUTRAL_NONE, "structured output"},
     {"guided_json", FOR_BOTH, NEUTRAL_NONE, "structured output"},
@@ -406,11 +451,6 @@ static bool is_neutral(const cJSON *v, neutral ok)
     case NEUTRAL_ONE: return cJSON_IsNumber(v) && v->valuedouble == 1.0;
     case NEUTRAL_EMPTY:
         return (cJSON_IsString(v) && !v->valuestring[0]) || ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child);
-    case NEUTRAL_TEXT: {
-        const cJSON *t = cJSON_IsObject(v) ? v->child : NULL; /* {"type": "text"} and nothing else */
-        return t && !t->next && t->string && strcmp(t->string, "type") == 0 && cJSON_IsString(t) &&
-               strcmp(t->valuestring, "text") == 0;
-    }
     default: return false;
     }
 }
@@ -443,12 +483,12 @@ static int check_fields(const cJSON *j, serve_kind kind, serve_error *err)
                                             "top_k, min_p, seed, logit_bias, presence_penalty, frequency_penalty, "
                                             "repetition_penalty, min_tokens, stream, stream_options, stop, "
                                             "stop_token_ids, include_stop_str_in_output, ignore_eos, logprobs, "
-                                            "top_logprobs, user"
+                                            "top_logprobs, response_format, user"
                                           : "model, prompt, max_tokens, temperature, top_p, top_k, min_p, seed, "
                                             "logit_bias, presence_penalty, frequency_penalty, repetition_penalty, "
                                             "min_tokens, stream, stream_options, stop, stop_token_ids, "
                                             "include_stop_str_in_output, ignore_eos, logprobs, echo, "
-                                            "prompt_logprobs, user");
+                                            "prompt_logprobs, response_format, user");
     }
     return 0;
 }
@@ -707,7 +747,9 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
     }
     er.n = (uint32_t)n_choices;
     r->er = er;
-    if (parse_stop(j, r, err) || parse_stop_token_ids(h, j, r, err) || parse_logit_bias(h, j, r, err)) goto done;
+    if (parse_stop(j, r, err) || parse_stop_token_ids(h, j, r, err) || parse_logit_bias(h, j, r, err) ||
+        parse_response_format(h, j, r, err))
+        goto done;
     if ((kind == SERVE_CHAT ? chat_prompt(h, j, r, err) : completion_prompt(h, j, r, err))) goto done;
     if (r->n_prompt == 0) { /* an empty text without BOS */
         int32_t bos = dcp_tokenizer_bos(h->tok);

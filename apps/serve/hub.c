@@ -60,6 +60,7 @@ int serve_hub_init(serve_hub *h, const serve_options *o, const dcp_tokenizer *to
     h->max_tokens_limit = o->max_tokens_limit && o->max_tokens_limit < n_ctx ? o->max_tokens_limit : n_ctx;
     h->chat_eot = -1;
     h->next_id = 1;
+    if (tok && dcp_json_vocab_create(tok, &h->json_vocab) != DCP_OK) return -1;
     h->m.pages_free = calloc(dcp, sizeof *h->m.pages_free);
     if (!h->m.pages_free) return -1;
     for (uint32_t r = 0; r < dcp; r++) h->m.pages_free[r] = kv_pages;
@@ -87,6 +88,7 @@ void serve_hub_free(serve_hub *h)
     free(h->incoming);
     free(h->active);
     free(h->m.pages_free);
+    dcp_json_vocab_destroy(h->json_vocab);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->wake);
 }
@@ -107,6 +109,7 @@ void serve_req_unref(serve_req *r)
     free(r->stops);
     free(r->stop_tokens);
     free(r->bias);
+    dcp_json_schema_destroy(r->json);
     free(r->text);
     for (size_t i = 0; i < r->n_lps; i++) free(r->lps[i].piece);
     free(r->lps);

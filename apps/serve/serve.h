@@ -27,6 +27,7 @@
 #include "dcpvk/chat.h"
 #include "dcpvk/engine.h"
 #include "dcpvk/gguf.h"
+#include "dcpvk/json_constraint.h"
 #include "dcpvk/model.h"
 #include "dcpvk/tokenizer.h"
 #include "cli/run.h"
@@ -121,6 +122,7 @@ typedef struct serve_req {
     char *echo_text;             /* echo: the prompt as given (a text prompt), or its ids decoded
                                   * (NUL-terminated) [echo_len] */
     size_t echo_len;
+    dcp_json_schema *json;       /* response_format json_object / json_schema (er.sampling.json), or NULL */
     /* shared, under the hub's mutex */
     void *conn;                  /* the MHD connection answering it (serve/http.c) */
     bool suspended;              /* that connection waits for a change of this request: the hub's
@@ -222,6 +224,7 @@ typedef struct serve_hub {
     const serve_options *o;
     const char *model_name;
     const dcp_tokenizer *tok;
+    dcp_json_vocab *json_vocab; /* the tokens' bytes for response_format (made at init) */
     dcp_chat_template chat;     /* DCP_CHAT_UNKNOWN: chat requests are refused */
     const char *chat_why;       /* why, when unknown */
     int32_t chat_eot;           /* the chat template's end-of-turn token, or -1 */

@@ -14,6 +14,7 @@
  *   ops.h       weight matrices on a device and the model kernels (matmul, norms, RoPE, ...)
  *   model_config.h  model hyperparameters from GGUF
  *   tokenizer.h SentencePiece and byte-level BPE tokenizers, streaming detokenizer
+ *   json_constraint.h  JSON (schema) constrained decoding: prefix recognizer, vocabulary mask
  *   chat.h      chat templates
  *   utf8.h      the streaming UTF-8 sanitizer for printed text
  *   model.h     model weights over TP ranks, run state of many sequences, steps, sampler */
@@ -33,6 +34,7 @@
 #include "dcpvk/ops.h"
 #include "dcpvk/model_config.h"
 #include "dcpvk/tokenizer.h"
+#include "dcpvk/json_constraint.h"
 #include "dcpvk/chat.h"
 #include "dcpvk/utf8.h"
 #include "dcpvk/model.h"

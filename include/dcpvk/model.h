@@ -400,12 +400,22 @@ typedef struct dcp_sampler_config {
     const int32_t *min_tokens_ids; /* [n_min_tokens_ids] (copied at create; the engine passes EOS and
                                * the request's stop tokens) */
     uint32_t n_min_tokens_ids;
+    /* JSON output (include/dcpvk/json_constraint.h): with json set, every step first gives -inf to
+     * the tokens whose bytes (json_vocab) would not keep the generated text a valid prefix of a
+     * JSON text matching json, and to the json_end_ids (EOS, stop tokens; the engine adds them)
+     * while the value is incomplete. Both borrowed: they must outlive the sampler. Default NULL. */
+    const struct dcp_json_schema *json;
+    const struct dcp_json_vocab *json_vocab;
+    const int32_t *json_end_ids;   /* [n_json_end_ids] (copied at create) */
+    uint32_t n_json_end_ids;
 } dcp_sampler_config;
 
 #define DCP_SAMPLER_CONFIG_DEFAULT {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0, .min_p = 0.0f, \
                                     .presence_penalty = 0.0f, .frequency_penalty = 0.0f, \
                                     .repetition_penalty = 1.0f, .logit_bias = NULL, .n_logit_bias = 0, \
-                                    .min_tokens = 0, .min_tokens_ids = NULL, .n_min_tokens_ids = 0}
+                                    .min_tokens = 0, .min_tokens_ids = NULL, .n_min_tokens_ids = 0, \
+                                    .json = NULL, .json_vocab = NULL, .json_end_ids = NULL, \
+                                    .n_json_end_ids = 0}
 
 typedef struct dcp_sampler dcp_sampler;
 

@@ -61,6 +61,11 @@ DCP_API const char *dcp_tokenizer_token_text(const dcp_tokenizer *t, int32_t id,
  * "<|fim_prefix|>", ...) are CONTROL whatever the file stores, as llama.cpp loads them (see
  * src/text/tokenizer.c for the list and its two exceptions). */
 DCP_API dcp_token_type dcp_tokenizer_token_type(const dcp_tokenizer *t, int32_t id);
+/* The bytes token id adds to decoded text in mid-stream, as the detokenizer decodes it (SPM:
+ * U+2581 as a space, <0xNN> byte tokens as their byte; BPE: the byte mapping undone; control,
+ * unknown and unused tokens: none): *len receives their count, and the first min(cap, *len) are
+ * written to buf (buf may be NULL when cap is 0). *len 0 for an id out of range. Thread-safe. */
+DCP_API void dcp_tokenizer_token_bytes(const dcp_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len);
 
 /* Flags of dcp_tokenizer_encode. */
 enum {

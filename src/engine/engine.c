@@ -344,8 +344,22 @@ static dcp_status seq_new(dcp_engine *e, const dcp_engine_request *r, uint32_t i
         }
         sc.min_tokens_ids = ids;
         sc.n_min_tokens_ids = n;
+        int32_t *ends = NULL; /* JSON output: EOS (unless ignored) and the stop tokens end a complete value */
+        uint32_t n_ends = 0;
+        if (sc.json) {
+            if (!(ends = malloc(((size_t)r->n_stop_tokens + 1) * sizeof *ends))) {
+                free(ids);
+                st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
+                goto fail;
+            }
+            if (!r->ignore_eos && e->eos >= 0 && (uint32_t)e->eos < e->n_vocab) ends[n_ends++] = e->eos;
+            for (uint32_t i = 0; i < r->n_stop_tokens; i++) ends[n_ends++] = r->stop_tokens[i];
+        }
+        sc.json_end_ids = ends;
+        sc.n_json_end_ids = n_ends;
         st = dcp_sampler_create(&sc, e->n_vocab, &q->smp);
         free(ids);
+        free(ends);
         if (st != DCP_OK) goto fail;
     }
     dcp_sampler_accept(q->smp, q->toks, q->n_prompt, false);

@@ -161,6 +161,9 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
  * its history, then temperature, top-k, top-p, min-p; greedy: all on the argmax of the changed
  * logits), dense into p [n_vocab], summing to 1. Does not advance the stream. */
 void eng_sampler_probs(dcp_sampler *s, const float *logits, double *p);
+/* With a JSON constraint: true when the generated text is a complete value that nothing can
+ * continue (the request then stops). */
+bool eng_sampler_json_done(const dcp_sampler *s);
 /* The log-probabilities of token (chosen from logits [n_vocab] by s, before it is accepted) and of
  * the n_top most likely tokens, into *out (dcp_engine_event's definition). Does not advance the
  * stream. */

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/splitmix.h"
+#include "dcpvk/json_constraint.h"
 #include "dcpvk/model.h"
 #include "engine/engine_internal.h"
 
@@ -26,6 +27,12 @@ struct dcp_sampler {
     uint32_t generated;          /* tokens accepted as generated */
     dcp_logit_bias *bias;        /* [cfg.n_logit_bias] */
     int32_t *min_ids;            /* [cfg.n_min_tokens_ids] */
+    /* JSON output (cfg.json) */
+    dcp_json_state *json;        /* the generated text's recognizer state */
+    uint8_t *allowed;            /* [n_vocab] its mask */
+    uint32_t mask_at;            /* 1 + generated when allowed was computed (0: never) */
+    bool json_broken;            /* a token that the mask refused was accepted: no more masking */
+    int32_t *end_ids;            /* [cfg.n_json_end_ids] */
 };
 
 dcp_status dcp_sampler_create(const dcp_sampler_config *c, uint32_t n_vocab, dcp_sampler **out)
@@ -67,7 +74,7 @@ dcp_status dcp_sampler_create(const dcp_sampler_config *c, uint32_t n_vocab, dcp
     s->state = c->seed;
     s->argmax_mode = c->temperature == 0.0f || c->top_k == 1;
     s->penalties = s->cfg.presence_penalty != 0.0f || s->cfg.frequency_penalty != 0.0f || s->cfg.repetition_penalty != 1.0f;
-    s->changes = s->penalties || c->n_logit_bias > 0 || (c->min_tokens > 0 && c->n_min_tokens_ids > 0);
+    s->changes = s->penalties || c->n_logit_bias > 0 || (c->min_tokens > 0 && c->n_min_tokens_ids > 0) || c->json;
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
     s->p = malloc((size_t)n_vocab * sizeof *s->p);
     bool ok = s->idx && s->p;
@@ -81,8 +88,22 @@ dcp_status dcp_sampler_create(const dcp_sampler_config *c, uint32_t n_vocab, dcp
     if (c->n_min_tokens_ids && (s->min_ids = malloc(c->n_min_tokens_ids * sizeof *s->min_ids)))
         memcpy(s->min_ids, c->min_tokens_ids, c->n_min_tokens_ids * sizeof *s->min_ids);
     ok &= (!c->n_logit_bias || s->bias) && (!c->n_min_tokens_ids || s->min_ids);
+    if (c->json) {
+        ok &= c->json_vocab && dcp_json_vocab_size(c->json_vocab) == n_vocab;
+        ok &= (s->allowed = malloc(n_vocab)) != NULL;
+        ok &= dcp_json_state_create(c->json, &s->json) == DCP_OK;
+        if (c->n_json_end_ids && (s->end_ids = malloc(c->n_json_end_ids * sizeof *s->end_ids)))
+            memcpy(s->end_ids, c->json_end_ids, c->n_json_end_ids * sizeof *s->end_ids);
+        ok &= !c->n_json_end_ids || s->end_ids;
+    }
     s->cfg.logit_bias = s->bias;
     s->cfg.min_tokens_ids = s->min_ids;
+    s->cfg.json_end_ids = s->end_ids;
+    if (!ok && c->json && (!c->json_vocab || dcp_json_vocab_size(c->json_vocab) != n_vocab)) {
+        dcp_sampler_destroy(s);
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "sampler: a JSON constraint needs the token bytes of a vocabulary "
+                        "of %u tokens", n_vocab);
+    }
     if (!ok) {
         dcp_sampler_destroy(s);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -101,14 +122,25 @@ void dcp_sampler_destroy(dcp_sampler *s)
     free(s->in_prompt);
     free(s->bias);
     free(s->min_ids);
+    dcp_json_state_destroy(s->json);
+    free(s->allowed);
+    free(s->end_ids);
     free(s);
 }
 
 bool dcp_sampler_is_greedy(const dcp_sampler *s) { return s->argmax_mode && !s->changes; }
 
+bool eng_sampler_json_done(const dcp_sampler *s) { return s->json && !s->json_broken && dcp_json_state_finished(s->json); }
+
 void dcp_sampler_accept(dcp_sampler *s, const int32_t *tokens, uint32_t n, bool generated)
 {
     if (generated) s->generated += n;
+    if (generated && s->json && !s->json_broken)
+        for (uint32_t i = 0; i < n; i++) {
+            size_t len;
+            const uint8_t *b = dcp_json_vocab_token(s->cfg.json_vocab, tokens[i], &len);
+            if (!b || !dcp_json_state_feed(s->json, b, len)) s->json_broken = true;
+        }
     if (!s->penalties) return;
     for (uint32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->n_vocab) continue;
@@ -128,6 +160,14 @@ static const float *changed(dcp_sampler *s, const float *logits)
     float *w = s->work;
     const dcp_sampler_config *c = &s->cfg;
     for (uint32_t i = 0; i < s->n_vocab; i++) w[i] = key(logits, i);
+    if (s->json && !s->json_broken) { /* first: the tokens that would break the JSON are out */
+        if (s->mask_at != s->generated + 1) {
+            dcp_json_state_mask(s->json, c->json_vocab, c->json_end_ids, c->n_json_end_ids, s->allowed);
+            s->mask_at = s->generated + 1;
+        }
+        for (uint32_t i = 0; i < s->n_vocab; i++)
+            if (!s->allowed[i]) w[i] = -INFINITY;
+    }
     if (s->generated < c->min_tokens)
         for (uint32_t i = 0; i < c->n_min_tokens_ids; i++) w[c->min_tokens_ids[i]] = -INFINITY;
     for (uint32_t i = 0; i < c->n_logit_bias; i++) {

@@ -141,6 +141,8 @@ dcp_status eng_text_token(dcp_engine *e, eng_seq *q, int32_t token, bool *ended)
         eng_finish(e, q, DCP_ENGINE_FINISH_STOP, token, q->held, m, DCP_OK, NULL);
         return DCP_OK;
     }
+    /* JSON output: a complete value that nothing can continue ends the request */
+    if (eng_sampler_json_done(q->smp)) return finish_with_rest(e, q, DCP_ENGINE_FINISH_STOP, token);
     if (q->generated == q->max_tokens) return finish_with_rest(e, q, DCP_ENGINE_FINISH_LENGTH, token);
     size_t out = q->held_len - stop_partial(q);
     st = eng_emit(e, q, DCP_ENGINE_EVENT_TOKEN, token, q->held, out, DCP_ENGINE_FINISH_NONE, DCP_OK, NULL);

@@ -451,6 +451,39 @@ fail:
 
 /* ---- decoding ------------------------------------------------------------------------------ */
 
+void dcp_tokenizer_token_bytes(const dcp_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len)
+{
+    *len = 0;
+    if (id < 0 || (uint32_t)id >= t->n_vocab) return;
+    const char *s = t->text[id];
+    const size_t sl = t->len[id];
+    const uint8_t ty = t->type[id];
+    char one[4];
+    size_t k = 0;
+    if (ty == DCP_TOKEN_CONTROL || ty == DCP_TOKEN_UNKNOWN || ty == DCP_TOKEN_UNUSED) return;
+    if (ty == DCP_TOKEN_BYTE && t->kind == DCP_TOKENIZER_SPM && sl == 6 && s[0] == '<') {
+        one[0] = (char)strtol(s + 3, NULL, 16);
+        k = 1;
+        if (cap) buf[0] = one[0];
+    } else if (t->kind == DCP_TOKENIZER_SPM) {
+        for (size_t i = 0; i < sl; k++) {
+            const bool sp = sl - i >= 3 && memcmp(s + i, "\xe2\x96\x81", 3) == 0;
+            if (k < cap) buf[k] = sp ? ' ' : s[i];
+            i += sp ? 3 : 1;
+        }
+    } else if (ty == DCP_TOKEN_USER_DEFINED) {
+        k = sl;
+        if (cap) memcpy(buf, s, sl < cap ? sl : cap);
+    } else {
+        char *dec = malloc(sl + 1);
+        if (!dec) return; /* out of memory: no bytes (the token is then never allowed) */
+        tok_bpe_decode_text(s, sl, dec, &k);
+        if (cap) memcpy(buf, dec, k < cap ? k : cap);
+        free(dec);
+    }
+    *len = k;
+}
+
 struct dcp_detokenizer {
     const dcp_tokenizer *t;
     unsigned flags;
