@@ -34,6 +34,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    dcp_set_log_callback(dcp_cli_log_stderr, NULL);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? DCP_EXIT_USAGE : dcp_cli_finish_stdout("dcp-vk-bench", DCP_EXIT_OK);

@@ -726,4 +726,8 @@ static int run(int argc, char **argv)
     return rc;
 }
 
-int main(int argc, char **argv) { return dcp_cli_finish_stdout("dcp-vk-gguf", run(argc, argv)); }
+int main(int argc, char **argv)
+{
+    dcp_set_log_callback(dcp_cli_log_stderr, NULL);
+    return dcp_cli_finish_stdout("dcp-vk-gguf", run(argc, argv));
+}

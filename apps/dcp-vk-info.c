@@ -77,6 +77,7 @@ static void print_transports(dcp_context *ctx, int json)
 
 int main(int argc, char **argv)
 {
+    dcp_set_log_callback(dcp_cli_log_stderr, NULL);
     const char *devices = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {

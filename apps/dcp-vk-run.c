@@ -596,6 +596,7 @@ static int run_phases(run_app *a)
 
 int main(int argc, char **argv)
 {
+    dcp_set_log_callback(dcp_cli_log_stderr, NULL);
     /* Under an MPI launcher every process runs all of this; they agree on the exit code at each
      * phase (run_world_agree) and process 0 prints the text and the summary. */
     run_app app = {.prog = argv[0]};

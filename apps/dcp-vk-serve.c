@@ -251,6 +251,7 @@ static void app_free(serve_app *a)
 
 int main(int argc, char **argv)
 {
+    dcp_set_log_callback(dcp_cli_log_stderr, NULL);
     serve_app a;
     memset(&a, 0, sizeof a);
     a.prog = argv[0];

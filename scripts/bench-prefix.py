@@ -51,12 +51,13 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from serve_bench_util import Server, pct
 
 WORDS = ("the agent reads file code test build error line function value list table page cache token "
          "prompt model server request answer plan step tool call result check run fix change commit branch "
@@ -73,82 +74,34 @@ def fail(msg):
     sys.exit(1)
 
 
-def pct(xs, p):
-    if not xs:
-        return None
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+def start_server(args, tp, dcp, mode):
+    """One dcp-vk-serve for configuration TP x DCP and mode (off, on, offload)."""
+    cmd = [args.server, "-m", args.model, "--port", "0", "--tensor-parallel-size", str(tp),
+           "--decode-context-parallel-size", str(dcp), "-c", str(args.ctx), "--max-seqs", str(args.max_seqs),
+           "--kv-pages", str(args.kv_pages), "--block-size", str(args.block_size),
+           "--prefill-chunk", str(args.prefill_chunk), "--max-queued", "1024"]
+    if mode == "off":
+        cmd.append("--no-enable-prefix-caching")
+    elif mode == "offload":
+        cmd += ["--kv-offloading-size", str(args.offload_gib)]
+        if args.offload_backend:
+            cmd += ["--kv-offloading-backend", args.offload_backend]
+    cmd += args.extra.split() if args.extra else []
+    env = dict(os.environ)
+    env.setdefault("DCP_VK_DEVICES", ",".join(["0"] * tp))
+    env.setdefault("LP_NUM_THREADS", "0")
+    srv = Server(cmd, fail, "dcp-vk-serve-prefix-", env=env)
+    srv.env = {k: env[k] for k in ("DCP_VK_DEVICES", "LP_NUM_THREADS")}
+    return srv
 
 
-class Server:
-    """One dcp-vk-serve on a free port (its banner names it); stop() sends SIGTERM."""
-
-    def __init__(self, args, tp, dcp, mode):
-        self.err = tempfile.NamedTemporaryFile(prefix="dcp-vk-serve-prefix-", suffix=".log", delete=False)
-        cmd = [args.server, "-m", args.model, "--port", "0", "--tensor-parallel-size", str(tp),
-               "--decode-context-parallel-size", str(dcp), "-c", str(args.ctx), "--max-seqs", str(args.max_seqs),
-               "--kv-pages", str(args.kv_pages), "--block-size", str(args.block_size),
-               "--prefill-chunk", str(args.prefill_chunk), "--max-queued", "1024"]
-        if mode == "off":
-            cmd.append("--no-enable-prefix-caching")
-        elif mode == "offload":
-            cmd += ["--kv-offloading-size", str(args.offload_gib)]
-            if args.offload_backend:
-                cmd += ["--kv-offloading-backend", args.offload_backend]
-        cmd += args.extra.split() if args.extra else []
-        env = dict(os.environ)
-        env.setdefault("DCP_VK_DEVICES", ",".join(["0"] * tp))
-        env.setdefault("LP_NUM_THREADS", "0")
-        self.cmd = cmd
-        self.env = {k: env[k] for k in ("DCP_VK_DEVICES", "LP_NUM_THREADS")}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err, env=env)
-        t0 = time.time()
-        while True:
-            text = self.log()
-            m = re.search(r"listening on http://[^:]+:(\d+)", text)
-            if m:
-                self.port = int(m.group(1))
-                self.banner = m.group(0) + text[m.end():].split("\n", 1)[0]
-                break
-            if self.proc.poll() is not None:
-                fail(f"the server exited with {self.proc.returncode}: {' '.join(cmd)}\n{text}")
-            if time.time() - t0 > 600:
-                self.proc.kill()
-                fail(f"the server did not listen within 600 s: {' '.join(cmd)}")
-            time.sleep(0.1)
-
-    def log(self):
-        with open(self.err.name, errors="replace") as f:
-            return f.read()
-
-    def metrics(self):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        c.request("GET", "/metrics")
-        body = c.getresponse().read().decode()
-        c.close()
-        out = {}
-        for line in body.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)  # the series' name with its labels
-        return out
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = "killed after 300 s"
-        text = self.log()
-        os.unlink(self.err.name)
-        if code != 0:
-            fail(f"the server exited with {code} at SIGTERM: {' '.join(self.cmd)}\n{text}")
-        if "dcp-vk: validation" in text:
-            fail(f"Vulkan validation messages: {' '.join(self.cmd)}\n{text}")
+def stop_server(srv):
+    """SIGTERM; fails unless the server exits 0 without Vulkan validation messages."""
+    code, text = srv.stop()
+    if code != 0:
+        fail(f"the server exited with {code} at SIGTERM: {' '.join(srv.cmd)}\n{text}")
+    if "dcp-vk: validation" in text:
+        fail(f"Vulkan validation messages: {' '.join(srv.cmd)}\n{text}")
 
 
 def stream_completion(port, prompt, max_tokens, rec):
@@ -464,7 +417,7 @@ def main():
             for mode in modes:
                 if mode in skipped:
                     continue
-                srv = Server(args, tp, dcp, mode)
+                srv = start_server(args, tp, dcp, mode)
                 print(f"# {srv.banner}", flush=True)
                 stream_completion(srv.port, "Warm up: " + " ".join(WORDS[-8:]), 4, {})  # pipelines, not the trace
                 try:
@@ -474,7 +427,7 @@ def main():
                     srv.proc.wait()
                     os.unlink(srv.err.name)
                     raise
-                srv.stop()
+                stop_server(srv)
                 r.update({"tp": tp, "dcp": dcp, "mode": mode, "banner": srv.banner, "env": srv.env})
                 result["runs"].append(r)
                 print(f"TP {tp} DCP {dcp} caching {mode:7s}: hit {100 * r['hit_rate']:5.1f}% (/metrics "

@@ -30,72 +30,22 @@ import http.client
 import json
 import os
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-
-def pct(xs, p):
-    if not xs:
-        return None
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+from serve_bench_util import Server, pct
 
 
-class Server:
-    def __init__(self, args, dcp):
-        self.err = tempfile.NamedTemporaryFile(prefix="dcp-vk-serve-bench-", suffix=".log", delete=False)
-        cmd = [args.server, "-m", args.model, "--port", "0", "--tensor-parallel-size", str(args.tp),
-               "--decode-context-parallel-size", str(dcp), "-c", str(args.ctx), "--max-seqs", str(args.max_seqs),
-               "--kv-pages", str(args.kv_pages), "--block-size", str(args.block_size),
-               "--prefill-chunk", str(args.prefill_chunk), "--max-queued", "1024", "--dcp-comm-backend",
-               args.backend] + (args.extra.split() if args.extra else [])
-        self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err)
-        t0 = time.time()
-        while True:
-            with open(self.err.name) as f:
-                text = f.read()
-            m = re.search(r"listening on http://[^:]+:(\d+)", text)
-            if m:
-                self.port = int(m.group(1))
-                self.banner = text.strip().splitlines()[-1]
-                break
-            if self.proc.poll() is not None:
-                sys.exit(f"bench-serve-dcp: the server exited: {text}")
-            if time.time() - t0 > 600:
-                sys.exit("bench-serve-dcp: the server did not listen within 600 s")
-            time.sleep(0.2)
-
-    def get(self, path):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        c.request("GET", path)
-        r = c.getresponse()
-        body = r.read().decode()
-        c.close()
-        return body
-
-    def metrics(self):
-        out = {}
-        for line in self.get("/metrics").splitlines():
-            if line.startswith("#") or not line:
-                continue
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-        return out
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=300)
-        os.unlink(self.err.name)
-        return code
+def start_server(args, dcp):
+    """One dcp-vk-serve at TP args.tp and DCP dcp."""
+    cmd = [args.server, "-m", args.model, "--port", "0", "--tensor-parallel-size", str(args.tp),
+           "--decode-context-parallel-size", str(dcp), "-c", str(args.ctx), "--max-seqs", str(args.max_seqs),
+           "--kv-pages", str(args.kv_pages), "--block-size", str(args.block_size),
+           "--prefill-chunk", str(args.prefill_chunk), "--max-queued", "1024", "--dcp-comm-backend",
+           args.backend] + (args.extra.split() if args.extra else [])
+    return Server(cmd, lambda msg: sys.exit(f"bench-serve-dcp: {msg}"), "dcp-vk-serve-bench-", poll_s=0.2)
 
 
 def stream_request(port, prompt, max_tokens, rec):
@@ -249,7 +199,7 @@ def main():
     # one server works at a time; the idle ones wait on a condition variable.
     servers = {}
     for dcp in [int(x) for x in args.dcp.split(",")]:
-        srv = Server(args, dcp)
+        srv = start_server(args, dcp)
         print(f"# {srv.banner}", flush=True)
         stream_request(srv.port, [args.token_lo] * 8, 4, {})  # warm-up: pipelines, allocations
         servers[dcp] = srv
@@ -272,7 +222,7 @@ def main():
                 os.replace(args.out + ".tmp", args.out)
     finally:
         for dcp, srv in servers.items():
-            code = srv.stop()
+            code, _ = srv.stop()
             if code != 0:
                 print(f"bench-serve-dcp: the DCP {dcp} server exited with {code}", file=sys.stderr)
     print(f"wrote {args.out}")

@@ -40,22 +40,14 @@ import time
 import urllib.parse
 from datetime import datetime
 
+from serve_bench_util import pct
+
 # Short words, most of them one token in common vocabularies: random prompts of about as many
 # tokens as words, whatever the tokenizer (the server's usage gives the exact counts).
 WORDS = ("the a and to of in it was he she they we you is on for with his her at but had that one day "
          "big little cat dog sun tree ball red blue happy sad run play went saw said mom dad boy girl "
          "park home time old new good bad friend toy box car bird fish water food look go up down "
          "out can not very so then when there this all make like see").split()
-
-
-def pct(xs, p):
-    """The p-th percentile of xs, interpolated linearly (numpy's default, as vLLM's benchmark)."""
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = int(math.floor(k)), min(int(math.floor(k)) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def parse_goodput(items):
@@ -238,7 +230,7 @@ def summarize(args, recs, duration, slo):
         res[f"median_{key}_ms"] = statistics.median(ms) if ms else 0.0
         res[f"std_{key}_ms"] = statistics.pstdev(ms) if ms else 0.0
         for p in ps:
-            res[f"p{p:g}_{key}_ms"] = pct(ms, p)
+            res[f"p{p:g}_{key}_ms"] = pct(ms, p, empty=0.0)
     res["input_lens"] = [r["prompt_tokens"] for r in recs]
     res["output_lens"] = [r["output_tokens"] for r in recs]
     res["ttfts"] = [r["ttft"] for r in recs]

@@ -5,23 +5,25 @@
 # Per-rank visibility of a verification step's queries (every N, interleave, k, length, page
 # boundary) and the roll-back's pages, against a brute-force deal of the positions. CPU only.
 dcp_test(test_spec_visibility SOURCES test_spec_visibility.c)
-dcp_test(test_spec_model_stories SOURCES test_spec_model.c ref_model.c vkutil.c EXE test_spec_model ARGS test_stories)
-dcp_test(test_spec_model_dcp EXE test_spec_model ARGS test_dcp_wide)
-dcp_test(test_spec_model_q8 EXE test_spec_model ARGS test_q8)
-dcp_test(test_spec_model_deepseek2 EXE test_spec_model ARGS test_deepseek2)
-dcp_test(test_spec_model_replay EXE test_spec_model ARGS test_replay_shapes)
+dcp_test_cases(test_spec_model SOURCES test_spec_model.c ref_model.c vkutil.c CASES
+  test_spec_model_stories test_stories
+  test_spec_model_dcp test_dcp_wide
+  test_spec_model_q8 test_q8
+  test_spec_model_deepseek2 test_deepseek2
+  test_spec_model_replay test_replay_shapes)
 # The engine with speculation (n-gram drafts and a draft model) against the engine without: exact
 # greedy and n-gram-sampled outputs, draft-model sampling reproducible and distributed as the
 # target, stop strings, preemption, cancellation, refused configurations.
-dcp_test(test_spec_refused SOURCES test_spec.c ref_model.c vkutil.c EXE test_spec ARGS test_refused)
-dcp_test(test_spec_tp1 EXE test_spec ARGS "test_*_tp1")
-dcp_test(test_spec_stops EXE test_spec ARGS test_stops)
-dcp_test(test_spec_distribution EXE test_spec ARGS test_distribution)
-dcp_test(test_spec_cancel EXE test_spec ARGS test_cancel)
-dcp_test(test_spec_preemption EXE test_spec ARGS test_preemption)
-dcp_test(test_spec_dcp EXE test_spec ARGS test_dcp)
-dcp_test(test_spec_models_deepseek2 EXE test_spec ARGS test_models_deepseek2)
-dcp_test(test_spec_models_q8 EXE test_spec ARGS test_models_q8)
+dcp_test_cases(test_spec SOURCES test_spec.c ref_model.c vkutil.c CASES
+  test_spec_refused test_refused
+  test_spec_tp1 "test_*_tp1"
+  test_spec_stops test_stops
+  test_spec_distribution test_distribution
+  test_spec_cancel test_cancel
+  test_spec_preemption test_preemption
+  test_spec_dcp test_dcp
+  test_spec_models_deepseek2 test_models_deepseek2
+  test_spec_models_q8 test_models_q8)
 # dcp-vk-bench spec on a short request at TP 1 and TP 8 / DCP 2: it runs every case and exits 0
 # only when the tokens with speculation equal those without (speed is reported, never asserted).
 add_test(NAME app_bench_spec COMMAND dcp-vk-bench spec -m ${CMAKE_CURRENT_SOURCE_DIR}/data/stories260K.gguf

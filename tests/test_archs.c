@@ -221,8 +221,15 @@ static void test_unknown_architecture(void **state)
     assert_non_null(strstr(dcp_last_error(), "gemma2"));
 }
 
-/* Mistral's sliding window: a context inside it runs (above), a longer one is refused naming the
- * key and the window. */
+static char logged[1024]; /* the last message of log_capture */
+static void log_capture(void *user, const char *message)
+{
+    (void)user;
+    snprintf(logged, sizeof logged, "%s", message);
+}
+
+/* Mistral's sliding window: a context inside it runs (above), with its warning passed to the log
+ * callback; a longer one is refused naming the key and the window. */
 static void test_sliding_window_refused(void **state)
 {
     (void)state;
@@ -235,6 +242,16 @@ static void test_sliding_window_refused(void **state)
     dcp_device *dev = dcp_context_device(ctx, 0);
     dcp_model *w;
     DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, g, &cfg, &w));
+    dcp_set_log_callback(log_capture, NULL);
+    logged[0] = '\0';
+    dcp_model_state_config in = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    in.n_ctx = N_CTX;
+    dcp_model_state *fits = NULL;
+    DCP_ASSERT_OK(dcp_model_state_create(w, &in, &fits));
+    dcp_model_state_destroy(fits);
+    dcp_set_log_callback(NULL, NULL);
+    printf("logged: %s\n", logged);
+    assert_non_null(strstr(logged, "dcp-vk: warning: llama.attention.sliding_window = 32 is ignored"));
     dcp_model_state_config lc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     lc.n_ctx = N_CTX + 1;
     dcp_model_state *s = NULL;

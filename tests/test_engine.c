@@ -69,41 +69,7 @@ static void fx_close(fixture *f)
     dcp_gguf_close(f->g);
 }
 
-/* What one request produced. */
-typedef struct out {
-    int32_t toks[MAXT];
-    uint32_t n;
-    char text[4096];
-    size_t len;
-    dcp_engine_finish finish;
-    uint32_t completion;
-    bool done;
-} out;
-
-/* Routes every pending event to the out its user points to. */
-static void drain(dcp_engine *e)
-{
-    dcp_engine_event ev;
-    while (dcp_engine_poll(e, &ev)) {
-        out *o = ev.user;
-        assert_non_null(o);
-        assert_false(o->done);
-        if (ev.token >= 0) {
-            assert_true(o->n < MAXT);
-            o->toks[o->n++] = ev.token;
-        }
-        assert_true(o->len + ev.len < sizeof o->text);
-        memcpy(o->text + o->len, ev.text, ev.len);
-        o->len += ev.len;
-        o->text[o->len] = 0;
-        o->completion = ev.completion_tokens;
-        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
-            o->done = true;
-            o->finish = ev.finish;
-            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request %llu failed: %s", (unsigned long long)ev.id, ev.message);
-        }
-    }
-}
+typedef dcp_test_out out;
 
 /* ---- real pool accounting (the KV caches behind the state) -------------------------------------- */
 
@@ -188,7 +154,7 @@ static uint32_t run_mix(fixture *f, const req_spec *spec, uint32_t n, out *outs,
             }
         if (!dcp_engine_busy(f->e) && submitted == n) break;
         DCP_ASSERT_OK(dcp_engine_step(f->e));
-        drain(f->e);
+        dcp_test_drain(f->e);
         check_pools(f, ids, n);
         assert_true(step < 2000);
     }
@@ -351,7 +317,7 @@ static void test_cancel(void **state)
     }
     for (int t = 0; t < 8; t++) {
         DCP_ASSERT_OK(dcp_engine_step(f.e));
-        drain(f.e);
+        dcp_test_drain(f.e);
     }
     const dcp_model_state *s = f.s;
     int32_t slot = dcp_engine_request_slot(f.e, ids[1]);
@@ -372,14 +338,14 @@ static void test_cancel(void **state)
         }
     assert_int_equal(dcp_model_state_seq_length(s, (uint32_t)slot), 0);
     assert_int_equal(dcp_engine_request_slot(f.e, ids[1]), -1);
-    drain(f.e);
+    dcp_test_drain(f.e);
     assert_true(together[1].done);
     assert_int_equal(together[1].finish, DCP_ENGINE_FINISH_CANCELLED);
     assert_int_equal(dcp_engine_cancel(f.e, ids[1]), DCP_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(dcp_last_error(), "neither queued nor running"));
     while (dcp_engine_busy(f.e)) {
         DCP_ASSERT_OK(dcp_engine_step(f.e));
-        drain(f.e);
+        dcp_test_drain(f.e);
         check_pools(&f, ids, 3);
     }
     assert_int_equal(together[0].n, alone[0].n);
@@ -393,7 +359,7 @@ static void test_cancel(void **state)
     uint64_t id;
     DCP_ASSERT_OK(dcp_engine_submit(f.e, &q, &id));
     DCP_ASSERT_OK(dcp_engine_cancel(f.e, id));
-    drain(f.e);
+    dcp_test_drain(f.e);
     assert_true(w.done && w.finish == DCP_ENGINE_FINISH_CANCELLED && w.n == 0);
     assert_false(dcp_engine_busy(f.e));
     fx_close(&f);
@@ -410,9 +376,9 @@ static out run_one(fixture *f, const dcp_engine_request *r)
     DCP_ASSERT_OK(dcp_engine_submit(f->e, &q, &id));
     while (dcp_engine_busy(f->e)) {
         DCP_ASSERT_OK(dcp_engine_step(f->e));
-        drain(f->e);
+        dcp_test_drain(f->e);
     }
-    drain(f->e);
+    dcp_test_drain(f->e);
     assert_true(o.done);
     return o;
 }
@@ -492,7 +458,7 @@ static void test_stops(void **state)
     }
     while (dcp_engine_busy(f.e)) {
         DCP_ASSERT_OK(dcp_engine_step(f.e));
-        drain(f.e);
+        dcp_test_drain(f.e);
     }
     uint32_t found = 0;
     r.ignore_eos = false;

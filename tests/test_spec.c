@@ -163,15 +163,7 @@ static dcp_spec_config spec_draft(const fixture *f, uint32_t k)
 
 /* ---- requests and their outputs ------------------------------------------------------------- */
 
-typedef struct out {
-    int32_t toks[MAXT];
-    uint32_t n;
-    char text[4096];
-    size_t len;
-    dcp_engine_finish finish;
-    uint32_t completion;
-    bool done;
-} out;
+typedef dcp_test_out out;
 
 typedef struct req_spec {
     uint32_t off, len;   /* prompt: stories_ref[off .. off + len), or echo[off .. off + len) when
@@ -184,28 +176,6 @@ typedef struct req_spec {
     const char *stop;    /* NULL or one stop string */
 } req_spec;
 
-static void drain(dcp_engine *e)
-{
-    dcp_engine_event ev;
-    while (dcp_engine_poll(e, &ev)) {
-        out *o = ev.user;
-        assert_false(o->done);
-        if (ev.token >= 0) {
-            assert_true(o->n < MAXT);
-            o->toks[o->n++] = ev.token;
-        }
-        assert_true(o->len + ev.len < sizeof o->text);
-        memcpy(o->text + o->len, ev.text, ev.len);
-        o->len += ev.len;
-        o->text[o->len] = 0;
-        o->completion = ev.completion_tokens;
-        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
-            o->done = true;
-            o->finish = ev.finish;
-            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request %llu failed: %s", (unsigned long long)ev.id, ev.message);
-        }
-    }
-}
 
 /* Pages of every layer and rank of state s: free + the slots' own == the pool; free slots hold
  * nothing; the formula accounting agrees. held[slot]: whether a request holds it. */
@@ -329,7 +299,7 @@ static dcp_engine_stats run(fixture *f, const dcp_spec_config *sp, uint32_t step
         }
         if (!dcp_engine_busy(e) && submitted == want) break;
         DCP_ASSERT_OK(dcp_engine_step(e));
-        drain(e);
+        dcp_test_drain(e);
         check_pools(f, e, ids, n);
         assert_true(step < 4000);
     }
@@ -658,7 +628,7 @@ static void test_cancel(void **state)
     }
     for (int t = 0; t < 6; t++) {
         DCP_ASSERT_OK(dcp_engine_step(e));
-        drain(e);
+        dcp_test_drain(e);
     }
     const int32_t slot = dcp_engine_request_slot(e, ids[1]);
     assert_true(slot >= 0);
@@ -668,11 +638,11 @@ static void test_cancel(void **state)
     assert_int_equal(dcp_model_state_seq_length(f.s, (uint32_t)slot), 0);
     assert_int_equal(dcp_model_state_seq_length(f.ds, (uint32_t)slot), 0);
     check_pools(&f, e, ids, 2);
-    drain(e);
+    dcp_test_drain(e);
     assert_int_equal(o[1].finish, DCP_ENGINE_FINISH_CANCELLED);
     while (dcp_engine_busy(e)) {
         DCP_ASSERT_OK(dcp_engine_step(e));
-        drain(e);
+        dcp_test_drain(e);
         check_pools(&f, e, ids, 2);
     }
     dcp_engine_destroy(e);
@@ -809,7 +779,7 @@ static void test_distribution(void **state)
     }
     while (dcp_engine_busy(e)) {
         DCP_ASSERT_OK(dcp_engine_step(e));
-        drain(e);
+        dcp_test_drain(e);
     }
     dcp_engine_stats st;
     dcp_engine_get_stats(e, &st);

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,4 +104,29 @@ void dcp_test_result_free(dcp_test_result *r)
     free(r->out);
     free(r->err);
     r->out = r->err = NULL;
+}
+
+void dcp_test_drain(dcp_engine *e)
+{
+    dcp_engine_event ev;
+    while (dcp_engine_poll(e, &ev)) {
+        dcp_test_out *o = ev.user;
+        assert_non_null(o);
+        assert_false(o->done);
+        if (ev.token >= 0) {
+            assert_true(o->n < DCP_TEST_OUT_MAXT);
+            o->toks[o->n++] = ev.token;
+        }
+        assert_true(o->len + ev.len < sizeof o->text);
+        memcpy(o->text + o->len, ev.text, ev.len);
+        o->len += ev.len;
+        o->text[o->len] = 0;
+        o->completion = ev.completion_tokens;
+        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
+            o->done = true;
+            o->finish = ev.finish;
+            if (ev.finish == DCP_ENGINE_FINISH_ERROR)
+                fail_msg("request %llu failed: %s", (unsigned long long)ev.id, ev.message);
+        }
+    }
 }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "dcpvk/engine.h"
+
 /* Path of a file of tests/data/ (tests/data/README.md lists them; DCP_TEST_DATA_DIR is set by
  * tests/CMakeLists.txt to that folder of the source tree). Returns a pointer to a static buffer. */
 const char *dcp_test_data_path(const char *name);
@@ -38,5 +40,22 @@ uint64_t dcp_test_rng_next(dcp_test_rng *rng);
 float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi);
 /* n values uniform in [lo, hi) (malloc'd; the caller frees them). */
 float *dcp_test_rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi);
+
+/* What one engine request produced (tests/test_engine.c, test_spec.c): its tokens, streamed text,
+ * finish reason and completion-token count; done once its FINISHED event came. */
+enum { DCP_TEST_OUT_MAXT = 256 };
+typedef struct dcp_test_out {
+    int32_t toks[DCP_TEST_OUT_MAXT];
+    uint32_t n;
+    char text[4096];
+    size_t len;
+    dcp_engine_finish finish;
+    uint32_t completion;
+    bool done;
+} dcp_test_out;
+
+/* Routes every pending event of e to the dcp_test_out its user points to; fails the test on a
+ * request that finished with an error, an event after FINISHED, or an overflow. */
+void dcp_test_drain(dcp_engine *e);
 
 #endif

@@ -4,8 +4,16 @@
 #include <math.h>
 #include <stdio.h>
 
+/* The library's warnings and validation messages on the test's stderr, as the apps print them. */
+static void log_stderr(void *user, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "%s\n", message);
+}
+
 dcp_context *dcp_test_context(void)
 {
+    dcp_set_log_callback(log_stderr, NULL);
     dcp_context_config cfg = DCP_CONTEXT_CONFIG_DEFAULT;
     cfg.validation = 1;
     dcp_context *ctx = NULL;
@@ -24,6 +32,7 @@ void dcp_test_context_done(dcp_context *ctx)
 
 dcp_context *dcp_test_context_of(uint32_t n)
 {
+    dcp_set_log_callback(log_stderr, NULL);
     char list[2 * 64];
     assert_true(n >= 1 && n <= 64);
     size_t k = 0;

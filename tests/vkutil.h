@@ -5,8 +5,9 @@
 #include "dcpvk/vk.h"
 #include "testutil.h"
 
-/* Creates a context from $DCP_VK_DEVICES with the validation layer on (fails the test if that is
- * impossible: a missing device is a failure, never a skip). */
+/* Creates a context from $DCP_VK_DEVICES with the validation layer on and the library's log
+ * messages on stderr (fails the test if that is impossible: a missing device is a failure, never a
+ * skip). */
 dcp_context *dcp_test_context(void);
 /* Asserts that the validation layer said nothing, then destroys the context. */
 void dcp_test_context_done(dcp_context *ctx);

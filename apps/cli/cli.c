@@ -22,6 +22,12 @@ static int stdout_errno;   /* the first failed write's errno on stdout */
 
 FILE *dcp_cli_diag(void) { return diag_stream ? diag_stream : stderr; }
 
+void dcp_cli_log_stderr(void *user, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "%s\n", message);
+}
+
 void dcp_cli_quiet(bool quiet)
 {
     if (quiet && !diag_stream) diag_stream = fopen("/dev/null", "w");

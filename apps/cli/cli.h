@@ -29,6 +29,11 @@ typedef enum dcp_exit_code {
 FILE *dcp_cli_diag(void);
 void dcp_cli_quiet(bool quiet);
 
+/* The apps' dcp_set_log_callback() receiver: prints the library's message and a newline to stderr
+ * (whatever dcp_cli_quiet says: warnings and validation messages always show). Each app's main()
+ * sets it first. */
+void dcp_cli_log_stderr(void *user, const char *message);
+
 /* Strict parsers (no message). Decimal only: digits, no sign, no leading space, no base prefix
  * ("010" is ten). false on anything else or on overflow. */
 bool dcp_cli_parse_u64(const char *s, uint64_t *out);

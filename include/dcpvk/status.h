@@ -37,6 +37,18 @@ DCP_API const char *dcp_last_error(void);
 /* Clears this thread's last-error message. */
 DCP_API void dcp_clear_error(void);
 
+/* Receives the library's messages that are not failures: warnings (a setting ignored, e.g. a
+ * sliding window wider than the context) and Vulkan validation-layer warnings and errors. message
+ * is one line without a newline, starting "dcp-vk: " ("dcp-vk: warning: ...", "dcp-vk: validation
+ * error: ..."); it is valid during the call only. May be called from any thread, so fn must be
+ * thread-safe. */
+typedef void (*dcp_log_fn)(void *user, const char *message);
+
+/* Sets the process-wide receiver of those messages (fn NULL: dropped, the default; the library
+ * itself never prints). The apps set one that prints to stderr. Set it before the first other
+ * dcp-vk call; not thread-safe against calls that may log. */
+DCP_API void dcp_set_log_callback(dcp_log_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

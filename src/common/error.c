@@ -1,4 +1,4 @@
-/* Thread-local last-error message and the status names. */
+/* Thread-local last-error message, the status names and the log receiver. */
 #include "common/error.h"
 
 #include <stdarg.h>
@@ -25,6 +25,26 @@ const char *dcp_status_string(dcp_status status)
     case DCP_ERR_INTERNAL: return "DCP_ERR_INTERNAL";
     }
     return "DCP_ERR_UNKNOWN";
+}
+
+static dcp_log_fn log_fn;
+static void *log_user;
+
+void dcp_set_log_callback(dcp_log_fn fn, void *user)
+{
+    log_fn = fn;
+    log_user = user;
+}
+
+void dcp_log(const char *fmt, ...)
+{
+    if (!log_fn) return;
+    char msg[4 * DCP_ERROR_MAX]; /* validation messages run long */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_fn(log_user, msg);
 }
 
 const char *dcp_last_error(void) { return last_error; }

@@ -17,6 +17,10 @@ dcp_status dcp_fail(dcp_status status, const char *fmt, ...) DCP_PRINTF(2, 3);
 /* Prepends "prefix: " to the current message (adds context on the way out) and returns status. */
 dcp_status dcp_fail_context(dcp_status status, const char *fmt, ...) DCP_PRINTF(2, 3);
 
+/* Formats one message (a line, no newline) and passes it to the dcp_set_log_callback() receiver;
+ * dropped where none is set. */
+void dcp_log(const char *fmt, ...) DCP_PRINTF(1, 2);
+
 /* Evaluates a dcp_status expression; on failure stores it in `st` and jumps to `fail`. */
 #define DCP_TRY(expr)                                                                               \
     do {                                                                                           \

@@ -504,8 +504,8 @@ dcp_status dcp_model_state_create(dcp_model *m, const dcp_model_state_config *co
     if ((st = state_defaults(m, config, &sh)) != DCP_OK) return st;
     const dcp_model_state_config c = sh.c;
     if (m->cfg.sliding_window && (m->first == 0 || !spread))
-        fprintf(stderr, "dcp-vk: warning: %s.attention.sliding_window = %u is ignored: the context of %u tokens "
-                        "fits in the window, where full attention is the same\n",
+        dcp_log("dcp-vk: warning: %s.attention.sliding_window = %u is ignored: the context of %u tokens "
+                "fits in the window, where full attention is the same",
                 m->cfg.arch_name, m->cfg.sliding_window, c.n_ctx);
     dcp_model_state *s = calloc(1, sizeof *s);
     if (!s) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -15,7 +15,7 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(VkDebugUtilsMessageSeverityF
     if (severity & (VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
                     VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)) {
         ctx->validation_count++;
-        fprintf(stderr, "dcp-vk: validation %s: %s\n",
+        dcp_log("dcp-vk: validation %s: %s",
                 (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) ? "error" : "warning",
                 data && data->pMessage ? data->pMessage : "(no message)");
     }
