@@ -57,6 +57,7 @@ set(DCP_BELOW_ATTN common vk kernels quant gguf kv comm step)
 set(DCP_PUBLIC_OWNER
     dcpvk=PUBLIC export=common status=common dtype=common version=common vk=vk kv=kv comm=comm attn=attn cp=attn
     quant=quant gguf=gguf ops=ops model_config=model model=model tokenizer=text chat=text utf8=text
+    json_constraint=text
     engine=engine)
 
 # Breaches that other work in progress removes (rule|file|included header). Each is checked: it
