@@ -162,8 +162,9 @@ static void test_json(void **state)
 {
     (void)state;
     static const char *const schemas[] = {
-        "", "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"enum\":[\"x\",1,[true]]}},"
-        "\"required\":[\"a\"],\"additionalProperties\":false}",
+        "",
+        ("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"enum\":[\"x\",1,[true]]}},"
+         "\"required\":[\"a\"],\"additionalProperties\":false}"),
         "{\"type\":\"array\",\"items\":{\"type\":[\"string\",\"number\",\"null\"]},\"minItems\":1,\"maxItems\":3}",
         "{\"const\":{\"k\": [1, 2.5e3, \"\\u00e9\"]}}", "{\"pattern\":\"a\"}", "{\"type\":", "true", "false",
         "{\"properties\":{\"p\":{\"additionalProperties\":{\"type\":\"boolean\"}}}}"};
