@@ -8,8 +8,9 @@
 #                                the kernel tests on Mesa 22, the GPU tests with 256-byte binding
 #                                offsets, the kernel tests with 16-lane subgroups, kernel and model
 #                                tests under GPU-assisted validation (every shader dispatched), the
-#                                whole suite again in an ASan+UBSan build, and build (without
-#                                running) a gcc Release and a clang Debug tree, warnings as errors
+#                                whole suite again in an ASan+UBSan build; before all that it
+#                                builds (without running) a gcc Release and a clang Debug tree,
+#                                warnings as errors
 #   bash scripts/setup.sh build  install and build only
 # Environment: DCP_SKIP_APT=1 skips the package step, DCP_SKIP_NPM=1 the Node client; BUILD_DIR
 # (default build); JOBS (default nproc).
@@ -111,6 +112,15 @@ run)
         -p "Once upon a time" -n 64 --temp 0 --tensor-parallel-size 8 --decode-context-parallel-size 2
     ;;
 test)
+    # The other build types users pick, warnings as errors, first (a compiler's warning fails in
+    # minutes, not after the suites): gcc Release and clang Debug (library, apps and tests
+    # compiled; the tests run below in the first tree).
+    build_tree "$build-release" -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=ON
+    command -v clang >/dev/null || {
+        echo "setup.sh: clang is not installed (apt-get install clang): the clang build cannot run" >&2
+        exit 1
+    }
+    CC=clang build_tree "$build-clang-debug" -DCMAKE_BUILD_TYPE=Debug -DDCP_WERROR=ON
     # Every test once: a test that fails once fails CI (a crash seen once is a defect to find,
     # never retried away). The suite includes the exit-code stress tests (label stress:
     # dcp-vk-run and dcp-vk-serve started again and again, no exit by a signal allowed).
@@ -150,14 +160,6 @@ test)
     (cd "$build-asan" && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$here/tests/sanitizer/lsan.supp:print_suppressions=0" \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$jobs" --timeout 2400 \
         -E 'mpi4|mpi8|mpi2x|_nodes|serve_mpi|run_mpi|harden_mpi|bench_dcp_mpi2|app_bench_comm_mpi2|archs_apps|stress_exit')
-    # The other build types users pick, warnings as errors: gcc Release and clang Debug (library,
-    # apps and tests compiled; the tests ran above).
-    build_tree "$build-release" -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=ON
-    command -v clang >/dev/null || {
-        echo "setup.sh: clang is not installed (apt-get install clang): the clang build cannot run" >&2
-        exit 1
-    }
-    CC=clang build_tree "$build-clang-debug" -DCMAKE_BUILD_TYPE=Debug -DDCP_WERROR=ON
     ;;
 *)
     echo "usage: bash scripts/setup.sh run|test|build" >&2
