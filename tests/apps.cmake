@@ -12,6 +12,14 @@ set_tests_properties(app_info_align256 PROPERTIES ENVIRONMENT "DCP_VK_MIN_STORAG
 add_test(NAME app_info_bad_align COMMAND sh -c "$<TARGET_FILE:dcp-vk-info> 2>&1; echo exit=$?")
 set_tests_properties(app_info_bad_align PROPERTIES ENVIRONMENT "DCP_VK_MIN_STORAGE_ALIGN=512"
                      PASS_REGULAR_EXPRESSION "DCP_VK_MIN_STORAGE_ALIGN '512' is not a power of two in 1 \.\. 256.*exit=[1-9]")
+# A smaller storage-buffer range for CPU drivers (test_prefix_offload_segments splits the host pool
+# with it), and one below what the knob allows.
+add_test(NAME app_info_range128k COMMAND dcp-vk-info)
+set_tests_properties(app_info_range128k PROPERTIES ENVIRONMENT "DCP_VK_MAX_STORAGE_RANGE=131072"
+                     PASS_REGULAR_EXPRESSION "max storage-buffer range 131072 B")
+add_test(NAME app_info_bad_range COMMAND sh -c "$<TARGET_FILE:dcp-vk-info> 2>&1; echo exit=$?")
+set_tests_properties(app_info_bad_range PROPERTIES ENVIRONMENT "DCP_VK_MAX_STORAGE_RANGE=4096"
+                     PASS_REGULAR_EXPRESSION "DCP_VK_MAX_STORAGE_RANGE '4096' is not a byte count in 65536 \.\. 4294967295.*exit=[1-9]")
 add_test(NAME app_bench_attn_verify COMMAND dcp-vk-bench attn --ctx 1500 --batch 3 --q-heads 8
          --kv-heads 2 --head-dim 64 --page-size 32 --iters 2 --verify)
 set_tests_properties(app_bench_attn_verify PROPERTIES ENVIRONMENT "DCP_VK_DEVICES=0,0;DCP_VK_VALIDATION=1"

@@ -737,7 +737,8 @@ static void test_offload_lru(void **state)
 /* Exact over the caches: a pool too small for two prompts, so that A's blocks go to host while B
  * runs; then A again and C (a fork of A) batched: A's prefix comes from the device and host, its
  * tokens (and C's) bitwise those of each request alone without caching. */
-static void offload_exact(src_kind src, uint32_t tp, uint32_t dcp, uint32_t block, dcp_dtype kv, uint32_t plen)
+static void offload_exact_host(src_kind src, uint32_t tp, uint32_t dcp, uint32_t block, dcp_dtype kv, uint32_t plen,
+                               uint64_t host_bytes, uint32_t min_segments)
 {
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = plen + 32;
@@ -747,9 +748,12 @@ static void offload_exact(src_kind src, uint32_t tp, uint32_t dcp, uint32_t bloc
     sc.kv_dtype = kv;
     const uint32_t P = (plen + 8 + block * dcp - 1) / (block * dcp) + 1; /* a request's pages per rank */
     sc.kv_pages = P + (P / 4 ? P / 4 : 1); /* A and B do not both stay on the device */
-    sc.kv_offload_bytes = 64ull << 20;
+    sc.kv_offload_bytes = host_bytes;
     fixture f;
     fx_open(&f, src, tp, dcp, &sc, true);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_true(ps.host_segments >= min_segments);
     const uint32_t V = f.cfg.n_vocab;
     static req r[4];
     make_prompt(&r[0], plen, 5, V);
@@ -767,17 +771,19 @@ static void offload_exact(src_kind src, uint32_t tp, uint32_t dcp, uint32_t bloc
     run(&f);
     submit(&f, &r[1], &with[1]);
     run(&f);
-    dcp_prefix_cache_stats ps;
     dcp_model_state_prefix_stats(f.s, &ps);
     assert_true(ps.offloaded_blocks > 0);
+    /* blocks in a segment past the first (slots are taken lowest first) */
+    if (min_segments > 1) assert_true(ps.host_blocks > ps.host_segment_blocks);
     submit(&f, &r[2], &with[2]);
     submit(&f, &r[3], &with[3]);
     run(&f);
     dcp_model_state_prefix_stats(f.s, &ps);
     char what[128];
-    snprintf(what, sizeof what, "offload exact %s TP %u DCP %u block %u %s, prompts of %u (A again hit %u)",
-             src == SRC_STORIES ? "stories260K" : src == SRC_GEN_HD32 ? "llama-hd32" : src == SRC_DS2 ? "deepseek2"
-             : "deepseek2-kv64", tp, dcp, block, dcp_dtype_name(kv), plen, with[2].cached);
+    snprintf(what, sizeof what, "offload exact %s TP %u DCP %u block %u %s, prompts of %u (A again hit %u), "
+             "host pool in %u segments", src == SRC_STORIES ? "stories260K" : src == SRC_GEN_HD32 ? "llama-hd32"
+             : src == SRC_DS2 ? "deepseek2" : "deepseek2-kv64", tp, dcp, block, dcp_dtype_name(kv), plen,
+             with[2].cached, ps.host_segments);
     print_offload(what, &f);
     assert_true(ps.restored_blocks > 0);
     assert_true(with[2].cached >= (plen - 1) / (block * dcp) * (block * dcp) - block * dcp);
@@ -792,6 +798,11 @@ static void offload_exact(src_kind src, uint32_t tp, uint32_t dcp, uint32_t bloc
     fx_close(&f);
 }
 
+static void offload_exact(src_kind src, uint32_t tp, uint32_t dcp, uint32_t block, dcp_dtype kv, uint32_t plen)
+{
+    offload_exact_host(src, tp, dcp, block, kv, plen, 64ull << 20, 1);
+}
+
 static void test_offload_exact(void **state)
 {
     (void)state;
@@ -800,6 +811,20 @@ static void test_offload_exact(void **state)
     offload_exact(SRC_GEN_HD32, 1, 1, 8, DCP_DTYPE_Q8_0, 120);    /* q8_0 KV */
     offload_exact(SRC_DS2, 1, 1, 8, DCP_DTYPE_F16, 120);          /* MLA latent cache (K only) */
     offload_exact(SRC_DS2_Q8, 4, 4, 8, DCP_DTYPE_Q8_0, 120);      /* MLA q8_0 latent rows, DCP 4 */
+}
+
+/* The host pool in several segments: with $DCP_VK_MAX_STORAGE_RANGE at 128 KiB a host pool of
+ * 1 MiB splits into buffers of whole blocks, and A's offloaded blocks fill more than the first;
+ * the tokens stay bitwise those computed without caching. At TP 1 only: a range below what one
+ * rank's KV of a 400-token prompt takes is below the TP communicator's put area at TP > 1 (and
+ * stories260K's context is 512 tokens), so no TP > 1 configuration of the test models fits. */
+static void test_offload_segments(void **state)
+{
+    (void)state;
+    /* 128 KiB: stories260K's largest weight matrix (512 x 64 F32) still fits one binding */
+    assert_int_equal(setenv("DCP_VK_MAX_STORAGE_RANGE", "131072", 1), 0);
+    offload_exact_host(SRC_STORIES, 1, 1, 8, DCP_DTYPE_F16, 400, 1ull << 20, 2);
+    assert_int_equal(unsetenv("DCP_VK_MAX_STORAGE_RANGE"), 0);
 }
 
 int main(int argc, char **argv)
@@ -811,6 +836,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models),
         cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation),
         cmocka_unit_test(test_offload_lru),  cmocka_unit_test(test_offload_exact),
+        cmocka_unit_test(test_offload_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

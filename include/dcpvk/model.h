@@ -292,6 +292,10 @@ typedef struct dcp_prefix_cache_stats {
     uint32_t host_blocks;         /* blocks host-resident now (no device page; restored on a hit) */
     uint32_t host_capacity;       /* blocks the host pool holds (0: offload off) */
     uint64_t host_evictions;      /* host-resident blocks evicted (LRU, the host pool full) */
+    uint32_t host_segments;       /* buffers the host pool takes per local rank (the most of any rank),
+                                   * each within the device's storage-buffer range */
+    uint32_t host_segment_blocks; /* blocks one segment holds (the fewest of any rank); slots are taken
+                                   * lowest first, so more host-resident blocks than this fill a 2nd */
     uint64_t offloaded_blocks, offloaded_bytes; /* copied device -> host (bytes: every rank and layer here) */
     uint64_t restored_blocks, restored_bytes;   /* copied host -> device on a hit */
     uint64_t seed;                /* the seed of the hash chains */

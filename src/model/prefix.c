@@ -698,6 +698,9 @@ void dcp_model_state_prefix_stats(const dcp_model_state *s, dcp_prefix_cache_sta
     out->host_blocks = p->hcount;
     out->host_capacity = p->hslots;
     out->host_evictions = p->host_evictions;
+    out->host_segments = p->hslots ? p->hnseg : 0;
+    for (uint32_t L = 0; p->hslots && L < p->nloc; L++)
+        if (!L || p->hper[L] < out->host_segment_blocks) out->host_segment_blocks = p->hper[L];
     out->offloaded_blocks = p->to_host_blocks;
     out->offloaded_bytes = p->to_host_bytes;
     out->restored_blocks = p->to_dev_blocks;

@@ -1,4 +1,5 @@
 /* Instance and logical devices: device-list parsing, properties, queues, pools, caches. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +211,23 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
             goto fail;
         }
         if (a > info->min_storage_offset_alignment) info->min_storage_offset_alignment = a;
+    }
+    /* A smaller storage-buffer range than the driver's, for testing on CPU drivers (lavapipe says
+     * 128 MiB): every buffer the library splits by that limit (KV pool and host-pool segments,
+     * cross-device areas) splits at small sizes. Larger values leave the driver's limit. */
+    enum { RANGE_MIN = 65536 }; /* below every real device's (Vulkan asks at least 2^27) */
+    const char *range_env = getenv("DCP_VK_MAX_STORAGE_RANGE");
+    if (range_env && *range_env) {
+        char *end;
+        errno = 0;
+        unsigned long long r = strtoull(range_env, &end, 10);
+        if (*end || errno || range_env[0] == '-' || r < RANGE_MIN || r > UINT32_MAX) {
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                          "$DCP_VK_MAX_STORAGE_RANGE '%s' is not a byte count in %u .. %u", range_env,
+                          (unsigned)RANGE_MIN, (unsigned)UINT32_MAX);
+            goto fail;
+        }
+        if (r < info->max_storage_buffer_range) info->max_storage_buffer_range = r;
     }
     info->max_allocation_size = m3.maxMemoryAllocationSize;
     info->max_buffer_size = m3.maxMemoryAllocationSize;
