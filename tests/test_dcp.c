@@ -106,8 +106,9 @@ static void run_case(dcp_context *ctx, const dcp_case *c, uint64_t seed)
                 memcpy(dst + (uint64_t)Hkv * B * D, v + (((uint64_t)b * max_len + p) * Hkv + h) * D, D * 4);
             }
     float *o_ref = malloc((uint64_t)batch * NH * D * 4), *lse_ref = malloc((uint64_t)batch * NH * 4);
-    dcp_ref_decode_args ra = {batch, NH, Hkv, D, B, ref_blocks, 1.0f / sqrtf((float)D), DCP_DTYPE_F32, pages, q, len, ref_bt,
-                              o_ref, lse_ref};
+    dcp_ref_decode_args ra = {.batch = batch, .q_heads = NH, .kv_heads = Hkv, .head_dim = D, .page_size = B,
+        .max_blocks = ref_blocks, .scale = 1.0f / sqrtf((float)D), .dtype = DCP_DTYPE_F32, .pages = pages, .q = q,
+        .lengths = len, .block_tables = ref_bt, .o = o_ref, .lse = lse_ref};
     dcp_ref_paged_decode(&ra);
 
     /* The DCP KV cache, filled through kv_append. */

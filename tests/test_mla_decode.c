@@ -98,8 +98,9 @@ static double run_on_device(dcp_device *dev, const mla_case *c, const uint32_t *
     DCP_ASSERT_OK(dcp_buffer_download(ob, 0, o, rows * DV * 4));
     DCP_ASSERT_OK(dcp_buffer_download(lb, 0, lse, rows * 4));
 
-    dcp_ref_mla_decode_args ra = {n, c->heads, DK, DV, B, max_blocks, ref_scale, c->dtype, bytes, q, lengths, bt,
-                                  o_ref, lse_ref};
+    dcp_ref_mla_decode_args ra = {.batch = n, .heads = c->heads, .dk = DK, .dv = DV, .page_size = B,
+        .max_blocks = max_blocks, .scale = ref_scale, .dtype = c->dtype, .pages = bytes, .q = q, .lengths = lengths,
+        .block_tables = bt, .o = o_ref, .lse = lse_ref};
     dcp_ref_mla_decode(&ra);
     char what[256];
     snprintf(what, sizeof what, "device %d: batch %u heads %u (%u per group) dk %u dv %u page %u %s chunks %u x %u",

@@ -70,8 +70,9 @@ static void test_route(void **state)
         float w[8 * 7];
         DCP_ASSERT_OK(dcp_buffer_download(ib, 0, ids, (uint64_t)T * K * 4));
         DCP_ASSERT_OK(dcp_buffer_download(wb, 0, w, (uint64_t)T * K * 4));
-        dcp_ref_moe_route_args ra = {X, K, cases[ci].G, cases[ci].GU, cases[ci].gating == DCP_EXPERT_GATING_SIGMOID,
-                                     cases[ci].norm, cases[ci].scale};
+        dcp_ref_moe_route_args ra = {.n_expert = X, .n_used = K, .n_groups = cases[ci].G,
+            .n_groups_used = cases[ci].GU, .sigmoid = cases[ci].gating == DCP_EXPERT_GATING_SIGMOID,
+            .norm = cases[ci].norm, .scale = cases[ci].scale};
         double *ld = malloc(X * sizeof *ld), rw[8];
         uint32_t rid[8];
         for (uint32_t t = 0; t < T; t++) {
@@ -223,9 +224,9 @@ static void test_moe_ffn_tp(void **state)
     for (uint32_t i = 0; i < T * E; i++) xn[i] = dcp_test_rng_uniform(&rng, -1.5f, 1.5f);
     /* The double FFN: router, routed experts, shared expert. */
     double want[5 * 64];
-    dcp_ref_moe_route_args ra = {X, U, c->n_expert_groups, c->n_expert_groups_used,
-                                 c->expert_gating == DCP_EXPERT_GATING_SIGMOID, (int)c->expert_weights_norm,
-                                 c->expert_weights_scale};
+    dcp_ref_moe_route_args ra = {.n_expert = X, .n_used = U, .n_groups = c->n_expert_groups,
+        .n_groups_used = c->n_expert_groups_used, .sigmoid = c->expert_gating == DCP_EXPERT_GATING_SIGMOID,
+        .norm = (int)c->expert_weights_norm, .scale = c->expert_weights_scale};
     uint32_t want_ids[5 * 8];
     for (uint32_t t = 0; t < T; t++) {
         const float *x = xn + t * E;

@@ -99,8 +99,9 @@ static void run_on_device(dcp_device *dev, const decode_case *c, const uint32_t 
     DCP_ASSERT_OK(dcp_buffer_download(ob, 0, o, rows * D * 4));
     DCP_ASSERT_OK(dcp_buffer_download(lb, 0, lse, rows * 4));
 
-    dcp_ref_decode_args ra = {n, c->q_heads, c->kv_heads, D, B, max_blocks, 1.0f / sqrtf((float)D),
-                              c->dtype, bytes, q, lengths, bt, o_ref, lse_ref};
+    dcp_ref_decode_args ra = {.batch = n, .q_heads = c->q_heads, .kv_heads = c->kv_heads, .head_dim = D,
+        .page_size = B, .max_blocks = max_blocks, .scale = 1.0f / sqrtf((float)D), .dtype = c->dtype,
+        .pages = bytes, .q = q, .lengths = lengths, .block_tables = bt, .o = o_ref, .lse = lse_ref};
     dcp_ref_paged_decode(&ra);
     char what[256];
     snprintf(what, sizeof what, "device %d: batch %u Hq %u Hkv %u D %u page %u %s chunks %u",

@@ -328,13 +328,16 @@ static uint64_t share_verify(share *s, const attn_opts *o, double *max_o, double
         bad = 1;
     } else {
         if (o->kind == ATTN_MLA) {
-            dcp_ref_mla_decode_args ra = {s->n, o->q_heads, row_values(o), o->kv_lora, o->page_size, s->max_blocks,
-                                          o->scale, o->dtype, s->pages, s->q, s->lengths, s->bt, o_ref, l_ref};
+            dcp_ref_mla_decode_args ra = {.batch = s->n, .heads = o->q_heads, .dk = row_values(o), .dv = o->kv_lora,
+                .page_size = o->page_size, .max_blocks = s->max_blocks, .scale = o->scale, .dtype = o->dtype,
+                .pages = s->pages, .q = s->q, .lengths = s->lengths, .block_tables = s->bt, .o = o_ref,
+                .lse = l_ref};
             dcp_ref_mla_decode(&ra);
         } else {
-            dcp_ref_decode_args ra = {s->n, o->q_heads, o->kv_heads, o->head_dim, o->page_size, s->max_blocks,
-                                      1.0f / sqrtf((float)o->head_dim), o->dtype, s->pages, s->q, s->lengths,
-                                      s->bt, o_ref, l_ref};
+            dcp_ref_decode_args ra = {.batch = s->n, .q_heads = o->q_heads, .kv_heads = o->kv_heads,
+                .head_dim = o->head_dim, .page_size = o->page_size, .max_blocks = s->max_blocks,
+                .scale = 1.0f / sqrtf((float)o->head_dim), .dtype = o->dtype, .pages = s->pages, .q = s->q,
+                .lengths = s->lengths, .block_tables = s->bt, .o = o_ref, .lse = l_ref};
             dcp_ref_paged_decode(&ra);
         }
         for (uint64_t i = 0; i < rows * DV; i++) {

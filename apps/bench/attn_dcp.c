@@ -346,8 +346,10 @@ static dcp_status verify(bench_dcp *b)
         st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
         goto fail;
     }
-    dcp_ref_decode_args ra = {batch, NH, o->kv_heads, D, o->page_size, b->ref_blocks, 1.0f / sqrtf((float)D),
-                              (dcp_dtype)o->dtype, b->ref_pages, b->q, b->ref_len, b->ref_bt, o_ref, l_ref};
+    dcp_ref_decode_args ra = {.batch = batch, .q_heads = NH, .kv_heads = o->kv_heads, .head_dim = D,
+        .page_size = o->page_size, .max_blocks = b->ref_blocks, .scale = 1.0f / sqrtf((float)D),
+        .dtype = (dcp_dtype)o->dtype, .pages = b->ref_pages, .q = b->q, .lengths = b->ref_len,
+        .block_tables = b->ref_bt, .o = o_ref, .lse = l_ref};
     dcp_ref_paged_decode(&ra);
     for (int i = 0; i < b->L; i++) {
         uint32_t g = b->first + (uint32_t)i;

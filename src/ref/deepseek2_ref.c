@@ -294,9 +294,9 @@ void dcp_ref_ds2_step(dcp_ref_ds2 *m, int32_t token, uint32_t pos, double *logit
             continue;
         }
         mv(X, E, L->gate_inp, xn, rl, 0);
-        dcp_ref_moe_route_args ra = {X, c->n_expert_used, c->n_expert_groups, c->n_expert_groups_used,
-                                     c->expert_gating == DCP_EXPERT_GATING_SIGMOID, (int)c->expert_weights_norm,
-                                     c->expert_weights_scale};
+        dcp_ref_moe_route_args ra = {.n_expert = X, .n_used = c->n_expert_used, .n_groups = c->n_expert_groups,
+            .n_groups_used = c->n_expert_groups_used, .sigmoid = c->expert_gating == DCP_EXPERT_GATING_SIGMOID,
+            .norm = (int)c->expert_weights_norm, .scale = c->expert_weights_scale};
         dcp_ref_moe_route(&ra, rl, L->exp_probs_b, ids, rw, m->probe_router ? m->probe_router + (uint64_t)l * X : NULL);
         /* x += shared(xn) + sum_j w_j expert_j(xn): accumulate the FFN output apart, then add. */
         double *acc = calloc(E, sizeof *acc);
