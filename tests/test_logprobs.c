@@ -102,6 +102,7 @@ static void drain(dcp_engine *e)
             o->n_top[i] = ev.n_top;
             memcpy(o->top_ids[i], ev.top_ids, sizeof ev.top_ids);
             memcpy(o->top_lps[i], ev.top_logprobs, sizeof ev.top_logprobs);
+            assert_int_equal(ev.n_all, 0); /* only PROMPT events carry the whole vocabulary */
             assert_true(o->plen + ev.piece_len < sizeof o->pieces);
             memcpy(o->pieces + o->plen, ev.piece, ev.piece_len);
             o->plen += ev.piece_len;
@@ -421,7 +422,18 @@ typedef struct pout {
     uint32_t n_gen, cached;
     dcp_engine_finish finish;
     bool done;
+    uint32_t n_all[PLEN];        /* prompt_top_logprobs ALL: the whole vocabulary per position */
+    int32_t *all_ids;            /* [PLEN][n_all] (malloc'd at the first such event; pout_free) */
+    float *all_lps;              /* [PLEN][n_all] */
 } pout;
+
+static void pout_free(pout *o)
+{
+    free(o->all_ids);
+    free(o->all_lps);
+    o->all_ids = NULL;
+    o->all_lps = NULL;
+}
 
 static void pdrain(dcp_engine *e)
 {
@@ -441,6 +453,28 @@ static void pdrain(dcp_engine *e)
             o->n_top[i] = ev.n_top;
             memcpy(o->top_ids[i], ev.top_ids, sizeof ev.top_ids);
             memcpy(o->top_lps[i], ev.top_logprobs, sizeof ev.top_logprobs);
+            o->n_all[i] = ev.n_all;
+            assert_true((ev.n_all == 0) == (ev.all_ids == NULL) && (ev.n_all == 0) == (ev.all_logprobs == NULL));
+            if (ev.n_all) {
+                if (!o->all_ids) {
+                    o->all_ids = malloc((size_t)PLEN * ev.n_all * sizeof *o->all_ids);
+                    o->all_lps = malloc((size_t)PLEN * ev.n_all * sizeof *o->all_lps);
+                    assert_true(o->all_ids && o->all_lps);
+                }
+                memcpy(o->all_ids + (size_t)i * ev.n_all, ev.all_ids, ev.n_all * sizeof *ev.all_ids);
+                memcpy(o->all_lps + (size_t)i * ev.n_all, ev.all_logprobs, ev.n_all * sizeof *ev.all_logprobs);
+            }
+            o->n_all[i] = ev.n_all;
+            assert_true((ev.n_all == 0) == (ev.all_ids == NULL) && (ev.n_all == 0) == (ev.all_logprobs == NULL));
+            if (ev.n_all) {
+                if (!o->all_ids) {
+                    o->all_ids = malloc((size_t)PLEN * ev.n_all * sizeof *o->all_ids);
+                    o->all_lps = malloc((size_t)PLEN * ev.n_all * sizeof *o->all_lps);
+                    assert_true(o->all_ids && o->all_lps);
+                }
+                memcpy(o->all_ids + (size_t)i * ev.n_all, ev.all_ids, ev.n_all * sizeof *ev.all_ids);
+                memcpy(o->all_lps + (size_t)i * ev.n_all, ev.all_logprobs, ev.n_all * sizeof *ev.all_logprobs);
+            }
             assert_true(o->plen + ev.piece_len < sizeof o->pieces);
             memcpy(o->pieces + o->plen, ev.piece, ev.piece_len);
             o->plen += ev.piece_len;
@@ -664,6 +698,161 @@ static void test_prompt(void **state)
     fx_close(&f);
 }
 
+/* The whole vocabulary, bitwise the same in both (and in the same order). */
+static void assert_same_all(const pout *a, const pout *b, uint32_t V, const char *what)
+{
+    assert_int_equal(a->n, b->n);
+    for (uint32_t i = 0; i < a->n; i++) {
+        assert_int_equal(a->n_all[i], b->n_all[i]);
+        if (!a->n_all[i]) continue;
+        if (memcmp(a->all_ids + (size_t)i * V, b->all_ids + (size_t)i * V, V * sizeof *a->all_ids) ||
+            memcmp(a->all_lps + (size_t)i * V, b->all_lps + (size_t)i * V, V * sizeof *a->all_lps))
+            fail_msg("%s: position %u's whole-vocabulary logprobs differ", what, i);
+    }
+    printf("%s: the whole vocabulary at %u positions, bitwise\n", what, a->n);
+}
+
+/* prompt_top_logprobs ALL (vLLM's prompt_logprobs -1): every token at every prompt position, each
+ * within the CPU double reference's limit, ranked; the same alone, batched and chunked. */
+static void test_prompt_all(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_open(&f);
+    const uint32_t V = f.V, n = 24;
+    dcp_engine_request r[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        r[i] = (dcp_engine_request)DCP_ENGINE_REQUEST_DEFAULT;
+        r[i].ignore_eos = true;
+        r[i].prompt = stories_ref;
+        r[i].n_prompt = n;
+        r[i].prompt_logprobs = true;
+    }
+    r[0].max_tokens = 0;
+    r[0].prompt_top_logprobs = DCP_ENGINE_PROMPT_LOGPROBS_ALL;
+    r[1].max_tokens = 6; /* another with 5, sampled */
+    r[1].prompt_top_logprobs = 5;
+    r[1].sampling.temperature = 0.8f;
+    r[1].sampling.seed = 11;
+    r[2] = r[0]; /* and another whole-vocabulary one of a shorter prompt, generating */
+    r[2].prompt = stories_ref + 2;
+    r[2].n_prompt = 15;
+    r[2].max_tokens = 4;
+    pout alone[3], together[3], chunked[3];
+    for (uint32_t i = 0; i < 3; i++) prun(f.s, f.tok, 0, false, &r[i], 1, &alone[i]);
+    /* against the CPU reference, position by position */
+    dcp_test_ref_model rm;
+    dcp_test_ref_model_load(&rm, f.g, &f.cfg, NCTX);
+    float *l = malloc(V * sizeof *l);
+    bool *seen = malloc(V);
+    assert_true(l && seen);
+    const pout *o = &alone[0];
+    assert_int_equal(o->n, n);
+    assert_int_equal(o->n_all[0], 0);
+    double worst = 0.0;
+    for (uint32_t i = 0; i + 1 < n; i++) {
+        dcp_ref_llama_step(&rm.ref, r[0].prompt[i], i, l);
+        const uint32_t p = i + 1;
+        assert_true(o->has[p]);
+        assert_int_equal(o->n_all[p], V);
+        const int32_t *ids = o->all_ids + (size_t)p * V;
+        const float *lps = o->all_lps + (size_t)p * V;
+        double mx = -INFINITY, sum = 0.0;
+        for (uint32_t t = 0; t < V; t++) mx = l[t] > mx ? l[t] : mx;
+        for (uint32_t t = 0; t < V; t++) sum += exp((double)l[t] - mx);
+        const double lse = mx + log(sum);
+        memset(seen, 0, V);
+        uint32_t at = V; /* where the prompt token is in the list */
+        for (uint32_t j = 0; j < V; j++) {
+            const int32_t id = ids[j];
+            assert_true(id >= 0 && (uint32_t)id < V && !seen[id]); /* every token once */
+            seen[id] = true;
+            const double d = fabs(lps[j] - ((double)l[id] - lse));
+            if (d > worst) worst = d;
+            if (!(d <= 5e-4)) fail_msg("prompt position %u, token %d: logprob %.7f, CPU %.7f", p, id, lps[j], (double)l[id] - lse);
+            if (j) {
+                assert_true(lps[j] <= lps[j - 1]); /* ranked */
+                if ((double)l[ids[j - 1]] < (double)l[id] - 1e-3)
+                    fail_msg("prompt position %u: token %d ranked before %d, CPU logits %.6f < %.6f", p, ids[j - 1], id,
+                             l[ids[j - 1]], l[id]);
+            }
+            if (id == r[0].prompt[p]) at = j;
+        }
+        /* its own logprob and rank: entries rank - 1 .. at hold its logit (ties: smaller ids first) */
+        assert_true(at < V);
+        assert_true(lps[at] == o->lp[p]);
+        assert_true(o->rank[p] >= 1 && o->rank[p] <= at + 1);
+        for (uint32_t j = o->rank[p] - 1; j <= at; j++) assert_true(lps[j] == o->lp[p]);
+        for (uint32_t j = 0; j + 1 < o->rank[p]; j++) assert_true(lps[j] >= o->lp[p]);
+        /* top_ids: the list's first ones */
+        assert_int_equal(o->n_top[p], DCP_ENGINE_MAX_LOGPROBS < V ? DCP_ENGINE_MAX_LOGPROBS : V);
+        assert_memory_equal(o->top_ids[p], ids, o->n_top[p] * sizeof *ids);
+        assert_memory_equal(o->top_lps[p], lps, o->n_top[p] * sizeof *lps);
+    }
+    printf("prompt logprobs ALL: %u positions x %u tokens within %.2e of the CPU double reference\n", n - 1, V, worst);
+    free(l);
+    free(seen);
+    dcp_test_ref_model_free(&rm);
+    /* the 5 most likely of the other request: the whole list's first 5 */
+    assert_same_prompt(&alone[0], &alone[1], 0.0f, "prompt logprobs ALL against 5");
+    assert_int_equal(alone[1].n_all[1], 0);
+    prun(f.s, f.tok, 0, false, r, 3, together);
+    prun(f.s, f.tok, 7, false, r, 3, chunked);
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_same_prompt(&alone[i], &together[i], 0.0f, "prompt logprobs ALL, batched");
+        assert_same_all(&alone[i], &together[i], V, "prompt logprobs ALL, batched");
+        assert_same_all(&alone[i], &chunked[i], V, "prompt logprobs ALL, chunks of 7");
+        assert_int_equal(alone[i].n_gen, together[i].n_gen);
+        assert_memory_equal(alone[i].gen, together[i].gen, alone[i].n_gen * sizeof *alone[i].gen);
+        assert_memory_equal(alone[i].gen, chunked[i].gen, alone[i].n_gen * sizeof *alone[i].gen);
+    }
+    /* TP 8 / DCP 2 on logical devices: within 1e-4 of TP 1 everywhere, bitwise alone and batched */
+    {
+        dcp_context *ctx8 = dcp_test_context_of(8);
+        dcp_device *devs[8];
+        for (uint32_t k = 0; k < 8; k++) devs[k] = dcp_context_device(ctx8, (int)k);
+        dcp_model *m8;
+        DCP_ASSERT_OK(dcp_test_model_load(devs, 0, 8, 8, 2, false, f.g, &f.cfg, &m8));
+        dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+        sc.n_ctx = NCTX;
+        sc.max_seqs = 4;
+        sc.max_rows = NCTX;
+        sc.kv_dtype = DCP_DTYPE_F32;
+        dcp_model_state *s8;
+        DCP_ASSERT_OK(dcp_model_state_create(m8, &sc, &s8));
+        pout d[3], d1;
+        prun(s8, f.tok, 0, false, r, 3, d);
+        prun(s8, f.tok, 0, false, &r[0], 1, &d1);
+        assert_same_all(&d1, &d[0], V, "prompt logprobs ALL, TP 8 / DCP 2, alone and batched");
+        double worst = 0.0;
+        for (uint32_t p = 1; p < n; p++) { /* token by token: the order may differ where logits nearly tie */
+            const int32_t *ia = alone[0].all_ids + (size_t)p * V, *ib = d[0].all_ids + (size_t)p * V;
+            const float *la = alone[0].all_lps + (size_t)p * V, *lb = d[0].all_lps + (size_t)p * V;
+            float *byid = calloc(V, sizeof *byid);
+            assert_non_null(byid);
+            for (uint32_t j = 0; j < V; j++) byid[ib[j]] = lb[j];
+            for (uint32_t j = 0; j < V; j++) {
+                const double dd = fabs((double)la[j] - byid[ia[j]]);
+                if (dd > worst) worst = dd;
+                if (!(dd <= 1e-4)) fail_msg("prompt logprobs ALL, TP 8 / DCP 2: position %u token %d %.7f against %.7f", p, ia[j], la[j], byid[ia[j]]);
+            }
+            free(byid);
+        }
+        printf("prompt logprobs ALL, TP 8 / DCP 2 against TP 1: %u positions x %u tokens within %.2e\n", n - 1, V, worst);
+        for (uint32_t i = 0; i < 3; i++) pout_free(&d[i]);
+        pout_free(&d1);
+        dcp_model_state_destroy(s8);
+        dcp_model_destroy(m8);
+        dcp_test_context_done(ctx8);
+    }
+    for (uint32_t i = 0; i < 3; i++) {
+        pout_free(&alone[i]);
+        pout_free(&together[i]);
+        pout_free(&chunked[i]);
+    }
+    fx_close(&f);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -705,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_ngram),
         cmocka_unit_test(test_draft),
         cmocka_unit_test(test_prompt),
+        cmocka_unit_test(test_prompt_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

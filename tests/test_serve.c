@@ -21,7 +21,9 @@
  *  - echo and prompt_logprobs through the OpenAI client (tests/serve/echo.mjs): the prompt text
  *    first, its entries first in the logprobs (the first null), max_tokens 0, raw values unchanged
  *    by sampling, no cached blocks taken, vLLM's prompt_logprobs agreeing with echo's, a stream's
- *    first chunk carrying the prompt;
+ *    first chunk carrying the prompt; prompt_logprobs -1 (the whole vocabulary: every position's
+ *    probabilities summing to 1, ranked, agreeing with k's) and its --max-prompt-logprobs-entries
+ *    400; prompt_logprobs on chat beside the choices, streamed and not, -1 included;
  *  - n choices through the OpenAI client (tests/serve/choices.mjs): n = 3 on both endpoints,
  *    streaming and not: indexes, greedy choices equal to the n = 1 text, seeded choices
  *    reproducible (choice 0 the n = 1 one), usage with the prompt once and the completions summed;
@@ -29,7 +31,7 @@
  *    json_schema output parses and matches its schema (both endpoints, streamed and not, greedy and
  *    sampled), json_object output that ends with "stop" parses as an object, "length" when
  *    max_tokens cuts it, unsupported keywords (pattern, minLength, anyOf, format) a 400 naming them;
- *  - every unknown field and every known-but-unsupported parameter (n: 17, prompt_logprobs on chat,
+ *  - every unknown field and every known-but-unsupported parameter (n: 17, prompt_logprobs 21,
  *    guided_json, a response_format schema keyword, ...) is refused with a 400 naming it, on both endpoints; their
  *    neutral values change nothing; \u0000 in a string, a NUL byte, data after the object, a
  *    stream_options without stream, seed -2 are refused; seed -1 is random; error bodies are valid
@@ -782,7 +784,7 @@ static void test_echo(void **state)
     printf("echo: %s", r.out);
     cJSON *j = cJSON_Parse(r.out);
     if (!j) fail_msg("node printed no JSON: %s", r.out);
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")), 6);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "refused")), 8);
     cJSON_Delete(j);
     dcp_test_result_free(&r);
     expect_healthy(&srv);
@@ -1690,7 +1692,7 @@ static int group_setup(void **state)
 {
     (void)state;
     const char *args[] = {"--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", "--max-seqs", "16",
-                          "-c", "256", "--chat-template", "chatml", NULL};
+                          "-c", "256", "--chat-template", "chatml", "--max-prompt-logprobs-entries", "32768", NULL};
     server_start(&srv, args);
     printf("dcp-vk-serve TP 8 / DCP 2%s%s%s listening on port %d\n", mpiexec ? " under mpiexec -n " : "",
            mpiexec ? nprocs : "", mpiexec ? " (process 0 serves, the others follow)" : "", srv.port);

@@ -387,7 +387,7 @@ static const struct {
     {"frequency_penalty", FOR_BOTH}, {"repetition_penalty", FOR_BOTH}, {"min_tokens", FOR_BOTH},
     {"stop_token_ids", FOR_BOTH}, {"include_stop_str_in_output", FOR_BOTH},
     {"logprobs", FOR_BOTH} /* completions: an integer 0 .. 20; chat: a bool */, {"top_logprobs", FOR_CHAT},
-    {"echo", FOR_COMPLETIONS}, {"prompt_logprobs", FOR_COMPLETIONS},
+    {"echo", FOR_COMPLETIONS}, {"prompt_logprobs", FOR_BOTH} /* -1 .. 20 */,
     {"n", FOR_BOTH} /* choices, 1 .. DCP_ENGINE_MAX_CHOICES */,
     {"response_format", FOR_BOTH} /* text, json_object, json_schema */,
 };
@@ -416,7 +416,6 @@ static const struct {
     {"length_penalty", FOR_BOTH, NEUTRAL_ONE, "beam search"},
     {"suffix", FOR_COMPLETIONS, NEUTRAL_EMPTY, "text after the completion (insertion)"},
     {"top_logprobs", FOR_COMPLETIONS, NEUTRAL_ZERO, "chat's form of logprobs; completions take \"logprobs\": N"},
-    {"prompt_logprobs", FOR_CHAT, NEUTRAL_NONE, "log probabilities of the prompt (on /v1/completions only)"},
     {"typical_p", FOR_BOTH, NEUTRAL_ONE, "locally typical sampling"},
     {"skip_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
     {"spaces_between_special_tokens", FOR_BOTH, NEUTRAL_NONE, "a choice of special-token output"},
@@ -483,7 +482,7 @@ static int check_fields(const cJSON *j, serve_kind kind, serve_error *err)
                                             "top_k, min_p, seed, logit_bias, presence_penalty, frequency_penalty, "
                                             "repetition_penalty, min_tokens, stream, stream_options, stop, "
                                             "stop_token_ids, include_stop_str_in_output, ignore_eos, logprobs, "
-                                            "top_logprobs, response_format, user"
+                                            "top_logprobs, prompt_logprobs, response_format, user"
                                           : "model, prompt, max_tokens, temperature, top_p, top_k, min_p, seed, "
                                             "logit_bias, presence_penalty, frequency_penalty, repetition_penalty, "
                                             "min_tokens, stream, stream_options, stop, stop_token_ids, "
@@ -698,17 +697,19 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
         }
         r->echo = cJSON_IsTrue(v);
     }
-    if ((v = field(j, "prompt_logprobs"))) {
-        if (get_int(v, 0, DCP_ENGINE_MAX_LOGPROBS, &k)) {
-            BAD("prompt_logprobs", "'prompt_logprobs' must be an integer in [0, %d] (the most likely tokens shown "
-                                   "with each prompt token)", DCP_ENGINE_MAX_LOGPROBS);
+    if ((v = field(j, "prompt_logprobs")) && !cJSON_IsNull(v)) {
+        if (get_int(v, -1, DCP_ENGINE_MAX_LOGPROBS, &k)) {
+            BAD("prompt_logprobs", "'prompt_logprobs' must be an integer in [-1, %d] (the most likely tokens shown "
+                                   "with each prompt token; -1: the whole vocabulary)", DCP_ENGINE_MAX_LOGPROBS);
             goto done;
         }
-        r->prompt_lp = (int32_t)k;
+        r->prompt_lp = k < 0 ? SERVE_PLP_ALL : (int32_t)k;
     }
     if (r->prompt_lp >= 0 || (r->echo && er.logprobs)) {
         er.prompt_logprobs = true;
-        er.prompt_top_logprobs = r->prompt_lp > 0 ? (uint32_t)r->prompt_lp : 0;
+        er.prompt_top_logprobs = r->prompt_lp == SERVE_PLP_ALL ? DCP_ENGINE_PROMPT_LOGPROBS_ALL
+                                 : r->prompt_lp > 0            ? (uint32_t)r->prompt_lp
+                                                               : 0;
         if (r->echo && er.logprobs && er.top_logprobs > er.prompt_top_logprobs) er.prompt_top_logprobs = er.top_logprobs;
     }
     if (kind == SERVE_CHAT && (v = field(j, "top_logprobs")) && !cJSON_IsNull(v)) {
@@ -766,6 +767,16 @@ int serve_api_parse(serve_hub *h, serve_kind kind, const char *body, size_t len,
                         "context_length_exceeded", "the prompt is %u tokens; this server allows at most %u%s",
                         r->n_prompt, h->max_prompt, h->max_prompt < h->n_ctx ? " (--max-prompt-tokens)" : "");
         goto done;
+    }
+    if (r->prompt_lp == SERVE_PLP_ALL) { /* n_vocab entries per prompt token: bounded */
+        const uint64_t V = dcp_tokenizer_n_vocab(h->tok), entries = (uint64_t)r->n_prompt * V;
+        if (entries > o->max_plp_entries) {
+            BAD("prompt_logprobs", "'prompt_logprobs' -1 asks for %u prompt tokens x %llu vocabulary = %llu entries; "
+                                   "this server allows at most %u (--max-prompt-logprobs-entries): use 0 .. %d or "
+                                   "a shorter prompt", r->n_prompt, (unsigned long long)V, (unsigned long long)entries,
+                o->max_plp_entries, DCP_ENGINE_MAX_LOGPROBS);
+            goto done;
+        }
     }
     if (max_tokens < 0) { /* the default, within the context */
         max_tokens = o->run.n_predict;
@@ -940,7 +951,8 @@ static cJSON *completion_logprobs(const serve_hub *h, const serve_req *r, bool w
 }
 
 /* vLLM's prompt_logprobs: [null, {"<id>": {logprob, rank, decoded_token}, ...}, ...]: per prompt
- * token after the first, the token itself first, then the prompt_lp most likely (rank 1, 2, ...). */
+ * token after the first, the token itself first (its rank: 1 + the tokens more likely), then the
+ * prompt_lp most likely (rank 1, 2, ...; with -1 the whole vocabulary). */
 static cJSON *vllm_prompt_logprobs(const serve_hub *h, const serve_req *r)
 {
     cJSON *a = cJSON_CreateArray();
@@ -951,14 +963,17 @@ static cJSON *vllm_prompt_logprobs(const serve_hub *h, const serve_req *r)
             continue;
         }
         cJSON *d = cJSON_CreateObject();
-        const uint32_t k = (uint32_t)r->prompt_lp < x->n_top ? (uint32_t)r->prompt_lp : x->n_top;
+        const int32_t *ids = x->n_all ? x->all_ids : x->top_ids;
+        const float *lps = x->n_all ? x->all_lps : x->top_lps;
+        const uint32_t n = x->n_all ? x->n_all : x->n_top;
+        const uint32_t k = (uint32_t)r->prompt_lp < n ? (uint32_t)r->prompt_lp : n;
         for (uint32_t j = 0; j <= k; j++) {
-            const int32_t id = j == 0 ? x->token : x->top_ids[j - 1];
+            const int32_t id = j == 0 ? x->token : ids[j - 1];
             if (j > 0 && id == x->token) continue;
             char key[16], *text = alt_text(h, x, id);
             snprintf(key, sizeof key, "%d", id);
             cJSON *e = cJSON_AddObjectToObject(d, key);
-            cJSON_AddNumberToObject(e, "logprob", lp_value(j == 0 ? x->logprob : x->top_lps[j - 1]));
+            cJSON_AddNumberToObject(e, "logprob", lp_value(j == 0 ? x->logprob : lps[j - 1]));
             cJSON_AddNumberToObject(e, "rank", j == 0 ? x->rank : j);
             cJSON_AddStringToObject(e, "decoded_token", text ? text : "");
             free(text);
@@ -1046,10 +1061,12 @@ char *serve_api_response(const serve_hub *h, const serve_req *r)
             free(t);
         }
         add_logprobs(h, x, c, 0, x->n_lps, false, true);
-        if (x->prompt_lp >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", vllm_prompt_logprobs(h, x));
+        if (x->prompt_lp >= 0 && !chat) cJSON_AddItemToObject(c, "prompt_logprobs", vllm_prompt_logprobs(h, x));
         add_finish(c, x->finish);
     }
     add_usage(o, r);
+    /* chat: beside the choices (vLLM's ChatCompletionResponse.prompt_logprobs) */
+    if (chat && r->prompt_lp >= 0) cJSON_AddItemToObject(o, "prompt_logprobs", vllm_prompt_logprobs(h, r));
     return print_free(o);
 }
 
@@ -1122,6 +1139,8 @@ char *serve_api_chunk_role(const serve_hub *h, const serve_req *r)
     cJSON_AddStringToObject(d, "content", "");
     cJSON_AddNullToObject(c, "logprobs");
     cJSON_AddNullToObject(c, "finish_reason");
+    /* prompt_logprobs (n is 1 then): the first chunk, beside the choices as in a whole response */
+    if (!r->parent && r->prompt_lp >= 0) cJSON_AddItemToObject(o, "prompt_logprobs", vllm_prompt_logprobs(h, r));
     return sse(o);
 }
 

@@ -274,7 +274,8 @@ typedef struct stream_ctx {
     size_t sent[DCP_ENGINE_MAX_CHOICES];    /* per choice: bytes of its text already formatted */
     size_t lp_sent[DCP_ENGINE_MAX_CHOICES]; /* per choice: entries of its lps already formatted */
     bool fin_sent[DCP_ENGINE_MAX_CHOICES];  /* per choice: its finish chunk formatted */
-    bool role_sent;   /* chat: the first chunk of each choice (assistant role); completions with
+    bool role_sent;   /* chat: the first chunk of each choice (assistant role; with prompt_logprobs
+                       * once they are whole); completions with
                        * echo or prompt_logprobs: the first chunk (the prompt) */
     bool ended;       /* [DONE] formatted */
     char *out;        /* formatted, not yet handed to MHD */
@@ -302,6 +303,7 @@ static bool stream_format(stream_ctx *x)
     bool any = false;
     const uint32_t n = r->n_choices ? r->n_choices : 1;
     if (!x->role_sent && r->kind == SERVE_CHAT) {
+        if (r->prompt_lp >= 0 && serve_api_prompt_pending(r)) return false; /* its prompt_logprobs come first */
         for (uint32_t i = 0; i < n; i++) out_add(x, serve_api_chunk_role(h, serve_choice(r, i)));
         any = true;
     }

@@ -113,7 +113,10 @@ void serve_req_unref(serve_req *r)
     free(r->text);
     for (size_t i = 0; i < r->n_lps; i++) free(r->lps[i].piece);
     free(r->lps);
-    for (size_t i = 0; i < r->n_plps; i++) free(r->plps[i].piece);
+    for (size_t i = 0; i < r->n_plps; i++) {
+        free(r->plps[i].piece);
+        free(r->plps[i].all_ids);
+    }
     free(r->plps);
     free(r->echo_text);
     for (uint32_t i = 0; i + 1 < r->n_choices; i++) serve_req_unref(r->choice[i]);
@@ -253,6 +256,20 @@ static void append_lp(serve_req *r, const dcp_engine_event *ev)
     x->n_top = ev->n_top;
     memcpy(x->top_ids, ev->top_ids, ev->n_top * sizeof *ev->top_ids);
     memcpy(x->top_lps, ev->top_logprobs, ev->n_top * sizeof *ev->top_logprobs);
+    x->n_all = 0;
+    x->all_ids = NULL;
+    x->all_lps = NULL;
+    if (ev->n_all) { /* one block: ids, then logprobs */
+        if (!(x->all_ids = malloc((size_t)ev->n_all * (sizeof *x->all_ids + sizeof *x->all_lps)))) {
+            free(x->piece);
+            r->oom = true;
+            return;
+        }
+        x->all_lps = (float *)(x->all_ids + ev->n_all);
+        memcpy(x->all_ids, ev->all_ids, ev->n_all * sizeof *ev->all_ids);
+        memcpy(x->all_lps, ev->all_logprobs, ev->n_all * sizeof *ev->all_logprobs);
+        x->n_all = ev->n_all;
+    }
     (*n)++;
 }
 

@@ -73,6 +73,8 @@ void serve_print_help(const char *prog)
            "      --max-body-bytes N               largest request body (default 1048576)\n"
            "      --max-prompt-tokens N            longest prompt (default 0: the context)\n"
            "      --max-tokens-limit N             largest max_tokens (default 0: the context)\n"
+           "      --max-prompt-logprobs-entries N  prompt_logprobs -1 (the whole vocabulary) only while\n"
+           "                                       prompt tokens x vocabulary <= N (default 262144)\n"
            "      --max-queued N                   requests waiting beyond --max-seqs; more get 429\n"
            "                                       (default 64)\n"
            "      --shutdown-timeout S             seconds in-flight requests may take to finish\n"
@@ -121,9 +123,11 @@ void serve_print_help(const char *prog)
            "response_format (text, json_object, or json_schema with type, enum, const, required,\n"
            "properties, additionalProperties, items, minItems, maxItems: constrained decoding; at most\n"
            "4 whitespace bytes between tokens; max_tokens may cut the value: finish_reason length),\n"
-           "user; completions also echo (the prompt first; with logprobs its tokens' entries first, the\n"
-           "first null; max_tokens may be 0) and prompt_logprobs 0 .. 20 (vLLM's per prompt token\n"
-           "{id: {logprob, rank, decoded_token}}), both with n 1 only; the prompt's logprobs are the\n"
+           "user, prompt_logprobs (-1 .. 20: vLLM's per prompt token {id: {logprob, rank,\n"
+           "decoded_token}}, -1 the whole vocabulary (see --max-prompt-logprobs-entries); in the choice\n"
+           "for completions, beside the choices for chat, in a stream's first chunk; max_tokens may be\n"
+           "0); completions also echo (the prompt first; with logprobs its tokens' entries first, the\n"
+           "first null; max_tokens may be 0), both with n 1 only; the prompt's logprobs are the\n"
            "raw model's (no bias, penalties or temperature). Any other field is refused with a 400\n"
            "naming it; known ones this server does not implement (best_of, suffix, tools, guided\n"
            "decoding, ...) are accepted only with their neutral value (best_of: 1, suffix: \"\", ...).\n"
@@ -173,7 +177,8 @@ int serve_parse(int argc, char **argv, serve_options *o)
     const char *env_key = getenv("DCP_VK_API_KEY");
     *o = (serve_options){.host = "127.0.0.1", .port = 8080, .api_key = env_key && *env_key ? env_key : NULL,
                          .served_name = NULL, .chat_template = NULL, .max_seqs = 16, .kv_pages = 0,
-                         .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0, .max_queued = 64,
+                         .max_body = 1u << 20, .max_prompt = 0, .max_tokens_limit = 0,
+                         .max_plp_entries = 1u << 18, .max_queued = 64,
                          .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
                          .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .max_header = 16384,
                          .allowed_origins = NULL, .log_json = false, .prefix_caching = true, .prefix_caching_asked = false,
@@ -188,7 +193,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
 #define IS(s) (strcmp(a, s) == 0)
         static const char *const own[] = {"--host", "--port", "--api-key", "--served-model-name", "--chat-template",
                                           "--max-seqs", "--kv-pages", "--max-body-bytes", "--max-prompt-tokens",
-                                          "--max-tokens-limit", "--max-queued", "--shutdown-timeout",
+                                          "--max-tokens-limit", "--max-prompt-logprobs-entries", "--max-queued", "--shutdown-timeout",
                                           "--http-threads", "--max-connections", "--max-connections-per-ip",
                                           "--idle-timeout", "--request-timeout", "--max-header-bytes",
                                           "--allowed-origins", "--log-format", "--kv-offloading-size",
@@ -230,6 +235,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
         else if (IS("--max-body-bytes")) rc = parse_u32(prog, a, v, 64, 1u << 30, &o->max_body);
         else if (IS("--max-prompt-tokens")) rc = parse_u32(prog, a, v, 0, 1u << 24, &o->max_prompt);
         else if (IS("--max-tokens-limit")) rc = parse_u32(prog, a, v, 0, 1u << 24, &o->max_tokens_limit);
+        else if (IS("--max-prompt-logprobs-entries")) rc = parse_u32(prog, a, v, 1, 1u << 30, &o->max_plp_entries);
         else if (IS("--max-queued")) rc = parse_u32(prog, a, v, 0, 1u << 20, &o->max_queued);
         else if (IS("--shutdown-timeout")) rc = parse_u32(prog, a, v, 0, 86400, &o->shutdown_timeout);
         else if (IS("--http-threads")) rc = parse_u32(prog, a, v, 1, 256, &o->http_threads);

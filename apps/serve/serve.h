@@ -48,6 +48,8 @@ typedef struct serve_options {
     uint32_t max_body;           /* --max-body-bytes (default 1 MiB) */
     uint32_t max_prompt;         /* --max-prompt-tokens (default 0: the context) */
     uint32_t max_tokens_limit;   /* --max-tokens-limit: the largest max_tokens (default 0: the context) */
+    uint32_t max_plp_entries;    /* --max-prompt-logprobs-entries: prompt tokens x vocabulary allowed
+                                  * for prompt_logprobs -1 (default 262144: about 17 MB of JSON) */
     uint32_t max_queued;         /* --max-queued: requests waiting beyond max-seqs (default 64) */
     uint32_t shutdown_timeout;   /* --shutdown-timeout seconds for in-flight requests at SIGTERM (default 30) */
     uint32_t http_threads;       /* --http-threads: libmicrohttpd workers, each an epoll loop (default 4) */
@@ -98,11 +100,17 @@ typedef struct serve_lp {
     uint32_t n_top;
     int32_t top_ids[DCP_ENGINE_MAX_LOGPROBS];
     float top_lps[DCP_ENGINE_MAX_LOGPROBS];
+    uint32_t n_all;              /* prompt_logprobs -1: the whole vocabulary, most likely first */
+    int32_t *all_ids;            /* [n_all] (malloc'd, with all_lps) */
+    float *all_lps;              /* [n_all] */
     char *piece;                 /* its text in the output (NUL-terminated) [piece_len] */
     size_t piece_len;
     size_t offset;               /* characters (code points) of output text before it (the pieces
                                   * before; of the generated tokens' alone, the prompt's alone) */
 } serve_lp;
+
+/* serve_req.prompt_lp for vLLM's prompt_logprobs -1. */
+#define SERVE_PLP_ALL INT32_MAX
 
 typedef struct serve_req {
     /* set by the connection thread before handing over; read-only afterwards */
@@ -118,7 +126,8 @@ typedef struct serve_req {
     int32_t *stop_tokens;        /* [er.n_stop_tokens] stop_token_ids, then the chat end-of-turn */
     dcp_logit_bias *bias;        /* [er.sampling.n_logit_bias] */
     bool echo;                   /* completions' echo: the prompt text comes first */
-    int32_t prompt_lp;           /* vLLM's prompt_logprobs k (0 .. 20), -1: not asked */
+    int32_t prompt_lp;           /* vLLM's prompt_logprobs k (0 .. 20), SERVE_PLP_ALL (its -1: the
+                                  * whole vocabulary), -1: not asked */
     char *echo_text;             /* echo: the prompt as given (a text prompt), or its ids decoded
                                   * (NUL-terminated) [echo_len] */
     size_t echo_len;

@@ -193,7 +193,11 @@ typedef struct dcp_engine_request {
                                     * cached for others). With max_tokens 0 the request runs its
                                     * prefill and finishes (LENGTH) after its last PROMPT event.
                                     * Default false */
-    uint32_t prompt_top_logprobs;  /* 0 .. DCP_ENGINE_MAX_LOGPROBS (default 0) */
+    uint32_t prompt_top_logprobs;  /* 0 .. DCP_ENGINE_MAX_LOGPROBS, or DCP_ENGINE_PROMPT_LOGPROBS_ALL: the
+                                    * whole vocabulary at each position (vLLM's prompt_logprobs -1, in
+                                    * the events' all_ids / all_logprobs); default 0. ALL holds
+                                    * n_vocab * 8 bytes per PROMPT event until it is polled (at most the
+                                    * rows with logits of one step: the state's max_logits) */
     uint32_t n;                    /* choices from the one prompt, 1 .. DCP_ENGINE_MAX_CHOICES (default
                                     * 1; 0 reads as 1): n sequences with consecutive ids, choice i
                                     * sampling with seed dcp_engine_choice_seed(sampling.seed, i).
@@ -215,6 +219,9 @@ DCP_API uint64_t dcp_engine_choice_seed(uint64_t seed, uint32_t i);
 
 /* The most alternatives per token (OpenAI's limit for top_logprobs). */
 #define DCP_ENGINE_MAX_LOGPROBS 20
+
+/* dcp_engine_request.prompt_top_logprobs: every token of the vocabulary, ranked. */
+#define DCP_ENGINE_PROMPT_LOGPROBS_ALL UINT32_MAX
 
 #define DCP_ENGINE_REQUEST_DEFAULT {.prompt = NULL, .n_prompt = 0, .max_tokens = 16, \
                                     .sampling = DCP_SAMPLER_CONFIG_DEFAULT, .ignore_eos = false, \
@@ -251,8 +258,9 @@ typedef enum dcp_engine_event_kind {
                                     * token, position, piece (the token's text in the prompt decoded
                                     * alone from its start, special tokens shown as the request's
                                     * decode_flags say), has_logprob (false at position 0), logprob,
-                                    * rank, top_ids / top_logprobs (n_top = prompt_top_logprobs); no
-                                    * text (len 0) */
+                                    * rank, top_ids / top_logprobs (n_top = prompt_top_logprobs;
+                                    * DCP_ENGINE_MAX_LOGPROBS for ..._ALL, whose whole vocabulary is in
+                                    * all_ids / all_logprobs); no text (len 0) */
 } dcp_engine_event_kind;
 
 typedef enum dcp_engine_finish {
@@ -303,6 +311,13 @@ typedef struct dcp_engine_event {
     int32_t top_ids[DCP_ENGINE_MAX_LOGPROBS];    /* [n_top] the most likely tokens, most likely first
                                 * (ties: smaller id first) */
     float top_logprobs[DCP_ENGINE_MAX_LOGPROBS]; /* [n_top] theirs (-inf for cut tokens) */
+    /* PROMPT events with has_logprob of requests with prompt_top_logprobs
+     * DCP_ENGINE_PROMPT_LOGPROBS_ALL: the whole vocabulary (n_all = n_vocab), most likely first
+     * (ties: smaller id first; top_ids / top_logprobs then hold its first DCP_ENGINE_MAX_LOGPROBS,
+     * the same values), valid like text; else n_all 0 and NULL. */
+    uint32_t n_all;
+    const int32_t *all_ids;    /* [n_all] */
+    const float *all_logprobs; /* [n_all] */
     uint32_t position;         /* PROMPT: the token's index in the prompt */
     uint32_t rank;             /* PROMPT with has_logprob: 1 + the tokens with a larger logit (vLLM's
                                 * rank); else 0 */

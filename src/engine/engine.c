@@ -124,6 +124,7 @@ void dcp_engine_destroy(dcp_engine *e)
         free(x->text);
         free(x->message);
         free(x->piece);
+        free(x->all);
     }
     free(e->events);
     free(e->slot_seq);
@@ -204,9 +205,24 @@ dcp_status eng_emit_prompt(dcp_engine *e, eng_seq *q, const float *logits)
     x.ev = (dcp_engine_event){.kind = DCP_ENGINE_EVENT_PROMPT, .id = q->id, .user = q->user, .token = token,
                               .text = x.text, .len = 0, .message = "", .prompt_tokens = q->n_prompt,
                               .cached_tokens = q->cached, .position = pos, .piece = piece, .piece_len = n1 + n2};
+    const bool all = q->plp_top == DCP_ENGINE_PROMPT_LOGPROBS_ALL;
+    if (logits && all) { /* the whole vocabulary, ranked */
+        x.all = malloc((size_t)e->n_vocab * (sizeof *x.ev.all_ids + sizeof *x.ev.all_logprobs));
+        st = x.all ? eng_raw_logprobs_all(logits, e->n_vocab, x.all, (float *)((int32_t *)x.all + e->n_vocab))
+                   : dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory (prompt logprobs of %u tokens)", e->n_vocab);
+        if (st != DCP_OK) {
+            free(x.all);
+            free(x.text);
+            free(piece);
+            return st;
+        }
+        x.ev.n_all = e->n_vocab;
+        x.ev.all_ids = x.all;
+        x.ev.all_logprobs = (const float *)((const int32_t *)x.all + e->n_vocab);
+    }
     if (logits) {
         eng_lp lp;
-        eng_raw_logprobs(logits, e->n_vocab, token, q->plp_top, &lp, &x.ev.rank);
+        eng_raw_logprobs(logits, e->n_vocab, token, all ? DCP_ENGINE_MAX_LOGPROBS : q->plp_top, &lp, &x.ev.rank);
         x.ev.has_logprob = true;
         x.ev.logprob = lp.logprob;
         x.ev.n_top = lp.n_top;
@@ -408,9 +424,10 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
                         DCP_ENGINE_MAX_LOGPROBS);
     if (r->top_logprobs && !r->logprobs)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: top_logprobs %u without logprobs", r->top_logprobs);
-    if (r->prompt_top_logprobs > DCP_ENGINE_MAX_LOGPROBS)
-        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt_top_logprobs %u exceeds %d", r->prompt_top_logprobs,
-                        DCP_ENGINE_MAX_LOGPROBS);
+    if (r->prompt_top_logprobs > DCP_ENGINE_MAX_LOGPROBS && r->prompt_top_logprobs != DCP_ENGINE_PROMPT_LOGPROBS_ALL)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "engine: prompt_top_logprobs %u exceeds %d (DCP_ENGINE_PROMPT_LOGPROBS_ALL: the whole vocabulary)",
+                        r->prompt_top_logprobs, DCP_ENGINE_MAX_LOGPROBS);
     if (r->prompt_top_logprobs && !r->prompt_logprobs)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "engine: prompt_top_logprobs %u without prompt_logprobs",
                         r->prompt_top_logprobs);
@@ -484,7 +501,9 @@ void eng_drop_polled(dcp_engine *e)
     free(e->polled.text);
     free(e->polled.message);
     free(e->polled.piece);
+    free(e->polled.all);
     e->polled.text = e->polled.message = e->polled.piece = NULL;
+    e->polled.all = NULL;
 }
 
 bool dcp_engine_poll(dcp_engine *e, dcp_engine_event *ev)

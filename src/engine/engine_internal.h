@@ -76,6 +76,7 @@ typedef struct eng_seq {
 typedef struct eng_event {
     dcp_engine_event ev;
     char *text, *message, *piece;
+    void *all;                   /* PROMPT with the whole vocabulary: ev.all_ids then ev.all_logprobs */
 } eng_event;
 
 /* A sequence's part of the step being run: its rows are consecutive, tokens toks[fed ..
@@ -176,6 +177,9 @@ int32_t eng_sampler_sample_logprobs(dcp_sampler *s, const float *logits, uint32_
  * *rank = 1 + the tokens whose logit is larger than token's. */
 void eng_raw_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint32_t n_top, eng_lp *out,
                       uint32_t *rank);
+/* The raw log-probabilities of every token, as eng_raw_logprobs computes them, most likely first
+ * (ties: smaller id first): ids [n_vocab], lps [n_vocab]. DCP_ERR_OUT_OF_MEMORY. */
+dcp_status eng_raw_logprobs_all(const float *logits, uint32_t n_vocab, int32_t *ids, float *lps);
 /* Index of the token that a uniform u in [0, 1) picks from the weights w [n] (summing to sum > 0)
  * by their cumulative sums. */
 int32_t eng_pick(const double *w, uint32_t n, double sum, double u);

@@ -438,3 +438,37 @@ void eng_raw_logprobs(const float *logits, uint32_t n_vocab, int32_t token, uint
     out->logprob = (float)((double)lt - lse);
     *rank = above + 1;
 }
+
+typedef struct ranked {
+    float v;
+    int32_t id;
+} ranked;
+
+/* Most likely first; equal logits: smaller id first (eng_raw_logprobs's order). */
+static int ranked_cmp(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+dcp_status eng_raw_logprobs_all(const float *logits, uint32_t n_vocab, int32_t *ids, float *lps)
+{
+    ranked *t = malloc((size_t)n_vocab * sizeof *t);
+    if (!t) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory (prompt logprobs of %u tokens)", n_vocab);
+    double mx = -INFINITY;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        t[i] = (ranked){key(logits, i), (int32_t)i};
+        if (t[i].v > mx) mx = t[i].v;
+    }
+    double sum = 0.0; /* as eng_raw_logprobs: the same sum in the same order */
+    for (uint32_t i = 0; isfinite(mx) && i < n_vocab; i++) sum += exp((double)key(logits, i) - mx);
+    const double lse = isfinite(mx) ? mx + log(sum) : 0.0;
+    qsort(t, n_vocab, sizeof *t, ranked_cmp);
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        ids[i] = t[i].id;
+        lps[i] = (float)((double)t[i].v - lse);
+    }
+    free(t);
+    return DCP_OK;
+}

@@ -1,4 +1,4 @@
-// echo and prompt_logprobs on /v1/completions through the official OpenAI JavaScript client (run by
+// echo and prompt_logprobs on /v1/completions (and prompt_logprobs on chat) through the official OpenAI JavaScript client (run by
 // tests/test_serve.c): node echo.mjs BASE_URL MODEL
 // Checks: echo puts the prompt's text before the completion (max_tokens 0: the prompt alone); with
 // logprobs N the prompt's tokens come first in the logprobs arrays, the first with null
@@ -7,7 +7,9 @@
 // prompt's logprobs are raw (a bias, penalties and temperature leave them as they are) and do not
 // take prefix-cache blocks (cached_tokens 0 after the same prompt was cached); vLLM's
 // prompt_logprobs k ([null, {id: {logprob, rank, decoded_token}}]) agrees with echo's values; a
-// stream's first chunk carries the prompt and its entries; 400s naming the field. Prints one JSON
+// stream's first chunk carries the prompt and its entries; prompt_logprobs -1 (the whole
+// vocabulary, ranked, agreeing with k's) and its size limit; prompt_logprobs on chat (beside the
+// choices, over the templated prompt; a stream's first chunk); 400s naming the field. Prints one JSON
 // line; exits 1 with the reason on stderr when a check fails.
 import OpenAI from "openai";
 
@@ -126,17 +128,102 @@ for (const [name, body] of [["stream", { max_tokens: 6, logprobs: 2 }], ["stream
   for (let i = 1; i < lp.tokens.length; i++) check(Math.abs(lp.token_logprobs[i] - whole.logprobs.token_logprobs[i]) < EPS, `${name}: logprob ${i}`);
 }
 
+// prompt_logprobs -1: the whole vocabulary at each position, ranked; its first entries are those of k
+// (the server runs with --max-prompt-logprobs-entries 32768: short prompts only)
+function checkAll(what, pl, n_prompt, pk, k) {
+  check(Array.isArray(pl) && pl.length === n_prompt && pl[0] === null, `${what}: ${JSON.stringify(pl?.slice(0, 1))}`);
+  let V = 0;
+  for (let i = 1; i < n_prompt; i++) {
+    const xs = Object.values(pl[i]);
+    if (i === 1) V = xs.length;
+    check(V > 20 && xs.length === V, `${what} ${i}: ${xs.length} entries (position 1: ${V})`);
+    const mass = xs.reduce((a, x) => a + Math.exp(x.logprob), 0);
+    check(Math.abs(mass - 1) < 1e-3, `${what} ${i}: the probabilities sum to ${mass}`);
+    // ranked: a larger rank is never more likely (the prompt token's own rank may repeat another's)
+    const byRank = xs.slice().sort((a, b) => a.rank - b.rank);
+    for (let j = 1; j < byRank.length; j++)
+      check(byRank[j].logprob <= byRank[j - 1].logprob + EPS, `${what} ${i}: rank ${byRank[j].rank} more likely than rank ${byRank[j - 1].rank}`);
+    // every entry of k's is here with the same logprob, rank and text
+    for (const [id, x] of Object.entries(pk[i])) {
+      const y = pl[i][id];
+      check(y && Math.abs(y.logprob - x.logprob) < EPS && y.rank === x.rank && y.decoded_token === x.decoded_token,
+        `${what} ${i}: token ${id} ${JSON.stringify(x)} (k ${k}) against ${JSON.stringify(y)}`);
+    }
+  }
+  return V;
+}
+const shortPrompt = "Once upon a time, there was";
+const a3 = await client.completions.create({ model, prompt: shortPrompt, max_tokens: 3, temperature: 0, prompt_logprobs: 3, ignore_eos: true });
+const aAll = await client.completions.create({ model, prompt: shortPrompt, max_tokens: 3, temperature: 0, prompt_logprobs: -1, ignore_eos: true });
+check(aAll.choices[0].text === a3.choices[0].text, `prompt_logprobs -1: the text changed`);
+const PS = aAll.usage.prompt_tokens;
+const V = checkAll("prompt_logprobs -1", aAll.choices[0].prompt_logprobs, PS, a3.choices[0].prompt_logprobs, 3);
+// the prompt token's own entry (found by echo's text and logprob): rank = 1 + the tokens more likely
+const eS = (await client.completions.create({ model, prompt: shortPrompt, max_tokens: 0, echo: true, logprobs: 0 })).choices[0].logprobs;
+for (let i = 1; i < PS; i++) {
+  const xs = Object.values(aAll.choices[0].prompt_logprobs[i]);
+  const own = xs.find((x) => x.decoded_token === eS.tokens[i] && Math.abs(x.logprob - eS.token_logprobs[i]) < EPS);
+  check(own, `prompt_logprobs -1 ${i}: no entry for the prompt token '${eS.tokens[i]}'`);
+  const more = xs.filter((x) => x.logprob > own.logprob).length, atLeast = xs.filter((x) => x.logprob >= own.logprob).length;
+  check(own.rank >= more + 1 && own.rank <= atLeast, `prompt_logprobs -1 ${i}: rank ${own.rank}, ${more} more likely, ${atLeast} at least as likely`);
+}
+out.prompt_logprobs_all = { positions: PS, vocabulary: V };
+
+// chat: prompt_logprobs over the prompt after the chat template, beside the choices (vLLM's
+// ChatCompletionResponse.prompt_logprobs); the content as without; a stream's first chunk
+const messages = [{ role: "user", content: "Hi" }];
+const c0 = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0 });
+const c2 = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0, prompt_logprobs: 2 });
+const CP = c2.usage.prompt_tokens;
+check(c2.choices[0].message.content === c0.choices[0].message.content, `chat prompt_logprobs: the content changed`);
+check(c2.choices[0].prompt_logprobs === undefined, `chat: prompt_logprobs inside the choice`);
+const cpl = c2.prompt_logprobs;
+check(Array.isArray(cpl) && cpl.length === CP && cpl[0] === null, `chat prompt_logprobs: ${JSON.stringify(cpl?.slice(0, 2))}`);
+for (let i = 1; i < CP; i++) {
+  const xs = Object.values(cpl[i]), ranks = xs.map((x) => x.rank);
+  check(ranks.includes(1) && ranks.includes(2) && xs.length >= 2 && xs.length <= 3, `chat prompt_logprobs ${i}: ${JSON.stringify(cpl[i])}`);
+}
+const cAll = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0, prompt_logprobs: -1 });
+check(cAll.choices[0].message.content === c0.choices[0].message.content, `chat prompt_logprobs -1: the content changed`);
+checkAll("chat prompt_logprobs -1", cAll.prompt_logprobs, CP, cpl, 2);
+const cz = await client.chat.completions.create({ model, messages, max_tokens: 0, prompt_logprobs: 1 });
+check(cz.choices[0].message.content === "" && cz.choices[0].finish_reason === "length" && cz.usage.completion_tokens === 0,
+  `chat max_tokens 0: ${JSON.stringify(cz.choices[0])}`);
+check(JSON.stringify(cz.prompt_logprobs.map((d) => d && Object.keys(d).length)) !== "[]", `chat max_tokens 0: no prompt_logprobs`);
+for (const k of [2, -1]) {
+  const s = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0, prompt_logprobs: k, stream: true });
+  let content = "", n = 0, first = null;
+  for await (const ch of s) {
+    if (n++ === 0) first = ch;
+    else check(ch.prompt_logprobs === undefined, `chat stream ${k}: prompt_logprobs in chunk ${n}`);
+    content += ch.choices[0]?.delta?.content ?? "";
+  }
+  const whole = k === 2 ? cpl : cAll.prompt_logprobs;
+  check(JSON.stringify(first.prompt_logprobs) === JSON.stringify(whole), `chat stream ${k}: the first chunk's prompt_logprobs differ`);
+  check(content === c0.choices[0].message.content, `chat stream ${k}: content '${content}'`);
+}
+// a completions stream with -1: the first chunk carries them
+{
+  const s = await client.completions.create({ model, prompt: shortPrompt, max_tokens: 3, temperature: 0, prompt_logprobs: -1, ignore_eos: true, stream: true });
+  let first = null;
+  for await (const ch of s) if (first === null) first = ch;
+  check(JSON.stringify(first.choices[0].prompt_logprobs) === JSON.stringify(aAll.choices[0].prompt_logprobs), `stream -1: the first chunk's prompt_logprobs differ`);
+}
+out.chat_prompt_logprobs = { prompt_tokens: CP, second: cpl[1] };
+
 // refused: 400 naming the field
 const bad = [
   [false, { echo: "yes" }, "echo"],
   [false, { prompt_logprobs: 21 }, "prompt_logprobs"],
-  [false, { prompt_logprobs: -1 }, "prompt_logprobs"],
+  [false, { prompt_logprobs: -2 }, "prompt_logprobs"],
+  [false, { prompt: Array(4).fill(prompt).join(" "), prompt_logprobs: -1 }, "prompt_logprobs", "--max-prompt-logprobs-entries"],
   [false, { max_tokens: 0 }, "max_tokens"],
-  [true, { prompt_logprobs: 1 }, "prompt_logprobs"],
+  [true, { prompt_logprobs: 21 }, "prompt_logprobs"],
+  [true, { prompt_logprobs: 2, n: 2 }, "n"],
   [true, { echo: true }, "echo"],
 ];
 out.refused = [];
-for (const [chat, extra, param] of bad) {
+for (const [chat, extra, param, says] of bad) {
   try {
     if (chat) await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hi" }], max_tokens: 2, ...extra });
     else await client.completions.create({ model, prompt, max_tokens: 2, ...extra });
@@ -144,6 +231,7 @@ for (const [chat, extra, param] of bad) {
   } catch (err) {
     if (!(err instanceof OpenAI.APIError)) throw err;
     check(err.status === 400 && err.param === param, `${JSON.stringify(extra)}: status ${err.status} param ${err.param} (want 400 ${param}): ${err.message}`);
+    if (says) check(err.message.includes(says) && err.message.includes("entries"), `${param}: the message '${err.message}' does not name the sizes`);
     out.refused.push(param);
   }
 }
