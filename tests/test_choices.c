@@ -9,6 +9,8 @@
  *  - seeded sampling, n = 3: choice i's tokens are those of a request with n = 1 and seed
  *    dcp_engine_choice_seed(seed, i) run alone without caching (choice 0: the seed itself), the
  *    same again in a batch with an unrelated request, and the choices differ;
+ *  - with two slots for n = 4, one choice is forked and the others, admitted later as any request,
+ *    prefill (what the cache does not hold) and still give the n = 1 tokens;
  *  - n above DCP_ENGINE_MAX_CHOICES is refused with a message naming n. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +37,7 @@ typedef struct fixture {
     dcp_engine *e;
 } fixture;
 
-static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, bool cache)
+static void fx_open_slots(fixture *f, uint32_t tp, uint32_t dcp, bool cache, uint32_t max_seqs)
 {
     memset(f, 0, sizeof *f);
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
@@ -47,7 +49,7 @@ static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, bool cache)
     DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 128;
-    sc.max_seqs = 6;
+    sc.max_seqs = max_seqs;
     sc.block_size = BLOCK;
     sc.kv_pages = 128;
     DCP_ASSERT_OK(dcp_model_state_create(f->m, &sc, &f->s));
@@ -55,6 +57,8 @@ static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, bool cache)
     ec.enable_prefix_caching = cache;
     DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
 }
+
+static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, bool cache) { fx_open_slots(f, tp, dcp, cache, 6); }
 
 static void fx_close(fixture *f)
 {
@@ -228,6 +232,39 @@ static void check_layout(uint32_t tp, uint32_t dcp)
     check_choices(tp, dcp, false, ref, refs, single);
 }
 
+/* Two slots for n = 4: choice 1 is forked, choices 2 and 3 find no free slot then and are admitted
+ * once choices 0 and 1 end, as any request (prefix caching on: the cached full blocks attached and
+ * the rest prefilled; off: the whole prompt prefilled); the tokens stay bitwise the n = 1 output. */
+static void check_few_slots(bool cache)
+{
+    int32_t prompt[NPROMPT];
+    prompt_of(prompt);
+    const uint32_t gen = 8, n = 4, full = (NPROMPT - 1) / BLOCK * BLOCK;
+    fixture f;
+    fx_open_slots(&f, 1, 1, false, 2);
+    out ref[MAXC], c[MAXC];
+    (void)run(&f, make(prompt, 1, 0.0f, 0, gen), ref, NULL, NULL);
+    fx_close(&f);
+    fx_open_slots(&f, 1, 1, cache, 2);
+    (void)run(&f, make(prompt, n, 0.0f, 0, gen), c, NULL, NULL);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(c[i].n, gen);
+        assert_memory_equal(c[i].toks, ref[0].toks, gen * sizeof *c[i].toks);
+    }
+    dcp_engine_stats st;
+    dcp_engine_get_stats(f.e, &st);
+    assert_int_equal(st.forked_choices, 1);
+    assert_int_equal(st.rows, NPROMPT + 2 * (NPROMPT - (cache ? full : 0)) + n * (gen - 1));
+    fx_close(&f);
+}
+
+static void test_choices_few_slots(void **state)
+{
+    (void)state;
+    check_few_slots(true);
+    check_few_slots(false);
+}
+
 static void test_choices_tp1(void **state)
 {
     (void)state;
@@ -255,6 +292,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choice_seed),
         cmocka_unit_test(test_choices_tp1),
+        cmocka_unit_test(test_choices_few_slots),
         cmocka_unit_test(test_choices_dcp2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
