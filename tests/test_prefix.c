@@ -150,7 +150,7 @@ static void drain(dcp_engine *e)
 {
     dcp_engine_event ev;
     while (dcp_engine_poll(e, &ev)) {
-        out *o = ev.user;
+        out *o = (out *)ev.user + ev.index; /* n choices: an array of outs */
         if (ev.token >= 0 && ev.kind == DCP_ENGINE_EVENT_TOKEN) o->toks[o->n++] = ev.token;
         if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
             if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
@@ -556,6 +556,84 @@ static void test_models(void **state)
     assert_int_equal(c[4], 96);
 }
 
+/* ---- forks of n choices (dcp_model_state_fork_seq) over every kind of cache ------------------- */
+
+/* A request with n = 3 choices (seeded sampling) on an engine with prefix caching on, then off:
+ * choices 1 and 2 are forks of choice 0 (no prompt row run again: the step rows are the prompt once
+ * and the decode rows), the pools agree with the accounting after every step (check_pools: the
+ * fork group's shared pages counted once), and every choice's tokens are bitwise those of a
+ * request with n = 1 and the choice's seed run alone without caching, which fails if any layer's
+ * copied last page (K and V, the latent rows, q8_0 scales) differed from what it computed. */
+static void fork_trace(src_kind src, uint32_t tp, uint32_t dcp, uint32_t interleave, uint32_t block, dcp_dtype kv,
+                       uint32_t plen)
+{
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = plen + 32;
+    sc.max_seqs = 4;
+    sc.max_rows = 64;
+    sc.block_size = block;
+    sc.interleave = interleave;
+    sc.kv_dtype = kv;
+    assert_true(plen % (block * dcp) != 0); /* a partial last block to copy */
+    enum { N = 3, GEN = 6 };
+    fixture f;
+    fx_open(&f, src, tp, dcp, &sc, false);
+    static req r;
+    make_prompt(&r, plen, 9, f.cfg.n_vocab);
+    r.max_tokens = GEN;
+    r.temp = 0.7f;
+    out ref[N];
+    for (uint32_t i = 0; i < N; i++) {
+        r.seed = dcp_engine_choice_seed(4242, i);
+        submit(&f, &r, &ref[i]);
+        run(&f);
+    }
+    fx_close(&f);
+    for (int cache = 1; cache >= 0; cache--) {
+        fx_open(&f, src, tp, dcp, &sc, cache);
+        dcp_engine_request q = DCP_ENGINE_REQUEST_DEFAULT;
+        q.prompt = r.prompt;
+        q.n_prompt = r.n;
+        q.max_tokens = GEN;
+        q.ignore_eos = true;
+        q.n = N;
+        q.sampling.temperature = r.temp;
+        q.sampling.seed = 4242;
+        out got[N];
+        memset(got, 0, sizeof got);
+        q.user = got;
+        uint64_t id;
+        DCP_ASSERT_OK(dcp_engine_submit(f.e, &q, &id));
+        run(&f);
+        dcp_engine_stats es;
+        dcp_engine_get_stats(f.e, &es);
+        fprintf(stderr, "fork: %s TP %u DCP %u interleave %u block %u %s cache %s: %llu forked, %llu rows\n",
+                src == SRC_GEN_HD32 ? "llama-hd32" : src == SRC_DS2 ? "deepseek2" : src == SRC_DS2_Q8 ? "deepseek2-kv64"
+                                                                                                    : "stories260K",
+                tp, dcp, interleave, block, dcp_dtype_name(kv), cache ? "on" : "off",
+                (unsigned long long)es.forked_choices, (unsigned long long)es.rows);
+        assert_int_equal(es.forked_choices, N - 1);
+        assert_int_equal(es.rows, plen + N * (GEN - 1));
+        for (uint32_t i = 0; i < N; i++) {
+            assert_true(got[i].done);
+            char what[128];
+            snprintf(what, sizeof what, "fork TP %u DCP %u %s cache %d", tp, dcp, dcp_dtype_name(kv), cache);
+            assert_same(what, i, &got[i], &ref[i]);
+        }
+        fx_close(&f);
+    }
+}
+
+static void test_forks(void **state)
+{
+    (void)state;
+    fork_trace(SRC_STORIES, 8, 2, 1, 16, DCP_DTYPE_F16, 61);
+    fork_trace(SRC_GEN_HD32, 1, 1, 1, 8, DCP_DTYPE_Q8_0, 61);
+    fork_trace(SRC_GEN_HD32, 8, 2, 4, 8, DCP_DTYPE_Q8_0, 61);
+    fork_trace(SRC_DS2, 4, 4, 1, 8, DCP_DTYPE_F16, 61);
+    fork_trace(SRC_DS2_Q8, 4, 4, 2, 8, DCP_DTYPE_Q8_0, 61);
+}
+
 /* With n-gram speculation: the drafts rolled back are never cached (only the tokens before a
  * step's drafts are committed), and the tokens from the cache are those without it. */
 static void test_speculation(void **state)
@@ -833,7 +911,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash_chain),   cmocka_unit_test(test_sharing_cancel), cmocka_unit_test(test_lru),
         cmocka_unit_test(test_preemption),   cmocka_unit_test(test_dcp_rule_2), cmocka_unit_test(test_dcp_rule_4),
-        cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models),
+        cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models), cmocka_unit_test(test_forks),
         cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation),
         cmocka_unit_test(test_offload_lru),  cmocka_unit_test(test_offload_exact),
         cmocka_unit_test(test_offload_segments),

@@ -201,10 +201,14 @@ typedef struct dcp_engine_request {
     uint32_t n;                    /* choices from the one prompt, 1 .. DCP_ENGINE_MAX_CHOICES (default
                                     * 1; 0 reads as 1): n sequences with consecutive ids, choice i
                                     * sampling with seed dcp_engine_choice_seed(sampling.seed, i).
-                                    * With prefix caching on, choices 1 .. n-1 wait until choice 0 has
-                                    * prefilled the prompt once and then attach its full blocks
-                                    * (shared by refcount), computing only the prompt's last partial
-                                    * block themselves. n > 1 with prompt_logprobs is refused */
+                                    * Choices 1 .. n-1 wait until choice 0 has prefilled the prompt
+                                    * and are then forked from it (dcp_model_state_fork_seq: its full
+                                    * blocks shared, its last partial page copied on the device) as
+                                    * far as slots and pages allow, drawing their first tokens from
+                                    * its last prompt row's logits: they compute nothing of the
+                                    * prompt (those that did not fit are admitted later as any
+                                    * request; with MPI followers, on_plan, no fork: each prefills).
+                                    * n > 1 with prompt_logprobs is refused */
 } dcp_engine_request;
 
 /* The most choices per request (dcp_engine_request.n). */
@@ -344,6 +348,8 @@ typedef struct dcp_engine_stats {
     uint64_t generated_tokens;  /* tokens generated */
     uint64_t recomputed_tokens; /* rows run again after preemptions */
     uint64_t preemptions;       /* sequences preempted */
+    uint64_t forked_choices;    /* choices 1 .. n-1 that started as a fork of choice 0's prompt KV
+                                 * (dcp_model_state_fork_seq), running none of its rows */
     uint64_t finished[5];       /* requests ended, by dcp_engine_finish reason */
     uint32_t last_rows;         /* rows of the last step */
     double last_step_seconds;   /* wall time of the last step's model call */

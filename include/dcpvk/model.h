@@ -209,6 +209,23 @@ DCP_API dcp_status dcp_model_state_step(dcp_model_state *s, const dcp_model_row 
  * receives the last token's logits [n_vocab], next (if not NULL) their argmax. */
 DCP_API dcp_status dcp_model_state_forward(dcp_model_state *s, const int32_t *tokens, uint32_t n, float *logits,
                                            int32_t *next);
+/* Empty slot child becomes a copy of sequence parent (its length, every layer's K and V or latent
+ * cache, q8_0 scales included), without computing anything (docs/design.md section 18): parent's
+ * full global blocks are shared, not copied (one more holder on each page; with prefix caching on,
+ * the ones that are cache entries, by reference; off, the sequences of a fork share them as a
+ * group the page accounting counts once), and the pages of the blocks after them (the last,
+ * partial one; with prefix caching on, also full ones that did not become entries) are copied on
+ * the device into fresh pages of child's own (copy on write: the shared pages are full, never
+ * written again). The next step of child goes on from parent's length. *shared (if not NULL):
+ * the tokens of the shared blocks. Blocks only shared with a group parent is in already stay
+ * the group's; a parent in a fork group shares only those. Waits for the copies.
+ * DCP_ERR_INVALID_ARGUMENT (nothing changed) for a slot outside the state, a busy child, an empty
+ * parent or child == parent; DCP_ERR_OUT_OF_PAGES when the copies do not fit on some rank
+ * (dcp_model_state_fork_pages); DCP_ERR_UNSUPPORTED with the TP group spread over MPI processes. */
+DCP_API dcp_status dcp_model_state_fork_seq(dcp_model_state *s, uint32_t parent, uint32_t child, uint32_t *shared);
+/* Pages of DCP rank r's pool a fork of sequence parent takes (those copied; 0 for an empty
+ * parent or r outside the group). */
+DCP_API uint32_t dcp_model_state_fork_pages(const dcp_model_state *s, uint32_t parent, uint32_t r);
 /* Ends sequence seq: its pages go back to the pools at once; its length becomes 0. */
 DCP_API void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq);
 /* Shortens sequence seq to its first `length` tokens, in every layer's cache on every rank held

@@ -464,7 +464,7 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
     for (uint32_t i = 0; i < n; i++) {
         eng_seq *q = qs[i];
         q->id = e->next_id++;
-        q->parent = i && e->cfg.enable_prefix_caching ? *id : 0;
+        q->parent = i && !e->cfg.on_plan ? *id : 0; /* the followers' plan cannot express a fork */
         q->prev = e->tail;
         if (e->tail) e->tail->next = q;
         else e->head = q;

@@ -25,8 +25,8 @@ typedef struct eng_seq {
     uint64_t id;                 /* also its priority: smaller is older, scheduled first */
     void *user;
     uint32_t index;              /* its choice of the request (0 .. n-1) */
-    uint64_t parent;             /* choices 1 .. n-1 with prefix caching: choice 0's id, which
-                                  * prefills the prompt first (0: none) */
+    uint64_t parent;             /* choices 1 .. n-1 (no MPI followers): choice 0's id, which
+                                  * prefills the prompt and is forked (0: none) */
     int32_t *toks;               /* [n_toks] prompt then generated ids (capacity n_prompt + max_tokens) */
     uint32_t n_toks, n_prompt;
     uint32_t max_tokens, generated;

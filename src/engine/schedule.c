@@ -167,9 +167,10 @@ static int32_t free_slot(const dcp_engine *e)
     return -1;
 }
 
-/* Choice 1 .. n-1 of a request (prefix caching on) while choice 0 has not yet had the whole prompt
- * in KV once: it waits, so that it attaches the prompt's full blocks rather than prefilling them
- * again. Choice 0 comes just before it in the list (consecutive ids) unless it ended already. */
+/* Choice 1 .. n-1 of a request while choice 0 has not yet had the whole prompt in KV once: it
+ * waits, to be forked from choice 0 when its prompt's last row runs (fork_choices: nothing of the
+ * prompt computed again). Choice 0 comes just before it in the list (consecutive ids) unless it
+ * ended already. */
 static bool waits_for_parent(const eng_seq *q)
 {
     if (!q->parent) return false;
@@ -280,6 +281,65 @@ static bool schedule(dcp_engine *e)
     return e->n_sched > 0;
 }
 
+/* q's next token from logits row k of the step (e->logits, or the device argmax e->next), accepted
+ * and added to its text (which may end it and free it). */
+static dcp_status take_token(dcp_engine *e, eng_seq *q, uint32_t k)
+{
+    const float *row = e->logits + (size_t)k * e->n_vocab;
+    int32_t tok;
+    if (q->logprobs && !q->spec_strict) { /* q->greedy is false with logprobs */
+        tok = eng_sampler_sample_logprobs(q->smp, row, q->top_logprobs, &q->lp[0]);
+    } else {
+        tok = q->greedy ? e->next[k] : q->spec_strict ? eng_spec_sample(e, q, row) : dcp_sampler_sample(q->smp, row);
+        /* before the token is accepted: the penalties it was drawn under */
+        if (q->logprobs) eng_sampler_logprobs(q->smp, row, tok, q->top_logprobs, &q->lp[0]);
+    }
+    if (q->logprobs) q->lp_cur = &q->lp[0];
+    dcp_sampler_accept(q->smp, &tok, 1, true);
+    bool ended;
+    return eng_text_token(e, q, tok, &ended);
+}
+
+/* Choice 0 q has just run its prompt's last row: each of its choices still waiting for it (never
+ * admitted) that finds a free slot and the pages of its copies (keeping one page per running
+ * sequence free on every rank, as an admission does) becomes a fork of q's slot
+ * (dcp_model_state_fork_seq: q's full blocks shared, the last partial one copied on the device),
+ * running with the whole prompt in KV and no prompt row computed. Returns them in kids, in order;
+ * the others are admitted later as any request (with prefix caching the cached blocks, then a
+ * prefill of the rest). */
+static uint32_t fork_choices(dcp_engine *e, eng_seq *q, eng_seq **kids)
+{
+    uint32_t n = 0;
+    for (eng_seq *c = q->next; c && c->parent == q->id; c = c->next) {
+        if (c->slot >= 0 || c->admitted) continue;
+        if (c->greedy && !q->greedy) break; /* its row has no argmax (cannot happen: one request's config) */
+        if (!c->greedy && q->greedy) break; /* nor logits */
+        const int32_t slot = free_slot(e);
+        if (slot < 0) break;
+        bool fits = true;
+        for (uint32_t r = 0; r < e->dcp && fits; r++)
+            fits = (uint64_t)dcp_model_state_fork_pages(e->s, (uint32_t)q->slot, r) + e->running <=
+                   dcp_model_state_rank_pages_free(e->s, r);
+        uint32_t shared = 0;
+        if (!fits || dcp_model_state_fork_seq(e->s, (uint32_t)q->slot, (uint32_t)slot, &shared) != DCP_OK) break;
+        if (e->cfg.enable_prefix_caching) {
+            e->stats.prefix_queries += c->n_toks;
+            e->stats.prefix_hits += shared;
+            c->cached = shared; /* the blocks taken from the cache, as an admission would report */
+        }
+        c->admitted = true;
+        c->slot = slot;
+        c->fed = c->seen = c->n_prompt;
+        e->slot_seq[slot] = c;
+        e->running++;
+        e->waiting--;
+        if (e->running > e->stats.running_peak) e->stats.running_peak = e->running;
+        e->stats.forked_choices++;
+        kids[n++] = c;
+    }
+    return n;
+}
+
 /* The step failed: every sequence in it ends with an error. */
 static void fail_step(dcp_engine *e, dcp_status st)
 {
@@ -377,21 +437,15 @@ dcp_status dcp_engine_step(dcp_engine *e)
             eng_finish(e, q, DCP_ENGINE_FINISH_LENGTH, -1, NULL, 0, DCP_OK, NULL);
             continue;
         }
-        const float *row = e->logits + (size_t)k * e->n_vocab;
-        int32_t tok;
-        if (q->logprobs && !q->spec_strict) { /* q->greedy is false with logprobs */
-            tok = eng_sampler_sample_logprobs(q->smp, row, q->top_logprobs, &q->lp[0]);
-        } else {
-            tok = q->greedy ? e->next[k] : q->spec_strict ? eng_spec_sample(e, q, row) : dcp_sampler_sample(q->smp, row);
-            /* before the token is accepted: the penalties it was drawn under */
-            if (q->logprobs) eng_sampler_logprobs(q->smp, row, tok, q->top_logprobs, &q->lp[0]);
-        }
-        k++;
-        if (q->logprobs) q->lp_cur = &q->lp[0];
-        dcp_sampler_accept(q->smp, &tok, 1, true);
-        bool ended;
-        dcp_status ts = eng_text_token(e, q, tok, &ended);
+        /* n choices: the waiting ones fork from choice 0 now that its prompt is in KV, before its
+         * token (which may end it), and draw their first tokens from the same logits row */
+        eng_seq *kids[DCP_ENGINE_MAX_CHOICES];
+        const uint32_t n_kids = q->generated == 0 && q->fed == q->n_prompt ? fork_choices(e, q, kids) : 0;
+        dcp_status ts = take_token(e, q, k);
         if (ts != DCP_OK && first == DCP_OK) first = ts;
+        for (uint32_t c = 0; c < n_kids; c++)
+            if ((ts = take_token(e, kids[c], k)) != DCP_OK && first == DCP_OK) first = ts;
+        k++;
     }
     e->n_sched = 0;
     return first;

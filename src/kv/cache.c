@@ -340,6 +340,37 @@ dcp_status dcp_kv_cache_attach(dcp_kv_cache *kc, uint32_t s, uint32_t blocks, co
     return DCP_OK;
 }
 
+dcp_status dcp_kv_cache_fork(dcp_kv_cache *kc, uint32_t s, uint32_t parent, uint32_t from, uint32_t share)
+{
+    const dcp_kv_cache_config *c = &kc->cfg;
+    const uint64_t bt_tokens = (uint64_t)c->pool.page_size * c->dcp_size;
+    if (s >= c->max_seqs || parent >= c->max_seqs || s == parent || kc->lengths[s] != from * bt_tokens ||
+        (uint64_t)share * bt_tokens > kc->lengths[parent] || from > share)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "KV cache: forking sequence %u from %u (slots of the %u; the child must hold exactly its %u "
+                        "attached blocks, and the %u shared blocks lie within the parent's %llu tokens)",
+                        s, parent, c->max_seqs, from, share, (unsigned long long)kc->lengths[parent]);
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        const kv_rank *r = &kc->ranks[i];
+        if (r->pages[parent] - share > r->free_count)
+            return dcp_fail(DCP_ERR_OUT_OF_PAGES, "KV cache: forking sequence %u from %u takes %u pages on local rank "
+                            "%u, %u are free", s, parent, r->pages[parent] - share, i, r->free_count);
+    }
+    for (uint32_t i = 0; i < kc->local_count; i++) {
+        kv_rank *r = &kc->ranks[i];
+        uint32_t *bt = r->bt + (uint64_t)s * c->max_blocks;
+        const uint32_t *pbt = r->bt + (uint64_t)parent * c->max_blocks;
+        for (uint32_t b = from; b < share; b++) r->ref[bt[b] = pbt[b]]++;
+        for (uint32_t b = share; b < r->pages[parent]; b++) {
+            bt[b] = r->free_pages[--r->free_count];
+            r->ref[bt[b]] = 1;
+        }
+        r->pages[s] = r->pages[parent];
+    }
+    kc->lengths[s] = kc->lengths[parent];
+    return DCP_OK;
+}
+
 void dcp_kv_cache_free_seq(dcp_kv_cache *kc, uint32_t s)
 {
     if (s >= kc->cfg.max_seqs) return;

@@ -35,5 +35,11 @@ uint32_t dcp_kv_cache_page_refs(const dcp_kv_cache *kc, uint32_t i, uint32_t pag
  * placement rule puts positions [b B N, (b + 1) B N) there, for every interleave).
  * DCP_ERR_INVALID_ARGUMENT (nothing changed) for a busy slot, too many blocks or a free page. */
 dcp_status dcp_kv_cache_attach(dcp_kv_cache *kc, uint32_t s, uint32_t blocks, const uint32_t *pages);
+/* Sequence s (its first `from` whole global blocks attached already, the same pages as parent's,
+ * or empty with from 0) becomes as long as sequence parent: on every local rank its block-table
+ * entries from .. share - 1 become parent's pages (one more holder each) and the rest of parent's
+ * page count fresh pages of its own, which the caller fills (a copy of parent's pages: the block
+ * tables say which). DCP_ERR_INVALID_ARGUMENT / DCP_ERR_OUT_OF_PAGES with nothing changed. */
+dcp_status dcp_kv_cache_fork(dcp_kv_cache *kc, uint32_t s, uint32_t parent, uint32_t from, uint32_t share);
 
 #endif

@@ -109,6 +109,7 @@ struct dcp_model_state {
     uint32_t *run_seq, *run_count;   /* [max_rows] scratch: the step's runs of rows per sequence */
     dcp_model_row *fwd_rows;         /* [max_rows] scratch of dcp_model_state_forward */
     dcp_prefix_cache *prefix;        /* automatic prefix caching (prefix.c), NULL: off */
+    struct dcp_fork_state *fork;     /* forks of sequences (fork.c), NULL until the first */
     /* statistics */
     uint64_t tokens_run;
     void *arch;                      /* the architecture's run state (its ops own it) */
@@ -167,6 +168,8 @@ dcp_status dcp_graph_check_pages(const dcp_model_state *s, const uint32_t *adds)
 dcp_status dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds);
 /* Pages on the free lists of the worst rank now (not counting the reclaimable cached blocks). */
 uint32_t dcp_graph_pages_free_now(const dcp_model_state *s);
+/* Pages on rank r's free lists now. */
+uint32_t dcp_graph_rank_free_now(const dcp_model_state *s, uint32_t r);
 
 /* ---- automatic prefix caching (prefix.c) -------------------------------------------------- */
 
@@ -184,6 +187,20 @@ void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq);
  * returns), else out of the cache. */
 dcp_status dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n);
 void dcp_graph_prefix_destroy(dcp_model_state *s);
+/* Empty slot seq takes parent's cache entries (its leading held blocks, one more reference each;
+ * every cache's block table) and parent's token ids: *blocks of them (0, nothing done, when off). */
+dcp_status dcp_graph_prefix_share(dcp_model_state *s, uint32_t parent, uint32_t seq, uint32_t *blocks);
+
+/* ---- forks of a sequence (fork.c) ---------------------------------------------------------- */
+
+/* Leading global blocks of seq whose pages it shares with the other sequences of its fork group
+ * (prefix caching off), and the distinct pages of every group on each rank (one per such block). */
+uint32_t dcp_graph_fork_shared(const dcp_model_state *s, uint32_t seq);
+uint32_t dcp_graph_fork_pages(const dcp_model_state *s);
+/* seq ends or is shortened to `length` (refused inside its shared blocks: DCP_ERR_INVALID_ARGUMENT). */
+void dcp_graph_fork_release(dcp_model_state *s, uint32_t seq);
+dcp_status dcp_graph_fork_check_truncate(const dcp_model_state *s, uint32_t seq, uint32_t length);
+void dcp_graph_fork_destroy(dcp_model_state *s);
 
 /* ---- blocks for the architectures ---------------------------------------------------------- */
 

@@ -547,6 +547,7 @@ void dcp_model_state_destroy(dcp_model_state *s)
     const uint32_t G = s->ng, L = s->m->cfg.n_layer;
     dcp_step_destroy(s->step);
     dcp_graph_prefix_destroy(s);
+    dcp_graph_fork_destroy(s);
     if (s->arch) s->m->ops->state_destroy(s);
     for (uint32_t i = 0; s->r && i < s->m->nl; i++) {
         dcp_graph_rank *r = &s->r[i];
@@ -582,6 +583,7 @@ void dcp_model_state_free_seq(dcp_model_state *s, uint32_t seq)
 {
     if (seq >= s->cfg.max_seqs) return;
     dcp_graph_prefix_release(s, seq); /* its cached blocks stay, held by the cache */
+    dcp_graph_fork_release(s, seq);   /* its shared pages stay with the rest of its group */
     for (uint32_t i = 0; i < s->ng * s->m->cfg.n_layer; i++) dcp_kv_cache_free_seq(s->caches[i], seq);
     s->seq_len[seq] = 0;
 }
@@ -599,6 +601,8 @@ dcp_status dcp_model_state_truncate_seq(dcp_model_state *s, uint32_t seq, uint32
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "model state: truncating sequence %u to %u tokens, inside its first %llu tokens, which are "
                         "prefix-cache blocks shared with other sequences", seq, length, (unsigned long long)cached);
+    const dcp_status fs = dcp_graph_fork_check_truncate(s, seq, length);
+    if (fs != DCP_OK) return fs;
     /* Checked above, so no cache refuses: every layer's cache holds the same sequence lengths. */
     for (uint32_t i = 0; i < s->ng * s->m->cfg.n_layer; i++) {
         dcp_status st = dcp_kv_cache_truncate_seq(s->caches[i], seq, length);

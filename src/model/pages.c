@@ -21,12 +21,13 @@ static uint32_t shard_pages(const dcp_model_state *s, uint64_t length, uint32_t 
 uint32_t dcp_model_state_pages_total(const dcp_model_state *s) { return s->cfg.kv_pages; }
 
 /* Pages of rank r's pool in use: each sequence's own (its shard less the leading blocks that are
- * prefix-cache entries) and one per cache entry (src/model/prefix.c), referenced or not. */
+ * prefix-cache entries or shared within its fork group), one per cache entry (src/model/prefix.c),
+ * referenced or not, and one per shared block of each fork group (src/model/fork.c). */
 static uint32_t pages_used(const dcp_model_state *s, uint32_t r)
 {
-    uint64_t used = dcp_graph_prefix_entries(s);
+    uint64_t used = dcp_graph_prefix_entries(s) + dcp_graph_fork_pages(s);
     for (uint32_t q = 0; q < s->cfg.max_seqs; q++)
-        used += shard_pages(s, s->seq_len[q], r) - dcp_graph_prefix_held(s, q);
+        used += shard_pages(s, s->seq_len[q], r) - dcp_graph_prefix_held(s, q) - dcp_graph_fork_shared(s, q);
     return (uint32_t)used;
 }
 
@@ -82,6 +83,8 @@ static uint64_t step_need(const dcp_model_state *s, const uint32_t *adds, uint32
         if (adds[q]) need += shard_pages(s, (uint64_t)s->seq_len[q] + adds[q], r) - shard_pages(s, s->seq_len[q], r);
     return need;
 }
+
+uint32_t dcp_graph_rank_free_now(const dcp_model_state *s, uint32_t r) { return s->cfg.kv_pages - pages_used(s, r); }
 
 uint32_t dcp_graph_pages_free_now(const dcp_model_state *s)
 {

@@ -671,6 +671,33 @@ void dcp_graph_prefix_release(dcp_model_state *s, uint32_t seq)
     p->seq_stop[seq] = false;
 }
 
+dcp_status dcp_graph_prefix_share(dcp_model_state *s, uint32_t parent, uint32_t seq, uint32_t *blocks)
+{
+    *blocks = 0;
+    dcp_prefix_cache *p = s->prefix;
+    if (!p) return DCP_OK;
+    const uint32_t n = p->seq_held[parent];
+    const int32_t *pent = p->seq_entry + (uint64_t)parent * p->max_gblocks;
+    int32_t *ent = p->seq_entry + (uint64_t)seq * p->max_gblocks;
+    for (uint32_t k = 0; k < p->n_caches && n; k++) {
+        for (uint32_t i = 0; i < p->gn; i++)
+            for (uint32_t b = 0; b < n; b++)
+                p->scratch[(uint64_t)i * n + b] = p->epages[((uint64_t)pent[b] * p->n_caches + k) * p->gn + i];
+        const dcp_status st = dcp_kv_cache_attach(s->caches[k], seq, n, p->scratch);
+        if (st != DCP_OK) return dcp_fail_context(st, "fork: sharing the cached blocks of sequence %u", parent);
+    }
+    for (uint32_t b = 0; b < n; b++) { /* the parent holds them: none is on the unreferenced list */
+        ent[b] = pent[b];
+        p->e[ent[b]].refs++;
+    }
+    memcpy(p->seq_toks + (uint64_t)seq * p->n_ctx, p->seq_toks + (uint64_t)parent * p->n_ctx,
+           (size_t)s->seq_len[parent] * sizeof *p->seq_toks);
+    p->seq_held[seq] = n;
+    p->seq_stop[seq] = false;
+    *blocks = n;
+    return DCP_OK;
+}
+
 dcp_status dcp_graph_prefix_evict(dcp_model_state *s, uint32_t n)
 {
     dcp_status st = DCP_OK;
