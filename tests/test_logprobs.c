@@ -49,12 +49,9 @@ static void fx_open(fixture *f)
 {
     memset(f, 0, sizeof *f);
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
-    f->V = dcp_tokenizer_n_vocab(f->tok);
     f->ctx = dcp_test_context_of(1);
-    dcp_device *dev = dcp_context_device(f->ctx, 0);
-    DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, f->g, &f->cfg, &f->m));
+    dcp_test_model_open(f->ctx, f->g, 1, 1, false, &f->cfg, &f->tok, &f->m);
+    f->V = dcp_tokenizer_n_vocab(f->tok);
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = NCTX;
     sc.max_seqs = 4;
@@ -67,10 +64,7 @@ static void fx_open(fixture *f)
 static void fx_close(fixture *f)
 {
     dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
+    dcp_test_model_close(f->ctx, f->m, f->tok, f->g);
 }
 
 /* What a request produced, with every token's logprobs. */
