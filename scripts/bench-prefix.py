@@ -57,7 +57,7 @@ import tempfile
 import threading
 import time
 
-from serve_bench_util import Server, pct
+from serve_bench_util import Server, pct, sse_events
 
 WORDS = ("the agent reads file code test build error line function value list table page cache token "
          "prompt model server request answer plan step tool call result check run fix change commit branch "
@@ -116,26 +116,18 @@ def stream_completion(port, prompt, max_tokens, rec):
         rec["error"] = f"{r.status} {r.read().decode()[:300]}"
         c.close()
         return
-    first, text, usage, buf = None, [], None, b""
-    while True:
-        data = r.read1(65536)
-        if not data:
-            break
-        now = time.perf_counter()
-        buf += data
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            ev = ev.decode()
-            if not ev.startswith("data: ") or ev[6:] == "[DONE]":
-                continue
-            j = json.loads(ev[6:])
-            if j.get("usage"):
-                usage = j["usage"]
-            for ch in j.get("choices", []):
-                if ch.get("text"):
-                    if first is None:
-                        first = now
-                    text.append(ch["text"])
+    first, text, usage = None, [], None
+    for now, ev in sse_events(r):
+        if not ev.startswith("data: ") or ev[6:] == "[DONE]":
+            continue
+        j = json.loads(ev[6:])
+        if j.get("usage"):
+            usage = j["usage"]
+        for ch in j.get("choices", []):
+            if ch.get("text"):
+                if first is None:
+                    first = now
+                text.append(ch["text"])
     c.close()
     rec["done"] = time.perf_counter()
     if usage is None:

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from serve_bench_util import Server, pct
+from serve_bench_util import Server, pct, sse_events
 
 
 def start_server(args, dcp):
@@ -60,27 +60,18 @@ def stream_request(port, prompt, max_tokens, rec):
         rec["error"] = f"{r.status} {r.read().decode()[:200]}"
         return
     chunks, tokens = [], 0
-    buf = b""
-    while True:
-        data = r.read1(65536) if hasattr(r, "read1") else r.read(1)
-        if not data:
-            break
-        now = time.perf_counter()
-        buf += data
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            ev = ev.decode()
-            if not ev.startswith("data: "):
-                continue
-            payload = ev[6:]
-            if payload == "[DONE]":
-                continue
-            j = json.loads(payload)
-            if j.get("usage"):
-                tokens = j["usage"]["completion_tokens"]
-            for ch in j.get("choices", []):
-                if ch.get("text"):
-                    chunks.append(now)
+    for now, ev in sse_events(r):
+        if not ev.startswith("data: "):
+            continue
+        payload = ev[6:]
+        if payload == "[DONE]":
+            continue
+        j = json.loads(payload)
+        if j.get("usage"):
+            tokens = j["usage"]["completion_tokens"]
+        for ch in j.get("choices", []):
+            if ch.get("text"):
+                chunks.append(now)
     c.close()
     rec["chunks"] = chunks
     rec["tokens"] = tokens

@@ -40,7 +40,7 @@ import time
 import urllib.parse
 from datetime import datetime
 
-from serve_bench_util import pct
+from serve_bench_util import pct, sse_events
 
 # Short words, most of them one token in common vocabularies: random prompts of about as many
 # tokens as words, whatever the tokenizer (the server's usage gives the exact counts).
@@ -148,36 +148,31 @@ def stream_completion(t, endpoint, body, rec):
             rec["error"] = f"HTTP {r.status}: {r.read().decode(errors='replace')[:300]}"
             c.close()
             return
-        last, buf, text, usage, done = None, b"", [], None, False
-        while not done:
-            data = r.read1(65536)
-            if not data:
+        last, text, usage, done = None, [], None, False
+        for now, ev in sse_events(r):
+            for line in ev.splitlines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    continue
+                j = json.loads(payload)
+                if "error" in j:
+                    rec["error"] = json.dumps(j["error"])[:300]
+                if j.get("usage"):
+                    usage = j["usage"]
+                for ch in j.get("choices", []):
+                    piece = ch.get("text") or (ch.get("delta") or {}).get("content") or ""
+                    if piece:
+                        if last is None:
+                            rec["ttft"] = now - st
+                        else:
+                            rec["itl"].append(now - last)
+                        last = now
+                        text.append(piece)
+            if done:
                 break
-            now = time.perf_counter()
-            buf += data
-            while b"\n\n" in buf:
-                ev, buf = buf.split(b"\n\n", 1)
-                for line in ev.decode().splitlines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        done = True
-                        continue
-                    j = json.loads(payload)
-                    if "error" in j:
-                        rec["error"] = json.dumps(j["error"])[:300]
-                    if j.get("usage"):
-                        usage = j["usage"]
-                    for ch in j.get("choices", []):
-                        piece = ch.get("text") or (ch.get("delta") or {}).get("content") or ""
-                        if piece:
-                            if last is None:
-                                rec["ttft"] = now - st
-                            else:
-                                rec["itl"].append(now - last)
-                            last = now
-                            text.append(piece)
         rec["latency"] = time.perf_counter() - st
         c.close()
         rec["generated_text"] = "".join(text)

@@ -1,5 +1,6 @@
 """What the benchmark scripts share (scripts/bench-serve.py, bench-serve-dcp.py, bench-prefix.py):
-the percentile of a list, and one dcp-vk-serve started on a free port. Each script imports it from
+the percentile of a list, the events of a streamed response, and one dcp-vk-serve started on a free
+port. Each script imports it from
 its own folder (Python puts the script's folder first on sys.path). Only the standard library."""
 import http.client
 import os
@@ -19,6 +20,21 @@ def pct(xs, p, empty=None):
     k = (len(xs) - 1) * p / 100.0
     lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def sse_events(r):
+    """The server-sent events of the streamed HTTP response r as they arrive: (time.perf_counter()
+    when the read that completed it returned, the event's text without its blank line)."""
+    buf = b""
+    while True:
+        data = r.read1(65536)
+        if not data:
+            return
+        now = time.perf_counter()
+        buf += data
+        while b"\n\n" in buf:
+            ev, buf = buf.split(b"\n\n", 1)
+            yield now, ev.decode()
 
 
 class Server:

@@ -139,3 +139,59 @@ dcp_status dcp_test_model_load(dcp_device *const *devs, uint32_t first, uint32_t
     wc.q_replicate = q_replicate;
     return dcp_model_load(&wc, g, cfg, out);
 }
+
+dcp_gguf *dcp_test_gguf_of_writer(dcp_gguf_writer *w, void **bytes, const char *name)
+{
+    size_t size;
+    DCP_ASSERT_OK(dcp_gguf_writer_write_memory(w, bytes, &size));
+    dcp_gguf_writer_destroy(w);
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open_memory(*bytes, size, name, &g));
+    return g;
+}
+
+void dcp_test_model_open(dcp_context *ctx, const dcp_gguf *g, uint32_t tp, uint32_t dcp, bool q_replicate,
+                         dcp_model_config *cfg, dcp_tokenizer **tok, dcp_model **m)
+{
+    DCP_ASSERT_OK(dcp_model_config_read(g, cfg));
+    DCP_ASSERT_OK(dcp_tokenizer_create(g, tok));
+    dcp_device *devs[64];
+    assert_true(tp <= 64);
+    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
+    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, q_replicate, g, cfg, m));
+}
+
+void dcp_test_model_close(dcp_context *ctx, dcp_model *m, dcp_tokenizer *tok, dcp_gguf *g)
+{
+    dcp_model_destroy(m);
+    dcp_test_context_done(ctx);
+    dcp_tokenizer_destroy(tok);
+    dcp_gguf_close(g);
+}
+
+dcp_gguf *dcp_test_open_deepseek2(bool q8_rows, void **bytes)
+{
+    dcp_test_deepseek2_config dc;
+    DCP_ASSERT_OK(dcp_test_deepseek2_preset('A', &dc));
+    if (q8_rows) dc.kv_lora_rank = 48;
+    dcp_gguf_writer *w;
+    DCP_ASSERT_OK(dcp_gguf_build_test_model_deepseek2(&dc, &w));
+    return dcp_test_gguf_of_writer(w, bytes, "<generated test model>");
+}
+
+void dcp_test_engine_open(dcp_test_engine *f, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc,
+                          const dcp_engine_config *ec)
+{
+    f->ctx = dcp_test_context_of(tp);
+    dcp_test_model_open(f->ctx, f->g, tp, dcp, false, &f->cfg, &f->tok, &f->m);
+    DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
+    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, ec, &f->e));
+}
+
+void dcp_test_engine_close(dcp_test_engine *f)
+{
+    dcp_engine_destroy(f->e);
+    dcp_model_state_destroy(f->s);
+    dcp_test_model_close(f->ctx, f->m, f->tok, f->g);
+    free(f->bytes);
+}

@@ -25,75 +25,30 @@
 #include "ref_model.h"
 #include "vkutil.h"
 
-enum { MAXT = 64, MAXC = 8, NPROMPT = 42, BLOCK = 4 };
+enum { MAXC = DCP_ENGINE_MAX_CHOICES, NPROMPT = 42, BLOCK = 4 };
 
-typedef struct fixture {
-    dcp_gguf *g;
-    dcp_model_config cfg;
-    dcp_context *ctx;
-    dcp_model *m;
-    dcp_model_state *s;
-    dcp_tokenizer *tok;
-    dcp_engine *e;
-} fixture;
+typedef dcp_test_engine fixture;
 
 static void fx_open_slots(fixture *f, uint32_t tp, uint32_t dcp, bool cache, uint32_t max_seqs)
 {
     memset(f, 0, sizeof *f);
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
-    f->ctx = dcp_test_context_of(tp);
-    dcp_device *devs[8];
-    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
-    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 128;
     sc.max_seqs = max_seqs;
     sc.block_size = BLOCK;
     sc.kv_pages = 128;
-    DCP_ASSERT_OK(dcp_model_state_create(f->m, &sc, &f->s));
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     ec.enable_prefix_caching = cache;
-    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
+    dcp_test_engine_open(f, tp, dcp, &sc, &ec);
 }
 
 static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, bool cache) { fx_open_slots(f, tp, dcp, cache, 6); }
 
-static void fx_close(fixture *f)
-{
-    dcp_engine_destroy(f->e);
-    dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
-}
+static void fx_close(fixture *f) { dcp_test_engine_close(f); }
 
-typedef struct out {
-    int32_t toks[MAXT];
-    uint32_t n, cached;
-    bool done;
-} out;
-
-/* Choice outputs: user points to an array of MAXC outs, indexed by the event's choice. */
-static void drain(dcp_engine *e, uint64_t first)
-{
-    dcp_engine_event ev;
-    while (dcp_engine_poll(e, &ev)) {
-        out *o = (out *)ev.user + ev.index;
-        assert_true(ev.index < MAXC);
-        assert_int_equal(ev.id, first ? first + ev.index : ev.id);
-        assert_false(o->done);
-        if (ev.token >= 0 && ev.kind == DCP_ENGINE_EVENT_TOKEN) o->toks[o->n++] = ev.token;
-        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
-            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
-            if (ev.token >= 0) o->toks[o->n++] = ev.token;
-            o->cached = ev.cached_tokens;
-            o->done = true;
-        }
-    }
-}
+/* Choice outputs: user points to an array of MAXC outs, indexed by the event's choice (dcp_test_drain). */
+typedef dcp_test_out out;
 
 /* Distinct pages in use now: the pool less the free pages, the most over every layer and rank. */
 static uint32_t pages_in_use(const fixture *f)
@@ -140,9 +95,9 @@ static uint32_t run(fixture *f, dcp_engine_request q, out *outs, const dcp_engin
         DCP_ASSERT_OK(dcp_engine_step(f->e));
         const uint32_t u = pages_in_use(f);
         if (u > peak) peak = u;
-        drain(f->e, 0);
+        dcp_test_drain(f->e);
     }
-    drain(f->e, 0);
+    dcp_test_drain(f->e);
     for (uint32_t i = 0; i < (q.n ? q.n : 1); i++) assert_true(outs[i].done);
     return peak;
 }

@@ -31,15 +31,7 @@
 
 enum { MAXT = 256, MAXR = 24 };
 
-typedef struct fixture {
-    dcp_gguf *g;
-    dcp_model_config cfg;
-    dcp_context *ctx;
-    dcp_model *m;
-    dcp_model_state *s;
-    dcp_tokenizer *tok;
-    dcp_engine *e;
-} fixture;
+typedef dcp_test_engine fixture;
 
 static const char *model_path(void) { return dcp_test_data_path("stories260K.gguf"); }
 
@@ -47,27 +39,12 @@ static void fx_open(fixture *f, uint32_t tp, uint32_t dcp, const dcp_model_state
 {
     memset(f, 0, sizeof *f);
     DCP_ASSERT_OK(dcp_gguf_open(model_path(), &f->g));
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
-    f->ctx = dcp_test_context_of(tp);
-    dcp_device *devs[8];
-    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
-    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
-    DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     ec.step_tokens = step_tokens;
-    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
+    dcp_test_engine_open(f, tp, dcp, sc, &ec);
 }
 
-static void fx_close(fixture *f)
-{
-    dcp_engine_destroy(f->e);
-    dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
-}
+static void fx_close(fixture *f) { dcp_test_engine_close(f); }
 
 typedef dcp_test_out out;
 

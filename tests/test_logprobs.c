@@ -45,32 +45,33 @@ typedef struct fixture {
     uint32_t V;
 } fixture;
 
-static void fx_open(fixture *f)
+/* The states' configuration: NCTX tokens, 4 sequences, NCTX rows a step, f32 KV. */
+static dcp_model_state_config state_config(void)
 {
-    memset(f, 0, sizeof *f);
-    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
-    f->V = dcp_tokenizer_n_vocab(f->tok);
-    f->ctx = dcp_test_context_of(1);
-    dcp_device *dev = dcp_context_device(f->ctx, 0);
-    DCP_ASSERT_OK(dcp_test_model_load(&dev, 0, 1, 1, 1, false, f->g, &f->cfg, &f->m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = NCTX;
     sc.max_seqs = 4;
     sc.max_rows = NCTX;
-    sc.max_logits = NCTX;
     sc.kv_dtype = DCP_DTYPE_F32;
+    return sc;
+}
+
+static void fx_open(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
+    f->ctx = dcp_test_context_of(1);
+    dcp_test_model_open(f->ctx, f->g, 1, 1, false, &f->cfg, &f->tok, &f->m);
+    f->V = dcp_tokenizer_n_vocab(f->tok);
+    dcp_model_state_config sc = state_config();
+    sc.max_logits = NCTX;
     DCP_ASSERT_OK(dcp_model_state_create(f->m, &sc, &f->s));
 }
 
 static void fx_close(fixture *f)
 {
     dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
+    dcp_test_model_close(f->ctx, f->m, f->tok, f->g);
 }
 
 /* What a request produced, with every token's logprobs. */
@@ -87,6 +88,21 @@ typedef struct out {
     bool done;
 } out;
 
+/* Keeps ev's logprob, top ids and top logprobs at index i of the arrays (drain's and pdrain's
+ * records) and appends its piece to pieces (cap bytes, *plen of them used). */
+static void keep_logprobs(const dcp_engine_event *ev, uint32_t i, float *lp, uint32_t *n_top,
+                          int32_t (*top_ids)[DCP_ENGINE_MAX_LOGPROBS], float (*top_lps)[DCP_ENGINE_MAX_LOGPROBS],
+                          char *pieces, size_t cap, size_t *plen)
+{
+    lp[i] = ev->logprob;
+    n_top[i] = ev->n_top;
+    memcpy(top_ids[i], ev->top_ids, sizeof ev->top_ids);
+    memcpy(top_lps[i], ev->top_logprobs, sizeof ev->top_logprobs);
+    assert_true(*plen + ev->piece_len < cap);
+    memcpy(pieces + *plen, ev->piece, ev->piece_len);
+    *plen += ev->piece_len;
+}
+
 static void drain(dcp_engine *e)
 {
     dcp_engine_event ev;
@@ -98,14 +114,8 @@ static void drain(dcp_engine *e)
             assert_true(ev.token >= 0);
             const uint32_t i = o->nlp++;
             assert_int_equal(i + 1, o->n);
-            o->lp[i] = ev.logprob;
-            o->n_top[i] = ev.n_top;
-            memcpy(o->top_ids[i], ev.top_ids, sizeof ev.top_ids);
-            memcpy(o->top_lps[i], ev.top_logprobs, sizeof ev.top_logprobs);
+            keep_logprobs(&ev, i, o->lp, o->n_top, o->top_ids, o->top_lps, o->pieces, sizeof o->pieces, &o->plen);
             assert_int_equal(ev.n_all, 0); /* only PROMPT events carry the whole vocabulary */
-            assert_true(o->plen + ev.piece_len < sizeof o->pieces);
-            memcpy(o->pieces + o->plen, ev.piece, ev.piece_len);
-            o->plen += ev.piece_len;
         }
         assert_true(o->len + ev.len < sizeof o->text);
         memcpy(o->text + o->len, ev.text, ev.len);
@@ -115,6 +125,15 @@ static void drain(dcp_engine *e)
             o->done = true;
         }
     }
+}
+
+/* Submits a copy of request r whose events go to user (run's out, prun's pout). */
+static void submit(dcp_engine *e, const dcp_engine_request *r, void *user)
+{
+    dcp_engine_request q = *r;
+    q.user = user;
+    uint64_t id;
+    DCP_ASSERT_OK(dcp_engine_submit(e, &q, &id));
 }
 
 /* Requests [n] submitted together (one engine over f->s, with speculation spec or none). */
@@ -127,10 +146,7 @@ static void run(fixture *f, const dcp_spec_config *spec, const dcp_engine_reques
     DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &e));
     for (uint32_t i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
-        dcp_engine_request q = r[i];
-        q.user = &o[i];
-        uint64_t id;
-        DCP_ASSERT_OK(dcp_engine_submit(e, &q, &id));
+        submit(e, &r[i], &o[i]);
     }
     while (dcp_engine_busy(e)) {
         DCP_ASSERT_OK(dcp_engine_step(e));
@@ -379,11 +395,7 @@ static void test_draft(void **state)
     (void)state;
     fixture f;
     fx_open(&f);
-    dcp_model_state_config dc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    dc.n_ctx = NCTX;
-    dc.max_seqs = 4;
-    dc.max_rows = NCTX;
-    dc.kv_dtype = DCP_DTYPE_F32;
+    dcp_model_state_config dc = state_config();
     dcp_model_state *ds;
     DCP_ASSERT_OK(dcp_model_state_create(f.m, &dc, &ds));
     dcp_engine_request r[4];
@@ -448,11 +460,8 @@ static void pdrain(dcp_engine *e)
             const uint32_t i = o->n++;
             o->has[i] = ev.has_logprob;
             o->tok[i] = ev.token;
-            o->lp[i] = ev.logprob;
             o->rank[i] = ev.rank;
-            o->n_top[i] = ev.n_top;
-            memcpy(o->top_ids[i], ev.top_ids, sizeof ev.top_ids);
-            memcpy(o->top_lps[i], ev.top_logprobs, sizeof ev.top_logprobs);
+            keep_logprobs(&ev, i, o->lp, o->n_top, o->top_ids, o->top_lps, o->pieces, sizeof o->pieces, &o->plen);
             o->n_all[i] = ev.n_all;
             assert_true((ev.n_all == 0) == (ev.all_ids == NULL) && (ev.n_all == 0) == (ev.all_logprobs == NULL));
             if (ev.n_all) {
@@ -464,20 +473,6 @@ static void pdrain(dcp_engine *e)
                 memcpy(o->all_ids + (size_t)i * ev.n_all, ev.all_ids, ev.n_all * sizeof *ev.all_ids);
                 memcpy(o->all_lps + (size_t)i * ev.n_all, ev.all_logprobs, ev.n_all * sizeof *ev.all_logprobs);
             }
-            o->n_all[i] = ev.n_all;
-            assert_true((ev.n_all == 0) == (ev.all_ids == NULL) && (ev.n_all == 0) == (ev.all_logprobs == NULL));
-            if (ev.n_all) {
-                if (!o->all_ids) {
-                    o->all_ids = malloc((size_t)PLEN * ev.n_all * sizeof *o->all_ids);
-                    o->all_lps = malloc((size_t)PLEN * ev.n_all * sizeof *o->all_lps);
-                    assert_true(o->all_ids && o->all_lps);
-                }
-                memcpy(o->all_ids + (size_t)i * ev.n_all, ev.all_ids, ev.n_all * sizeof *ev.all_ids);
-                memcpy(o->all_lps + (size_t)i * ev.n_all, ev.all_logprobs, ev.n_all * sizeof *ev.all_logprobs);
-            }
-            assert_true(o->plen + ev.piece_len < sizeof o->pieces);
-            memcpy(o->pieces + o->plen, ev.piece, ev.piece_len);
-            o->plen += ev.piece_len;
             continue;
         }
         if (ev.token >= 0) o->gen[o->n_gen++] = ev.token;
@@ -501,10 +496,7 @@ static void prun(dcp_model_state *s, const dcp_tokenizer *tok, uint32_t step_tok
     DCP_ASSERT_OK(dcp_engine_create(s, tok, &ec, &e));
     for (uint32_t i = 0; i < n; i++) {
         memset(&o[i], 0, sizeof o[i]);
-        dcp_engine_request q = r[i];
-        q.user = &o[i];
-        uint64_t id;
-        DCP_ASSERT_OK(dcp_engine_submit(e, &q, &id));
+        submit(e, &r[i], &o[i]);
         if (caching) { /* one after the other: the later ones find the earlier ones' blocks */
             while (dcp_engine_busy(e)) {
                 DCP_ASSERT_OK(dcp_engine_step(e));
@@ -678,11 +670,7 @@ static void test_prompt(void **state)
         for (uint32_t k = 0; k < 8; k++) devs[k] = dcp_context_device(ctx8, (int)k);
         dcp_model *m8;
         DCP_ASSERT_OK(dcp_test_model_load(devs, 0, 8, 8, 2, false, f.g, &f.cfg, &m8));
-        dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-        sc.n_ctx = NCTX;
-        sc.max_seqs = 4;
-        sc.max_rows = NCTX;
-        sc.kv_dtype = DCP_DTYPE_F32;
+        dcp_model_state_config sc = state_config();
         dcp_model_state *s8;
         DCP_ASSERT_OK(dcp_model_state_create(m8, &sc, &s8));
         assert_int_equal(dcp_model_state_max_logits(s8), 4);

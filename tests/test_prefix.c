@@ -36,20 +36,11 @@
 #include "ref_model.h"
 #include "vkutil.h"
 
-enum { MAXT = 64, MAXR = 8, MAXP = 512 };
+enum { MAXR = 8, MAXP = 512 };
 
 typedef enum src_kind { SRC_STORIES, SRC_GEN_KV1, SRC_GEN_HD32, SRC_DS2, SRC_DS2_Q8 } src_kind;
 
-typedef struct fixture {
-    dcp_gguf *g;
-    void *bytes;
-    dcp_model_config cfg;
-    dcp_context *ctx;
-    dcp_model *m;
-    dcp_model_state *s;
-    dcp_tokenizer *tok;
-    dcp_engine *e;
-} fixture;
+typedef dcp_test_engine fixture;
 
 static void open_src(src_kind k, fixture *f)
 {
@@ -57,34 +48,28 @@ static void open_src(src_kind k, fixture *f)
         DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
         return;
     }
-    dcp_gguf_writer *w;
-    if (k == SRC_GEN_HD32 || k == SRC_GEN_KV1) {
-        dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
-        mc.n_layer = 2;
-        mc.n_head = 8;
-        mc.n_ff = 256;
-        if (k == SRC_GEN_KV1) { /* one KV head: DCP up to 8 at TP 8 */
-            mc.n_embd = 128;
-            mc.n_head_kv = 1;
-            mc.head_dim = 16;
-            mc.seed = 77;
-        } else {
-            mc.n_embd = 256;
-            mc.n_head_kv = 2;
-            mc.head_dim = 32;
-            mc.seed = 311;
-        }
-        DCP_ASSERT_OK(dcp_gguf_build_test_model(&mc, &w));
-    } else {
-        dcp_test_deepseek2_config dc;
-        DCP_ASSERT_OK(dcp_test_deepseek2_preset('A', &dc));
-        if (k == SRC_DS2_Q8) dc.kv_lora_rank = 48; /* latent rows of 48 + 16 = 64 values: q8_0 blocks */
-        DCP_ASSERT_OK(dcp_gguf_build_test_model_deepseek2(&dc, &w));
+    if (k == SRC_DS2 || k == SRC_DS2_Q8) {
+        f->g = dcp_test_open_deepseek2(k == SRC_DS2_Q8, &f->bytes);
+        return;
     }
-    size_t size;
-    DCP_ASSERT_OK(dcp_gguf_writer_write_memory(w, &f->bytes, &size));
-    dcp_gguf_writer_destroy(w);
-    DCP_ASSERT_OK(dcp_gguf_open_memory(f->bytes, size, "<generated test model>", &f->g));
+    dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+    mc.n_layer = 2;
+    mc.n_head = 8;
+    mc.n_ff = 256;
+    if (k == SRC_GEN_KV1) { /* one KV head: DCP up to 8 at TP 8 */
+        mc.n_embd = 128;
+        mc.n_head_kv = 1;
+        mc.head_dim = 16;
+        mc.seed = 77;
+    } else {
+        mc.n_embd = 256;
+        mc.n_head_kv = 2;
+        mc.head_dim = 32;
+        mc.seed = 311;
+    }
+    dcp_gguf_writer *w;
+    DCP_ASSERT_OK(dcp_gguf_build_test_model(&mc, &w));
+    f->g = dcp_test_gguf_of_writer(w, &f->bytes, "<generated test model>");
 }
 
 static void fx_open_spec(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc,
@@ -92,13 +77,6 @@ static void fx_open_spec(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, co
 {
     memset(f, 0, sizeof *f);
     open_src(src, f);
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
-    f->ctx = dcp_test_context_of(tp);
-    dcp_device *devs[8];
-    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
-    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
-    DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     ec.enable_prefix_caching = cache;
     if (ngram_k) {
@@ -107,7 +85,7 @@ static void fx_open_spec(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, co
         ec.spec.prompt_lookup_max = 3;
         ec.spec.prompt_lookup_min = 1;
     }
-    DCP_ASSERT_OK(dcp_engine_create(f->s, f->tok, &ec, &f->e));
+    dcp_test_engine_open(f, tp, dcp, sc, &ec);
 }
 
 static void fx_open(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const dcp_model_state_config *sc, bool cache)
@@ -118,16 +96,12 @@ static void fx_open(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, const d
 static void fx_close(fixture *f)
 {
     dcp_engine_destroy(f->e);
+    f->e = NULL;
     /* The engine took its cached blocks with it: the pools are empty again. */
     for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
         for (uint32_t i = 0; i < f->s->gn; i++)
             assert_int_equal(dcp_kv_cache_pages_free(f->s->caches[k], i), f->s->cfg.kv_pages);
-    dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
-    free(f->bytes);
+    dcp_test_engine_close(f);
 }
 
 /* ---- requests ---------------------------------------------------------------------------------- */
@@ -139,27 +113,7 @@ typedef struct req {
     uint64_t seed;
 } req;
 
-typedef struct out {
-    int32_t toks[MAXT];
-    uint32_t n, cached;
-    bool done;
-    uint64_t id;
-} out;
-
-static void drain(dcp_engine *e)
-{
-    dcp_engine_event ev;
-    while (dcp_engine_poll(e, &ev)) {
-        out *o = (out *)ev.user + ev.index; /* n choices: an array of outs */
-        if (ev.token >= 0 && ev.kind == DCP_ENGINE_EVENT_TOKEN) o->toks[o->n++] = ev.token;
-        if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
-            if (ev.finish == DCP_ENGINE_FINISH_ERROR) fail_msg("request failed: %s", ev.message);
-            if (ev.token >= 0 && ev.finish != DCP_ENGINE_FINISH_CANCELLED) o->toks[o->n++] = ev.token;
-            o->cached = ev.cached_tokens;
-            o->done = true;
-        }
-    }
-}
+typedef dcp_test_out out;
 
 static void submit(fixture *f, const req *r, out *o)
 {
@@ -213,7 +167,7 @@ static void run(fixture *f)
 {
     for (uint32_t step = 0; dcp_engine_busy(f->e); step++) {
         DCP_ASSERT_OK(dcp_engine_step(f->e));
-        drain(f->e);
+        dcp_test_drain(f->e);
         check_pools(f);
         assert_true(step < 4000);
     }
@@ -299,7 +253,7 @@ static void test_sharing_cancel(void **state)
     submit(&f, &b, &ob);
     submit(&f, &c, &oc);
     DCP_ASSERT_OK(dcp_engine_step(f.e));
-    drain(f.e);
+    dcp_test_drain(f.e);
     check_pools(&f);
     const int32_t sb = dcp_engine_request_slot(f.e, ob.id), scs = dcp_engine_request_slot(f.e, oc.id);
     assert_true(sb >= 0 && scs >= 0);
@@ -322,7 +276,7 @@ static void test_sharing_cancel(void **state)
     const uint32_t own = dcp_model_state_seq_pages(f.s, (uint32_t)scs, 0) - 5;
     assert_int_equal(own, 3);
     DCP_ASSERT_OK(dcp_engine_cancel(f.e, oc.id));
-    drain(f.e);
+    dcp_test_drain(f.e);
     assert_int_equal(dcp_kv_cache_pages_free(k0, 0), free0 + 1);
     assert_int_equal(dcp_model_state_rank_pages_free(f.s, 0), avail0 + own);
     for (uint32_t blk = 0; blk < 5; blk++) assert_int_equal(dcp_kv_cache_page_refs(k0, 0, btb[blk]), 2);

@@ -58,12 +58,7 @@ static dcp_gguf *open_draft(const dcp_gguf *g, uint32_t layers, int64_t rename, 
 {
     dcp_gguf_writer *w;
     DCP_ASSERT_OK(dcp_test_model_cut_layers(g, layers, rename, &w));
-    size_t size;
-    DCP_ASSERT_OK(dcp_gguf_writer_write_memory(w, bytes, &size));
-    dcp_gguf_writer_destroy(w);
-    dcp_gguf *d;
-    DCP_ASSERT_OK(dcp_gguf_open_memory(*bytes, size, "<draft: stories260K cut>", &d));
-    return d;
+    return dcp_test_gguf_of_writer(w, bytes, "<draft: stories260K cut>");
 }
 
 static void open_src(src_kind k, fixture *f)
@@ -72,27 +67,21 @@ static void open_src(src_kind k, fixture *f)
         DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
         return;
     }
-    dcp_gguf_writer *w;
-    if (k == SRC_GEN_HD32) {
-        dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
-        mc.n_layer = 3;
-        mc.n_head = 8;
-        mc.n_head_kv = 2;
-        mc.n_embd = 256;
-        mc.head_dim = 32;
-        mc.n_ff = 256;
-        mc.seed = 311;
-        DCP_ASSERT_OK(dcp_gguf_build_test_model(&mc, &w));
-    } else {
-        dcp_test_deepseek2_config dc;
-        DCP_ASSERT_OK(dcp_test_deepseek2_preset('A', &dc));
-        if (k == SRC_DS2_Q8) dc.kv_lora_rank = 48; /* latent rows of 48 + 16 = 64 values: q8_0 blocks */
-        DCP_ASSERT_OK(dcp_gguf_build_test_model_deepseek2(&dc, &w));
+    if (k == SRC_DS2 || k == SRC_DS2_Q8) {
+        f->g = dcp_test_open_deepseek2(k == SRC_DS2_Q8, &f->bytes);
+        return;
     }
-    size_t size;
-    DCP_ASSERT_OK(dcp_gguf_writer_write_memory(w, &f->bytes, &size));
-    dcp_gguf_writer_destroy(w);
-    DCP_ASSERT_OK(dcp_gguf_open_memory(f->bytes, size, "<generated test model>", &f->g));
+    dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+    mc.n_layer = 3;
+    mc.n_head = 8;
+    mc.n_head_kv = 2;
+    mc.n_embd = 256;
+    mc.head_dim = 32;
+    mc.n_ff = 256;
+    mc.seed = 311;
+    dcp_gguf_writer *w;
+    DCP_ASSERT_OK(dcp_gguf_build_test_model(&mc, &w));
+    f->g = dcp_test_gguf_of_writer(w, &f->bytes, "<generated test model>");
 }
 
 /* Target src (stories260K: 5 layers); with draft_layers > 0 a draft of its first draft_layers
@@ -103,18 +92,12 @@ static void fx_open_src(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, boo
 {
     memset(f, 0, sizeof *f);
     open_src(src, f);
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
     f->ctx = dcp_test_context_of(tp);
-    dcp_device *devs[8];
-    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
-    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, q_replicate, f->g, &f->cfg, &f->m));
+    dcp_test_model_open(f->ctx, f->g, tp, dcp, q_replicate, &f->cfg, &f->tok, &f->m);
     DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
     if (!draft_layers) return;
     f->dg = open_draft(f->g, draft_layers, -1, &f->dbytes);
-    DCP_ASSERT_OK(dcp_model_config_read(f->dg, &f->dcfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->dg, &f->dtok));
-    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, q_replicate, f->dg, &f->dcfg, &f->dm));
+    dcp_test_model_open(f->ctx, f->dg, tp, dcp, q_replicate, &f->dcfg, &f->dtok, &f->dm);
     dcp_model_state_config dc = *sc;
     dc.kv_pages = 0; /* every slot at full context: the draft never waits for pages */
     dc.max_logits = 0;
@@ -134,10 +117,7 @@ static void fx_close(fixture *f)
     dcp_gguf_close(f->dg);
     free(f->dbytes);
     dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
+    dcp_test_model_close(f->ctx, f->m, f->tok, f->g);
     free(f->bytes);
 }
 

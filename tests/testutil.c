@@ -110,8 +110,9 @@ void dcp_test_drain(dcp_engine *e)
 {
     dcp_engine_event ev;
     while (dcp_engine_poll(e, &ev)) {
-        dcp_test_out *o = ev.user;
-        assert_non_null(o);
+        assert_non_null(ev.user);
+        assert_true(ev.index < DCP_ENGINE_MAX_CHOICES);
+        dcp_test_out *o = (dcp_test_out *)ev.user + ev.index;
         assert_false(o->done);
         if (ev.token >= 0) {
             assert_true(o->n < DCP_TEST_OUT_MAXT);
@@ -125,6 +126,7 @@ void dcp_test_drain(dcp_engine *e)
         if (ev.kind == DCP_ENGINE_EVENT_FINISHED) {
             o->done = true;
             o->finish = ev.finish;
+            o->cached = ev.cached_tokens;
             if (ev.finish == DCP_ENGINE_FINISH_ERROR)
                 fail_msg("request %llu failed: %s", (unsigned long long)ev.id, ev.message);
         }

@@ -41,8 +41,9 @@ float dcp_test_rng_uniform(dcp_test_rng *rng, float lo, float hi);
 /* n values uniform in [lo, hi) (malloc'd; the caller frees them). */
 float *dcp_test_rand_floats(dcp_test_rng *rng, uint64_t n, float lo, float hi);
 
-/* What one engine request produced (tests/test_engine.c, test_spec.c): its tokens, streamed text,
- * finish reason and completion-token count; done once its FINISHED event came. */
+/* What one engine request (or one choice of it) produced (tests/test_engine.c, test_spec.c,
+ * test_prefix.c, test_choices.c): its tokens, streamed text, finish reason, completion-token count
+ * and the prompt tokens it took from the prefix cache; done once its FINISHED event came. */
 enum { DCP_TEST_OUT_MAXT = 256 };
 typedef struct dcp_test_out {
     int32_t toks[DCP_TEST_OUT_MAXT];
@@ -51,11 +52,15 @@ typedef struct dcp_test_out {
     size_t len;
     dcp_engine_finish finish;
     uint32_t completion;
+    uint32_t cached; /* the FINISHED event's cached_tokens */
     bool done;
+    uint64_t id;     /* not touched by dcp_test_drain: where a test keeps the request's id */
 } dcp_test_out;
 
-/* Routes every pending event of e to the dcp_test_out its user points to; fails the test on a
- * request that finished with an error, an event after FINISHED, or an overflow. */
+/* Routes every pending event of e to the dcp_test_out of its choice: user points to an array of
+ * the request's n (one when n is 1), indexed by the event's index (below DCP_ENGINE_MAX_CHOICES);
+ * fails the test on a request that finished with an error, an event after FINISHED, or an
+ * overflow. */
 void dcp_test_drain(dcp_engine *e);
 
 #endif

@@ -6,18 +6,11 @@
 // choices (chunks routed by index) those of the whole response; usage counts the prompt once and
 // the completion tokens summed over the choices. Prints one JSON line; exits 1 with the reason on
 // stderr when a check fails.
-import OpenAI from "openai";
+import { checker, clientOf } from "./util.mjs";
 
 const [base, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base, apiKey: process.env.DCP_VK_API_KEY || "none", maxRetries: 0 });
-
-function fail(msg) {
-  console.error(`choices: ${msg}`);
-  process.exit(1);
-}
-function check(ok, msg) {
-  if (!ok) fail(msg);
-}
+const client = clientOf(base);
+const { fail, check } = checker("choices");
 
 const N = 3;
 const textOf = (chat, c) => (chat ? c.message.content : c.text);

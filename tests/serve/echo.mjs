@@ -11,18 +11,11 @@
 // vocabulary, ranked, agreeing with k's) and its size limit; prompt_logprobs on chat (beside the
 // choices, over the templated prompt; a stream's first chunk); 400s naming the field. Prints one JSON
 // line; exits 1 with the reason on stderr when a check fails.
-import OpenAI from "openai";
+import { checker, clientOf, expectRefused } from "./util.mjs";
 
 const [base, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base, apiKey: process.env.DCP_VK_API_KEY || "none", maxRetries: 0 });
-
-function fail(msg) {
-  console.error(`echo: ${msg}`);
-  process.exit(1);
-}
-function check(ok, msg) {
-  if (!ok) fail(msg);
-}
+const client = clientOf(base);
+const { fail, check } = checker("echo");
 const EPS = 1e-5;
 const prompt =
   "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big red ball in the park.";
@@ -222,17 +215,5 @@ const bad = [
   [true, { prompt_logprobs: 2, n: 2 }, "n"],
   [true, { echo: true }, "echo"],
 ];
-out.refused = [];
-for (const [chat, extra, param, says] of bad) {
-  try {
-    if (chat) await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hi" }], max_tokens: 2, ...extra });
-    else await client.completions.create({ model, prompt, max_tokens: 2, ...extra });
-    fail(`${JSON.stringify(extra)} was accepted`);
-  } catch (err) {
-    if (!(err instanceof OpenAI.APIError)) throw err;
-    check(err.status === 400 && err.param === param, `${JSON.stringify(extra)}: status ${err.status} param ${err.param} (want 400 ${param}): ${err.message}`);
-    if (says) check(err.message.includes(says) && err.message.includes("entries"), `${param}: the message '${err.message}' does not name the sizes`);
-    out.refused.push(param);
-  }
-}
+out.refused = await expectRefused(client, model, prompt, bad, { fail, check });
 console.log(JSON.stringify(out));

@@ -7,17 +7,11 @@
 // parses as an object; one cut by max_tokens says "length". Unsupported keywords: a 400 with param
 // response_format naming the keyword. Prints one JSON line; exits 1 with the reason when a check fails.
 import OpenAI from "openai";
+import { checker, clientOf } from "./util.mjs";
 
 const [base, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base, apiKey: process.env.DCP_VK_API_KEY || "none", maxRetries: 0 });
-
-function fail(msg) {
-  console.error(`json_output: ${msg}`);
-  process.exit(1);
-}
-function check(ok, msg) {
-  if (!ok) fail(msg);
-}
+const client = clientOf(base);
+const { fail, check } = checker("json_output");
 
 // The keywords dcp-vk-serve supports, checked on a parsed value; returns an error string or "".
 function validate(v, s, path = "$") {

@@ -7,18 +7,11 @@
 // top lists sorted, the greedy token the most likely, the stream's entries those of the whole
 // response, and 400s naming the field for values out of range. Prints one JSON line; exits 1 with
 // the reason on stderr when a check fails.
-import OpenAI from "openai";
+import { checker, clientOf, expectRefused } from "./util.mjs";
 
 const [base, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base, apiKey: process.env.DCP_VK_API_KEY || "none", maxRetries: 0 });
-
-function fail(msg) {
-  console.error(`logprobs: ${msg}`);
-  process.exit(1);
-}
-function check(ok, msg) {
-  if (!ok) fail(msg);
-}
+const client = clientOf(base);
+const { fail, check } = checker("logprobs");
 const EPS = 1e-6;
 const utf8 = (s) => [...Buffer.from(s, "utf8")];
 const sumExp = (lps) => lps.reduce((a, x) => a + Math.exp(x), 0);
@@ -129,16 +122,5 @@ const bad = [
   [true, { top_logprobs: 2 }, "top_logprobs"],
   [true, { logprobs: 3 }, "logprobs"],
 ];
-out.refused = [];
-for (const [chat, extra, param] of bad) {
-  try {
-    if (chat) await client.chat.completions.create({ model, messages: [{ role: "user", content: "Hi" }], max_tokens: 2, ...extra });
-    else await client.completions.create({ model, prompt, max_tokens: 2, ...extra });
-    fail(`${JSON.stringify(extra)} was accepted`);
-  } catch (e) {
-    if (!(e instanceof OpenAI.APIError)) throw e;
-    check(e.status === 400 && e.param === param, `${JSON.stringify(extra)}: status ${e.status} param ${e.param} (want 400 ${param}): ${e.message}`);
-    out.refused.push(param);
-  }
-}
+out.refused = await expectRefused(client, model, prompt, bad, { fail, check });
 console.log(JSON.stringify(out));
