@@ -89,7 +89,7 @@ static int build_state(serve_app *a)
     dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
-    sc.kv_offload_bytes = a->mpi ? 0 : a->o.kv_offload_bytes; /* with prefix caching: refused under MPI */
+    sc.kv_offload_bytes = a->mpi ? 0 : a->o.kv_offload_bytes; /* refused under MPI (serve) */
     if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
     /* The draft model to come (--speculative-config): counted beside the state before anything of
      * either is allocated. */
@@ -140,16 +140,12 @@ static int serve(serve_app *a)
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     if (a->mpi) ec.on_plan = run_plan_broadcast;
     run_spec_config(&a->spec, &ec.spec);
-    /* Prefix caching: on by default, but the MPI followers cannot attach cached blocks yet. */
-    ec.enable_prefix_caching = a->o.prefix_caching && !a->mpi;
-    if (a->mpi && a->o.prefix_caching_asked) {
-        fprintf(stderr, "%s: --enable-prefix-caching: not supported under mpiexec (the other processes would have "
-                        "to attach the same cached blocks); run without it\n", a->prog);
-        return quit(a, DCP_EXIT_RUNTIME);
-    }
+    /* Prefix caching: on by default; under MPI the followers turned it on too (main) and apply the
+     * attaches and commits the plans carry. */
+    ec.enable_prefix_caching = a->o.prefix_caching;
     if (a->mpi && a->o.kv_offload_bytes) {
-        fprintf(stderr, "%s: --kv-offloading-size: not supported under mpiexec (it offloads the prefix cache's "
-                        "blocks, and prefix caching is off there); run without it\n", a->prog);
+        fprintf(stderr, "%s: --kv-offloading-size: not supported under mpiexec (each process's host pool would "
+                        "have to hold the same blocks); run without it\n", a->prog);
         return quit(a, DCP_EXIT_RUNTIME);
     }
     dcp_engine *e = NULL;
@@ -198,7 +194,7 @@ static int serve(serve_app *a)
                     a->spec.model ? a->spec.model : "");
         fprintf(stderr, "%s: prefix caching: %s\n", a->prog,
                 ec.enable_prefix_caching ? "on (blocks of block-size x DCP tokens)"
-                : a->mpi ? "off (not supported under mpiexec)" : "off (--no-enable-prefix-caching)");
+                : "off (--no-enable-prefix-caching)");
         if (ec.enable_prefix_caching && sc->kv_offload_bytes) {
             dcp_prefix_cache_stats ps;
             dcp_model_state_prefix_stats(a->s, &ps);
@@ -301,6 +297,14 @@ int main(int argc, char **argv)
     if (a.mpi && a.lead)
         fprintf(stderr, "%s: %d MPI processes: %s; process 0 serves, the others follow its steps\n", a.prog,
                 a.world.nproc, procs);
+    if (!a.lead && a.o.prefix_caching && !a.o.kv_offload_bytes) { /* as the leader's engine does */
+        const dcp_status st = dcp_model_state_set_prefix_caching(a.s, true);
+        if (st) {
+            fail(&a, "turning prefix caching on", st);
+            rc = run_world_abort(&a.world, DCP_EXIT_RUNTIME);
+            goto done;
+        }
+    }
     rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.prog, false);
 done:
     app_free(&a);

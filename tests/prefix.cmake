@@ -15,6 +15,7 @@ dcp_test_cases(test_prefix SOURCES test_prefix.c ref_model.c vkutil.c CASES
   test_prefix_models test_models
   test_prefix_forks test_forks
   test_prefix_spec test_speculation
+  test_prefix_followers test_followers
   test_prefix_offload_lru test_offload_lru
   test_prefix_offload_exact test_offload_exact
   test_prefix_offload_segments test_offload_segments)

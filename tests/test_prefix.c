@@ -638,7 +638,187 @@ static dcp_status no_plan(void *user, const dcp_engine_plan *plan)
     return DCP_OK;
 }
 
-/* The chain's seed covers the KV dtype; MPI followers are refused with a message. */
+/* ---- MPI followers: the step plans replayed on another run state --------------------------- */
+
+/* A follower in this process: a second run state of the same model that applies every plan the
+ * engine hands out (dcp_engine_plan_apply), as dcp-vk-run / dcp-vk-serve's other processes do. */
+typedef struct follower {
+    const fixture *f; /* the leader */
+    dcp_model_state *s;
+    uint32_t ops[5]; /* plans' ops by kind */
+    uint32_t plans;
+} follower;
+
+static void check_follower(const fixture *f, const follower *w, const char *what);
+
+/* The plan's ops, then (the follower now where the leader is before its step) the check, then the
+ * rows. */
+static dcp_status follow_plan(void *user, const dcp_engine_plan *plan)
+{
+    follower *w = user;
+    for (uint32_t i = 0; i < plan->n_ops; i++) w->ops[plan->ops[i].kind < 5 ? plan->ops[i].kind : 0]++;
+    w->plans++;
+    dcp_engine_plan ops = *plan, rows = *plan;
+    ops.n_rows = 0;
+    rows.n_ops = 0;
+    dcp_status st = dcp_engine_plan_apply(w->s, &ops);
+    if (st != DCP_OK) return st;
+    char what[32];
+    snprintf(what, sizeof what, "plan %u", w->plans);
+    check_follower(w->f, w, what);
+    return dcp_engine_plan_apply(w->s, &rows);
+}
+
+/* The follower's state is the leader's: sequence lengths, block tables and the cache's counts. */
+static void check_follower(const fixture *f, const follower *w, const char *what)
+{
+    dcp_prefix_cache_stats a, b;
+    dcp_model_state_prefix_stats(f->s, &a);
+    dcp_model_state_prefix_stats(w->s, &b);
+    assert_true(b.enabled);
+    if (a.blocks != b.blocks || a.blocks_unreferenced != b.blocks_unreferenced || a.evictions != b.evictions)
+        fail_msg("%s: the follower's cache has %u blocks (%u unreferenced, %llu evictions), the leader's %u (%u, "
+                 "%llu)", what, b.blocks, b.blocks_unreferenced, (unsigned long long)b.evictions, a.blocks,
+                 a.blocks_unreferenced, (unsigned long long)a.evictions);
+    const uint32_t Q = f->s->cfg.max_seqs;
+    for (uint32_t q = 0; q < Q; q++)
+        assert_int_equal(dcp_model_state_seq_length(w->s, q), dcp_model_state_seq_length(f->s, q));
+    for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < f->s->gn; i++) {
+            const dcp_kv_cache *c = f->s->caches[k], *d = w->s->caches[k];
+            for (uint32_t q = 0; q < Q; q++) {
+                const uint32_t n = dcp_model_state_seq_pages(f->s, q, k / f->cfg.n_layer * f->s->gn + i);
+                const uint32_t *x = dcp_kv_cache_block_table(c, i, q), *y = dcp_kv_cache_block_table(d, i, q);
+                for (uint32_t p = 0; p < n; p++)
+                    if (x[p] != y[p])
+                        fail_msg("%s: cache %u rank %u slot %u block %u: page %u on the follower, %u on the leader",
+                                 what, k, i, q, p, y[p], x[p]);
+            }
+        }
+}
+
+/* After the same steps: every byte of every KV pool is the leader's. */
+static void check_follower_kv(const fixture *f, const follower *w, const char *what)
+{
+    for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < f->s->gn; i++) {
+            const dcp_kv_cache *c = f->s->caches[k], *d = w->s->caches[k];
+            const dcp_kv_pool *pa = dcp_kv_cache_pool(c, i), *pb = dcp_kv_cache_pool(d, i);
+            for (uint32_t g = 0; g < dcp_kv_pool_segment_count(pa); g++) {
+                dcp_buffer *ba = dcp_kv_pool_segment(pa, g), *bb = dcp_kv_pool_segment(pb, g);
+                const uint64_t n = dcp_buffer_size(ba);
+                assert_int_equal(dcp_buffer_size(bb), n);
+                uint8_t *ha = malloc(n), *hb = malloc(n);
+                DCP_ASSERT_OK(dcp_buffer_download(ba, 0, ha, n));
+                DCP_ASSERT_OK(dcp_buffer_download(bb, 0, hb, n));
+                if (memcmp(ha, hb, n)) fail_msg("%s: cache %u rank %u: the follower's KV pages differ", what, k, i);
+                free(ha);
+                free(hb);
+            }
+        }
+}
+
+static void run_followed(fixture *f, const follower *w, const char *what)
+{
+    run(f);
+    check_follower_kv(f, w, what);
+}
+
+/* A trace with eviction, sharing, speculation's roll-backs and a cancellation, its plans applied to
+ * a follower state: at every plan the follower's slots and cache are the leader's, and after
+ * every phase its KV pools are, byte for byte; the tokens are those computed without the cache. */
+static void follower_trace(uint32_t tp, uint32_t dcp)
+{
+    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
+    sc.n_ctx = 160;
+    sc.max_seqs = 2;
+    sc.max_rows = 16;
+    sc.max_logits = 16;
+    sc.block_size = 4;
+    sc.kv_pages = 40 / dcp + 4; /* two prompts of 60 tokens do not both stay cached */
+    fixture f;
+    fx_open(&f, SRC_STORIES, tp, dcp, &sc, true);
+    dcp_engine_destroy(f.e);
+    follower w = {.f = &f};
+    DCP_ASSERT_OK(dcp_model_state_create(f.m, &sc, &w.s));
+    DCP_ASSERT_OK(dcp_model_state_set_prefix_caching(w.s, true));
+    dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
+    ec.enable_prefix_caching = true;
+    ec.on_plan = follow_plan;
+    ec.plan_user = &w;
+    ec.spec.method = DCP_SPEC_NGRAM;
+    ec.spec.num_speculative_tokens = 3;
+    ec.spec.prompt_lookup_max = 3;
+    ec.spec.prompt_lookup_min = 1;
+    DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
+    const uint32_t V = f.cfg.n_vocab;
+    static req a, b, c, d;
+    make_prompt(&a, 60, 21, V);
+    for (uint32_t t = 20; t < 60; t++) a.prompt[t] = a.prompt[t - 20]; /* self-quoting: drafts found */
+    make_prompt(&b, 60, 22, V);
+    fork_prompt(&c, &a, 40, 9, 23, V);
+    make_prompt(&d, 50, 24, V);
+    a.max_tokens = 24;
+    b.max_tokens = c.max_tokens = 12;
+    d.max_tokens = 40;
+    a.temp = c.temp = 0.8f;
+    a.seed = 5;
+    c.seed = 6;
+    out o[6];
+    submit(&f, &a, &o[0]);
+    run_followed(&f, &w, "a");
+    submit(&f, &b, &o[1]); /* evicts a's tail */
+    run_followed(&f, &w, "b");
+    submit(&f, &a, &o[2]); /* a's head from the cache, c a fork of it beside */
+    submit(&f, &c, &o[3]);
+    run_followed(&f, &w, "a again and c");
+    submit(&f, &d, &o[4]); /* cancelled after a few steps */
+    for (int k = 0; k < 3; k++) {
+        DCP_ASSERT_OK(dcp_engine_step(f.e));
+        dcp_test_drain(f.e);
+    }
+    DCP_ASSERT_OK(dcp_engine_cancel(f.e, o[4].id));
+    dcp_test_drain(f.e);
+    submit(&f, &b, &o[5]);
+    run_followed(&f, &w, "d cancelled, b again");
+    char what[96];
+    snprintf(what, sizeof what, "follower TP %u DCP %u", tp, dcp);
+    fprintf(stderr, "%s: %u plans, ops: %u truncate, %u free, %u attach, %u commit; a again cached %u, c %u, b %u\n",
+            what, w.plans, w.ops[DCP_ENGINE_OP_TRUNCATE], w.ops[DCP_ENGINE_OP_FREE], w.ops[DCP_ENGINE_OP_ATTACH],
+            w.ops[DCP_ENGINE_OP_COMMIT], o[2].cached, o[3].cached, o[5].cached);
+    assert_true(w.ops[DCP_ENGINE_OP_TRUNCATE] > 0 && w.ops[DCP_ENGINE_OP_FREE] > 0);
+    assert_true(w.ops[DCP_ENGINE_OP_ATTACH] >= 3 && w.ops[DCP_ENGINE_OP_COMMIT] > 0);
+    assert_true(o[2].cached > 0 && o[3].cached > 0 && o[5].cached > 0);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f.s, &ps);
+    assert_true(ps.evictions > 0);
+    dcp_engine_destroy(f.e);
+    f.e = NULL;
+    for (uint32_t q = 0; q < sc.max_seqs; q++) dcp_model_state_free_seq(w.s, q); /* frees no plan carried */
+    DCP_ASSERT_OK(dcp_model_state_set_prefix_caching(w.s, false));
+    dcp_model_state_destroy(w.s);
+    ec = (dcp_engine_config)DCP_ENGINE_CONFIG_DEFAULT;
+    DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
+    /* computed without the cache (and without drafts): the same tokens */
+    const req *rs[] = {&a, &b, &a, &c, NULL, &b};
+    for (uint32_t k = 0; k < 6; k++) {
+        if (!rs[k]) continue;
+        out x;
+        submit(&f, rs[k], &x);
+        run(&f);
+        assert_same(what, k, &o[k], &x);
+    }
+    fx_close(&f);
+}
+
+static void test_followers(void **state)
+{
+    (void)state;
+    follower_trace(1, 1);
+    follower_trace(8, 2);
+}
+
+/* The chain's seed covers the KV dtype; MPI followers with KV offload are refused with a message. */
 static void test_seed_refused(void **state)
 {
     (void)state;
@@ -657,6 +837,12 @@ static void test_seed_refused(void **state)
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     ec.enable_prefix_caching = true;
     ec.on_plan = no_plan;
+    DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e)); /* followers: caching on */
+    assert_true(dcp_model_state_prefix_caching(f.s));
+    fx_close(&f);
+    sc.kv_offload_bytes = 1ull << 20; /* KV offload with followers: refused */
+    fx_open(&f, SRC_GEN_HD32, 1, 1, &sc, true);
+    dcp_engine_destroy(f.e);
     dcp_engine *e = NULL;
     assert_int_equal(dcp_engine_create(f.s, f.tok, &ec, &e), DCP_ERR_UNSUPPORTED);
     assert_non_null(strstr(dcp_last_error(), "MPI followers"));
@@ -866,7 +1052,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hash_chain),   cmocka_unit_test(test_sharing_cancel), cmocka_unit_test(test_lru),
         cmocka_unit_test(test_preemption),   cmocka_unit_test(test_dcp_rule_2), cmocka_unit_test(test_dcp_rule_4),
         cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models), cmocka_unit_test(test_forks),
-        cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation),
+        cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation), cmocka_unit_test(test_followers),
         cmocka_unit_test(test_offload_lru),  cmocka_unit_test(test_offload_exact),
         cmocka_unit_test(test_offload_segments),
     };

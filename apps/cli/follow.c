@@ -1,6 +1,8 @@
 /* The model apps under mpiexec (dcp-vk-run, dcp-vk-serve): process 0's engine plans every step;
- * the plan (slots to shorten and to free, rows) goes to the other processes before the step runs, and they apply
- * it to their part of the run state, so that every process runs the same collective steps.
+ * the plan (the changes to the slots in order: shortened, freed, attached to cached blocks, committed to
+ * the prefix cache; then the rows) goes to the other processes before the step runs, and they apply
+ * it to their part of the run state, so that every process runs the same collective steps and keeps
+ * the same prefix cache.
  *
  * The plan's header is one element-wise maximum over the processes (dcp_mpi_max_u32_idle):
  * process 0 contributes the plan and zeros where the others report, the others contribute zeros
@@ -20,10 +22,10 @@
 
 enum { PLAN_MAGIC = 0x6e616c70u /* "plan" */, PLAN_QUIT = 1, IDLE_SLEEP_US = 500 };
 
-/* Reduced by maximum: magic, flags, n_free, n_rows, n_truncate and code come from process 0 (the others give
+/* Reduced by maximum: magic, flags, n_ops, n_rows, n_tokens and code come from process 0 (the others give
  * 0), stop from the followers (process 0 gives 0). */
 typedef struct plan_header {
-    uint32_t magic, flags, n_free, n_rows, n_truncate;
+    uint32_t magic, flags, n_ops, n_rows, n_tokens;
     uint32_t code; /* PLAN_QUIT: the exit code every process ends with */
     uint32_t stop; /* the largest stop signal a follower has seen (0: none) */
 } plan_header;
@@ -37,12 +39,12 @@ static dcp_status exchange(plan_header *hd)
 dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan)
 {
     run_lead *lead = user;
-    plan_header hd = {PLAN_MAGIC, 0, plan->n_free, plan->n_rows, plan->n_truncate, 0, 0};
+    plan_header hd = {PLAN_MAGIC, 0, plan->n_ops, plan->n_rows, plan->n_tokens, 0, 0};
     dcp_status st = exchange(&hd);
     if (st == DCP_OK && lead && (int)hd.stop > lead->stop) lead->stop = (int)hd.stop;
-    if (st == DCP_OK && plan->n_truncate)
-        st = dcp_mpi_bcast((void *)plan->truncate, (uint64_t)plan->n_truncate * sizeof *plan->truncate, 0);
-    if (st == DCP_OK && plan->n_free) st = dcp_mpi_bcast((void *)plan->free, (uint64_t)plan->n_free * sizeof *plan->free, 0);
+    if (st == DCP_OK && plan->n_ops) st = dcp_mpi_bcast((void *)plan->ops, (uint64_t)plan->n_ops * sizeof *plan->ops, 0);
+    if (st == DCP_OK && plan->n_tokens)
+        st = dcp_mpi_bcast((void *)plan->tokens, (uint64_t)plan->n_tokens * sizeof *plan->tokens, 0);
     if (st == DCP_OK && plan->n_rows)
         st = dcp_mpi_bcast((void *)plan->rows, (uint64_t)plan->n_rows * sizeof *plan->rows, 0);
     return st;
@@ -67,37 +69,53 @@ dcp_status run_plan_quit(int code)
 int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool report_signals)
 {
     const dcp_model_state_config *c = dcp_model_state_get_config(s);
-    uint32_t *frees = malloc((size_t)c->max_seqs * sizeof *frees);
+    const uint32_t max_ops = DCP_ENGINE_PLAN_MAX_OPS(c->max_seqs);
+    /* An ATTACH op's tokens: at most n_ctx, one op per slot and plan but for a freed slot's */
+    const uint64_t max_tokens = (uint64_t)max_ops * c->n_ctx;
+    dcp_engine_op *ops = malloc((size_t)max_ops * sizeof *ops);
     dcp_model_row *rows = malloc((size_t)c->max_rows * sizeof *rows);
-    dcp_engine_truncate *truncs = malloc((size_t)c->max_seqs * sizeof *truncs);
-    if (!frees || !rows || !truncs) {
+    int32_t *toks = NULL;
+    uint32_t cap_toks = 0;
+    if (!ops || !rows) {
         fprintf(stderr, "%s: process %d: out of host memory for the step plans\n", prog, w->proc);
         return run_world_abort(w, DCP_EXIT_RUNTIME);
     }
     for (;;) {
         plan_header hd = {0, 0, 0, 0, 0, 0, report_signals ? (uint32_t)dcp_cli_stop_signal() : 0};
         dcp_status st = exchange(&hd);
-        if (st == DCP_OK && (hd.magic != PLAN_MAGIC || hd.n_free > c->max_seqs || hd.n_rows > c->max_rows ||
-                             hd.n_truncate > c->max_seqs)) {
+        if (st == DCP_OK &&
+            (hd.magic != PLAN_MAGIC || hd.n_ops > max_ops || hd.n_rows > c->max_rows || hd.n_tokens > max_tokens)) {
             fprintf(stderr,
-                    "%s: process %d: a malformed step plan came from process 0 (%u frees, %u rows, %u shortened "
-                    "slots; at most %u, %u, %u)\n",
-                    prog, w->proc, hd.n_free, hd.n_rows, hd.n_truncate, c->max_seqs, c->max_rows, c->max_seqs);
+                    "%s: process %d: a malformed step plan came from process 0 (%u slot changes, %u rows, %u "
+                    "tokens; at most %u, %u, %llu)\n",
+                    prog, w->proc, hd.n_ops, hd.n_rows, hd.n_tokens, max_ops, c->max_rows,
+                    (unsigned long long)max_tokens);
             fflush(stderr);
             return run_world_abort(w, DCP_EXIT_RUNTIME);
         }
         if (st == DCP_OK && (hd.flags & PLAN_QUIT) && (st = last_exchange()) == DCP_OK) {
-            free(frees);
+            free(ops);
             free(rows);
-            free(truncs);
+            free(toks);
             return (int)hd.code;
         }
-        if (st == DCP_OK && hd.n_truncate) st = dcp_mpi_bcast(truncs, (uint64_t)hd.n_truncate * sizeof *truncs, 0);
-        if (st == DCP_OK && hd.n_free) st = dcp_mpi_bcast(frees, (uint64_t)hd.n_free * sizeof *frees, 0);
+        if (st == DCP_OK && hd.n_tokens > cap_toks) {
+            int32_t *t = realloc(toks, (size_t)hd.n_tokens * sizeof *t);
+            if (!t) {
+                fprintf(stderr, "%s: process %d: out of host memory for a step plan's %u tokens\n", prog, w->proc,
+                        hd.n_tokens);
+                fflush(stderr);
+                return run_world_abort(w, DCP_EXIT_RUNTIME);
+            }
+            toks = t;
+            cap_toks = hd.n_tokens;
+        }
+        if (st == DCP_OK && hd.n_ops) st = dcp_mpi_bcast(ops, (uint64_t)hd.n_ops * sizeof *ops, 0);
+        if (st == DCP_OK && hd.n_tokens) st = dcp_mpi_bcast(toks, (uint64_t)hd.n_tokens * sizeof *toks, 0);
         if (st == DCP_OK && hd.n_rows) st = dcp_mpi_bcast(rows, (uint64_t)hd.n_rows * sizeof *rows, 0);
         if (st == DCP_OK) {
-            dcp_engine_plan plan = {.n_free = hd.n_free, .free = frees, .n_rows = hd.n_rows, .rows = rows,
-                                    .n_truncate = hd.n_truncate, .truncate = truncs};
+            dcp_engine_plan plan = {.n_ops = hd.n_ops, .ops = ops, .n_tokens = hd.n_tokens, .tokens = toks,
+                                    .n_rows = hd.n_rows, .rows = rows};
             st = dcp_engine_plan_apply(s, &plan);
         }
         if (st != DCP_OK) {

@@ -16,8 +16,9 @@
  *
  * Several processes (MPI): one process (the leader) runs the engine; the others hold the rest of
  * the TP group and must run exactly the same steps. The engine hands each step's plan (the
- * sequence slots shortened and freed since the last plan, then the rows) to a callback before it
- * runs the step; the leader broadcasts it and the followers apply it with dcp_engine_plan_apply.
+ * changes to the sequence slots since the last plan, in order: shortened, freed, attached to
+ * cached blocks, committed to the cache; then the rows) to a callback before it runs the step;
+ * the leader broadcasts it and the followers apply it with dcp_engine_plan_apply.
  *
  * Lifetimes: dcp_engine_create borrows the run state and the tokenizer, which must outlive the
  * engine; the engine owns its sequences (it frees their slots in the state when they end, and
@@ -44,24 +45,40 @@ extern "C" {
 
 typedef struct dcp_engine dcp_engine;
 
-/* A sequence slot shortened to its first `length` tokens (speculative decoding's roll-back of
- * rejected drafts, dcp_model_state_truncate_seq). */
-typedef struct dcp_engine_truncate {
-    uint32_t slot;
-    uint32_t length;           /* tokens kept */
-} dcp_engine_truncate;
+/* One change the engine made to the run state's slots, outside the steps' rows. */
+typedef enum dcp_engine_op_kind {
+    DCP_ENGINE_OP_TRUNCATE = 1, /* slot shortened to its first n tokens (speculative decoding's
+                                 * roll-back of rejected drafts: dcp_model_state_truncate_seq) */
+    DCP_ENGINE_OP_FREE = 2,     /* slot freed (dcp_model_state_free_seq) */
+    DCP_ENGINE_OP_ATTACH = 3,   /* empty slot started with n cached tokens: prefix caching's
+                                 * dcp_model_state_prefix_attach of the plan's tokens
+                                 * [first, first + len), which must give n again */
+    DCP_ENGINE_OP_COMMIT = 4,   /* slot's first n tokens final (dcp_model_state_prefix_commit) */
+} dcp_engine_op_kind;
 
-/* What one step runs, for the other processes of an MPI group: first shorten the slots of
- * truncate[0 .. n_truncate) (the drafts the last verification rejected), then free the slots
- * free[0 .. n_free) (dcp_model_state_free_seq), then run the rows (dcp_model_state_step). */
+typedef struct dcp_engine_op {
+    uint32_t kind; /* dcp_engine_op_kind */
+    uint32_t slot;
+    uint32_t n;
+    uint32_t first, len; /* ATTACH: its tokens in the plan's tokens; 0 for the others */
+} dcp_engine_op;
+
+/* What one step runs, for the other processes of an MPI group: first the changes to the slots
+ * since the last plan, ops[0 .. n_ops) in the order the engine made them (the prefix cache's
+ * index and pages follow from that order, so every process's cache stays the leader's), then the
+ * rows (dcp_model_state_step). */
 typedef struct dcp_engine_plan {
-    uint32_t n_free;
-    const uint32_t *free;      /* [n_free] sequence slots */
+    uint32_t n_ops;
+    const dcp_engine_op *ops;  /* [n_ops], at most DCP_ENGINE_PLAN_MAX_OPS(max_seqs) */
+    uint32_t n_tokens;
+    const int32_t *tokens;     /* [n_tokens] the ATTACH ops' tokens */
     uint32_t n_rows;           /* 1 .. max_rows */
     const dcp_model_row *rows; /* [n_rows] */
-    uint32_t n_truncate;       /* 0 .. max_seqs */
-    const dcp_engine_truncate *truncate; /* [n_truncate], distinct slots */
 } dcp_engine_plan;
+
+/* The most ops one plan holds for a run state of max_seqs slots (between two steps a slot is at
+ * most committed, shortened, freed, attached and freed again). */
+#define DCP_ENGINE_PLAN_MAX_OPS(max_seqs) (8u * (max_seqs))
 
 /* Called by dcp_engine_step with the step's plan before it runs the step (the pointers are
  * valid during the call). A status other than DCP_OK aborts the step (every sequence of the
@@ -131,7 +148,9 @@ typedef struct dcp_engine_config {
     bool enable_prefix_caching; /* automatic prefix caching (dcp_model_state_set_prefix_caching):
                                  * a request starts with the longest cached prefix of its tokens
                                  * and prefills only the rest; default false (dcp-vk-serve turns it
-                                 * on). Not with on_plan (MPI followers): DCP_ERR_UNSUPPORTED */
+                                 * on). With on_plan (MPI followers), the followers' states must
+                                 * have it on too; KV offload (kv_offload_bytes) is refused there
+                                 * (DCP_ERR_UNSUPPORTED) */
 } dcp_engine_config;
 
 #define DCP_ENGINE_CONFIG_DEFAULT {.step_tokens = 0, .on_plan = NULL, .plan_user = NULL, \
@@ -391,8 +410,9 @@ DCP_API int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id);
 /* The run state the engine drives. */
 DCP_API dcp_model_state *dcp_engine_state(dcp_engine *e);
 
-/* Follower side of a plan (the processes other than the leader): frees the plan's slots, then runs
- * its rows in s without logits. Every process must apply every plan, in order. */
+/* Follower side of a plan (the processes other than the leader): applies the plan's ops in order,
+ * then runs its rows in s without logits. Every process must apply every plan, in order; an
+ * ATTACH that gives another count than the leader's (the caches diverged) is DCP_ERR_INTERNAL. */
 DCP_API dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan);
 
 #ifdef __cplusplus

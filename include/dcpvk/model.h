@@ -271,11 +271,13 @@ DCP_API uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint3
  * and computes only the rest. Entries no sequence lists stay until a step needs their pages, then
  * are evicted least recently released first. Partial blocks are never shared, and a sequence's
  * last token is always computed. Off by default; the engine turns it on (engine config
- * enable_prefix_caching). Not with a TP group spread over MPI processes. */
+ * enable_prefix_caching). With a TP group spread over MPI processes every process turns it on and
+ * applies the leader's attaches and commits in its order (dcp_engine_plan_apply); KV offload is
+ * refused there. */
 
 /* Turns caching on (allocating its index: per slot n_ctx token ids) or off (every cached block
- * evicted). DCP_ERR_INVALID_ARGUMENT unless the state holds no sequence; DCP_ERR_UNSUPPORTED when
- * the TP group spans MPI processes. */
+ * evicted). DCP_ERR_INVALID_ARGUMENT unless the state holds no sequence; DCP_ERR_UNSUPPORTED for KV
+ * offload (kv_offload_bytes) when the TP group spans MPI processes. */
 DCP_API dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on);
 DCP_API bool dcp_model_state_prefix_caching(const dcp_model_state *s);
 /* The hash of a block of tokens [n] after a block of hash `parent` (the seed for block 0).

@@ -52,22 +52,21 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
     e->next_id = 1;
     const uint32_t max_out = e->max_logits = dcp_model_state_max_logits(s);
     e->slot_seq = calloc(e->max_seqs, sizeof *e->slot_seq);
-    e->pending_free = calloc(e->max_seqs, sizeof *e->pending_free);
-    e->pending_trunc = calloc(e->max_seqs, sizeof *e->pending_trunc);
+    e->ops = calloc(DCP_ENGINE_PLAN_MAX_OPS(e->max_seqs), sizeof *e->ops);
     e->rows = calloc(e->max_rows, sizeof *e->rows);
     e->sched = calloc(e->max_seqs, sizeof *e->sched);
     e->need = calloc(e->dcp, sizeof *e->need);
     e->future = calloc(e->dcp, sizeof *e->future);
     e->logits = malloc((size_t)max_out * e->n_vocab * sizeof *e->logits);
     e->next = calloc(max_out, sizeof *e->next);
-    if (!e->slot_seq || !e->pending_free || !e->pending_trunc || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
+    if (!e->slot_seq || !e->ops || !e->rows || !e->sched || !e->need || !e->future || !e->logits || !e->next) {
         dcp_engine_destroy(e);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     dcp_status st = DCP_OK;
-    if (config->enable_prefix_caching && config->on_plan)
-        st = dcp_fail(DCP_ERR_UNSUPPORTED, "engine: prefix caching with MPI followers (on_plan) is not supported: "
-                                           "the followers would have to attach the same cached blocks; turn it off");
+    if (config->enable_prefix_caching && config->on_plan && dcp_model_state_get_config(s)->kv_offload_bytes)
+        st = dcp_fail(DCP_ERR_UNSUPPORTED, "engine: KV offload with MPI followers (on_plan) is not supported: "
+                                           "each process's host pool would have to hold the same blocks; turn it off");
     if (st == DCP_OK) st = dcp_model_state_set_prefix_caching(s, config->enable_prefix_caching);
     if (st == DCP_OK) st = eng_spec_create(e, config);
     if (st != DCP_OK) {
@@ -128,8 +127,8 @@ void dcp_engine_destroy(dcp_engine *e)
     }
     free(e->events);
     free(e->slot_seq);
-    free(e->pending_free);
-    free(e->pending_trunc);
+    free(e->ops);
+    free(e->op_toks);
     free(e->rows);
     free(e->sched);
     free(e->need);
@@ -140,17 +139,27 @@ void dcp_engine_destroy(dcp_engine *e)
     free(e);
 }
 
+/* Notes a change to a slot for the next plan (with on_plan); returns the op, or NULL past the bound
+ * (the next plan then fails: cannot happen, DCP_ENGINE_PLAN_MAX_OPS). */
+static dcp_engine_op *log_op(dcp_engine *e, dcp_engine_op_kind kind, uint32_t slot, uint32_t n)
+{
+    if (!e->cfg.on_plan) return NULL;
+    if (e->n_ops == DCP_ENGINE_PLAN_MAX_OPS(e->max_seqs)) {
+        e->ops_overflow = true;
+        return NULL;
+    }
+    dcp_engine_op *op = &e->ops[e->n_ops++];
+    *op = (dcp_engine_op){.kind = (uint32_t)kind, .slot = slot, .n = n};
+    return op;
+}
+
 void eng_release_slot(dcp_engine *e, eng_seq *q)
 {
     if (q->slot < 0) return;
     const uint32_t slot = (uint32_t)q->slot;
     dcp_model_state_free_seq(e->s, slot);
     eng_spec_release(e, q);
-    bool listed = false;
-    for (uint32_t i = 0; i < e->n_pending_free; i++) listed |= e->pending_free[i] == slot;
-    if (!listed) e->pending_free[e->n_pending_free++] = slot;
-    for (uint32_t i = 0; i < e->n_pending_trunc; i++) /* the free ends what a shortening left */
-        if (e->pending_trunc[i].slot == slot) e->pending_trunc[i--] = e->pending_trunc[--e->n_pending_trunc];
+    log_op(e, DCP_ENGINE_OP_FREE, slot, 0);
     e->slot_seq[slot] = NULL;
     q->slot = -1;
     q->fed = 0;
@@ -548,21 +557,74 @@ dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length)
 {
     const uint32_t slot = (uint32_t)q->slot;
     dcp_status st = dcp_model_state_truncate_seq(e->s, slot, length);
+    if (st == DCP_OK) log_op(e, DCP_ENGINE_OP_TRUNCATE, slot, length);
+    return st;
+}
+
+dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *cached)
+{
+    const dcp_status st = dcp_model_state_prefix_attach(e->s, slot, q->toks, q->n_toks, cached);
     if (st != DCP_OK || !e->cfg.on_plan) return st;
-    uint32_t i = 0;
-    while (i < e->n_pending_trunc && e->pending_trunc[i].slot != slot) i++;
-    e->pending_trunc[i] = (dcp_engine_truncate){slot, length};
-    if (i == e->n_pending_trunc) e->n_pending_trunc++;
+    /* The followers need the cached blocks' tokens and one more (an attach takes at most n - 1). */
+    const uint32_t len = *cached < q->n_toks ? *cached + 1 : q->n_toks;
+    if (e->n_op_toks + len > e->cap_op_toks) {
+        uint32_t cap = e->cap_op_toks ? e->cap_op_toks : 1024;
+        while (cap < e->n_op_toks + len) cap *= 2;
+        int32_t *t = realloc(e->op_toks, (size_t)cap * sizeof *t);
+        if (!t) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the step plan's tokens");
+        e->op_toks = t;
+        e->cap_op_toks = cap;
+    }
+    dcp_engine_op *op = log_op(e, DCP_ENGINE_OP_ATTACH, slot, *cached);
+    if (op) {
+        op->first = e->n_op_toks;
+        op->len = len;
+        memcpy(e->op_toks + e->n_op_toks, q->toks, (size_t)len * sizeof *q->toks);
+        e->n_op_toks += len;
+    }
     return DCP_OK;
+}
+
+dcp_status eng_commit_slot(dcp_engine *e, eng_seq *q, uint32_t n)
+{
+    const uint32_t slot = (uint32_t)q->slot;
+    const dcp_status st = dcp_model_state_prefix_commit(e->s, slot, n);
+    if (st == DCP_OK && e->cfg.enable_prefix_caching) log_op(e, DCP_ENGINE_OP_COMMIT, slot, n);
+    return st;
 }
 
 dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan)
 {
-    for (uint32_t i = 0; i < plan->n_truncate; i++) {
-        dcp_status st = dcp_model_state_truncate_seq(s, plan->truncate[i].slot, plan->truncate[i].length);
-        if (st != DCP_OK) return dcp_fail_context(st, "step plan: shortening slot %u", plan->truncate[i].slot);
+    for (uint32_t i = 0; i < plan->n_ops; i++) {
+        const dcp_engine_op *op = &plan->ops[i];
+        dcp_status st = DCP_OK;
+        uint32_t got = 0;
+        switch (op->kind) {
+        case DCP_ENGINE_OP_TRUNCATE:
+            st = dcp_model_state_truncate_seq(s, op->slot, op->n);
+            break;
+        case DCP_ENGINE_OP_FREE:
+            dcp_model_state_free_seq(s, op->slot);
+            break;
+        case DCP_ENGINE_OP_ATTACH:
+            if (op->first > plan->n_tokens || op->len > plan->n_tokens - op->first) {
+                st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "tokens [%u, +%u) beyond the plan's %u", op->first,
+                              op->len, plan->n_tokens);
+                break;
+            }
+            st = dcp_model_state_prefix_attach(s, op->slot, plan->tokens + op->first, op->len, &got);
+            if (st == DCP_OK && got != op->n)
+                st = dcp_fail(DCP_ERR_INTERNAL, "%u cached tokens here, %u on the leader: the prefix caches "
+                              "diverged", got, op->n);
+            break;
+        case DCP_ENGINE_OP_COMMIT:
+            st = dcp_model_state_prefix_commit(s, op->slot, op->n);
+            break;
+        default:
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "unknown kind %u", op->kind);
+        }
+        if (st != DCP_OK) return dcp_fail_context(st, "step plan: op %u of %u (slot %u)", i, plan->n_ops, op->slot);
     }
-    for (uint32_t i = 0; i < plan->n_free; i++) dcp_model_state_free_seq(s, plan->free[i]);
     if (plan->n_rows == 0) return DCP_OK;
     return dcp_model_state_step(s, plan->rows, plan->n_rows, NULL, NULL);
 }

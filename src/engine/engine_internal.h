@@ -100,12 +100,12 @@ struct dcp_engine {
     eng_seq *head, *tail;        /* every queued or running sequence, by id */
     eng_seq **slot_seq;          /* [max_seqs] the sequence holding each slot, or NULL */
     uint32_t running, waiting;
-    /* freed slots not yet in a plan (for the followers) */
-    uint32_t *pending_free;      /* [max_seqs] */
-    uint32_t n_pending_free;
-    /* slots shortened (speculation's roll-backs) not yet in a plan, one entry per slot */
-    dcp_engine_truncate *pending_trunc; /* [max_seqs] */
-    uint32_t n_pending_trunc;
+    /* With on_plan (MPI followers): the changes to the slots not yet in a plan, in order */
+    dcp_engine_op *ops;          /* [DCP_ENGINE_PLAN_MAX_OPS(max_seqs)] */
+    uint32_t n_ops;
+    bool ops_overflow;           /* more than the bound (cannot happen): the next plan fails */
+    int32_t *op_toks;            /* the ATTACH ops' tokens */
+    uint32_t n_op_toks, cap_op_toks;
     /* the step being scheduled */
     dcp_model_row *rows;         /* [max_rows] */
     uint32_t n_rows;
@@ -140,6 +140,9 @@ struct dcp_engine {
 void eng_release_slot(dcp_engine *e, eng_seq *q);
 /* Shortens q's slot in the state to its first `length` tokens and remembers it for the next plan. */
 dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length);
+/* Prefix caching's attach and commit of q's slot (for the followers too, with on_plan). */
+dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *cached);
+dcp_status eng_commit_slot(dcp_engine *e, eng_seq *q, uint32_t n);
 /* Queues an event for q (text copied; message may be NULL). DCP_ERR_OUT_OF_MEMORY. */
 dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
                     size_t len, dcp_engine_finish finish, dcp_status status, const char *message);

@@ -258,7 +258,7 @@ static bool schedule(dcp_engine *e)
         q->fed = 0;
         if (k == 0) break;
         uint32_t cached = 0;
-        if (hit && dcp_model_state_prefix_attach(e->s, (uint32_t)slot, q->toks, q->n_toks, &cached) != DCP_OK) break;
+        if (hit && eng_attach_slot(e, q, (uint32_t)slot, &cached) != DCP_OK) break;
         for (uint32_t r = 0; r < e->dcp; r++)
             future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
                          dcp_model_state_shard_pages(e->s, (uint64_t)cached + k, r);
@@ -368,12 +368,15 @@ dcp_status dcp_engine_step(dcp_engine *e)
     }
     layout_rows(e);
     if (e->cfg.on_plan) {
-        dcp_engine_plan plan = {.n_free = e->n_pending_free, .free = e->pending_free, .n_rows = e->n_rows,
-                                .rows = e->rows, .n_truncate = e->n_pending_trunc, .truncate = e->pending_trunc};
-        st = e->cfg.on_plan(e->cfg.plan_user, &plan);
+        dcp_engine_plan plan = {.n_ops = e->n_ops, .ops = e->ops, .n_tokens = e->n_op_toks, .tokens = e->op_toks,
+                                .n_rows = e->n_rows, .rows = e->rows};
+        st = e->ops_overflow ? dcp_fail(DCP_ERR_INTERNAL, "engine: more than %u changes to the slots in one step "
+                                        "plan", DCP_ENGINE_PLAN_MAX_OPS(e->max_seqs))
+                             : e->cfg.on_plan(e->cfg.plan_user, &plan);
     }
-    e->n_pending_free = 0;
-    e->n_pending_trunc = 0;
+    e->n_ops = 0;
+    e->n_op_toks = 0;
+    e->ops_overflow = false;
     if (st != DCP_OK) {
         fail_step(e, st);
         return st;
@@ -415,7 +418,7 @@ dcp_status dcp_engine_step(dcp_engine *e)
         }
         q->step_rows = 0;
         /* Prefix caching: its tokens before the step's drafts are final; full blocks get cached. */
-        const dcp_status cs = dcp_model_state_prefix_commit(e->s, (uint32_t)q->slot, q->fed + x->rows);
+        const dcp_status cs = eng_commit_slot(e, q, q->fed + x->rows);
         if (cs != DCP_OK && first == DCP_OK) first = cs;
         if (x->drafts) { /* speculation: the tokens kept, the rest rolled back (spec.c) */
             dcp_status vs = eng_spec_verify(e, x, k);

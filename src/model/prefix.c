@@ -351,10 +351,14 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
         return DCP_OK;
     }
     if (s->prefix) return DCP_OK;
-    if (s->m->nl < s->m->tp)
+    /* With the TP group spread over MPI processes, every process keeps the same index (the engine's
+     * step plans carry its attaches and commits in order, and page accounting is by formula for
+     * every rank); a host pool would not be the same everywhere (its slots follow this process's
+     * share of the bytes). */
+    if (s->m->nl < s->m->tp && s->cfg.kv_offload_bytes)
         return dcp_fail(DCP_ERR_UNSUPPORTED,
-                        "prefix caching: not supported with the TP group spread over MPI processes (the other "
-                        "processes would have to attach the same cached blocks); run without it");
+                        "KV offload: not supported with the TP group spread over MPI processes (each process's "
+                        "host pool would have to hold the same blocks); run without it");
     dcp_prefix_cache *p = calloc(1, sizeof *p);
     if (!p) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     const uint32_t Q = s->cfg.max_seqs;
