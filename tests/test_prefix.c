@@ -645,7 +645,7 @@ static dcp_status no_plan(void *user, const dcp_engine_plan *plan)
 typedef struct follower {
     const fixture *f; /* the leader */
     dcp_model_state *s;
-    uint32_t ops[5]; /* plans' ops by kind */
+    uint32_t ops[6]; /* plans' ops by kind */
     uint32_t plans;
 } follower;
 
@@ -656,7 +656,7 @@ static void check_follower(const fixture *f, const follower *w, const char *what
 static dcp_status follow_plan(void *user, const dcp_engine_plan *plan)
 {
     follower *w = user;
-    for (uint32_t i = 0; i < plan->n_ops; i++) w->ops[plan->ops[i].kind < 5 ? plan->ops[i].kind : 0]++;
+    for (uint32_t i = 0; i < plan->n_ops; i++) w->ops[plan->ops[i].kind < 6 ? plan->ops[i].kind : 0]++;
     w->plans++;
     dcp_engine_plan ops = *plan, rows = *plan;
     ops.n_rows = 0;
@@ -781,11 +781,32 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
     dcp_test_drain(f.e);
     submit(&f, &b, &o[5]);
     run_followed(&f, &w, "d cancelled, b again");
+    /* n = 3 seeded choices of a prompt: one forked from choice 0 (two slots), one admitted later */
+    static req e;
+    make_prompt(&e, 30, 25, V);
+    e.max_tokens = 10;
+    e.temp = 0.9f;
+    e.seed = 77;
+    out oe[DCP_ENGINE_MAX_CHOICES];
+    dcp_engine_request rq = DCP_ENGINE_REQUEST_DEFAULT;
+    rq.prompt = e.prompt;
+    rq.n_prompt = e.n;
+    rq.max_tokens = e.max_tokens;
+    rq.ignore_eos = true;
+    rq.sampling.temperature = e.temp;
+    rq.sampling.seed = e.seed;
+    rq.n = 3;
+    rq.user = oe;
+    memset(oe, 0, sizeof oe);
+    DCP_ASSERT_OK(dcp_engine_submit(f.e, &rq, &oe[0].id));
+    run_followed(&f, &w, "n = 3");
     char what[96];
     snprintf(what, sizeof what, "follower TP %u DCP %u", tp, dcp);
-    fprintf(stderr, "%s: %u plans, ops: %u truncate, %u free, %u attach, %u commit; a again cached %u, c %u, b %u\n",
-            what, w.plans, w.ops[DCP_ENGINE_OP_TRUNCATE], w.ops[DCP_ENGINE_OP_FREE], w.ops[DCP_ENGINE_OP_ATTACH],
-            w.ops[DCP_ENGINE_OP_COMMIT], o[2].cached, o[3].cached, o[5].cached);
+    fprintf(stderr, "%s: %u plans, ops: %u truncate, %u free, %u attach, %u commit, %u fork; a again cached %u, c %u, "
+            "b %u\n", what, w.plans, w.ops[DCP_ENGINE_OP_TRUNCATE], w.ops[DCP_ENGINE_OP_FREE],
+            w.ops[DCP_ENGINE_OP_ATTACH], w.ops[DCP_ENGINE_OP_COMMIT], w.ops[DCP_ENGINE_OP_FORK], o[2].cached,
+            o[3].cached, o[5].cached);
+    assert_true(w.ops[DCP_ENGINE_OP_FORK] >= 1);
     assert_true(w.ops[DCP_ENGINE_OP_TRUNCATE] > 0 && w.ops[DCP_ENGINE_OP_FREE] > 0);
     assert_true(w.ops[DCP_ENGINE_OP_ATTACH] >= 3 && w.ops[DCP_ENGINE_OP_COMMIT] > 0);
     assert_true(o[2].cached > 0 && o[3].cached > 0 && o[5].cached > 0);
@@ -807,6 +828,14 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
         submit(&f, rs[k], &x);
         run(&f);
         assert_same(what, k, &o[k], &x);
+    }
+    for (uint32_t i = 0; i < 3; i++) { /* choice i: a request of the choice's seed */
+        req ei = e;
+        ei.seed = dcp_engine_choice_seed(e.seed, i);
+        out x;
+        submit(&f, &ei, &x);
+        run(&f);
+        assert_same(what, 6 + i, &oe[i], &x);
     }
     fx_close(&f);
 }

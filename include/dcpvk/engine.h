@@ -54,13 +54,15 @@ typedef enum dcp_engine_op_kind {
                                  * dcp_model_state_prefix_attach of the plan's tokens
                                  * [first, first + len), which must give n again */
     DCP_ENGINE_OP_COMMIT = 4,   /* slot's first n tokens final (dcp_model_state_prefix_commit) */
+    DCP_ENGINE_OP_FORK = 5,     /* empty slot made a fork of slot n (n > 1 choices:
+                                 * dcp_model_state_fork_seq), sharing len tokens */
 } dcp_engine_op_kind;
 
 typedef struct dcp_engine_op {
     uint32_t kind; /* dcp_engine_op_kind */
     uint32_t slot;
     uint32_t n;
-    uint32_t first, len; /* ATTACH: its tokens in the plan's tokens; 0 for the others */
+    uint32_t first, len; /* ATTACH: its tokens in the plan's tokens; FORK: len the shared tokens */
 } dcp_engine_op;
 
 /* What one step runs, for the other processes of an MPI group: first the changes to the slots
@@ -77,7 +79,7 @@ typedef struct dcp_engine_plan {
 } dcp_engine_plan;
 
 /* The most ops one plan holds for a run state of max_seqs slots (between two steps a slot is at
- * most committed, shortened, freed, attached and freed again). */
+ * most committed, shortened, freed, forked or attached, and freed again). */
 #define DCP_ENGINE_PLAN_MAX_OPS(max_seqs) (8u * (max_seqs))
 
 /* Called by dcp_engine_step with the step's plan before it runs the step (the pointers are
@@ -226,7 +228,7 @@ typedef struct dcp_engine_request {
                                     * far as slots and pages allow, drawing their first tokens from
                                     * its last prompt row's logits: they compute nothing of the
                                     * prompt (those that did not fit are admitted later as any
-                                    * request; with MPI followers, on_plan, no fork: each prefills).
+                                    * request; with MPI followers the plan carries the fork).
                                     * n > 1 with prompt_logprobs is refused */
 } dcp_engine_request;
 

@@ -221,7 +221,8 @@ DCP_API dcp_status dcp_model_state_forward(dcp_model_state *s, const int32_t *to
  * the group's; a parent in a fork group shares only those. Waits for the copies.
  * DCP_ERR_INVALID_ARGUMENT (nothing changed) for a slot outside the state, a busy child, an empty
  * parent or child == parent; DCP_ERR_OUT_OF_PAGES when the copies do not fit on some rank
- * (dcp_model_state_fork_pages); DCP_ERR_UNSUPPORTED with the TP group spread over MPI processes. */
+ * (dcp_model_state_fork_pages). With the TP group spread over MPI processes every process forks
+ * alike (the engine's step plan carries the fork: DCP_ENGINE_OP_FORK). */
 DCP_API dcp_status dcp_model_state_fork_seq(dcp_model_state *s, uint32_t parent, uint32_t child, uint32_t *shared);
 /* Pages of DCP rank r's pool a fork of sequence parent takes (those copied; 0 for an empty
  * parent or r outside the group). */

@@ -473,7 +473,7 @@ dcp_status dcp_engine_submit(dcp_engine *e, const dcp_engine_request *r, uint64_
     for (uint32_t i = 0; i < n; i++) {
         eng_seq *q = qs[i];
         q->id = e->next_id++;
-        q->parent = i && !e->cfg.on_plan ? *id : 0; /* the followers' plan cannot express a fork */
+        q->parent = i ? *id : 0;
         q->prev = e->tail;
         if (e->tail) e->tail->next = q;
         else e->head = q;
@@ -585,6 +585,14 @@ dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *c
     return DCP_OK;
 }
 
+dcp_status eng_fork_slot(dcp_engine *e, uint32_t parent, uint32_t child, uint32_t *shared)
+{
+    const dcp_status st = dcp_model_state_fork_seq(e->s, parent, child, shared);
+    dcp_engine_op *op = st == DCP_OK ? log_op(e, DCP_ENGINE_OP_FORK, child, parent) : NULL;
+    if (op) op->len = *shared;
+    return st;
+}
+
 dcp_status eng_commit_slot(dcp_engine *e, eng_seq *q, uint32_t n)
 {
     const uint32_t slot = (uint32_t)q->slot;
@@ -619,6 +627,12 @@ dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan
             break;
         case DCP_ENGINE_OP_COMMIT:
             st = dcp_model_state_prefix_commit(s, op->slot, op->n);
+            break;
+        case DCP_ENGINE_OP_FORK:
+            st = dcp_model_state_fork_seq(s, op->n, op->slot, &got);
+            if (st == DCP_OK && got != op->len)
+                st = dcp_fail(DCP_ERR_INTERNAL, "fork of slot %u: %u shared tokens here, %u on the leader", op->n,
+                              got, op->len);
             break;
         default:
             st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "unknown kind %u", op->kind);

@@ -143,6 +143,8 @@ dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length);
 /* Prefix caching's attach and commit of q's slot (for the followers too, with on_plan). */
 dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *cached);
 dcp_status eng_commit_slot(dcp_engine *e, eng_seq *q, uint32_t n);
+/* dcp_model_state_fork_seq of parent's slot into child's (for the followers too, with on_plan). */
+dcp_status eng_fork_slot(dcp_engine *e, uint32_t parent, uint32_t child, uint32_t *shared);
 /* Queues an event for q (text copied; message may be NULL). DCP_ERR_OUT_OF_MEMORY. */
 dcp_status eng_emit(dcp_engine *e, eng_seq *q, dcp_engine_event_kind kind, int32_t token, const char *text,
                     size_t len, dcp_engine_finish finish, dcp_status status, const char *message);

@@ -321,7 +321,7 @@ static uint32_t fork_choices(dcp_engine *e, eng_seq *q, eng_seq **kids)
             fits = (uint64_t)dcp_model_state_fork_pages(e->s, (uint32_t)q->slot, r) + e->running <=
                    dcp_model_state_rank_pages_free(e->s, r);
         uint32_t shared = 0;
-        if (!fits || dcp_model_state_fork_seq(e->s, (uint32_t)q->slot, (uint32_t)slot, &shared) != DCP_OK) break;
+        if (!fits || eng_fork_slot(e, (uint32_t)q->slot, (uint32_t)slot, &shared) != DCP_OK) break;
         if (e->cfg.enable_prefix_caching) {
             e->stats.prefix_queries += c->n_toks;
             e->stats.prefix_hits += shared;

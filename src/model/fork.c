@@ -189,9 +189,6 @@ dcp_status dcp_model_state_fork_seq(dcp_model_state *s, uint32_t parent, uint32_
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "fork: sequence %u into %u (slots 0..%u; the parent must hold tokens, the child none, and "
                         "they must differ)", parent, child, Q - 1);
-    if (s->m->nl < s->m->tp)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "fork: not supported with the TP group spread over MPI processes (the "
-                                             "other processes would have to fork alike)");
     if (s->ng * s->gn > 1024) return dcp_fail(DCP_ERR_UNSUPPORTED, "fork: more than 1024 local ranks");
     dcp_fork_state *f = NULL;
     DCP_TRY(fork_state(s, &f));
