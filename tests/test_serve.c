@@ -1644,6 +1644,61 @@ static void test_prefix_cache(void **state)
     free(r2);
 }
 
+/* n = 3 greedy choices: each is the n = 1 text (under mpiexec the choices are forks of choice 0's
+ * KV on every process: the step plans carry them), and seeded n = 2 twice gives the same texts. */
+static void test_choices_fork(void **state)
+{
+    (void)state;
+    const char *one = "{\"model\": \"stories260K\", \"prompt\": \"Tom and his dog ran to the park. They saw a big\", "
+                      "\"max_tokens\": 12, \"temperature\": 0}";
+    const char *three = "{\"model\": \"stories260K\", \"prompt\": \"Tom and his dog ran to the park. They saw a big\", "
+                        "\"max_tokens\": 12, \"temperature\": 0, \"n\": 3}";
+    const char *two = "{\"model\": \"stories260K\", \"prompt\": \"Tom and his dog ran to the park. They saw a big\", "
+                      "\"max_tokens\": 12, \"temperature\": 0.9, \"seed\": 31, \"n\": 2}";
+    char *r1, *r3, *s1, *s2, f1[32];
+    char *m0 = metrics(&srv);
+    const double k0 = metric(m0, "dcpvk_forked_choices_total");
+    free(m0);
+    assert_int_equal(post(&srv, "/v1/completions", one, &r1), 200);
+    assert_int_equal(post(&srv, "/v1/completions", three, &r3), 200);
+    assert_int_equal(post(&srv, "/v1/completions", two, &s1), 200);
+    assert_int_equal(post(&srv, "/v1/completions", two, &s2), 200);
+    char *t1 = completion_text(r1, f1, sizeof f1);
+    cJSON *j3 = cJSON_Parse(r3), *a = cJSON_Parse(s1), *b = cJSON_Parse(s2);
+    assert_non_null(j3);
+    assert_non_null(a);
+    assert_non_null(b);
+    const cJSON *c3 = cJSON_GetObjectItem(j3, "choices");
+    assert_int_equal(cJSON_GetArraySize(c3), 3);
+    for (int i = 0; i < 3; i++) {
+        const cJSON *c = cJSON_GetArrayItem(c3, i);
+        const cJSON *t = cJSON_GetObjectItem(c, "text");
+        assert_true(cJSON_IsString(t));
+        assert_int_equal(cJSON_GetObjectItem(c, "index")->valueint, i);
+        if (strcmp(t->valuestring, t1)) fail_msg("greedy choice %d '%s' is not the n = 1 text '%s'", i, t->valuestring, t1);
+    }
+    const cJSON *ca = cJSON_GetObjectItem(a, "choices"), *cb = cJSON_GetObjectItem(b, "choices");
+    assert_int_equal(cJSON_GetArraySize(ca), 2);
+    for (int i = 0; i < 2; i++) {
+        const char *x = cJSON_GetObjectItem(cJSON_GetArrayItem(ca, i), "text")->valuestring;
+        const char *y = cJSON_GetObjectItem(cJSON_GetArrayItem(cb, i), "text")->valuestring;
+        if (strcmp(x, y)) fail_msg("seeded choice %d: '%s' then '%s'", i, x, y);
+    }
+    char *m = metrics(&srv);
+    const double forked = metric(m, "dcpvk_forked_choices_total") - k0;
+    free(m);
+    printf("choices: greedy n = 3 all '%s'; %.0f choices forked\n", t1, forked);
+    assert_true(forked == 4); /* one request at a time, slots free: every choice past the first (2 + 1 + 1) */
+    cJSON_Delete(j3);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    free(t1);
+    free(r1);
+    free(r3);
+    free(s1);
+    free(s2);
+}
+
 /* --kv-offloading-size: a pool of 16 pages holds one of two long prompts; A, then B (evicting A's
  * blocks to host memory), then A again: its blocks come back from host (cached_tokens, the
  * dcpvk_kv_offload_* counters) and its text is the first one's. */
@@ -1724,7 +1779,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_openai_client), cmocka_unit_test(test_logprobs),
-        cmocka_unit_test(test_echo),          cmocka_unit_test(test_choices),
+        cmocka_unit_test(test_echo),          cmocka_unit_test(test_choices),       cmocka_unit_test(test_choices_fork),
         cmocka_unit_test(test_json_output),
         cmocka_unit_test(test_bad_requests),  cmocka_unit_test(test_refused_fields), cmocka_unit_test(test_body_checks),
         cmocka_unit_test(test_protocol),      cmocka_unit_test(test_access_log),
@@ -1736,7 +1791,8 @@ int main(int argc, char **argv)
     /* Under MPI: what depends on the processes following process 0's steps. */
     const struct CMUnitTest mpi_tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
-        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_disconnect),    cmocka_unit_test(test_sigterm),
+        cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_choices_fork),  cmocka_unit_test(test_disconnect),
+        cmocka_unit_test(test_sigterm),
     };
     if (mpiexec) return cmocka_run_group_tests(mpi_tests, group_setup, group_teardown);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -620,6 +620,9 @@ char *serve_metrics_text(serve_hub *h)
           "%u", s->prefix_blocks_unreferenced);
     COUNTER("dcpvk_prefix_cache_evictions_total", "Cached KV blocks evicted from the device pages (to host or gone).",
             s->prefix_evictions);
+    COUNTER("dcpvk_forked_choices_total",
+            "Choices of n > 1 requests started as a fork of choice 0's prompt KV (no prompt row computed).",
+            s->forked_choices);
     /* KV offload to host memory (--kv-offloading-size; vLLM has no stable metric names for it) */
     tprintf(&b, "# HELP dcpvk_kv_offload_blocks_total Cached KV blocks copied between device pages and host "
                 "memory.\n# TYPE dcpvk_kv_offload_blocks_total counter\n"
