@@ -67,16 +67,12 @@ static void fx_open(fixture *f, uint32_t tp, uint32_t dcp)
 {
     memset(f, 0, sizeof *f);
     DCP_ASSERT_OK(dcp_gguf_open(dcp_test_data_path("stories260K.gguf"), &f->g));
-    DCP_ASSERT_OK(dcp_model_config_read(f->g, &f->cfg));
-    DCP_ASSERT_OK(dcp_tokenizer_create(f->g, &f->tok));
+    f->ctx = dcp_test_context_of(tp);
+    dcp_test_model_open(f->ctx, f->g, tp, dcp, false, &f->cfg, &f->tok, &f->m);
     DCP_ASSERT_OK(dcp_json_vocab_create(f->tok, &f->jv));
     for (uint32_t i = 0; i < NSCHEMA; i++)
         if (dcp_json_schema_compile(schemas[i], schemas[i] ? strlen(schemas[i]) : 0, &f->js[i]) != DCP_OK)
             fail_msg("schema %u: %s", i, dcp_last_error());
-    f->ctx = dcp_test_context_of(tp);
-    dcp_device *devs[8];
-    for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(f->ctx, (int)r);
-    DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, dcp, false, f->g, &f->cfg, &f->m));
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 96;
     sc.max_seqs = 4;
@@ -88,12 +84,9 @@ static void fx_open(fixture *f, uint32_t tp, uint32_t dcp)
 static void fx_close(fixture *f)
 {
     dcp_model_state_destroy(f->s);
-    dcp_model_destroy(f->m);
-    dcp_test_context_done(f->ctx);
     for (uint32_t i = 0; i < NSCHEMA; i++) dcp_json_schema_destroy(f->js[i]);
     dcp_json_vocab_destroy(f->jv);
-    dcp_tokenizer_destroy(f->tok);
-    dcp_gguf_close(f->g);
+    dcp_test_model_close(f->ctx, f->m, f->tok, f->g);
 }
 
 static dcp_engine_request make_request(const fixture *f, const spec *p, out *o)

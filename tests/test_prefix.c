@@ -388,11 +388,9 @@ static void test_preemption(void **state)
 
 enum { NTRACE = 5 };
 
-/* The trace: r0 alone (max 1 token: what it caches is its prompt), then r1..r4 together: forks of
- * r0's prompt at 250, 40, 200 tokens and r0's prompt itself. Each request's cached tokens into
- * cached[] (with caching), its tokens bitwise against the same request alone without caching. */
-static void run_trace(src_kind src, uint32_t tp, uint32_t dcp, uint32_t interleave, uint32_t block, dcp_dtype kv,
-                      uint32_t plen, uint32_t *cached)
+/* The run state of the traces: four slots, 64 rows a step, room for prompts of plen and their
+ * tokens. */
+static dcp_model_state_config trace_config(uint32_t plen, uint32_t block, uint32_t interleave, dcp_dtype kv)
 {
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = plen + 32;
@@ -401,6 +399,16 @@ static void run_trace(src_kind src, uint32_t tp, uint32_t dcp, uint32_t interlea
     sc.block_size = block;
     sc.interleave = interleave;
     sc.kv_dtype = kv;
+    return sc;
+}
+
+/* The trace: r0 alone (max 1 token: what it caches is its prompt), then r1..r4 together: forks of
+ * r0's prompt at 250, 40, 200 tokens and r0's prompt itself. Each request's cached tokens into
+ * cached[] (with caching), its tokens bitwise against the same request alone without caching. */
+static void run_trace(src_kind src, uint32_t tp, uint32_t dcp, uint32_t interleave, uint32_t block, dcp_dtype kv,
+                      uint32_t plen, uint32_t *cached)
+{
+    dcp_model_state_config sc = trace_config(plen, block, interleave, kv);
     fixture f;
     fx_open(&f, src, tp, dcp, &sc, true);
     const uint32_t V = f.cfg.n_vocab;
@@ -521,13 +529,7 @@ static void test_models(void **state)
 static void fork_trace(src_kind src, uint32_t tp, uint32_t dcp, uint32_t interleave, uint32_t block, dcp_dtype kv,
                        uint32_t plen)
 {
-    dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
-    sc.n_ctx = plen + 32;
-    sc.max_seqs = 4;
-    sc.max_rows = 64;
-    sc.block_size = block;
-    sc.interleave = interleave;
-    sc.kv_dtype = kv;
+    dcp_model_state_config sc = trace_config(plen, block, interleave, kv);
     assert_true(plen % (block * dcp) != 0); /* a partial last block to copy */
     enum { N = 3, GEN = 6 };
     fixture f;

@@ -26,7 +26,8 @@ typedef struct dcp_fork_state {
     uint32_t *gcount;   /* [max_seqs] scratch: members of each group */
     uint32_t pages;     /* distinct shared pages of every group, per rank */
     dcp_cmd **cmd;      /* [ng * gn] copy commands of each local rank (L = g gn + i), created lazily */
-    dcp_cmd **run;      /* [ng * gn] those with copies to run */
+    dcp_cmd **run;      /* [ng * gn] scratch: those with copies to run */
+    bool *rec;          /* [ng * gn] whether cmd[L] holds copies */
 } dcp_fork_state;
 
 static void fork_free(dcp_fork_state *f, uint32_t nloc)
@@ -35,6 +36,7 @@ static void fork_free(dcp_fork_state *f, uint32_t nloc)
     for (uint32_t L = 0; f->cmd && L < nloc; L++) dcp_cmd_destroy(f->cmd[L]);
     free(f->cmd);
     free(f->run);
+    free(f->rec);
     free(f->group);
     free(f->shared);
     free(f->gmax);
@@ -63,8 +65,9 @@ static dcp_status fork_state(dcp_model_state *s, dcp_fork_state **out)
         f->gcount = calloc(Q, sizeof *f->gcount);
         f->cmd = calloc(nloc, sizeof *f->cmd);
         f->run = calloc(nloc, sizeof *f->run);
+        f->rec = calloc(nloc, sizeof *f->rec);
     }
-    if (!f || !f->group || !f->shared || !f->gmax || !f->gcount || !f->cmd || !f->run) {
+    if (!f || !f->group || !f->shared || !f->gmax || !f->gcount || !f->cmd || !f->run || !f->rec) {
         fork_free(f, nloc);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the fork groups");
     }
@@ -144,7 +147,6 @@ static dcp_status copy_pages(dcp_model_state *s, dcp_fork_state *f, uint32_t par
 {
     dcp_status st = DCP_OK;
     const uint32_t nloc = s->ng * s->gn, n_caches = s->ng * s->m->cfg.n_layer;
-    bool any[1024] = {false};
     for (uint32_t k = 0; k < n_caches; k++)
         for (uint32_t i = 0; i < s->gn; i++) {
             const uint32_t L = k % s->ng * s->gn + i;
@@ -160,20 +162,10 @@ static dcp_status copy_pages(dcp_model_state *s, dcp_fork_state *f, uint32_t par
             for (uint32_t b = from; b < n; b++)
                 DCP_TRY(dcp_cmd_copy(f->cmd[L], dcp_kv_pool_segment(pool, pbt[b] / pps), (uint64_t)(pbt[b] % pps) * pb,
                                      dcp_kv_pool_segment(pool, cbt[b] / pps), (uint64_t)(cbt[b] % pps) * pb, pb));
-            any[L] = true;
+            f->rec[L] = true;
         }
-    uint32_t n_run = 0;
-    for (uint32_t L = 0; L < nloc; L++)
-        if (any[L]) {
-            dcp_cmd_barrier(f->cmd[L]); /* page copies -> the next step's attention reads */
-            f->run[n_run++] = f->cmd[L];
-        }
-    if (n_run) st = dcp_cmd_run_all(f->run, n_run);
-    for (uint32_t L = 0; L < nloc; L++)
-        if (any[L]) {
-            const dcp_status r = dcp_cmd_reset(f->cmd[L]);
-            if (st == DCP_OK) st = r;
-        }
+    /* page copies -> the next step's attention reads */
+    st = dcp_graph_run_copies(f->cmd, f->rec, f->run, nloc, false);
     if (st != DCP_OK) goto fail;
     return DCP_OK;
 fail:
@@ -189,7 +181,6 @@ dcp_status dcp_model_state_fork_seq(dcp_model_state *s, uint32_t parent, uint32_
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "fork: sequence %u into %u (slots 0..%u; the parent must hold tokens, the child none, and "
                         "they must differ)", parent, child, Q - 1);
-    if (s->ng * s->gn > 1024) return dcp_fail(DCP_ERR_UNSUPPORTED, "fork: more than 1024 local ranks");
     dcp_fork_state *f = NULL;
     DCP_TRY(fork_state(s, &f));
     const uint32_t share = share_blocks(s, parent);

@@ -170,6 +170,11 @@ dcp_status dcp_graph_make_room(dcp_model_state *s, const uint32_t *adds);
 uint32_t dcp_graph_pages_free_now(const dcp_model_state *s);
 /* Pages on rank r's free lists now. */
 uint32_t dcp_graph_rank_free_now(const dcp_model_state *s, uint32_t r);
+/* Runs the copy commands cmd[L] of the local ranks L < nloc with rec[L] set, each after a barrier
+ * (toward the host when host, else toward the next step's shaders), side by side on their
+ * devices' queues (run: nloc entries of scratch), waits, resets them and clears rec. Page copies of
+ * the prefix cache's offload (prefix.c) and of forks (fork.c). */
+dcp_status dcp_graph_run_copies(dcp_cmd **cmd, bool *rec, dcp_cmd **run, uint32_t nloc, bool host);
 
 /* ---- automatic prefix caching (prefix.c) -------------------------------------------------- */
 

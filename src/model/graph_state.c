@@ -685,3 +685,22 @@ const char *dcp_model_state_describe_exchange(const dcp_model_state *s, char *bu
     return buf;
 }
 bool dcp_model_state_last_replayed(const dcp_model_state *s) { return dcp_step_last_replayed(s->step); }
+
+dcp_status dcp_graph_run_copies(dcp_cmd **cmd, bool *rec, dcp_cmd **run, uint32_t nloc, bool host)
+{
+    uint32_t n = 0;
+    for (uint32_t L = 0; L < nloc; L++)
+        if (rec[L]) {
+            if (host) dcp_cmd_barrier_host(cmd[L]);
+            else dcp_cmd_barrier(cmd[L]);
+            run[n++] = cmd[L];
+        }
+    dcp_status st = n ? dcp_cmd_run_all(run, n) : DCP_OK;
+    for (uint32_t L = 0; L < nloc; L++)
+        if (rec[L]) {
+            rec[L] = false;
+            const dcp_status r = dcp_cmd_reset(cmd[L]);
+            if (st == DCP_OK) st = r;
+        }
+    return st;
+}

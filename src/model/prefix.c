@@ -282,21 +282,8 @@ fail:
  * waits: a block's bytes are in host memory (or back in its pages) before a page is reused or read. */
 static dcp_status flush_moves(dcp_prefix_cache *p)
 {
-    dcp_status st = DCP_OK;
-    uint32_t n = 0;
     if (p->hslots == 0) return DCP_OK;
-    for (uint32_t L = 0; L < p->nloc; L++)
-        if (p->hrec[L]) {
-            dcp_cmd_barrier_host(p->hcmd[L]);
-            p->hrun[n++] = p->hcmd[L];
-        }
-    if (n) st = dcp_cmd_run_all(p->hrun, n);
-    for (uint32_t L = 0; L < p->nloc; L++)
-        if (p->hrec[L]) {
-            p->hrec[L] = false;
-            const dcp_status r = dcp_cmd_reset(p->hcmd[L]);
-            if (st == DCP_OK) st = r;
-        }
+    const dcp_status st = dcp_graph_run_copies(p->hcmd, p->hrec, p->hrun, p->nloc, true);
     return st == DCP_OK ? DCP_OK : dcp_fail_context(st, "KV offload: transfers between device pages and host memory");
 }
 
