@@ -181,6 +181,29 @@ dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_ty
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
+/* Rows per subgroup of a matmul of `tokens` tokens over `type` on a device of `info`: each x load
+ * is shared by that many rows. A CPU device (lavapipe) runs a subgroup as the SIMD lanes of one
+ * core and loads a lane at a time, so x loads cost as much as weight loads there: more rows per
+ * subgroup, at one token for every type, at several tokens (TB accumulators per row) for the types
+ * whose decoding keeps few registers: the ones with 5th bits, with a table lookup, or Q4_0 ran
+ * 0.85-0.97x as fast with 8 rows at batch 8 and 32, the others 1.1-1.4x (dcp-vk-bench matmul
+ * --rows 2048 --k 2048 --batch 8,32, one run each on lavapipe; docs/design.md section 10). GPUs
+ * keep the register budget of 4 rows. The sums do not depend on it (same lanes, same order). */
+static uint32_t matmul_subgroup_rows(const dcp_device_info *info, dcp_ggml_type type, uint32_t tokens)
+{
+    if (!info->type || strcmp(info->type, "cpu") != 0) return DCP_MATMUL_SUBGROUP_ROWS;
+    if (tokens == 1) return DCP_MATMUL_SUBGROUP_ROWS_CPU;
+    switch (type) {
+    case DCP_GGML_TYPE_Q4_0:
+    case DCP_GGML_TYPE_Q5_0:
+    case DCP_GGML_TYPE_Q5_1:
+    case DCP_GGML_TYPE_Q5_K:
+    case DCP_GGML_TYPE_IQ4_NL:
+    case DCP_GGML_TYPE_IQ4_XS: return DCP_MATMUL_SUBGROUP_ROWS;
+    default: return DCP_MATMUL_SUBGROUP_ROWS_CPU;
+    }
+}
+
 /* One dispatch of a one-part matrix w: its rows go to y's columns [y_offset, y_offset + rows). */
 static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmul_args *a, uint32_t y_offset)
 {
@@ -190,11 +213,7 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
     uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
-    /* Rows per subgroup: each x load is shared by that many rows. A CPU device (lavapipe) runs a
-     * subgroup as the SIMD lanes of one core and loads a lane at a time, so x loads cost as much
-     * as weight loads there: more rows per subgroup. GPUs keep the register budget of 4 rows. */
-    const uint32_t r = info->type && strcmp(info->type, "cpu") == 0 && tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS_CPU
-                                                                                   : DCP_MATMUL_SUBGROUP_ROWS;
+    const uint32_t r = matmul_subgroup_rows(info, w->type, tokens);
     rpw *= r;
     /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
      * accumulators; the sums are the same for any value (same lanes, same order). */
