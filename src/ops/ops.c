@@ -183,12 +183,12 @@ static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1)
 
 /* Rows per subgroup of a matmul of `tokens` tokens over `type` on a device of `info`: each x load
  * is shared by that many rows. A CPU device (lavapipe) runs a subgroup as the SIMD lanes of one
- * core and loads a lane at a time, so x loads cost as much as weight loads there: more rows per
- * subgroup, at one token for every type, at several tokens (TB accumulators per row) for the types
- * whose decoding keeps few registers: the ones with 5th bits, with a table lookup, or Q4_0 ran
- * 0.85-0.97x as fast with 8 rows at batch 8 and 32, the others 1.1-1.4x (dcp-vk-bench matmul
- * --rows 2048 --k 2048 --batch 8,32, one run each on lavapipe; docs/design.md section 10). GPUs
- * keep the register budget of 4 rows. The sums do not depend on it (same lanes, same order). */
+ * core and loads a lane at a time, so x loads cost as much as weight loads there, and 8 rows beat 4:
+ * always at one token, and at several tokens (TB accumulators per row) for all types but six.
+ * Q4_0, Q5_0, Q5_1, Q5_K, IQ4_NL and IQ4_XS ran 0.85-0.97x as fast with 8 rows at batch 8 and 32,
+ * the others 1.1-1.4x (dcp-vk-bench matmul --rows 2048 --k 2048 --batch 8,32, one run each on
+ * lavapipe; docs/design.md section 10): measured, not derived. GPUs keep 4 rows. The sums do not
+ * depend on it (same lanes, same order). */
 static uint32_t matmul_subgroup_rows(const dcp_device_info *info, dcp_ggml_type type, uint32_t tokens)
 {
     if (!info->type || strcmp(info->type, "cpu") != 0) return DCP_MATMUL_SUBGROUP_ROWS;
