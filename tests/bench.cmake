@@ -41,6 +41,10 @@ if(TARGET PkgConfig::CJSON)
            ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --mla --ctx 300 --batch 2 --q-heads 4 --kv-lora 64 --rope 16
                 --iters 2 --verify --json
            TIMEOUT 300)
+  dcp_test(test_bench_attn_mla_q8_0_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --mla --kv-dtype q8_0 --ctx 300 --batch 2 --q-heads 4
+                --kv-lora 64 --rope 32 --iters 2 --verify --json
+           TIMEOUT 300)
   # attn --dcp 2 over two logical devices: the local decode's roofline.
   dcp_test(test_bench_attn_dcp_json EXE test_bench_json
            ARGS bench $<TARGET_FILE:dcp-vk-bench> attn --dcp 2 --ctx 300 --batch 2 --q-heads 8 --kv-heads 2 --head-dim 64

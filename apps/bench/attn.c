@@ -56,7 +56,7 @@ static void usage(FILE *f)
             "  --kv-heads H       KV heads (default 8; divides --q-heads)\n"
             "  --head-dim D       head dim, multiple of 4 up to 256 (default 128)\n"
             "  --page-size P      tokens per KV page (default 16)\n"
-            "  --kv-dtype T       f16, f32 or q8_0 (default f16; q8_0: single-device GQA decode, head dim a\n"
+            "  --kv-dtype T       f16, f32 or q8_0 (default f16; q8_0: one device (no --dcp), row width a\n"
             "                     multiple of 32)\n"
             "  --iters N          timed iterations; the median is reported (default 5)\n"
             "  --verify           compare with the CPU reference; exit 1 on a mismatch\n"
@@ -530,9 +530,9 @@ int dcp_bench_attn(int argc, char **argv)
     int pr = parse(argc, argv, &o);
     if (pr) return pr > 0 ? DCP_EXIT_OK : DCP_EXIT_USAGE;
     const char *prog = o.kind == ATTN_MLA ? "dcp-vk-bench attn --mla" : "dcp-vk-bench attn";
-    if (o.dtype == DCP_DTYPE_Q8_0 && (o.kind == ATTN_MLA || o.dcp.dcp)) {
-        fprintf(stderr, "dcp-vk-bench attn: --kv-dtype q8_0 is measured on the single-device GQA decode only (not with "
-                        "--mla or --dcp; the model runs it under DCP: dcp-vk-run --kv-dtype q8_0)\n");
+    if (o.dtype == DCP_DTYPE_Q8_0 && o.dcp.dcp) {
+        fprintf(stderr, "dcp-vk-bench attn: --kv-dtype q8_0 is measured on a single device's decode only (not with "
+                        "--dcp; the model runs it under DCP: dcp-vk-run --kv-dtype q8_0)\n");
         return DCP_EXIT_USAGE;
     }
     if (o.dcp.dcp) {
