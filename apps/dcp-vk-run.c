@@ -584,7 +584,7 @@ static int run_phases(run_app *a)
     if (!a->mpi) return lead(a);
     /* From here on process 0 runs the engine and the others follow its steps until it says stop
      * (with its exit code), or a failure on any process ends them all. */
-    if (!a->lead) return run_follow(&a->world, a->s, a->prog, true);
+    if (!a->lead) return run_follow(&a->world, a->s, a->spec.s, a->prog, true);
     rc = lead(a);
     dcp_status st = run_plan_quit(rc);
     if (st != DCP_OK) {

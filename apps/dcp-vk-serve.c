@@ -305,7 +305,7 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.prog, false);
+    rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.spec.s, a.prog, false);
 done:
     app_free(&a);
 finish:

@@ -663,12 +663,12 @@ static dcp_status follow_plan(void *user, const dcp_engine_plan *plan)
     dcp_engine_plan ops = *plan, rows = *plan;
     ops.n_rows = 0;
     rows.n_ops = 0;
-    dcp_status st = dcp_engine_plan_apply(w->s, &ops);
+    dcp_status st = dcp_engine_plan_apply(w->s, NULL, &ops);
     if (st != DCP_OK) return st;
     char what[32];
     snprintf(what, sizeof what, "plan %u", w->plans);
     check_follower(w->f, w, what);
-    return dcp_engine_plan_apply(w->s, &rows);
+    return dcp_engine_plan_apply(w->s, NULL, &rows);
 }
 
 /* The follower's state is the leader's: sequence lengths, block tables and the cache's counts. */

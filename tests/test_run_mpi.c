@@ -3,13 +3,16 @@
  * TP 1 text, printed once (process 0); ag_rs over 4 processes of 2 ranks gives it too, with the
  * JSON summary naming the processes; rejected configurations exit 2 on every process with one
  * message; a device one process lacks and an unreadable model exit 1 on every process; n-gram
- * speculation under mpiexec gives the tokens of TP 1 without it. */
+ * speculation and a draft model under mpiexec give the tokens of TP 1 without speculation. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dcpvk/gguf.h"
+#include "testmodel/testmodel.h"
 #include "testutil.h"
 
 static const char *mpiexec, *app;
@@ -75,7 +78,7 @@ static long json_count(const char *s, const char *key, const char *what)
 /* n-gram speculation under mpiexec -n 4 (TP 8 / DCP 2, 2 ranks each): the followers run every
  * verification step and shorten their shards by the drafts the leader rejected (the plan carries
  * the roll-backs), so the greedy tokens are those of TP 1 without speculation; drafts are both
- * accepted and rejected on this self-quoting prompt. A draft model is refused under MPI by name. */
+ * accepted and rejected on this self-quoting prompt. */
 static void test_spec_ngram(void **state)
 {
     (void)state;
@@ -102,14 +105,61 @@ static void test_spec_ngram(void **state)
     assert_true(drafted > accepted); /* some were rolled back on every process */
     done(&r);
     done(&ref);
-    char draft[1024];
-    snprintf(draft, sizeof draft, "{\"model\": \"%s\", \"num_speculative_tokens\": 2}", stories());
-    const char *dm[] = {"-m", stories(), "-p", "Once", "-n", "4", "--temp", "0", "--tensor-parallel-size", "2",
-                        "--speculative-config", draft, NULL};
-    r = run(2, "0", dm);
-    if (r.code != 2 || !strstr(r.err, "a draft model is not supported with a step plan for other MPI processes"))
-        fail_msg("a draft model under mpiexec -n 2: exit %d (wanted 2 and the reason)\n%s", r.code, r.err);
+}
+
+/* A draft model under mpiexec -n 4 (TP 8 / DCP 2, 2 ranks each): stories260K cut to its first 4
+ * layers (same vocabulary), loaded beside the target with the same layout; its own steps and
+ * roll-backs go to the followers as plans of their own, so every process runs the same draft
+ * steps, and the greedy tokens are those of TP 1 without speculation, with drafts accepted. */
+static void test_spec_draft(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/dcp-vk-test-draft-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) fail_msg("mkdtemp %s: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/draft.gguf", dir);
+    dcp_gguf *g = NULL;
+    dcp_gguf_writer *w = NULL;
+    dcp_status st = dcp_gguf_open(stories(), &g);
+    if (st == DCP_OK) st = dcp_test_model_cut_layers(g, 4, -1, &w);
+    if (st == DCP_OK) st = dcp_gguf_writer_write(w, path);
+    if (st != DCP_OK) fail_msg("writing the draft model %s: %s: %s", path, dcp_status_string(st), dcp_last_error());
+    dcp_gguf_writer_destroy(w);
+    dcp_gguf_close(g);
+    const char *prompt = "Once upon a time, there was a little girl named Lily.";
+    const char *one[] = {"-m", stories(), "-p", prompt, "-n", "32", "--temp", "0", "--json", NULL};
+    result ref = run(0, "0", one);
+    if (ref.code != 0) fail_msg("TP 1 run: exit %d\n%s", ref.code, ref.err);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "{\"model\": \"%s\", \"num_speculative_tokens\": 3}", path);
+    const char *spec[] = {"-m", stories(), "-p", prompt, "-n", "32", "--temp", "0", "--tensor-parallel-size", "8",
+                          "--decode-context-parallel-size", "2", "--speculative-config", cfg, "--json", NULL};
+    result r = run(4, "0", spec), one8 = run(0, "0,0,0,0,0,0,0,0", spec);
+    unlink(path);
+    rmdir(dir);
+    if (r.code != 0) fail_msg("mpiexec -n 4 TP 8 DCP 2 draft model: exit %d\n%s", r.code, r.err);
+    if (one8.code != 0) fail_msg("one process, TP 8 DCP 2 draft model: exit %d\n%s", one8.code, one8.err);
+    const char *want = json_tokens(ref.out, "TP 1"), *got = json_tokens(r.out, "mpiexec draft model");
+    size_t wl = strcspn(want, "]");
+    if (strncmp(want, got, wl + 1) != 0)
+        fail_msg("mpiexec -n 4 draft-model tokens\n%.*s\ninstead of TP 1's\n%.*s", (int)strcspn(got, "]") + 1, got,
+                 (int)wl + 1, want);
+    /* The draft ran the same steps over the same shards as in one process: the same drafts (a
+     * follower whose draft state missed a step or a roll-back would draft from other KV). */
+    const long drafted = json_count(r.out, "num_draft_tokens", "draft model"),
+               accepted = json_count(r.out, "num_accepted_tokens", "draft model");
+    const long drafted1 = json_count(one8.out, "num_draft_tokens", "draft model, one process"),
+               accepted1 = json_count(one8.out, "num_accepted_tokens", "draft model, one process");
+    printf("mpiexec -n 4, TP 8 DCP 2, draft model (4 of 5 layers) k 3: TP 1's 32 tokens; %ld draft tokens, %ld "
+           "accepted (one process: %ld, %ld)\n", drafted, accepted, drafted1, accepted1);
+    assert_true(accepted > 0);
+    assert_true(drafted > accepted); /* some were rolled back on every process, in both states */
+    assert_int_equal(drafted, drafted1);
+    assert_int_equal(accepted, accepted1);
+    done(&one8);
     done(&r);
+    done(&ref);
 }
 
 /* deepseek2 (MLA): the project's test model B (q_lora, YaRN, MoE) generated by dcp-vk-gguf; TP 4 /
@@ -230,7 +280,7 @@ static void test_errors(void **state)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s MPIEXEC PATH/dcp-vk-run\n", argv[0]);
+        fprintf(stderr, "usage: %s MPIEXEC PATH/dcp-vk-run [TEST-NAME-PATTERN]\n", argv[0]);
         return 2;
     }
     mpiexec = argv[1];
@@ -240,6 +290,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_same_text),
         cmocka_unit_test(test_deepseek2),
         cmocka_unit_test(test_spec_ngram),
+        cmocka_unit_test(test_spec_draft),
     };
+    if (argc > 3) cmocka_set_test_filter(argv[3]); /* one test by name */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

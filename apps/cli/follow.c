@@ -2,7 +2,8 @@
  * the plan (the changes to the slots in order: shortened, freed, attached to cached blocks, committed to
  * the prefix cache; then the rows) goes to the other processes before the step runs, and they apply
  * it to their part of the run state, so that every process runs the same collective steps and keeps
- * the same prefix cache.
+ * the same prefix cache. A draft model's steps (speculative decoding) come as plans of their own
+ * (PLAN_DRAFT), applied to the process's part of the draft model's state.
  *
  * The plan's header is one element-wise maximum over the processes (dcp_mpi_max_u32_idle):
  * process 0 contributes the plan and zeros where the others report, the others contribute zeros
@@ -20,7 +21,7 @@
 #include "cli/run.h"
 #include "dcpvk/comm.h"
 
-enum { PLAN_MAGIC = 0x6e616c70u /* "plan" */, PLAN_QUIT = 1, IDLE_SLEEP_US = 500 };
+enum { PLAN_MAGIC = 0x6e616c70u /* "plan" */, PLAN_QUIT = 1, PLAN_DRAFT = 2, IDLE_SLEEP_US = 500 };
 
 /* Reduced by maximum: magic, flags, n_ops, n_rows, n_tokens and code come from process 0 (the others give
  * 0), stop from the followers (process 0 gives 0). */
@@ -39,7 +40,7 @@ static dcp_status exchange(plan_header *hd)
 dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan)
 {
     run_lead *lead = user;
-    plan_header hd = {PLAN_MAGIC, 0, plan->n_ops, plan->n_rows, plan->n_tokens, 0, 0};
+    plan_header hd = {PLAN_MAGIC, plan->draft ? PLAN_DRAFT : 0, plan->n_ops, plan->n_rows, plan->n_tokens, 0, 0};
     dcp_status st = exchange(&hd);
     if (st == DCP_OK && lead && (int)hd.stop > lead->stop) lead->stop = (int)hd.stop;
     if (st == DCP_OK && plan->n_ops) st = dcp_mpi_bcast((void *)plan->ops, (uint64_t)plan->n_ops * sizeof *plan->ops, 0);
@@ -66,14 +67,17 @@ dcp_status run_plan_quit(int code)
     return st == DCP_OK ? last_exchange() : st;
 }
 
-int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool report_signals)
+int run_follow(const run_world *w, dcp_model_state *s, dcp_model_state *draft, const char *prog, bool report_signals)
 {
     const dcp_model_state_config *c = dcp_model_state_get_config(s);
+    const uint32_t max_rows = draft && dcp_model_state_get_config(draft)->max_rows > c->max_rows
+                                  ? dcp_model_state_get_config(draft)->max_rows
+                                  : c->max_rows;
     const uint32_t max_ops = DCP_ENGINE_PLAN_MAX_OPS(c->max_seqs);
     /* An ATTACH op's tokens: at most n_ctx, one op per slot and plan but for a freed slot's */
     const uint64_t max_tokens = (uint64_t)max_ops * c->n_ctx;
     dcp_engine_op *ops = malloc((size_t)max_ops * sizeof *ops);
-    dcp_model_row *rows = malloc((size_t)c->max_rows * sizeof *rows);
+    dcp_model_row *rows = malloc((size_t)max_rows * sizeof *rows);
     int32_t *toks = NULL;
     uint32_t cap_toks = 0;
     if (!ops || !rows) {
@@ -84,11 +88,11 @@ int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool re
         plan_header hd = {0, 0, 0, 0, 0, 0, report_signals ? (uint32_t)dcp_cli_stop_signal() : 0};
         dcp_status st = exchange(&hd);
         if (st == DCP_OK &&
-            (hd.magic != PLAN_MAGIC || hd.n_ops > max_ops || hd.n_rows > c->max_rows || hd.n_tokens > max_tokens)) {
+            (hd.magic != PLAN_MAGIC || hd.n_ops > max_ops || hd.n_rows > max_rows || hd.n_tokens > max_tokens)) {
             fprintf(stderr,
                     "%s: process %d: a malformed step plan came from process 0 (%u slot changes, %u rows, %u "
                     "tokens; at most %u, %u, %llu)\n",
-                    prog, w->proc, hd.n_ops, hd.n_rows, hd.n_tokens, max_ops, c->max_rows,
+                    prog, w->proc, hd.n_ops, hd.n_rows, hd.n_tokens, max_ops, max_rows,
                     (unsigned long long)max_tokens);
             fflush(stderr);
             return run_world_abort(w, DCP_EXIT_RUNTIME);
@@ -115,8 +119,8 @@ int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool re
         if (st == DCP_OK && hd.n_rows) st = dcp_mpi_bcast(rows, (uint64_t)hd.n_rows * sizeof *rows, 0);
         if (st == DCP_OK) {
             dcp_engine_plan plan = {.n_ops = hd.n_ops, .ops = ops, .n_tokens = hd.n_tokens, .tokens = toks,
-                                    .n_rows = hd.n_rows, .rows = rows};
-            st = dcp_engine_plan_apply(s, &plan);
+                                    .n_rows = hd.n_rows, .rows = rows, .draft = (hd.flags & PLAN_DRAFT) != 0};
+            st = dcp_engine_plan_apply(s, draft, &plan);
         }
         if (st != DCP_OK) {
             fprintf(stderr, "%s: process %d: following process 0's step: %s: %s\n", prog, w->proc,

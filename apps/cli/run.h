@@ -195,11 +195,12 @@ dcp_status run_plan_broadcast(void *user, const dcp_engine_plan *plan);
  * process ends with the same exit code). The watch (run_world_watch) ends here, between the stop
  * and one last exchange, on every process. */
 dcp_status run_plan_quit(int code);
-/* The processes other than 0: apply every plan of process 0 to s until it says stop; returns the
+/* The processes other than 0: apply every plan of process 0 to s (a draft model's plans to draft,
+ * this process's part of the draft model's state, NULL without one) until it says stop; returns the
  * exit code it gave. With report_signals, a stop signal this process caught (dcp_cli_catch_signals)
  * goes back to process 0 with the next plan. A failure here (a plan that does not run, an MPI
  * error) is said, naming this process and the cause, and ends every process (run_world_abort):
  * process 0 may be waiting for this one inside a step. */
-int run_follow(const run_world *w, dcp_model_state *s, const char *prog, bool report_signals);
+int run_follow(const run_world *w, dcp_model_state *s, dcp_model_state *draft, const char *prog, bool report_signals);
 
 #endif

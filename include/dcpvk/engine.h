@@ -17,8 +17,9 @@
  * Several processes (MPI): one process (the leader) runs the engine; the others hold the rest of
  * the TP group and must run exactly the same steps. The engine hands each step's plan (the
  * changes to the sequence slots since the last plan, in order: shortened, freed, attached to
- * cached blocks, committed to the cache; then the rows) to a callback before it runs the step;
- * the leader broadcasts it and the followers apply it with dcp_engine_plan_apply.
+ * cached blocks, committed to the cache; then the rows) to a callback before it runs the step,
+ * and a draft model's steps the same way (speculative decoding); the leader broadcasts them and
+ * the followers apply them with dcp_engine_plan_apply.
  *
  * Lifetimes: dcp_engine_create borrows the run state and the tokenizer, which must outlive the
  * engine; the engine owns its sequences (it frees their slots in the state when they end, and
@@ -56,6 +57,9 @@ typedef enum dcp_engine_op_kind {
     DCP_ENGINE_OP_COMMIT = 4,   /* slot's first n tokens final (dcp_model_state_prefix_commit) */
     DCP_ENGINE_OP_FORK = 5,     /* empty slot made a fork of slot n (n > 1 choices:
                                  * dcp_model_state_fork_seq), sharing len tokens */
+    DCP_ENGINE_OP_DRAFT_TRUNCATE = 6, /* the draft model's slot shortened to its first n tokens
+                                       * (speculative decoding with a draft model) */
+    DCP_ENGINE_OP_DRAFT_FREE = 7,     /* the draft model's slot freed */
 } dcp_engine_op_kind;
 
 typedef struct dcp_engine_op {
@@ -68,7 +72,8 @@ typedef struct dcp_engine_op {
 /* What one step runs, for the other processes of an MPI group: first the changes to the slots
  * since the last plan, ops[0 .. n_ops) in the order the engine made them (the prefix cache's
  * index and pages follow from that order, so every process's cache stays the leader's), then the
- * rows (dcp_model_state_step). */
+ * rows (dcp_model_state_step): in the target's run state, or with `draft` (speculative decoding
+ * with a draft model: the draft's own steps, planned like the target's) in the draft model's. */
 typedef struct dcp_engine_plan {
     uint32_t n_ops;
     const dcp_engine_op *ops;  /* [n_ops], at most DCP_ENGINE_PLAN_MAX_OPS(max_seqs) */
@@ -76,11 +81,13 @@ typedef struct dcp_engine_plan {
     const int32_t *tokens;     /* [n_tokens] the ATTACH ops' tokens */
     uint32_t n_rows;           /* 1 .. max_rows */
     const dcp_model_row *rows; /* [n_rows] */
+    bool draft;                /* the rows are a step of the draft model's state */
 } dcp_engine_plan;
 
 /* The most ops one plan holds for a run state of max_seqs slots (between two steps a slot is at
- * most committed, shortened, freed, forked or attached, and freed again). */
-#define DCP_ENGINE_PLAN_MAX_OPS(max_seqs) (8u * (max_seqs))
+ * most committed, shortened, freed, forked or attached, and freed again; its draft slot shortened
+ * and freed, and freed again). */
+#define DCP_ENGINE_PLAN_MAX_OPS(max_seqs) (12u * (max_seqs))
 
 /* Called by dcp_engine_step with the step's plan before it runs the step (the pointers are
  * valid during the call). A status other than DCP_OK aborts the step (every sequence of the
@@ -412,10 +419,12 @@ DCP_API int32_t dcp_engine_request_slot(const dcp_engine *e, uint64_t id);
 /* The run state the engine drives. */
 DCP_API dcp_model_state *dcp_engine_state(dcp_engine *e);
 
-/* Follower side of a plan (the processes other than the leader): applies the plan's ops in order,
- * then runs its rows in s without logits. Every process must apply every plan, in order; an
- * ATTACH that gives another count than the leader's (the caches diverged) is DCP_ERR_INTERNAL. */
-DCP_API dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan);
+/* Follower side of a plan (the processes other than the leader): applies the plan's ops in order
+ * (the DRAFT_ ones to draft), then runs its rows without logits in s, or in draft for a draft plan.
+ * draft is this process's part of the draft model's state, or NULL without one (a plan that needs
+ * it is then DCP_ERR_INVALID_ARGUMENT). Every process must apply every plan, in order; an ATTACH
+ * that gives another count than the leader's (the caches diverged) is DCP_ERR_INTERNAL. */
+DCP_API dcp_status dcp_engine_plan_apply(dcp_model_state *s, dcp_model_state *draft, const dcp_engine_plan *plan);
 
 #ifdef __cplusplus
 }

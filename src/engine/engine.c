@@ -139,9 +139,7 @@ void dcp_engine_destroy(dcp_engine *e)
     free(e);
 }
 
-/* Notes a change to a slot for the next plan (with on_plan); returns the op, or NULL past the bound
- * (the next plan then fails: cannot happen, DCP_ENGINE_PLAN_MAX_OPS). */
-static dcp_engine_op *log_op(dcp_engine *e, dcp_engine_op_kind kind, uint32_t slot, uint32_t n)
+dcp_engine_op *eng_log_op(dcp_engine *e, dcp_engine_op_kind kind, uint32_t slot, uint32_t n)
 {
     if (!e->cfg.on_plan) return NULL;
     if (e->n_ops == DCP_ENGINE_PLAN_MAX_OPS(e->max_seqs)) {
@@ -153,13 +151,29 @@ static dcp_engine_op *log_op(dcp_engine *e, dcp_engine_op_kind kind, uint32_t sl
     return op;
 }
 
+dcp_status eng_send_plan(dcp_engine *e, bool draft, const dcp_model_row *rows, uint32_t n_rows)
+{
+    dcp_status st = DCP_OK;
+    if (e->cfg.on_plan) {
+        const dcp_engine_plan plan = {.n_ops = e->n_ops, .ops = e->ops, .n_tokens = e->n_op_toks,
+                                      .tokens = e->op_toks, .n_rows = n_rows, .rows = rows, .draft = draft};
+        st = e->ops_overflow ? dcp_fail(DCP_ERR_INTERNAL, "engine: more than %u changes to the slots in one step "
+                                        "plan", DCP_ENGINE_PLAN_MAX_OPS(e->max_seqs))
+                             : e->cfg.on_plan(e->cfg.plan_user, &plan);
+    }
+    e->n_ops = 0;
+    e->n_op_toks = 0;
+    e->ops_overflow = false;
+    return st;
+}
+
 void eng_release_slot(dcp_engine *e, eng_seq *q)
 {
     if (q->slot < 0) return;
     const uint32_t slot = (uint32_t)q->slot;
     dcp_model_state_free_seq(e->s, slot);
     eng_spec_release(e, q);
-    log_op(e, DCP_ENGINE_OP_FREE, slot, 0);
+    eng_log_op(e, DCP_ENGINE_OP_FREE, slot, 0);
     e->slot_seq[slot] = NULL;
     q->slot = -1;
     q->fed = 0;
@@ -557,7 +571,7 @@ dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length)
 {
     const uint32_t slot = (uint32_t)q->slot;
     dcp_status st = dcp_model_state_truncate_seq(e->s, slot, length);
-    if (st == DCP_OK) log_op(e, DCP_ENGINE_OP_TRUNCATE, slot, length);
+    if (st == DCP_OK) eng_log_op(e, DCP_ENGINE_OP_TRUNCATE, slot, length);
     return st;
 }
 
@@ -575,7 +589,7 @@ dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *c
         e->op_toks = t;
         e->cap_op_toks = cap;
     }
-    dcp_engine_op *op = log_op(e, DCP_ENGINE_OP_ATTACH, slot, *cached);
+    dcp_engine_op *op = eng_log_op(e, DCP_ENGINE_OP_ATTACH, slot, *cached);
     if (op) {
         op->first = e->n_op_toks;
         op->len = len;
@@ -588,7 +602,7 @@ dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *c
 dcp_status eng_fork_slot(dcp_engine *e, uint32_t parent, uint32_t child, uint32_t *shared)
 {
     const dcp_status st = dcp_model_state_fork_seq(e->s, parent, child, shared);
-    dcp_engine_op *op = st == DCP_OK ? log_op(e, DCP_ENGINE_OP_FORK, child, parent) : NULL;
+    dcp_engine_op *op = st == DCP_OK ? eng_log_op(e, DCP_ENGINE_OP_FORK, child, parent) : NULL;
     if (op) op->len = *shared;
     return st;
 }
@@ -597,12 +611,15 @@ dcp_status eng_commit_slot(dcp_engine *e, eng_seq *q, uint32_t n)
 {
     const uint32_t slot = (uint32_t)q->slot;
     const dcp_status st = dcp_model_state_prefix_commit(e->s, slot, n);
-    if (st == DCP_OK && e->cfg.enable_prefix_caching) log_op(e, DCP_ENGINE_OP_COMMIT, slot, n);
+    if (st == DCP_OK && e->cfg.enable_prefix_caching) eng_log_op(e, DCP_ENGINE_OP_COMMIT, slot, n);
     return st;
 }
 
-dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan)
+dcp_status dcp_engine_plan_apply(dcp_model_state *s, dcp_model_state *draft, const dcp_engine_plan *plan)
 {
+    if (plan->draft && !draft)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "step plan: a draft model's step, and this process has no draft "
+                                                  "model state");
     for (uint32_t i = 0; i < plan->n_ops; i++) {
         const dcp_engine_op *op = &plan->ops[i];
         dcp_status st = DCP_OK;
@@ -628,6 +645,16 @@ dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan
         case DCP_ENGINE_OP_COMMIT:
             st = dcp_model_state_prefix_commit(s, op->slot, op->n);
             break;
+        case DCP_ENGINE_OP_DRAFT_TRUNCATE:
+        case DCP_ENGINE_OP_DRAFT_FREE:
+            if (!draft)
+                st = dcp_fail(DCP_ERR_INVALID_ARGUMENT, "a draft model's slot change, and this process has no draft "
+                              "model state");
+            else if (op->kind == DCP_ENGINE_OP_DRAFT_FREE)
+                dcp_model_state_free_seq(draft, op->slot);
+            else
+                st = dcp_model_state_truncate_seq(draft, op->slot, op->n);
+            break;
         case DCP_ENGINE_OP_FORK:
             st = dcp_model_state_fork_seq(s, op->n, op->slot, &got);
             if (st == DCP_OK && got != op->len)
@@ -640,5 +667,5 @@ dcp_status dcp_engine_plan_apply(dcp_model_state *s, const dcp_engine_plan *plan
         if (st != DCP_OK) return dcp_fail_context(st, "step plan: op %u of %u (slot %u)", i, plan->n_ops, op->slot);
     }
     if (plan->n_rows == 0) return DCP_OK;
-    return dcp_model_state_step(s, plan->rows, plan->n_rows, NULL, NULL);
+    return dcp_model_state_step(plan->draft ? draft : s, plan->rows, plan->n_rows, NULL, NULL);
 }

@@ -135,6 +135,12 @@ struct dcp_engine {
 };
 
 /* engine.c */
+/* Notes a change to a slot for the next plan (with on_plan); returns the op, or NULL without
+ * on_plan or past the bound (the next plan then fails: cannot happen, DCP_ENGINE_PLAN_MAX_OPS). */
+dcp_engine_op *eng_log_op(dcp_engine *e, dcp_engine_op_kind kind, uint32_t slot, uint32_t n);
+/* Hands the changes noted since the last plan and rows [n_rows] (a step of the target, or of the
+ * draft model with draft) to on_plan, if any, and forgets the changes. */
+dcp_status eng_send_plan(dcp_engine *e, bool draft, const dcp_model_row *rows, uint32_t n_rows);
 /* Frees the state's slot of a running sequence at once and remembers it for the next plan; the
  * sequence is then waiting (preemption) or about to end. */
 void eng_release_slot(dcp_engine *e, eng_seq *q);

@@ -367,16 +367,7 @@ dcp_status dcp_engine_step(dcp_engine *e)
         return st;
     }
     layout_rows(e);
-    if (e->cfg.on_plan) {
-        dcp_engine_plan plan = {.n_ops = e->n_ops, .ops = e->ops, .n_tokens = e->n_op_toks, .tokens = e->op_toks,
-                                .n_rows = e->n_rows, .rows = e->rows};
-        st = e->ops_overflow ? dcp_fail(DCP_ERR_INTERNAL, "engine: more than %u changes to the slots in one step "
-                                        "plan", DCP_ENGINE_PLAN_MAX_OPS(e->max_seqs))
-                             : e->cfg.on_plan(e->cfg.plan_user, &plan);
-    }
-    e->n_ops = 0;
-    e->n_op_toks = 0;
-    e->ops_overflow = false;
+    st = eng_send_plan(e, false, e->rows, e->n_rows);
     if (st != DCP_OK) {
         fail_step(e, st);
         return st;

@@ -138,10 +138,6 @@ dcp_status eng_spec_create(dcp_engine *e, const dcp_engine_config *config)
                         "speculative decoding: num_speculative_tokens %u needs %u rows with logits per step; the run "
                         "state allows %u (create it with max_logits >= %u)",
                         k, k + 1, e->max_logits, k + 1);
-    if (config->on_plan && sp->method == DCP_SPEC_DRAFT)
-        return dcp_fail(DCP_ERR_UNSUPPORTED, "speculative decoding: a draft model is not supported with a step plan "
-                                             "for other MPI processes (on_plan): its own steps are not planned for "
-                                             "them (n-gram drafts are)");
     if (sp->method == DCP_SPEC_NGRAM) {
         uint32_t lo = sp->prompt_lookup_min, hi = sp->prompt_lookup_max;
         if (lo == 0 && hi == 0) lo = hi = 5;
@@ -205,7 +201,10 @@ void eng_spec_seq_free(eng_seq *q)
 
 void eng_spec_release(dcp_engine *e, eng_seq *q)
 {
-    if (e->draft && q->slot >= 0) dcp_model_state_free_seq(e->draft, (uint32_t)q->slot);
+    if (e->draft && q->slot >= 0) {
+        dcp_model_state_free_seq(e->draft, (uint32_t)q->slot);
+        eng_log_op(e, DCP_ENGINE_OP_DRAFT_FREE, (uint32_t)q->slot, 0);
+    }
     q->dfed = 0;
     q->spec_wait = false;
 }
@@ -301,8 +300,10 @@ static void take_draft(dcp_engine *e, eng_seq *q, uint32_t j, uint32_t k)
 static dcp_status dstep_run(dcp_engine *e, dstep *ds, uint32_t j)
 {
     if (ds->rows == 0) return DCP_OK;
+    dcp_status st = eng_send_plan(e, true, e->drows, ds->rows); /* MPI followers run it too */
+    if (st != DCP_OK) return dcp_fail_context(st, "draft model step plan");
     const double t0 = now_s();
-    dcp_status st = dcp_model_state_step(e->draft, e->drows, ds->rows, ds->want_logits ? e->dlogits : NULL, e->dnext);
+    st = dcp_model_state_step(e->draft, e->drows, ds->rows, ds->want_logits ? e->dlogits : NULL, e->dnext);
     e->stats.spec_draft_seconds += now_s() - t0;
     e->stats.spec_draft_steps++;
     if (st != DCP_OK) return dcp_fail_context(st, "draft model step");
@@ -418,6 +419,7 @@ dcp_status eng_spec_verify(dcp_engine *e, eng_sched *x, uint32_t k)
         const uint32_t dkeep = n0 + (a + 1 < d ? a : d - 1); /* d >= 1 here */
         if (dkeep < q->dfed) {
             st = dcp_model_state_truncate_seq(e->draft, slot, dkeep);
+            if (st == DCP_OK) eng_log_op(e, DCP_ENGINE_OP_DRAFT_TRUNCATE, slot, dkeep);
             q->dfed = dkeep;
         }
     }
