@@ -55,6 +55,12 @@ set_tests_properties(app_run_spec_draft_dcp PROPERTIES ENVIRONMENT "DCP_VK_VALID
                      PASS_REGULAR_EXPRESSION "same tokens; \"spec_decode\": {\"method\": \"draft_model\".*\"num_accepted_tokens\": [1-9]")
 set_tests_properties(app_run_spec_ngram_dcp PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
                      PASS_REGULAR_EXPRESSION "same tokens; \"spec_decode\": {\"method\": \"ngram\"")
+# A draft whose heads do not allow DCP 2 at TP 8: loaded at DCP 1 (replicated cache), said, same tokens.
+add_test(NAME app_run_spec_draft_replicated COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/spec/run_replicated.sh
+         $<TARGET_FILE:dcp-vk-gguf> $<TARGET_FILE:dcp-vk-run>)
+set_tests_properties(app_run_spec_draft_replicated PROPERTIES ENVIRONMENT "DCP_VK_VALIDATION=1;DCP_VK_DEVICES=0,0,0,0,0,0,0,0"
+                     PASS_REGULAR_EXPRESSION "its KV cache is replicated over each DCP group.*same tokens; \"spec_decode\": {\"method\": \"draft_model\""
+                     FAIL_REGULAR_EXPRESSION "validation (error|warning)")
 add_test(NAME app_run_spec_bad COMMAND sh -c "$<TARGET_FILE:dcp-vk-run> --speculative-config '{\"method\": \"ngram\"}' 2>&1; echo exit=$?")
 set_tests_properties(app_run_spec_bad PROPERTIES PASS_REGULAR_EXPRESSION
                      "--speculative-config: needs \"num_speculative_tokens\"\nexit=2")

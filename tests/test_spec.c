@@ -87,8 +87,18 @@ static void open_src(src_kind k, fixture *f)
 /* Target src (stories260K: 5 layers); with draft_layers > 0 a draft of its first draft_layers
  * layers (stories260K 4: about a third of the drafts accepted; 5: the target itself, every greedy
  * draft accepted). */
+static void fx_open_draft_dcp(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, bool q_replicate,
+                              const dcp_model_state_config *sc, uint32_t draft_layers, uint32_t draft_dcp);
+
 static void fx_open_src(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, bool q_replicate,
                         const dcp_model_state_config *sc, uint32_t draft_layers)
+{
+    fx_open_draft_dcp(f, src, tp, dcp, q_replicate, sc, draft_layers, dcp);
+}
+
+/* As fx_open_src, the draft at DCP size draft_dcp (1: its cache replicated over each DCP group). */
+static void fx_open_draft_dcp(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, bool q_replicate,
+                              const dcp_model_state_config *sc, uint32_t draft_layers, uint32_t draft_dcp)
 {
     memset(f, 0, sizeof *f);
     open_src(src, f);
@@ -97,7 +107,7 @@ static void fx_open_src(fixture *f, src_kind src, uint32_t tp, uint32_t dcp, boo
     DCP_ASSERT_OK(dcp_model_state_create(f->m, sc, &f->s));
     if (!draft_layers) return;
     f->dg = open_draft(f->g, draft_layers, -1, &f->dbytes);
-    dcp_test_model_open(f->ctx, f->dg, tp, dcp, q_replicate, &f->dcfg, &f->dtok, &f->dm);
+    dcp_test_model_open(f->ctx, f->dg, tp, draft_dcp, q_replicate && draft_dcp == dcp, &f->dcfg, &f->dtok, &f->dm);
     dcp_model_state_config dc = *sc;
     dc.kv_pages = 0; /* every slot at full context: the draft never waits for pages */
     dc.max_logits = 0;
@@ -341,7 +351,7 @@ static dcp_model_state_config state_config(uint32_t max_seqs)
 }
 
 /* Speculation sp against none: every request of the mix together, and request `alone` alone. */
-static void exact_mix(fixture *f, const dcp_spec_config *sp, const char *what, bool sampled_equal)
+static dcp_engine_stats exact_mix(fixture *f, const dcp_spec_config *sp, const char *what, bool sampled_equal)
 {
     out base[NMIX], spec[NMIX], solo[NMIX];
     memset(solo, 0, sizeof solo);
@@ -352,6 +362,7 @@ static void exact_mix(fixture *f, const dcp_spec_config *sp, const char *what, b
     for (uint32_t k = 0; k < NMIX; k += 3) run(f, sp, 0, mix, NMIX, (int)k, solo);
     same_outputs(what, mix, solo, spec, NMIX);
     print_stats(what, &st);
+    return st;
 }
 
 static void test_ngram_tp1(void **state)
@@ -423,8 +434,21 @@ static void test_dcp(void **state)
     sc.interleave = 16;
     fx_open(&f, 8, 2, &sc, 4);
     sp = spec_draft(&f, 4);
-    exact_mix(&f, &sp, "TP 8 DCP 2 ag_rs interleave 16 draft model k 4", false);
+    const dcp_engine_stats shard = exact_mix(&f, &sp, "TP 8 DCP 2 ag_rs interleave 16 draft model k 4", false);
     fx_close(&f);
+    /* A draft at DCP 1 over the same ranks (its cache replicated over each DCP group, as the apps
+     * load a draft whose heads do not allow the DCP size): its lengths follow the target's as the
+     * sharded draft's do, so it drafts what that one drafts. */
+    fx_open_draft_dcp(&f, SRC_STORIES, 8, 2, false, &sc, 4, 1);
+    sp = spec_draft(&f, 4);
+    const dcp_engine_stats rep = exact_mix(&f, &sp, "TP 8 DCP 2 ag_rs interleave 16, draft at DCP 1 (replicated) k 4",
+                                           false);
+    fx_close(&f);
+    printf("draft model k 4: %llu of %llu draft tokens accepted replicated, %llu of %llu sharded\n",
+           (unsigned long long)rep.spec_accepted_tokens, (unsigned long long)rep.spec_draft_tokens,
+           (unsigned long long)shard.spec_accepted_tokens, (unsigned long long)shard.spec_draft_tokens);
+    assert_int_equal(rep.spec_draft_tokens, shard.spec_draft_tokens); /* DCP 1 computes what DCP 2 does */
+    assert_int_equal(rep.spec_accepted_tokens, shard.spec_accepted_tokens);
 }
 
 /* Greedy and sampled requests of the generated models, a self-quoting one among them. */

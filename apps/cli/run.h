@@ -72,6 +72,8 @@ typedef struct run_spec {
     dcp_model *m;
     dcp_model_state *s;
     dcp_model *counted;          /* the draft counted, not loaded (run_spec_count) */
+    uint32_t dcp;                /* the draft's DCP size: the target's, or 1 where its heads do not
+                                  * allow that (its KV cache replicated over each DCP group) */
 } run_spec;
 
 /* Parses --speculative-config's JSON (vLLM's fields: method "ngram" or "draft_model", model,
@@ -79,12 +81,14 @@ typedef struct run_spec {
  * model). Returns 0, or DCP_EXIT_USAGE after printing which field is wrong and what is allowed. */
 int run_spec_parse(const char *json, run_spec *sp, const char *prog);
 /* Method draft_model: opens the draft, checks its vocabulary against the target's, loads it with
- * the target's load configuration (devices, TP, DCP) and creates its run state (the target's slots,
+ * the target's load configuration (devices, TP, DCP; DCP 1 where its heads do not allow the
+ * target's, run_spec_count) and creates its run state (the target's slots,
  * context, block size, KV type, interleave and backend; every slot at full context). Returns 0 or
  * DCP_EXIT_RUNTIME after printing why. Collective over MPI like the target's load. */
 int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const dcp_model_state *target,
                     const dcp_tokenizer *target_tok, const char *prog);
-/* Method draft_model: counts the draft (a count_only load with load's devices and layout) into
+/* Method draft_model: counts the draft (a count_only load with load's devices and layout, or with
+ * DCP 1 where the draft's heads do not allow load's DCP size: said on the diagnostic stream) into
  * sp->counted, for dcp_model_state_config.draft: the target's memory check then counts the draft's
  * weights and run state too. Opens the draft's file (kept for run_spec_load). Nothing for other
  * methods, or when counted already. Returns 0 or an exit code after printing why. */

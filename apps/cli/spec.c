@@ -1,8 +1,9 @@
 /* --speculative-config of dcp-vk-run and dcp-vk-serve (vLLM's option and field names): the JSON
  * object parsed with cJSON (a build without cJSON refuses the option, saying so), and the
  * draft model it may name loaded beside the target: the same devices, TP and DCP layout (its KV
- * cache sharded over the same DCP group by the same placement rule: docs/design.md section 17),
- * its own run state of the target's slots, context and block size. */
+ * cache sharded over the same DCP group by the same placement rule: docs/design.md section 17; a
+ * draft whose heads do not allow the DCP size has DCP 1 over the same ranks, its cache replicated
+ * over each DCP group), its own run state of the target's slots, context and block size. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,15 +111,37 @@ static int open_draft(run_spec *sp, const char *prog)
     return 0;
 }
 
+/* A count_only load of the draft at layout lc into *out; the status. */
+static dcp_status count_at(run_spec *sp, const dcp_model_load_config *lc, dcp_model **out)
+{
+    dcp_model_load_config c = *lc;
+    c.count_only = true;
+    c.progress = NULL;
+    return dcp_model_load(&c, sp->g, &sp->mc, out);
+}
+
 int run_spec_count(run_spec *sp, const dcp_model_load_config *load, const char *prog)
 {
     if (sp->method != DCP_SPEC_DRAFT || sp->counted) return 0;
     int rc = open_draft(sp, prog);
     if (rc) return rc;
-    dcp_model_load_config lc = *load;
-    lc.count_only = true;
-    lc.progress = NULL;
-    dcp_status st = dcp_model_load(&lc, sp->g, &sp->mc, &sp->counted);
+    /* The target's layout; where the draft's heads do not allow its DCP size, the same TP ranks
+     * with DCP 1: the draft's KV cache replicated over each DCP group instead of sharded. */
+    sp->dcp = load->dcp;
+    dcp_status st = count_at(sp, load, &sp->counted);
+    if (st == DCP_ERR_CONFIG && load->dcp > 1) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dcp_last_error());
+        dcp_model_load_config one = *load;
+        one.dcp = 1;
+        one.q_replicate = false;
+        if ((st = count_at(sp, &one, &sp->counted)) == DCP_OK) {
+            sp->dcp = 1;
+            fprintf(dcp_cli_diag(), "%s: draft model %s: its heads do not allow DCP size %u (%s): its KV cache is "
+                    "replicated over each DCP group (DCP 1 over the same %u TP ranks)\n", prog, sp->model, load->dcp,
+                    why, load->tp ? load->tp : load->count);
+        }
+    }
     if (st != DCP_OK) {
         fprintf(stderr, "%s: draft model %s: counting it at the target's TP and DCP sizes: %s: %s\n", prog, sp->model,
                 dcp_status_string(st), dcp_last_error());
@@ -133,12 +156,18 @@ int run_spec_load(run_spec *sp, const dcp_model_load_config *target_load, const 
 {
     if (sp->method != DCP_SPEC_DRAFT) return 0;
     dcp_status st;
-    int rc = open_draft(sp, prog);
+    int rc = run_spec_count(sp, target_load, prog); /* opens it and chooses its DCP size */
     if (rc) return rc;
     if ((st = dcp_tokenizer_create(sp->g, &sp->tok))) return load_failed(prog, sp, "reading its tokenizer", st);
     if ((st = dcp_engine_spec_check_vocab(target_tok, sp->tok))) return load_failed(prog, sp, "its vocabulary", st);
-    /* The target's devices and layout: the draft's KV is sharded like the target's. */
-    if ((st = dcp_model_load(target_load, sp->g, &sp->mc, &sp->m)))
+    /* The target's devices and layout: the draft's KV is sharded like the target's (or replicated
+     * over each DCP group, run_spec_count). */
+    dcp_model_load_config lc = *target_load;
+    if (sp->dcp != lc.dcp) {
+        lc.dcp = sp->dcp;
+        lc.q_replicate = false;
+    }
+    if ((st = dcp_model_load(&lc, sp->g, &sp->mc, &sp->m)))
         return load_failed(prog, sp, "loading it at the target's TP and DCP sizes", st);
     dcp_model_state_config dc = *dcp_model_state_get_config(target);
     dc.n_ctx = dcp_model_state_n_ctx(target);
