@@ -21,6 +21,7 @@ dcp_test_cases(test_spec SOURCES test_spec.c ref_model.c vkutil.c CASES
   test_spec_distribution test_distribution
   test_spec_cancel test_cancel
   test_spec_preemption test_preemption
+  test_spec_preemption_cached test_preemption_cached
   test_spec_dcp test_dcp
   test_spec_models_deepseek2 test_models_deepseek2
   test_spec_models_q8 test_models_q8)

@@ -575,12 +575,12 @@ dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length)
     return st;
 }
 
-dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *cached)
+dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t n, uint32_t *cached)
 {
-    const dcp_status st = dcp_model_state_prefix_attach(e->s, slot, q->toks, q->n_toks, cached);
+    const dcp_status st = dcp_model_state_prefix_attach(e->s, slot, q->toks, n, cached);
     if (st != DCP_OK || !e->cfg.on_plan) return st;
     /* The followers need the cached blocks' tokens and one more (an attach takes at most n - 1). */
-    const uint32_t len = *cached < q->n_toks ? *cached + 1 : q->n_toks;
+    const uint32_t len = *cached < n ? *cached + 1 : n;
     if (e->n_op_toks + len > e->cap_op_toks) {
         uint32_t cap = e->cap_op_toks ? e->cap_op_toks : 1024;
         while (cap < e->n_op_toks + len) cap *= 2;

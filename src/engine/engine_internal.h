@@ -146,8 +146,9 @@ dcp_status eng_send_plan(dcp_engine *e, bool draft, const dcp_model_row *rows, u
 void eng_release_slot(dcp_engine *e, eng_seq *q);
 /* Shortens q's slot in the state to its first `length` tokens and remembers it for the next plan. */
 dcp_status eng_truncate_slot(dcp_engine *e, eng_seq *q, uint32_t length);
-/* Prefix caching's attach and commit of q's slot (for the followers too, with on_plan). */
-dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t *cached);
+/* Prefix caching's attach of q's first n tokens to slot, and commit of q's slot (for the followers
+ * too, with on_plan). */
+dcp_status eng_attach_slot(dcp_engine *e, eng_seq *q, uint32_t slot, uint32_t n, uint32_t *cached);
 dcp_status eng_commit_slot(dcp_engine *e, eng_seq *q, uint32_t n);
 /* dcp_model_state_fork_seq of parent's slot into child's (for the followers too, with on_plan). */
 dcp_status eng_fork_slot(dcp_engine *e, uint32_t parent, uint32_t child, uint32_t *shared);

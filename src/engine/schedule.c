@@ -248,8 +248,13 @@ static bool schedule(dcp_engine *e)
         if (slot < 0) break;
         /* Prefix caching: the cached blocks of its tokens are attached, the rest prefilled. */
         /* A request still owing prompt logprobs takes none: it needs the logits of every row. */
+        /* A strict speculative sequence being recomputed keeps its last token for a decode row
+         * (chunk_with_logits), so its cached prefix must leave it one more row to prefill: looked
+         * up and attached over its tokens less the last (else a hit of all but one would leave it
+         * no row, and it would wait for ever). */
+        const uint32_t n_look = q->spec_strict && q->generated ? q->n_toks - 1 : q->n_toks;
         uint32_t revived = 0;
-        const uint32_t hit = plp_pending(q) ? 0 : dcp_model_state_prefix_lookup(e->s, q->toks, q->n_toks, &revived);
+        const uint32_t hit = plp_pending(q) ? 0 : dcp_model_state_prefix_lookup(e->s, q->toks, n_look, &revived);
         const uint32_t hit_blocks = hit / (dcp_model_state_get_config(e->s)->block_size * e->dcp);
         if (!admit_fits(e, q, future, e->running, hit_blocks, revived)) break;
         const uint32_t rest = q->n_toks - hit;
@@ -258,7 +263,7 @@ static bool schedule(dcp_engine *e)
         q->fed = 0;
         if (k == 0) break;
         uint32_t cached = 0;
-        if (hit && eng_attach_slot(e, q, (uint32_t)slot, &cached) != DCP_OK) break;
+        if (hit && eng_attach_slot(e, q, (uint32_t)slot, n_look, &cached) != DCP_OK) break;
         for (uint32_t r = 0; r < e->dcp; r++)
             future[r] += dcp_model_state_shard_pages(e->s, q->n_toks, r) -
                          dcp_model_state_shard_pages(e->s, (uint64_t)cached + k, r);

@@ -237,6 +237,11 @@ uint32_t eng_spec_propose(dcp_engine *e, eng_seq *q, uint32_t room)
      * holds it too: submit checked n_prompt + max_tokens <= n_ctx.) */
     uint32_t cap = e->spec_k;
     if (cap > q->max_tokens - q->generated - 1) cap = q->max_tokens - q->generated - 1;
+    /* A strict sequence's first token is never drafted: it comes from its prompt's last row, which
+     * a prompt chunk may or may not include depending on the batch (eng_spec_sample then), so a
+     * decode row left over from a chunk must decide it the same way. Its later tokens always come
+     * from decode rows with drafts (chunk_with_logits keeps a recomputation short of its last). */
+    if (q->spec_strict && q->generated == 0) cap = 0;
     if (cap == 0) {
         q->spec_wait = false;
         return 0;
