@@ -1705,10 +1705,11 @@ static void test_choices_fork(void **state)
     free(s2);
 }
 
-/* --kv-offloading-size: a pool of 128 tokens per DCP group (16 pages at TP 1; under mpiexec TP 2 /
- * DCP 2, one rank per process, 8 pages a rank) holds one of two long prompts; A, then B (evicting
- * A's blocks to host memory), then A again: its blocks come back from host (cached_tokens, the
- * dcpvk_kv_offload_* counters) and its text is the first one's, computed without the cache. The
+/* --kv-offloading-size: a pool of 16 pages (TP 1; under mpiexec TP 2, one rank per process: the
+ * TP group spread over the processes; stories260K's 4 KV heads allow DCP 2 from TP 8 on only)
+ * holds one of two long prompts; A, then B (evicting A's blocks to host memory), then A again:
+ * its blocks come back from host (cached_tokens, the dcpvk_kv_offload_* counters) and its text is
+ * the first one's, computed without the cache. The
  * size is the whole TP group's: the host pool's blocks are 0.01 GiB over the bytes of a block on
  * every process (process 0's bytes of a block, from the counters, times the processes). Under
  * mpiexec the other process keeps the same host pool (it applies process 0's steps: a restore it
@@ -1719,10 +1720,10 @@ static void test_kv_offload(void **state)
     server s;
     const char *args1[] = {"-c", "128", "--max-seqs", "1", "--kv-pages", "16", "--block-size", "8",
                            "--kv-offloading-size", "0.01", "--kv-offloading-backend", "native", NULL};
-    const char *args_mpi[] = {"--tensor-parallel-size", "2", "--decode-context-parallel-size", "2", "-c", "128",
-                              "--max-seqs", "1", "--kv-pages", "8", "--block-size", "8", "--kv-offloading-size",
-                              "0.01", "--kv-offloading-backend", "native", NULL};
-    const int procs = mpiexec ? atoi(nprocs) : 1, block_tokens = mpiexec ? 16 : 8;
+    const char *args_mpi[] = {"--tensor-parallel-size", "2", "-c", "128", "--max-seqs", "1", "--kv-pages", "16",
+                              "--block-size", "8", "--kv-offloading-size", "0.01", "--kv-offloading-backend",
+                              "native", NULL};
+    const int procs = mpiexec ? atoi(nprocs) : 1;
     server_start_as(&s, mpiexec ? args_mpi : args1, mpiexec != NULL);
     const char *a = "{\"prompt\": \"Once upon a time, there was a little girl named Lily. She loved to play outside "
                     "in the sun. One day, she saw a big red ball in the park. She ran to it and kicked it high. "
@@ -1743,10 +1744,10 @@ static void test_kv_offload(void **state)
                  bytes_dev = metric(m, "dcpvk_kv_offload_bytes_total{direction=\"to_device\"}"),
                  cap = metric(m, "dcpvk_kv_offload_host_capacity_blocks");
     printf("kv offload%s: cached_tokens %d then %d; %.0f blocks to host, %.0f back (%.0f bytes on process 0), "
-           "host capacity %.0f blocks\n", mpiexec ? " under mpiexec, TP 2 / DCP 2" : "", c1, c3, to_host, to_dev,
+           "host capacity %.0f blocks\n", mpiexec ? " under mpiexec, TP 2" : "", c1, c3, to_host, to_dev,
            bytes_dev, cap);
     assert_int_equal(c1, 0);
-    assert_true(c3 > 0 && c3 % block_tokens == 0);
+    assert_true(c3 > 0 && c3 % 8 == 0);
     assert_true(to_host > 0 && to_dev > 0 && bytes_dev > 0);
     const double group_block = bytes_dev / to_dev * procs; /* every process holds ranks of equal shape */
     assert_true(cap > 0 && cap == floor(floor(0.01 * (double)(1ull << 30)) / group_block));

@@ -281,7 +281,9 @@ DCP_API uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint3
 /* Turns caching on (allocating its index: per slot n_ctx token ids) or off (every cached block
  * evicted). DCP_ERR_INVALID_ARGUMENT unless the state holds no sequence. With KV offload
  * (kv_offload_bytes) it allocates the host pool: host slots of the whole TP group's bytes of one
- * block, the same on every MPI process; an allocation that fails fails this call. */
+ * block, the same on every MPI process; an allocation that fails fails this call. With the TP
+ * group over MPI processes every process turns caching on before the first step and the callers
+ * agree on the result (dcp-vk-serve does), so that a failure on one stops them all. */
 DCP_API dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on);
 DCP_API bool dcp_model_state_prefix_caching(const dcp_model_state *s);
 /* The hash of a block of tokens [n] after a block of hash `parent` (the seed for block 0).
