@@ -89,7 +89,7 @@ static int build_state(serve_app *a)
     dcp_model_state_config sc = run_state_config(&a->o.run);
     sc.max_seqs = a->o.max_seqs;
     sc.kv_pages = a->o.kv_pages;
-    sc.kv_offload_bytes = a->mpi ? 0 : a->o.kv_offload_bytes; /* refused under MPI (serve) */
+    sc.kv_offload_bytes = a->o.kv_offload_bytes; /* the whole TP group's: each process allocates its ranks' part */
     if (a->spec.method != DCP_SPEC_NONE) sc.max_logits = sc.max_rows; /* k + 1 scored rows per request */
     /* The draft model to come (--speculative-config): counted beside the state before anything of
      * either is allocated. */
@@ -98,6 +98,13 @@ static int build_state(serve_app *a)
     sc.draft = a->spec.counted;
     dcp_status st = dcp_model_state_create(a->m, &sc, &a->s);
     return st ? fail(a, "creating the run state", st) : 0;
+}
+
+/* Prefix caching on (with KV offload's host pool when --kv-offloading-size is given). */
+static int caching_on(serve_app *a)
+{
+    const dcp_status st = dcp_model_state_set_prefix_caching(a->s, true);
+    return st ? fail(a, "turning prefix caching on", st) : 0;
 }
 
 /* The chat family: --chat-template, else recognised from the model. */
@@ -140,14 +147,10 @@ static int serve(serve_app *a)
     dcp_engine_config ec = DCP_ENGINE_CONFIG_DEFAULT;
     if (a->mpi) ec.on_plan = run_plan_broadcast;
     run_spec_config(&a->spec, &ec.spec);
-    /* Prefix caching: on by default; under MPI the followers turned it on too (main) and apply the
-     * attaches and commits the plans carry. */
+    /* Prefix caching: on by default; under MPI every process turned it on already (main: the host
+     * pool of KV offload too, the same blocks on each) and the followers apply the attaches and
+     * commits the plans carry. */
     ec.enable_prefix_caching = a->o.prefix_caching;
-    if (a->mpi && a->o.kv_offload_bytes) {
-        fprintf(stderr, "%s: --kv-offloading-size: not supported under mpiexec (each process's host pool would "
-                        "have to hold the same blocks); run without it\n", a->prog);
-        return quit(a, DCP_EXIT_RUNTIME);
-    }
     dcp_engine *e = NULL;
     dcp_status st = dcp_engine_create(a->s, a->tok, &ec, &e);
     if (st) {
@@ -297,14 +300,9 @@ int main(int argc, char **argv)
     if (a.mpi && a.lead)
         fprintf(stderr, "%s: %d MPI processes: %s; process 0 serves, the others follow its steps\n", a.prog,
                 a.world.nproc, procs);
-    if (!a.lead && a.o.prefix_caching && !a.o.kv_offload_bytes) { /* as the leader's engine does */
-        const dcp_status st = dcp_model_state_set_prefix_caching(a.s, true);
-        if (st) {
-            fail(&a, "turning prefix caching on", st);
-            rc = run_world_abort(&a.world, DCP_EXIT_RUNTIME);
-            goto done;
-        }
-    }
+    /* Under MPI every process turns caching on here, as the leader's engine would (and KV offload's
+     * host pool with it): a process that cannot allocate its part fails them all before serving. */
+    if (a.mpi && a.o.prefix_caching && (rc = run_world_agree(&a.world, caching_on(&a)))) goto done;
     rc = a.lead ? serve(&a) : run_follow(&a.world, a.s, a.spec.s, a.prog, false);
 done:
     app_free(&a);

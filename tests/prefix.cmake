@@ -7,7 +7,7 @@ dcp_test_cases(test_prefix SOURCES test_prefix.c ref_model.c vkutil.c CASES
   test_prefix_hash test_hash_chain
   test_prefix_sharing test_sharing_cancel
   test_prefix_lru test_lru
-  test_prefix_seed test_seed_refused
+  test_prefix_seed test_seed_followers
   test_prefix_preemption test_preemption
   test_prefix_dcp2 test_dcp_rule_2
   test_prefix_dcp4 test_dcp_rule_4

@@ -21,7 +21,10 @@
  *  - KV offload: blocks evicted from a pool too small for every prompt go to a host pool and come
  *    back on a hit (counted in blocks and bytes), the host pool evicts its oldest blocks when full,
  *    and the tokens are bitwise those computed, alone and batched, over GQA f16 and q8_0 and the
- *    MLA latent cache, at TP 1 and DCP layouts. */
+ *    MLA latent cache, at TP 1 and DCP layouts;
+ *  - MPI followers (a second run state applying the engine's step plans): the same slots, block
+ *    tables, cache and host pool counts at every plan, the same KV bytes, with and without KV
+ *    offload (blocks restored from host, the host pool evicting), the tokens unchanged. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -640,6 +643,31 @@ static dcp_status no_plan(void *user, const dcp_engine_plan *plan)
     return DCP_OK;
 }
 
+/* Bytes of one cached block on this process: its page in every layer's cache on every local rank
+ * (every rank of the TP group here: one process holds them all). */
+static uint64_t block_bytes(const fixture *f)
+{
+    uint64_t b = 0;
+    for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
+        for (uint32_t i = 0; i < f->s->gn; i++) b += dcp_kv_pool_page_bytes(dcp_kv_cache_pool(f->s->caches[k], i));
+    return b;
+}
+
+static void print_offload(const char *what, const fixture *f)
+{
+    dcp_engine_stats es;
+    dcp_engine_get_stats(f->e, &es);
+    dcp_prefix_cache_stats ps;
+    dcp_model_state_prefix_stats(f->s, &ps);
+    fprintf(stderr, "%s: offloaded %llu blocks (%llu bytes), restored %llu blocks (%llu bytes: %llu prefill rows "
+            "saved), host evictions %llu, host-resident %u of %u; prefix hits %llu of %llu tokens\n", what,
+            (unsigned long long)es.offload_to_host_blocks, (unsigned long long)es.offload_to_host_bytes,
+            (unsigned long long)es.offload_to_device_blocks, (unsigned long long)es.offload_to_device_bytes,
+            (unsigned long long)(es.offload_to_device_blocks * ps.block_tokens),
+            (unsigned long long)es.offload_host_evictions, es.offload_host_blocks, es.offload_host_capacity,
+            (unsigned long long)es.prefix_hits, (unsigned long long)es.prefix_queries);
+}
+
 /* ---- MPI followers: the step plans replayed on another run state --------------------------- */
 
 /* A follower in this process: a second run state of the same model that applies every plan the
@@ -682,6 +710,18 @@ static void check_follower(const fixture *f, const follower *w, const char *what
         fail_msg("%s: the follower's cache has %u blocks (%u unreferenced, %llu evictions), the leader's %u (%u, "
                  "%llu)", what, b.blocks, b.blocks_unreferenced, (unsigned long long)b.evictions, a.blocks,
                  a.blocks_unreferenced, (unsigned long long)a.evictions);
+    /* KV offload: the same host pool, the same blocks sent there, evicted from there and restored */
+    if (a.host_capacity != b.host_capacity || a.host_blocks != b.host_blocks || a.host_evictions != b.host_evictions ||
+        a.offloaded_blocks != b.offloaded_blocks || a.offloaded_bytes != b.offloaded_bytes ||
+        a.restored_blocks != b.restored_blocks || a.restored_bytes != b.restored_bytes)
+        fail_msg("%s: the follower's host pool: %u of %u blocks, %llu host evictions, %llu offloaded (%llu bytes), "
+                 "%llu restored (%llu bytes); the leader's: %u of %u, %llu, %llu (%llu), %llu (%llu)", what,
+                 b.host_blocks, b.host_capacity, (unsigned long long)b.host_evictions,
+                 (unsigned long long)b.offloaded_blocks, (unsigned long long)b.offloaded_bytes,
+                 (unsigned long long)b.restored_blocks, (unsigned long long)b.restored_bytes, a.host_blocks,
+                 a.host_capacity, (unsigned long long)a.host_evictions, (unsigned long long)a.offloaded_blocks,
+                 (unsigned long long)a.offloaded_bytes, (unsigned long long)a.restored_blocks,
+                 (unsigned long long)a.restored_bytes);
     const uint32_t Q = f->s->cfg.max_seqs;
     for (uint32_t q = 0; q < Q; q++)
         assert_int_equal(dcp_model_state_seq_length(w->s, q), dcp_model_state_seq_length(f->s, q));
@@ -726,10 +766,15 @@ static void run_followed(fixture *f, const follower *w, const char *what)
     check_follower_kv(f, w, what);
 }
 
+enum { FOLLOW_OUTS = 11 }; /* a trace's requests: 8, then 3 choices */
+
 /* A trace with eviction, sharing, speculation's roll-backs and a cancellation, its plans applied to
  * a follower state: at every plan the follower's slots and cache are the leader's, and after
- * every phase its KV pools are, byte for byte; the tokens are those computed without the cache. */
-static void follower_trace(uint32_t tp, uint32_t dcp)
+ * every phase its KV pools are, byte for byte; the tokens are those computed without the cache.
+ * With host_blocks, KV offload on both (a host pool of that many blocks, the leader's and the
+ * follower's alike): blocks evicted from the device pages go to host memory and come back (the
+ * follower's host pool and counts the leader's at every plan). res [FOLLOW_OUTS]: the tokens. */
+static void follower_trace(uint32_t tp, uint32_t dcp, uint32_t host_blocks, out *res)
 {
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
     sc.n_ctx = 160;
@@ -739,6 +784,12 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
     sc.block_size = 4;
     sc.kv_pages = 40 / dcp + 4; /* two prompts of 60 tokens do not both stay cached */
     fixture f;
+    if (host_blocks) { /* the group's bytes of one block (every rank is in this process) */
+        fx_open(&f, SRC_STORIES, tp, dcp, &sc, false);
+        const uint64_t bb = block_bytes(&f);
+        fx_close(&f);
+        sc.kv_offload_bytes = host_blocks * bb + bb / 2;
+    }
     fx_open(&f, SRC_STORIES, tp, dcp, &sc, true);
     dcp_engine_destroy(f.e);
     follower w = {.f = &f};
@@ -754,19 +805,20 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
     ec.spec.prompt_lookup_min = 1;
     DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
     const uint32_t V = f.cfg.n_vocab;
-    static req a, b, c, d;
+    static req a, b, c, d, g;
     make_prompt(&a, 60, 21, V);
     for (uint32_t t = 20; t < 60; t++) a.prompt[t] = a.prompt[t - 20]; /* self-quoting: drafts found */
     make_prompt(&b, 60, 22, V);
     fork_prompt(&c, &a, 40, 9, 23, V);
     make_prompt(&d, 50, 24, V);
+    make_prompt(&g, 60, 26, V);
     a.max_tokens = 24;
     b.max_tokens = c.max_tokens = 12;
     d.max_tokens = 40;
     a.temp = c.temp = 0.8f;
     a.seed = 5;
     c.seed = 6;
-    out o[6];
+    out o[8];
     submit(&f, &a, &o[0]);
     run_followed(&f, &w, "a");
     submit(&f, &b, &o[1]); /* evicts a's tail */
@@ -802,8 +854,13 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
     memset(oe, 0, sizeof oe);
     DCP_ASSERT_OK(dcp_engine_submit(f.e, &rq, &oe[0].id));
     run_followed(&f, &w, "n = 3");
+    g.max_tokens = a.max_tokens = 8;
+    submit(&f, &g, &o[6]); /* a's blocks off the device pages by now (to host with offload) */
+    run_followed(&f, &w, "g");
+    submit(&f, &a, &o[7]); /* a a third time: its blocks restored from host with offload */
+    run_followed(&f, &w, "a a third time");
     char what[96];
-    snprintf(what, sizeof what, "follower TP %u DCP %u", tp, dcp);
+    snprintf(what, sizeof what, "follower TP %u DCP %u%s", tp, dcp, host_blocks ? " with KV offload" : "");
     fprintf(stderr, "%s: %u plans, ops: %u truncate, %u free, %u attach, %u commit, %u fork; a again cached %u, c %u, "
             "b %u\n", what, w.plans, w.ops[DCP_ENGINE_OP_TRUNCATE], w.ops[DCP_ENGINE_OP_FREE],
             w.ops[DCP_ENGINE_OP_ATTACH], w.ops[DCP_ENGINE_OP_COMMIT], w.ops[DCP_ENGINE_OP_FORK], o[2].cached,
@@ -815,6 +872,16 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
     dcp_prefix_cache_stats ps;
     dcp_model_state_prefix_stats(f.s, &ps);
     assert_true(ps.evictions > 0);
+    if (host_blocks) {
+        print_offload(what, &f);
+        dcp_engine_stats es;
+        dcp_engine_get_stats(f.e, &es);
+        assert_int_equal(ps.host_capacity, host_blocks);
+        assert_true(es.offload_to_host_blocks > 0 && es.offload_to_device_blocks > 0); /* restored from host */
+        assert_true(es.offload_host_evictions > 0);                                     /* the host pool filled */
+    }
+    memcpy(res, o, 8 * sizeof *o);
+    memcpy(res + 8, oe, 3 * sizeof *oe);
     dcp_engine_destroy(f.e);
     f.e = NULL;
     for (uint32_t q = 0; q < sc.max_seqs; q++) dcp_model_state_free_seq(w.s, q); /* frees no plan carried */
@@ -823,8 +890,11 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
     ec = (dcp_engine_config)DCP_ENGINE_CONFIG_DEFAULT;
     DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
     /* computed without the cache (and without drafts): the same tokens */
-    const req *rs[] = {&a, &b, &a, &c, NULL, &b};
-    for (uint32_t k = 0; k < 6; k++) {
+    static req a8;
+    a8 = a;
+    a.max_tokens = 24;
+    const req *rs[] = {&a, &b, &a, &c, NULL, &b, &g, &a8};
+    for (uint32_t k = 0; k < 8; k++) {
         if (!rs[k]) continue;
         out x;
         submit(&f, rs[k], &x);
@@ -837,20 +907,36 @@ static void follower_trace(uint32_t tp, uint32_t dcp)
         out x;
         submit(&f, &ei, &x);
         run(&f);
-        assert_same(what, 6 + i, &oe[i], &x);
+        assert_same(what, 8 + i, &oe[i], &x);
     }
     fx_close(&f);
 }
 
+static void assert_same_outs(const char *what, const out *a, const out *b)
+{
+    for (uint32_t k = 0; k < FOLLOW_OUTS; k++)
+        if (k != 4) assert_same(what, k, &a[k], &b[k]); /* 4: cancelled */
+}
+
+/* The trace at TP 1 and TP 8 / DCP 2, without and with KV offload (a host pool of 12 blocks, so
+ * that it fills and evicts): the same tokens with blocks from host memory as without, and at
+ * TP 8 / DCP 2 as at TP 1 (its logits are within 1e-4 of TP 1's, not bitwise: on this trace no
+ * token changes). */
 static void test_followers(void **state)
 {
     (void)state;
-    follower_trace(1, 1);
-    follower_trace(8, 2);
+    static out tp1[FOLLOW_OUTS], tp1_off[FOLLOW_OUTS], tp8[FOLLOW_OUTS], tp8_off[FOLLOW_OUTS];
+    follower_trace(1, 1, 0, tp1);
+    follower_trace(1, 1, 12, tp1_off);
+    assert_same_outs("TP 1: with KV offload against without", tp1_off, tp1);
+    follower_trace(8, 2, 0, tp8);
+    follower_trace(8, 2, 12, tp8_off);
+    assert_same_outs("TP 8 / DCP 2: with KV offload against without", tp8_off, tp8);
+    assert_same_outs("TP 8 / DCP 2 with KV offload against TP 1", tp8_off, tp1);
 }
 
-/* The chain's seed covers the KV dtype; MPI followers with KV offload are refused with a message. */
-static void test_seed_refused(void **state)
+/* The chain's seed covers the KV dtype; MPI followers (on_plan) take caching and KV offload. */
+static void test_seed_followers(void **state)
 {
     (void)state;
     dcp_model_state_config sc = DCP_MODEL_STATE_CONFIG_DEFAULT;
@@ -871,12 +957,15 @@ static void test_seed_refused(void **state)
     DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e)); /* followers: caching on */
     assert_true(dcp_model_state_prefix_caching(f.s));
     fx_close(&f);
-    sc.kv_offload_bytes = 1ull << 20; /* KV offload with followers: refused */
+    sc.kv_offload_bytes = 1ull << 20; /* KV offload with followers: on, its host pool there */
     fx_open(&f, SRC_GEN_HD32, 1, 1, &sc, true);
+    const uint64_t bb = block_bytes(&f);
     dcp_engine_destroy(f.e);
-    dcp_engine *e = NULL;
-    assert_int_equal(dcp_engine_create(f.s, f.tok, &ec, &e), DCP_ERR_UNSUPPORTED);
-    assert_non_null(strstr(dcp_last_error(), "MPI followers"));
+    DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
+    assert_true(dcp_model_state_prefix_caching(f.s));
+    dcp_model_state_prefix_stats(f.s, &a);
+    assert_int_equal(a.host_capacity, sc.kv_offload_bytes / bb);
+    dcp_engine_destroy(f.e);
     ec = (dcp_engine_config)DCP_ENGINE_CONFIG_DEFAULT;
     DCP_ASSERT_OK(dcp_engine_create(f.s, f.tok, &ec, &f.e));
     assert_false(dcp_model_state_prefix_caching(f.s));
@@ -884,30 +973,6 @@ static void test_seed_refused(void **state)
 }
 
 /* ---- KV offload to host memory ---------------------------------------------------------------- */
-
-/* Bytes of one cached block on this process: its page in every layer's cache on every local rank. */
-static uint64_t block_bytes(const fixture *f)
-{
-    uint64_t b = 0;
-    for (uint32_t k = 0; k < f->s->ng * f->cfg.n_layer; k++)
-        for (uint32_t i = 0; i < f->s->gn; i++) b += dcp_kv_pool_page_bytes(dcp_kv_cache_pool(f->s->caches[k], i));
-    return b;
-}
-
-static void print_offload(const char *what, const fixture *f)
-{
-    dcp_engine_stats es;
-    dcp_engine_get_stats(f->e, &es);
-    dcp_prefix_cache_stats ps;
-    dcp_model_state_prefix_stats(f->s, &ps);
-    fprintf(stderr, "%s: offloaded %llu blocks (%llu bytes), restored %llu blocks (%llu bytes: %llu prefill rows "
-            "saved), host evictions %llu, host-resident %u of %u; prefix hits %llu of %llu tokens\n", what,
-            (unsigned long long)es.offload_to_host_blocks, (unsigned long long)es.offload_to_host_bytes,
-            (unsigned long long)es.offload_to_device_blocks, (unsigned long long)es.offload_to_device_bytes,
-            (unsigned long long)(es.offload_to_device_blocks * ps.block_tokens),
-            (unsigned long long)es.offload_host_evictions, es.offload_host_blocks, es.offload_host_capacity,
-            (unsigned long long)es.prefix_hits, (unsigned long long)es.prefix_queries);
-}
 
 /* test_lru's trace with a host pool: a's blocks evicted from the device pages go to host memory,
  * and a's second run takes all of its blocks back (4 from the device, 5 restored from host) with
@@ -1083,7 +1148,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hash_chain),   cmocka_unit_test(test_sharing_cancel), cmocka_unit_test(test_lru),
         cmocka_unit_test(test_preemption),   cmocka_unit_test(test_dcp_rule_2), cmocka_unit_test(test_dcp_rule_4),
         cmocka_unit_test(test_dcp_rule_8),       cmocka_unit_test(test_models), cmocka_unit_test(test_forks),
-        cmocka_unit_test(test_seed_refused), cmocka_unit_test(test_speculation), cmocka_unit_test(test_followers),
+        cmocka_unit_test(test_seed_followers), cmocka_unit_test(test_speculation), cmocka_unit_test(test_followers),
         cmocka_unit_test(test_offload_lru),  cmocka_unit_test(test_offload_exact),
         cmocka_unit_test(test_offload_segments),
     };

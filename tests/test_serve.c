@@ -56,10 +56,11 @@
  *    vllm:prefix_cache_queries_total and _hits_total in tokens (under mpiexec too);
  *  - KV offload (--kv-offloading-size, a fourth server, TP 1, 16 pages): a prompt's blocks evicted
  *    by another's go to host memory and come back for its second run (cached_tokens, the
- *    dcpvk_kv_offload_* counters), with the same text.
+ *    dcpvk_kv_offload_* counters), with the same text; the host pool's blocks are the size over the
+ *    TP group's bytes of a block.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
- * checks again. */
+ * checks again, and KV offload's with the fourth server at TP 2 / DCP 2 under mpiexec too. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -146,11 +147,13 @@ static double now_s(void)
 }
 
 /* Starts the server with extra args (NULL-terminated) on a free port; waits until it listens. */
-static void server_start(server *s, const char *const *args)
+/* Starts dcp-vk-serve on stories260K with args (NULL-terminated), under `mpiexec -n NPROCS` when
+ * under_mpi and the test runs with MPIEXEC; waits until it listens. */
+static void server_start_as(server *s, const char *const *args, bool under_mpi)
 {
     const char *argv[48];
     int n = 0;
-    if (mpiexec && s == &srv) {
+    if (mpiexec && under_mpi) {
         argv[n++] = mpiexec;
         argv[n++] = "-n";
         argv[n++] = nprocs;
@@ -190,6 +193,9 @@ static void server_start(server *s, const char *const *args)
     }
     assert_true(s->port > 0);
 }
+
+/* The shared server (srv) runs under mpiexec with MPIEXEC, the others in one process. */
+static void server_start(server *s, const char *const *args) { server_start_as(s, args, s == &srv); }
 
 /* SIGTERM; returns the exit code (fails after 120 s). */
 static int server_stop(server *s)
@@ -1699,16 +1705,26 @@ static void test_choices_fork(void **state)
     free(s2);
 }
 
-/* --kv-offloading-size: a pool of 16 pages holds one of two long prompts; A, then B (evicting A's
- * blocks to host memory), then A again: its blocks come back from host (cached_tokens, the
- * dcpvk_kv_offload_* counters) and its text is the first one's. */
+/* --kv-offloading-size: a pool of 16 pages (TP 1; under mpiexec TP 2, one rank per process: the
+ * TP group spread over the processes; stories260K's 4 KV heads allow DCP 2 from TP 8 on only)
+ * holds one of two long prompts; A, then B (evicting A's blocks to host memory), then A again:
+ * its blocks come back from host (cached_tokens, the dcpvk_kv_offload_* counters) and its text is
+ * the first one's, computed without the cache. The
+ * size is the whole TP group's: the host pool's blocks are 0.01 GiB over the bytes of a block on
+ * every process (process 0's bytes of a block, from the counters, times the processes). Under
+ * mpiexec the other process keeps the same host pool (it applies process 0's steps: a restore it
+ * could not make stops the server). */
 static void test_kv_offload(void **state)
 {
     (void)state;
     server s;
-    const char *args[] = {"-c", "128", "--max-seqs", "1", "--kv-pages", "16", "--block-size", "8",
-                          "--kv-offloading-size", "0.01", "--kv-offloading-backend", "native", NULL};
-    server_start(&s, args);
+    const char *args1[] = {"-c", "128", "--max-seqs", "1", "--kv-pages", "16", "--block-size", "8",
+                           "--kv-offloading-size", "0.01", "--kv-offloading-backend", "native", NULL};
+    const char *args_mpi[] = {"--tensor-parallel-size", "2", "-c", "128", "--max-seqs", "1", "--kv-pages", "16",
+                              "--block-size", "8", "--kv-offloading-size", "0.01", "--kv-offloading-backend",
+                              "native", NULL};
+    const int procs = mpiexec ? atoi(nprocs) : 1;
+    server_start_as(&s, mpiexec ? args_mpi : args1, mpiexec != NULL);
     const char *a = "{\"prompt\": \"Once upon a time, there was a little girl named Lily. She loved to play outside "
                     "in the sun. One day, she saw a big red ball in the park. She ran to it and kicked it high. "
                     "The ball flew over the tree and\", \"max_tokens\": 8, \"temperature\": 0}";
@@ -1725,13 +1741,16 @@ static void test_kv_offload(void **state)
     char *m = metrics(&s);
     const double to_host = metric(m, "dcpvk_kv_offload_blocks_total{direction=\"to_host\"}"),
                  to_dev = metric(m, "dcpvk_kv_offload_blocks_total{direction=\"to_device\"}"),
-                 bytes_dev = metric(m, "dcpvk_kv_offload_bytes_total{direction=\"to_device\"}");
-    printf("kv offload: cached_tokens %d then %d; %.0f blocks to host, %.0f back (%.0f bytes), host capacity %.0f "
-           "blocks\n", c1, c3, to_host, to_dev, bytes_dev, metric(m, "dcpvk_kv_offload_host_capacity_blocks"));
+                 bytes_dev = metric(m, "dcpvk_kv_offload_bytes_total{direction=\"to_device\"}"),
+                 cap = metric(m, "dcpvk_kv_offload_host_capacity_blocks");
+    printf("kv offload%s: cached_tokens %d then %d; %.0f blocks to host, %.0f back (%.0f bytes on process 0), "
+           "host capacity %.0f blocks\n", mpiexec ? " under mpiexec, TP 2" : "", c1, c3, to_host, to_dev,
+           bytes_dev, cap);
     assert_int_equal(c1, 0);
     assert_true(c3 > 0 && c3 % 8 == 0);
     assert_true(to_host > 0 && to_dev > 0 && bytes_dev > 0);
-    assert_true(metric(m, "dcpvk_kv_offload_host_capacity_blocks") > 0);
+    const double group_block = bytes_dev / to_dev * procs; /* every process holds ranks of equal shape */
+    assert_true(cap > 0 && cap == floor(floor(0.01 * (double)(1ull << 30)) / group_block));
     free(m);
     free(t1);
     free(t3);
@@ -1792,7 +1811,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest mpi_tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_choices_fork),  cmocka_unit_test(test_disconnect),
-        cmocka_unit_test(test_sigterm),
+        cmocka_unit_test(test_kv_offload),    cmocka_unit_test(test_sigterm),
     };
     if (mpiexec) return cmocka_run_group_tests(mpi_tests, group_setup, group_teardown);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -64,12 +64,13 @@ typedef struct serve_options {
     const char *allowed_origins; /* --allowed-origins: comma-separated origins, or "*", that browsers
                                   * may call from (CORS; default none: no CORS headers) */
     bool log_json;               /* --log-format json (default text): the access log's lines */
-    bool prefix_caching;         /* --enable-prefix-caching / --no-enable-prefix-caching (default on;
-                                  * off under MPI unless asked for, which is refused) */
+    bool prefix_caching;         /* --enable-prefix-caching / --no-enable-prefix-caching (default on,
+                                  * under MPI too) */
     bool prefix_caching_asked;   /* --enable-prefix-caching was given */
     uint64_t kv_offload_bytes;   /* --kv-offloading-size GIB (vLLM's flag): host memory for cached KV
                                   * blocks evicted from the device pages (default 0: off; needs prefix
-                                  * caching; refused under mpiexec) */
+                                  * caching); the whole TP group's, under mpiexec split over the
+                                  * processes by their ranks */
     int help, version;
 } serve_options;
 

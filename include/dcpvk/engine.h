@@ -158,8 +158,8 @@ typedef struct dcp_engine_config {
                                  * a request starts with the longest cached prefix of its tokens
                                  * and prefills only the rest; default false (dcp-vk-serve turns it
                                  * on). With on_plan (MPI followers), the followers' states must
-                                 * have it on too; KV offload (kv_offload_bytes) is refused there
-                                 * (DCP_ERR_UNSUPPORTED) */
+                                 * have it on too, with the same kv_offload_bytes (KV offload works
+                                 * there: every process's host pool has the same blocks) */
 } dcp_engine_config;
 
 #define DCP_ENGINE_CONFIG_DEFAULT {.step_tokens = 0, .on_plan = NULL, .plan_user = NULL, \

@@ -147,8 +147,10 @@ typedef struct dcp_model_state_config {
     uint32_t max_logits;    /* rows with logits per step at most (at most max_rows); 0 (default):
                              * min(max_rows, max_seqs), one per sequence. Speculative decoding
                              * scores k + 1 rows of each sequence: up to max_rows */
-    uint64_t kv_offload_bytes; /* KV offload: bytes of host memory (host-visible, on the devices of
-                             * this process's ranks, split among them by their shards' bytes) for
+    uint64_t kv_offload_bytes; /* KV offload: bytes of host memory for the whole TP group (host-
+                             * visible, on the devices of the ranks, each rank holding its shards'
+                             * share: with the TP group over MPI processes each process allocates
+                             * its ranks' part, nl / tp of it; the same value on every process) for
                              * prefix-cache blocks evicted from the device pages, restored from
                              * there on a hit instead of recomputed (docs/design.md section 18);
                              * read when prefix caching is turned on. 0 (default): off */
@@ -277,8 +279,11 @@ DCP_API uint32_t dcp_model_state_rank_pages_free(const dcp_model_state *s, uint3
  * refused there. */
 
 /* Turns caching on (allocating its index: per slot n_ctx token ids) or off (every cached block
- * evicted). DCP_ERR_INVALID_ARGUMENT unless the state holds no sequence; DCP_ERR_UNSUPPORTED for KV
- * offload (kv_offload_bytes) when the TP group spans MPI processes. */
+ * evicted). DCP_ERR_INVALID_ARGUMENT unless the state holds no sequence. With KV offload
+ * (kv_offload_bytes) it allocates the host pool: host slots of the whole TP group's bytes of one
+ * block, the same on every MPI process; an allocation that fails fails this call. With the TP
+ * group over MPI processes every process turns caching on before the first step and the callers
+ * agree on the result (dcp-vk-serve does), so that a failure on one stops them all. */
 DCP_API dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on);
 DCP_API bool dcp_model_state_prefix_caching(const dcp_model_state *s);
 /* The hash of a block of tokens [n] after a block of hash `parent` (the seed for block 0).

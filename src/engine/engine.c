@@ -63,11 +63,7 @@ dcp_status dcp_engine_create(dcp_model_state *s, const dcp_tokenizer *tok, const
         dcp_engine_destroy(e);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     }
-    dcp_status st = DCP_OK;
-    if (config->enable_prefix_caching && config->on_plan && dcp_model_state_get_config(s)->kv_offload_bytes)
-        st = dcp_fail(DCP_ERR_UNSUPPORTED, "engine: KV offload with MPI followers (on_plan) is not supported: "
-                                           "each process's host pool would have to hold the same blocks; turn it off");
-    if (st == DCP_OK) st = dcp_model_state_set_prefix_caching(s, config->enable_prefix_caching);
+    dcp_status st = dcp_model_state_set_prefix_caching(s, config->enable_prefix_caching);
     if (st == DCP_OK) st = eng_spec_create(e, config);
     if (st != DCP_OK) {
         dcp_engine_destroy(e);

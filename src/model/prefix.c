@@ -19,7 +19,9 @@
  * go to a slot of a host-visible pool (one buffer per local rank: [slots][its page of every layer]),
  * keeping its place in the index with no device page (not counted in count or unref: the
  * accounting above is of device pages); an attach that reaches it copies it back into fresh
- * pages. Host slots are evicted oldest first when full. */
+ * pages. Host slots are evicted oldest first when full. The slots are kv_offload_bytes over the
+ * whole TP group's bytes of one block, the same on every MPI process, so that the index (and every
+ * offload, host eviction and restore, which read only the index) stays the same on all of them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -338,14 +340,6 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
         return DCP_OK;
     }
     if (s->prefix) return DCP_OK;
-    /* With the TP group spread over MPI processes, every process keeps the same index (the engine's
-     * step plans carry its attaches and commits in order, and page accounting is by formula for
-     * every rank); a host pool would not be the same everywhere (its slots follow this process's
-     * share of the bytes). */
-    if (s->m->nl < s->m->tp && s->cfg.kv_offload_bytes)
-        return dcp_fail(DCP_ERR_UNSUPPORTED,
-                        "KV offload: not supported with the TP group spread over MPI processes (each process's "
-                        "host pool would have to hold the same blocks); run without it");
     dcp_prefix_cache *p = calloc(1, sizeof *p);
     if (!p) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory");
     const uint32_t Q = s->cfg.max_seqs;
@@ -361,16 +355,33 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
         prefix_free(p);
         return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory for the prefix cache's index");
     }
-    uint64_t entry_bytes = 0;
     for (uint32_t k = 0; k < p->n_caches; k++)
         for (uint32_t i = 0; i < p->gn; i++) {
             const uint32_t L = k % s->ng * p->gn + i;
             const uint64_t pb = dcp_kv_pool_page_bytes(dcp_kv_cache_pool(s->caches[k], i));
             p->hoff[k * p->gn + i] = p->hstride[L];
             p->hstride[L] += pb;
-            entry_bytes += pb;
         }
-    const uint64_t slots = entry_bytes ? s->cfg.kv_offload_bytes / entry_bytes : 0;
+    /* Host slots from the whole TP group's bytes of one entry (its page of every layer on every
+     * rank, those of other MPI processes included), so that every process has the same slots and
+     * the same index (the engine's step plans carry its attaches and commits in order; eviction to
+     * host, host LRU eviction and restore read only the index and the page accounting, which is
+     * by formula for every rank). Each process then allocates its ranks' share: slots x its local
+     * ranks' bytes, at most nl / tp of kv_offload_bytes.
+     * A rank's page bytes follow the KV pool's shape (KV heads, head size, dtype, page size), which
+     * is the same on every rank: the architectures give every rank the same KV heads (llama
+     * n_head_kv / tp, or 1 when TP exceeds them; deepseek2 one latent row). Checked here over the
+     * local ranks. */
+    for (uint32_t L = 1; s->cfg.kv_offload_bytes && L < p->nloc; L++)
+        if (p->hstride[L] != p->hstride[0]) {
+            const unsigned long long a = (unsigned long long)p->hstride[0], b = (unsigned long long)p->hstride[L];
+            prefix_free(p);
+            return dcp_fail(DCP_ERR_INTERNAL,
+                            "KV offload: local rank %u's page of every layer takes %llu bytes, local rank 0's %llu: the "
+                            "host slots assume ranks of equal KV shape", L, b, a);
+        }
+    const uint64_t group_bytes = p->nloc ? p->hstride[0] * s->m->tp : 0;
+    const uint64_t slots = group_bytes ? s->cfg.kv_offload_bytes / group_bytes : 0;
     p->hslots = slots > (1u << 24) ? 1u << 24 : (uint32_t)slots;
     p->cap = s->cfg.kv_pages + p->hslots;
     p->n_ctx = s->cfg.n_ctx;
