@@ -377,8 +377,8 @@ dcp_status dcp_model_state_set_prefix_caching(dcp_model_state *s, bool on)
             const unsigned long long a = (unsigned long long)p->hstride[0], b = (unsigned long long)p->hstride[L];
             prefix_free(p);
             return dcp_fail(DCP_ERR_INTERNAL,
-                            "KV offload: local rank %u's page of every layer takes %llu bytes, local rank 0's %llu: the "
-                            "host slots assume ranks of equal KV shape", L, b, a);
+                            "KV offload: local rank %u's page of every layer takes %llu bytes, local rank 0's "
+                            "%llu: the host slots assume ranks of equal KV shape", L, b, a);
         }
     const uint64_t group_bytes = p->nloc ? p->hstride[0] * s->m->tp : 0;
     const uint64_t slots = group_bytes ? s->cfg.kv_offload_bytes / group_bytes : 0;
