@@ -60,7 +60,8 @@
  *    TP group's bytes of a block.
  * With MPIEXEC NPROCS after them, the TP 8 / DCP 2 server runs under `mpiexec -n NPROCS` (process 0
  * serves HTTP and plans, the others apply its steps): the texts, concurrency, disconnect and SIGTERM
- * checks again, and KV offload's with the fourth server at TP 2 / DCP 2 under mpiexec too. */
+ * checks again, KV offload's with the fourth server at TP 2 under mpiexec too, and speculative decoding's
+ * (n-gram drafts and a draft model) with servers at TP 8 / DCP 2 under mpiexec. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -499,9 +500,9 @@ static void test_concurrent_curl(void **state)
 }
 
 /* The 16 greedy completions again, at once as streams, from servers with speculative decoding (TP
- * 8 / DCP 2 like the shared one): n-gram drafts, and a draft model (stories260K drafting for
- * itself: its drafts are all accepted); the same texts as without, the drafts counted in /metrics
- * (vLLM's spec_decode counters). */
+ * 8 / DCP 2 like the shared one, under mpiexec too with MPIEXEC): n-gram drafts, and a draft model
+ * (stories260K drafting for itself: its drafts are all accepted); the same texts as without, the
+ * drafts counted in /metrics (vLLM's spec_decode counters). */
 static void test_speculative(void **state)
 {
     (void)state;
@@ -516,7 +517,7 @@ static void test_speculative(void **state)
         const char *args[] = {"--tensor-parallel-size", "8", "--decode-context-parallel-size", "2", "--max-seqs", "16",
                               "-c", "256", "--speculative-config", configs[c], NULL};
         server s = {0};
-        server_start(&s, args);
+        server_start_as(&s, args, true); /* under mpiexec too, with MPIEXEC: the draft's steps planned */
         async_curl a[NREQ];
         for (int i = 0; i < NREQ; i++) {
             char *b = body_of(i, true);
@@ -1811,7 +1812,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest mpi_tests[] = {
         cmocka_unit_test(test_one_at_a_time), cmocka_unit_test(test_concurrent_curl),
         cmocka_unit_test(test_prefix_cache),  cmocka_unit_test(test_choices_fork),  cmocka_unit_test(test_disconnect),
-        cmocka_unit_test(test_kv_offload),    cmocka_unit_test(test_sigterm),
+        cmocka_unit_test(test_kv_offload),    cmocka_unit_test(test_speculative), cmocka_unit_test(test_sigterm),
     };
     if (mpiexec) return cmocka_run_group_tests(mpi_tests, group_setup, group_teardown);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
