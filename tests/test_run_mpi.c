@@ -75,6 +75,15 @@ static long json_count(const char *s, const char *key, const char *what)
     return strtol(t + strlen(pat), NULL, 10);
 }
 
+/* The "tokens" of run r's --json summary are those of ref's (TP 1 without speculation), or fails. */
+static void same_tokens(const result *ref, const result *r, const char *what)
+{
+    const char *want = json_tokens(ref->out, "TP 1"), *got = json_tokens(r->out, what);
+    const size_t wl = strcspn(want, "]");
+    if (strncmp(want, got, wl + 1) != 0)
+        fail_msg("%s: tokens\n%.*s\ninstead of TP 1's\n%.*s", what, (int)strcspn(got, "]") + 1, got, (int)wl + 1, want);
+}
+
 /* n-gram speculation under mpiexec -n 4 (TP 8 / DCP 2, 2 ranks each): the followers run every
  * verification step and shorten their shards by the drafts the leader rejected (the plan carries
  * the roll-backs), so the greedy tokens are those of TP 1 without speculation; drafts are both
@@ -94,11 +103,7 @@ static void test_spec_ngram(void **state)
                           "--json", NULL};
     result r = run(4, "0", spec);
     if (r.code != 0) fail_msg("mpiexec -n 4 TP 8 DCP 2 n-gram: exit %d\n%s", r.code, r.err);
-    const char *want = json_tokens(ref.out, "TP 1"), *got = json_tokens(r.out, "mpiexec n-gram");
-    size_t wl = strcspn(want, "]");
-    if (strncmp(want, got, wl + 1) != 0)
-        fail_msg("mpiexec -n 4 n-gram tokens\n%.*s\ninstead of TP 1's\n%.*s", (int)strcspn(got, "]") + 1, got,
-                 (int)wl + 1, want);
+    same_tokens(&ref, &r, "mpiexec -n 4 n-gram");
     const long drafted = json_count(r.out, "num_draft_tokens", "n-gram"), accepted = json_count(r.out, "num_accepted_tokens", "n-gram");
     printf("mpiexec -n 4, TP 8 DCP 2, n-gram k 4: TP 1's 48 tokens; %ld draft tokens, %ld accepted\n", drafted, accepted);
     assert_true(accepted > 0);
@@ -140,11 +145,7 @@ static void test_spec_draft(void **state)
     rmdir(dir);
     if (r.code != 0) fail_msg("mpiexec -n 4 TP 8 DCP 2 draft model: exit %d\n%s", r.code, r.err);
     if (one8.code != 0) fail_msg("one process, TP 8 DCP 2 draft model: exit %d\n%s", one8.code, one8.err);
-    const char *want = json_tokens(ref.out, "TP 1"), *got = json_tokens(r.out, "mpiexec draft model");
-    size_t wl = strcspn(want, "]");
-    if (strncmp(want, got, wl + 1) != 0)
-        fail_msg("mpiexec -n 4 draft-model tokens\n%.*s\ninstead of TP 1's\n%.*s", (int)strcspn(got, "]") + 1, got,
-                 (int)wl + 1, want);
+    same_tokens(&ref, &r, "mpiexec -n 4 draft model");
     /* The draft ran the same steps over the same shards as in one process: the same drafts (a
      * follower whose draft state missed a step or a roll-back would draft from other KV). */
     const long drafted = json_count(r.out, "num_draft_tokens", "draft model"),

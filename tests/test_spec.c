@@ -548,6 +548,17 @@ static void test_models_q8(void **state)
 /* A pool of 12 pages of 4 tokens per rank (DCP 2: 96 tokens) for four requests of 50, all
  * submitted at once: any two running to their end need 14 pages a rank, so preemption happens
  * whatever the drafts accept. */
+/* A pool of 12 pages of 4 tokens for 4 sequences of up to 50 tokens: preemption. */
+static dcp_model_state_config preemption_config(void)
+{
+    dcp_model_state_config sc = state_config(4);
+    sc.block_size = 4;
+    sc.kv_pages = 12;
+    sc.max_rows = 8;
+    sc.max_logits = 8;
+    return sc;
+}
+
 static void test_preemption(void **state)
 {
     (void)state;
@@ -556,11 +567,7 @@ static void test_preemption(void **state)
         {50, 10, 40, 0.0f, 0, 0, 0, NULL}, {80, 10, 40, 1.0f, 20, 9, 0, NULL},
     };
     enum { N = sizeof spec / sizeof spec[0] };
-    dcp_model_state_config sc = state_config(4);
-    sc.block_size = 4;
-    sc.kv_pages = 12;
-    sc.max_rows = 8;
-    sc.max_logits = 8;
+    dcp_model_state_config sc = preemption_config();
     fixture f;
     fx_open(&f, 8, 2, &sc, 4);
     out base[N], ng[N], dr[N], dr_solo[N];
@@ -584,9 +591,6 @@ static void test_preemption(void **state)
     fx_close(&f);
 }
 
-/* Stop strings taken from the middle of the greedy text of the self-quoting prompt end it where
- * they do without speculation: with drafts accepted many at a time, some fall inside accepted
- * tokens. */
 /* Preemption with prefix caching: a strict (draft model, sampling) sequence being recomputed keeps
  * its last token for a decode row with drafts, so its cached prefix must leave it a row to
  * prefill; prompts of 9..16 tokens put that prefix at every offset of the 4-token blocks. The
@@ -594,11 +598,7 @@ static void test_preemption(void **state)
 static void test_preemption_cached(void **state)
 {
     (void)state;
-    dcp_model_state_config sc = state_config(4);
-    sc.block_size = 4;
-    sc.kv_pages = 12;
-    sc.max_rows = 8;
-    sc.max_logits = 8;
+    dcp_model_state_config sc = preemption_config();
     fixture f;
     fx_open(&f, 1, 1, &sc, 4);
     g_prefix_caching = true;
@@ -632,6 +632,9 @@ static void test_preemption_cached(void **state)
     fx_close(&f);
 }
 
+/* Stop strings taken from the middle of the greedy text of the self-quoting prompt end it where
+ * they do without speculation: with drafts accepted many at a time, some fall inside accepted
+ * tokens. */
 static void test_stops(void **state)
 {
     (void)state;
