@@ -630,7 +630,7 @@ char *serve_metrics_text(serve_hub *h)
                 "dcpvk_kv_offload_blocks_total{direction=\"to_device\"} %llu\n",
             (unsigned long long)s->offload_to_host_blocks, (unsigned long long)s->offload_to_device_blocks);
     tprintf(&b, "# HELP dcpvk_kv_offload_bytes_total Bytes of cached KV blocks copied between device pages and host "
-                "memory (every rank and layer of this process: process 0's ranks under mpiexec).\n"
+                "memory (every layer of every rank of the TP group, under mpiexec too).\n"
                 "# TYPE dcpvk_kv_offload_bytes_total counter\n"
                 "dcpvk_kv_offload_bytes_total{direction=\"to_host\"} %llu\n"
                 "dcpvk_kv_offload_bytes_total{direction=\"to_device\"} %llu\n",

@@ -183,7 +183,7 @@ int serve_parse(int argc, char **argv, serve_options *o)
                          .max_plp_entries = 1u << 18, .max_queued = 64,
                          .shutdown_timeout = 30, .http_threads = 4, .max_connections = 4096,
                          .max_conns_per_ip = 128, .idle_timeout = 15, .request_timeout = 10, .max_header = 16384,
-                         .allowed_origins = NULL, .log_json = false, .prefix_caching = true, .prefix_caching_asked = false,
+                         .allowed_origins = NULL, .log_json = false, .prefix_caching = true,
                          .kv_offload_bytes = 0,
                          .help = 0, .version = 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -212,7 +212,6 @@ int serve_parse(int argc, char **argv, serve_options *o)
         }
         if (IS("--enable-prefix-caching") || IS("--no-enable-prefix-caching")) {
             o->prefix_caching = IS("--enable-prefix-caching");
-            o->prefix_caching_asked = o->prefix_caching;
             continue;
         }
         if (!mine) { /* dcp-vk-run's (or unknown: run_parse says so) */

@@ -66,7 +66,6 @@ typedef struct serve_options {
     bool log_json;               /* --log-format json (default text): the access log's lines */
     bool prefix_caching;         /* --enable-prefix-caching / --no-enable-prefix-caching (default on,
                                   * under MPI too) */
-    bool prefix_caching_asked;   /* --enable-prefix-caching was given */
     uint64_t kv_offload_bytes;   /* --kv-offloading-size GIB (vLLM's flag): host memory for cached KV
                                   * blocks evicted from the device pages (default 0: off; needs prefix
                                   * caching); the whole TP group's, under mpiexec split over the

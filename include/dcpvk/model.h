@@ -321,7 +321,8 @@ typedef struct dcp_prefix_cache_stats {
                                    * each within the device's storage-buffer range */
     uint32_t host_segment_blocks; /* blocks one segment holds (the fewest of any rank); slots are taken
                                    * lowest first, so more host-resident blocks than this fill a 2nd */
-    uint64_t offloaded_blocks, offloaded_bytes; /* copied device -> host (bytes: every rank and layer here) */
+    uint64_t offloaded_blocks, offloaded_bytes; /* copied device -> host (bytes: every layer of every rank of the
+                                                 * TP group, under MPI too) */
     uint64_t restored_blocks, restored_bytes;   /* copied host -> device on a hit */
     uint64_t seed;                /* the seed of the hash chains */
 } dcp_prefix_cache_stats;

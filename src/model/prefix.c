@@ -730,9 +730,12 @@ void dcp_model_state_prefix_stats(const dcp_model_state *s, dcp_prefix_cache_sta
     out->host_segments = p->hslots ? p->hnseg : 0;
     for (uint32_t L = 0; p->hslots && L < p->nloc; L++)
         if (!L || p->hper[L] < out->host_segment_blocks) out->host_segment_blocks = p->hper[L];
+    /* The whole TP group's bytes: every local rank copies the same bytes per block (checked when
+     * the host pool was made), and under MPI every process copies the same blocks. */
+    const uint64_t tp = s->m->tp, nloc = p->nloc ? p->nloc : 1;
     out->offloaded_blocks = p->to_host_blocks;
-    out->offloaded_bytes = p->to_host_bytes;
+    out->offloaded_bytes = p->to_host_bytes / nloc * tp;
     out->restored_blocks = p->to_dev_blocks;
-    out->restored_bytes = p->to_dev_bytes;
+    out->restored_bytes = p->to_dev_bytes / nloc * tp;
     out->seed = p->seed;
 }
