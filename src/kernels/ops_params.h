@@ -33,7 +33,8 @@ DCP_PARAMS_STRUCT(dcp_matmul_params) {
                            * parts (dcp_matrix.parts) writes its rows [y_offset, y_offset + n_out) */
     DCP_U32 x_col0;       /* window (x_cols > 0): stored column x_col0 + c meets x's column c */
     DCP_U32 x_cols;       /* window width; the stored columns outside it are skipped. 0: no window
-                           * (stored column c meets x's column c: 16-byte loads of x) */
+                           * (stored column c meets x's column c: 16-byte loads of x). The shader's
+                           * spec constant WIN is 1 exactly when x_cols > 0 */
 };
 DCP_PARAMS_END(dcp_matmul_params)
 

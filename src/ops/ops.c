@@ -233,7 +233,7 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
     rpw *= r;
     /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
      * accumulators; the sums are the same for any value (same lanes, same order). */
-    uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
+    uint32_t spec[5] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u};
     dcp_binding b[3] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}};
     dcp_matmul_params p = {w->rows,          w->held_k ? w->held_k : w->k, tokens, a->x_stride, a->y_stride,
                            a->accumulate ? 1u : 0u, w->scale_offset, a->x_offset, y_offset, w->col0, w->cols};
