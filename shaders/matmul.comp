@@ -14,6 +14,11 @@
 // on the other tokens or rows of the dispatch, nor on TB or R (same lanes, same order). Loop work
 // per invocation: units / subgroup x groups per row block it owns (tokens and rows unrolled;
 // bounded: lavapipe on Mesa 22 ends loops after 65,535 iterations per invocation).
+// A column window (spec constant WIN 1, push constants x_col0 / x_cols > 0: a row-parallel slice
+// held as the whole blocks covering its columns): stored column s meets x's column s - x_col0
+// when that is in [0, x_cols), else x reads as 0 (w times 0 adds exactly 0: the sum is the
+// window's weights'); x is then read a float at a time. Without one (WIN 0) the same loop reads
+// x 16 bytes at a time, the window's code specialized away.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -24,11 +29,13 @@ layout(constant_id = 0) const uint WG = 64;  // invocations
 layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup: subgroups x R
 layout(constant_id = 2) const uint TB = DCP_MATMUL_TOKENS; // tokens per workgroup (1 or DCP_MATMUL_TOKENS)
 layout(constant_id = 3) const uint R = DCP_MATMUL_SUBGROUP_ROWS; // rows per subgroup
+layout(constant_id = 4) const uint WIN = 0; // 1: a column window (x_col0, x_cols)
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform PC { dcp_matmul_params p; };
 layout(std430, binding = 0) readonly buffer W { uint w[]; };    // weights, see weights.glsl
 layout(std430, binding = 0) readonly buffer W4 { uvec4 wq4[]; }; // the same, 16 bytes at a time
 layout(std430, binding = 1) readonly buffer X { vec4 x[]; };    // [tokens][x_stride/4] f32
+layout(std430, binding = 1) readonly buffer X1 { float x1[]; }; // the same, a float at a time (window)
 layout(std430, binding = 2) buffer Y { float y[]; };            // [tokens][y_stride] f32
 #define wscale_offset p.scale_offset
 #define W_UNIT_DOT 1
@@ -59,7 +66,17 @@ void main()
                 for (uint j = 0u; j < TB; j++)
                     if (TB == 1u || j < nt) {
                         vec4 xv[W_GROUP_VEC4];
-                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x[xg + (t0 + j) * xs + i];
+                        if (WIN == 0u) {
+                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x[xg + (t0 + j) * xs + i];
+                        } else {
+                            const uint s0 = 4u * w_group_x4(u, g) - p.x_col0; // x column of the group's first
+                            const uint xr = p.x_offset + (t0 + j) * p.x_stride;
+                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++)
+                                [[unroll]] for (uint e = 0u; e < 4u; e++) {
+                                    const uint c = s0 + 4u * i + e; // wraps below the window: skipped too
+                                    xv[i][e] = c < p.x_cols ? x1[xr + c] : 0.0;
+                                }
+                        }
 #ifdef W_UNIT_MIN
                         float sx = 0.0;
                         [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) sx += dot(xv[i], vec4(1.0));

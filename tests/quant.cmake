@@ -14,6 +14,7 @@ dcp_test(test_quant_table SOURCES test_quant_table.c test_gguf_util.c vkutil.c T
 # Fused parts of different types (issue 18 section 4): a matrix of parts gives bitwise the
 # per-part matmuls; Q4_K_M llama / qwen2 / qwen3 (attn_v Q6_K on some layers) at TP 1, 2, 4 over
 # logical devices hold nothing as F32, their weights the quantized sizes, logits and greedy ids
-# those of the dequantized reference.
+# those of the dequantized reference; a Q4_K_M llama whose row-parallel slices cut the 256-weight
+# blocks at TP 2 and 8 the same at TP 1, 2, 8 (each cut slice its covering blocks, a column window).
 dcp_test(test_quant_mixed SOURCES test_quant_mixed.c ref_model.c vkutil.c TIMEOUT 900 LABELS quant
          ARGS ${CMAKE_CURRENT_BINARY_DIR})

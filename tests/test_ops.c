@@ -1,7 +1,8 @@
 /* Model kernels against the double-precision CPU references (src/ref/model_ref.c): matmul for
  * F32, F16, BF16 and Q8_0 weights over several shapes and token counts (plain and accumulating,
  * with row offsets), get_rows, rmsnorm, rmsnorm_heads, add_rows, rope_store (RoPE + KV page write,
- * f32 and f16 pools, NORM and NEOX pairs), swiglu, add and argmax. Prints the max error of every kernel. */
+ * f32 and f16 pools, NORM and NEOX pairs), swiglu, add and argmax; matmul through a column window
+ * (Q8_0, Q4_K, Q6_K, Q4_0). Prints the max error of every kernel. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,130 @@ static void test_matmul(void **state)
                 free(y);
             }
         printf("matmul %s: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst);
+    }
+    dcp_cmd_destroy(cmd);
+}
+
+/* Column windows (dcp_matrix_window: a row-parallel slice held as the whole blocks covering its
+ * columns): y (+)= W[:, col0 .. col0 + cols) x against the double reference of those columns
+ * only, for a legacy block type (Q8_0: 32), k-quants with and without a min (Q4_K, Q6_K: 256)
+ * and a legacy 4-bit type (Q4_0), windows cutting the first block, the last, both, and neither
+ * (a narrower window inside whole blocks), at 1 and 9 tokens, plain and accumulating, x from an
+ * offset. x's columns past the window hold NaN: a read of one would show. A full window is no
+ * window (the same dispatch, bitwise). Windows that do not fit, and the other weight ops, refuse. */
+static void test_matmul_window(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    static const dcp_ggml_type types[4] = {DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q6_K,
+                                           DCP_GGML_TYPE_Q4_0};
+    /* blocks held, col0, cols in units of 1/8 block plus a few columns: (blocks, col0, cols) */
+    static const uint32_t wins[][3] = {{3, 37, 600}, {2, 0, 301}, {2, 200, 312}, {1, 5, 100}, {3, 256, 256}};
+    dcp_test_rng rng = {29};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    for (int ti = 0; ti < 4; ti++) {
+        uint32_t be, bb;
+        assert_true(dcp_ggml_type_block(types[ti], &be, &bb));
+        double worst = 0.0;
+        for (size_t wi = 0; wi < sizeof wins / sizeof wins[0]; wi++)
+            for (int acc = 0; acc < 2; acc++) {
+                /* the window scaled to the type's block (256 for the k-quants, 32 otherwise) */
+                const uint32_t held = wins[wi][0] * be, col0 = wins[wi][1] * be / 256, cols = wins[wi][2] * be / 256;
+                const uint32_t N = acc ? 37 : 64, T = acc ? 9 : 1, K = (cols + 3) / 4 * 4 + (acc ? 4 : 0);
+                const uint32_t xoff = acc ? 8 : 0, xs = K + 4, ys = N + 3;
+                float *w = dcp_test_rand_floats(&rng, (uint64_t)N * held, -1, 1), *deq;
+                float *x = dcp_test_rand_floats(&rng, xoff + (uint64_t)T * xs, -1, 1);
+                float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t c = cols; c < xs; c++) x[xoff + t * xs + c] = NAN;
+                dcp_matrix m;
+                make_matrix(dev, types[ti], N, held, w, &m, &deq);
+                DCP_ASSERT_OK(dcp_matrix_window(&m, K, col0, cols));
+                assert_int_equal(m.k, K);
+                assert_int_equal(m.held_k, held);
+                assert_int_equal(m.cols, cols);
+                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
+                dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
+                                                                    .y = yb, .y_stride = ys, .tokens = T,
+                                                                    .accumulate = acc}));
+                run(cmd);
+                float *y = malloc((uint64_t)T * ys * 4);
+                DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * ys * 4));
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t n = 0; n < N; n++) {
+                        double s = acc ? y0[t * ys + n] : 0.0, mag = fabs(s);
+                        for (uint32_t c = 0; c < cols; c++) {
+                            double p = (double)deq[(uint64_t)n * held + col0 + c] * x[xoff + t * xs + c];
+                            s += p;
+                            mag += fabs(p);
+                        }
+                        double err = fabs(y[t * ys + n] - s);
+                        if (err > worst) worst = err;
+                        if (!(err <= MATMUL_REL * mag + 1e-6))
+                            fail_msg("matmul %s window [%u, %u) of %u T %u acc %d: y[%u][%u] = %g, reference %g",
+                                     dcp_ggml_type_name(types[ti]), col0, col0 + cols, held, T, acc, t, n,
+                                     y[t * ys + n], s);
+                    }
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == y0[t * ys + n]);
+                dcp_matrix_destroy(&m);
+                dcp_buffer_destroy(xb);
+                dcp_buffer_destroy(yb);
+                free(w);
+                free(deq);
+                free(x);
+                free(y0);
+                free(y);
+            }
+        printf("matmul %s with column windows: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst);
+    }
+    /* A full window is no window: bitwise the unwindowed product. */
+    {
+        const uint32_t N = 16, K = 512, T = 3;
+        float *w = dcp_test_rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
+        float *x = dcp_test_rand_floats(&rng, (uint64_t)T * K, -1, 1);
+        dcp_matrix a, b;
+        make_matrix(dev, DCP_GGML_TYPE_Q4_K, N, K, w, &a, &deq);
+        free(deq);
+        make_matrix(dev, DCP_GGML_TYPE_Q4_K, N, K, w, &b, &deq);
+        DCP_ASSERT_OK(dcp_matrix_window(&b, K, 0, K));
+        assert_int_equal(b.cols, 0);
+        dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)T * K * 4);
+        dcp_buffer *ya = dcp_test_upload(dev, NULL, (uint64_t)T * N * 4), *yb = dcp_test_upload(dev, NULL, (uint64_t)T * N * 4);
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &a, .x = xb, .x_stride = K, .y = ya, .y_stride = N, .tokens = T}));
+        DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &b, .x = xb, .x_stride = K, .y = yb, .y_stride = N, .tokens = T}));
+        run(cmd);
+        float *ga = malloc((uint64_t)T * N * 4), *gb = malloc((uint64_t)T * N * 4);
+        DCP_ASSERT_OK(dcp_buffer_download(ya, 0, ga, (uint64_t)T * N * 4));
+        DCP_ASSERT_OK(dcp_buffer_download(yb, 0, gb, (uint64_t)T * N * 4));
+        assert_memory_equal(ga, gb, (size_t)T * N * 4);
+        /* Windows that do not fit are refused, the matrix unchanged; get_rows refuses a window. */
+        assert_int_equal(dcp_matrix_window(&a, 256, 0, 300), DCP_ERR_INVALID_ARGUMENT); /* cols > k */
+        assert_int_equal(dcp_matrix_window(&a, 512, 300, 256), DCP_ERR_INVALID_ARGUMENT); /* past the held k */
+        assert_int_equal(dcp_matrix_window(&a, 512, 0, 0), DCP_ERR_INVALID_ARGUMENT);
+        assert_int_equal(a.k, K);
+        assert_int_equal(a.cols, 0);
+        DCP_ASSERT_OK(dcp_matrix_window(&a, 256, 100, 200));
+        assert_int_equal(a.held_k, K);
+        dcp_buffer *ids = dcp_test_upload(dev, NULL, 4);
+        DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+        assert_int_equal(dcp_op_get_rows(cmd, &(dcp_get_rows_args){.w = &a, .ids = ids, .y = ya, .y_stride = 256, .tokens = 1}),
+                         DCP_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(dcp_last_error(), "window"));
+        dcp_buffer_destroy(ids);
+        dcp_matrix_destroy(&a);
+        dcp_matrix_destroy(&b);
+        dcp_buffer_destroy(xb);
+        dcp_buffer_destroy(ya);
+        dcp_buffer_destroy(yb);
+        free(w);
+        free(deq);
+        free(x);
+        free(ga);
+        free(gb);
     }
     dcp_cmd_destroy(cmd);
 }
@@ -520,7 +645,7 @@ static void test_argmax(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_window),
         cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rmsnorm_parts),
         cmocka_unit_test(test_rmsnorm_heads_add_rows),
         cmocka_unit_test(test_rope_store),  cmocka_unit_test(test_argmax),

@@ -11,7 +11,10 @@
  *   argv[1] a scratch directory), loaded at TP 1, 2 and 4 over logical devices: nothing held as
  *   F32, the weights' device bytes exactly the quantized sizes (every rank), every step's logits
  *   within LOGITS_TOL of the double-precision reference built from the file's dequantized tensors
- *   (tests/ref_model.c), the reference's greedy ids and the same ids at every TP. */
+ *   (tests/ref_model.c), the reference's greedy ids and the same ids at every TP.
+ * - Slices that cut blocks: a Q4_K_M llama whose row-parallel attn_output / ffn_down slices cut
+ *   the 256-weight blocks at TP 2 and 8 (E 256, Q 1024, FFN 1280), at TP 1, 2 and 8: the same
+ *   checks, each cut slice held as its covering blocks in the file's type (column windows). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,19 +182,67 @@ static double max_abs_diff(const float *a, const float *b, uint32_t n)
     return m;
 }
 
-/* Device bytes the weights of a TP group of tp take in their file's types: each matrix once (split
- * over the ranks in whole blocks), norms as f32, the replicated embedding and norms on every rank. */
-static uint64_t quantized_bytes(const dcp_gguf *g, uint32_t tp)
+/* Columns [c0, c0 + nc) of rank r's slice of a row-parallel matrix of k columns (attn_output:
+ * whole query heads, ffn_down: FFN rows, the first k % tp ranks one more), as the loader splits. */
+static void rank_columns(const dcp_gguf_tensor *t, const dcp_model_config *cfg, uint32_t tp, uint32_t r, uint32_t *c0,
+                         uint32_t *nc)
+{
+    const uint32_t k = (uint32_t)t->ne[0];
+    if (strstr(t->name, "attn_output")) {
+        *nc = cfg->n_head / tp * cfg->head_dim;
+        *c0 = r * *nc;
+    } else {
+        *nc = k / tp + (r < k % tp ? 1 : 0);
+        *c0 = r * (k / tp) + (r < k % tp ? r : k % tp);
+    }
+}
+
+/* Device bytes the weights of a TP group of tp take in their file's types: each row-split matrix
+ * once (split over the ranks by whole rows), each row-parallel one (attn_output, ffn_down) rank by
+ * rank as the whole blocks covering the rank's columns (a slice that cuts blocks holds them all:
+ * neighbouring ranks both hold a block they share), norms as f32, the replicated embedding and
+ * norms on every rank. */
+static uint64_t quantized_bytes(const dcp_gguf *g, const dcp_model_config *cfg, uint32_t tp)
 {
     uint64_t bytes = 0;
     for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
         const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
         const bool matrix = t->ne[1] > 1;
+        const bool row_parallel = strstr(t->name, "attn_output.weight") || strstr(t->name, "ffn_down.weight");
+        if (matrix && row_parallel) {
+            uint32_t be, bb;
+            assert_true(dcp_ggml_type_block(t->type, &be, &bb));
+            for (uint32_t r = 0; r < tp; r++) {
+                uint32_t c0, nc;
+                rank_columns(t, cfg, tp, r, &c0, &nc);
+                const uint32_t held = (c0 + nc + be - 1) / be * be - c0 / be * be; /* = nc when aligned */
+                bytes += dcp_matrix_bytes(t->type, held, t->ne[1]);
+            }
+            continue;
+        }
         const uint64_t b = matrix ? dcp_matrix_bytes(t->type, (uint32_t)t->ne[0], t->ne[1]) : t->ne[0] * 4;
         const bool replicated = !strcmp(t->name, "token_embd.weight") || strstr(t->name, "norm.weight");
         bytes += replicated ? tp * b : b;
     }
     return bytes;
+}
+
+/* Row-parallel matrices of the file whose rank slices cut their type's blocks at tp. */
+static uint32_t cut_slices(const dcp_gguf *g, const dcp_model_config *cfg, uint32_t tp)
+{
+    uint32_t n = 0;
+    for (uint64_t i = 0; i < dcp_gguf_tensor_count(g); i++) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_at(g, i);
+        if (!strstr(t->name, "attn_output.weight") && !strstr(t->name, "ffn_down.weight")) continue;
+        uint32_t be, bb;
+        assert_true(dcp_ggml_type_block(t->type, &be, &bb));
+        for (uint32_t r = 0; r < tp; r++) {
+            uint32_t c0, nc;
+            rank_columns(t, cfg, tp, r, &c0, &nc);
+            n += c0 % be || nc % be;
+        }
+    }
+    return n;
 }
 
 /* Prefill then STEPS greedy steps at TP tp; the ids go to ids[STEPS]; returns the worst logits
@@ -200,7 +251,8 @@ static double run_model(dcp_context *ctx, const dcp_gguf *g, const dcp_model_con
                         uint32_t tp, const char *label, int32_t *ids)
 {
     const uint32_t V = cfg->n_vocab;
-    dcp_device *devs[4];
+    dcp_device *devs[8];
+    assert_true(tp <= 8);
     for (uint32_t r = 0; r < tp; r++) devs[r] = dcp_context_device(ctx, (int)r);
     dcp_model *w;
     DCP_ASSERT_OK(dcp_test_model_load(devs, 0, tp, tp, 1, false, g, cfg, &w));
@@ -210,7 +262,7 @@ static double run_model(dcp_context *ctx, const dcp_gguf *g, const dcp_model_con
                  (unsigned long long)fb->f32_bytes, (unsigned long long)fb->native_bytes, fb->first);
     uint64_t ranks = 0;
     for (uint32_t r = 0; r < tp; r++) ranks += dcp_model_rank_bytes(w, r);
-    const uint64_t want = quantized_bytes(g, tp);
+    const uint64_t want = quantized_bytes(g, cfg, tp);
     if (dcp_model_bytes(w) != want || ranks != want)
         fail_msg("%s TP %u: weights take %llu device bytes (ranks %llu), the file's types %llu", label, tp,
                  (unsigned long long)dcp_model_bytes(w), (unsigned long long)ranks, (unsigned long long)want);
@@ -241,8 +293,9 @@ static double run_model(dcp_context *ctx, const dcp_gguf *g, const dcp_model_con
         if (!(err <= LOGITS_TOL))
             fail_msg("%s TP %u step %u: logits error %g > %g", label, tp, step, err, LOGITS_TOL);
     }
-    printf("%-6s TP %u: weights %.2f MiB in the file's types, nothing as F32; logits within %.3g of the reference\n",
-           label, tp, dcp_model_bytes(w) / 1048576.0, worst);
+    printf("%-6s TP %u: weights %.2f MiB in the file's types, nothing as F32 (%u rank slices cut their blocks); "
+           "logits within %.3g of the reference\n",
+           label, tp, dcp_model_bytes(w) / 1048576.0, cut_slices(g, cfg, tp), worst);
     dcp_model_state_destroy(s);
     dcp_model_destroy(w);
     free(logits);
@@ -307,6 +360,59 @@ static void test_q4_k_m_models(void **state)
     dcp_test_context_done(ctx);
 }
 
+/* Row-parallel slices that cut their blocks (issue 18 section 4, "quantized files stay
+ * quantized"): a Q4_K_M llama (Q4_K, with Q6_K attn_v and ffn_down on the more-bits layers) of
+ * E 256, Q 16 x 64 = 1024 and FFN 1280 at TP 1, 2 and 8 over 8 logical devices. At TP 8
+ * attn_output's 128 columns a rank and ffn_down's 160 cut the 256-weight blocks on every rank, and
+ * at TP 2 ffn_down's 640: each rank holds the whole blocks covering its columns in the file's
+ * type, read through a column window. Nothing as F32, the device bytes those blocks' (every
+ * rank), logits within LOGITS_TOL of the dequantized reference, the same greedy ids at every TP. */
+static void test_q4_k_m_cut_blocks(void **state)
+{
+    (void)state;
+    dcp_context *ctx = dcp_test_context_of(8);
+    dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+    mc.arch = "llama";
+    mc.n_layer = 8;
+    mc.n_head = 16;
+    mc.n_head_kv = 8;
+    mc.head_dim = 64;
+    mc.n_ff = 1280;
+    mc.seed = 1850;
+    char f32_path[1024], q_path[1024];
+    snprintf(f32_path, sizeof f32_path, "%s/dcp-vk-test-cut-f32.gguf", dir);
+    snprintf(q_path, sizeof q_path, "%s/dcp-vk-test-cut-q4_k_m.gguf", dir);
+    DCP_ASSERT_OK(dcp_gguf_make_test_model(f32_path, &mc));
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = DCP_FTYPE_Q4_K_M;
+    DCP_ASSERT_OK(dcp_gguf_quantize(f32_path, q_path, &qc, NULL, NULL));
+    remove(f32_path);
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open(q_path, &g));
+    expect_type(g, "blk.1.attn_output.weight", DCP_GGML_TYPE_Q4_K);
+    expect_type(g, "blk.1.ffn_down.weight", DCP_GGML_TYPE_Q4_K);
+    expect_type(g, "blk.0.ffn_down.weight", DCP_GGML_TYPE_Q6_K);
+    dcp_model_config cfg;
+    DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
+    /* The shapes do cut: every rank at TP 8 (both matrices of 16 layers' worth: 8 x 2 x 8 slices),
+     * ffn_down at TP 2 (8 x 2), nothing at TP 1. */
+    assert_int_equal(cut_slices(g, &cfg, 1), 0);
+    assert_int_equal(cut_slices(g, &cfg, 2), 8 * 2);
+    assert_int_equal(cut_slices(g, &cfg, 8), 8 * 2 * 8);
+    dcp_test_ref_model rm;
+    dcp_test_ref_model_load(&rm, g, &cfg, N_CTX);
+    static const uint32_t tps[3] = {1, 2, 8};
+    int32_t ids[3][STEPS];
+    for (int i = 0; i < 3; i++) run_model(ctx, g, &cfg, &rm, tps[i], "cut", ids[i]);
+    for (int s = 0; s < STEPS; s++)
+        if (ids[0][s] != ids[1][s] || ids[0][s] != ids[2][s])
+            fail_msg("greedy id %d: %d at TP 1, %d at TP 2, %d at TP 8", s, ids[0][s], ids[1][s], ids[2][s]);
+    dcp_test_ref_model_free(&rm);
+    dcp_gguf_close(g);
+    remove(q_path);
+    dcp_test_context_done(ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -317,6 +423,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_of_parts),
         cmocka_unit_test(test_q4_k_m_models),
+        cmocka_unit_test(test_q4_k_m_cut_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

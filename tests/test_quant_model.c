@@ -123,8 +123,9 @@ static void test_generated_q4_k_m(void **state)
     same_text_tp1_tp8(out);
     /* Q4_K_M keeps attn_v of some layers in Q6_K: the fused Q|K|V of such a layer mixes types,
      * and each part stays in its own (a matrix of parts): nothing held as F32 at TP 1. At TP 8
-     * the row-parallel attn_output's 32 columns a rank cut its 256-weight blocks (that matrix is
-     * held as F32, and the run says so), but no Q|K|V is expanded. */
+     * the row-parallel attn_output's 32 columns a rank cut its 256-weight blocks: each rank holds
+     * the covering block in Q4_K with a column window, so nothing is held as F32 there either
+     * (no notice), and the text above was the same. */
     const char *tp1[] = {run_app, "-m", out, "--temp", "0", "-n", "2", NULL};
     r = dcp_test_spawn(tp1);
     if (r.code != 0 || strstr(r.err, "held as F32")) fail_msg("TP 1: exit %d, or an F32 notice:\n%s", r.code, r.err);
@@ -132,10 +133,8 @@ static void test_generated_q4_k_m(void **state)
     const char *tp8[] = {run_app, "-m", out, "--temp", "0", "-n", "2", "--tensor-parallel-size", "8",
                          "--decode-context-parallel-size", "2", NULL};
     r = dcp_test_spawn(tp8);
-    if (r.code != 0 || !strstr(r.err, "quantized matrices are held as F32") ||
-        !strstr(r.err, "first: blk.0.attn_output.weight (Q4_K): columns [0, 32) cut its 256-weight blocks") ||
-        strstr(r.err, "attn_q") || strstr(r.err, "attn_v"))
-        fail_msg("TP 8: exit %d, not the F32 notice for attn_output alone:\n%s", r.code, r.err);
+    if (r.code != 0 || strstr(r.err, "held as F32"))
+        fail_msg("TP 8: exit %d, or an F32 notice:\n%s", r.code, r.err);
     dcp_test_result_free(&r);
 }
 

@@ -69,8 +69,8 @@ typedef struct dcp_model_load_config {
 /* Uploads the weights of a GGUF model (described by cfg, from dcp_model_config_read) to the
  * devices of lc. Matrices keep their GGUF type, any of the 15 of DCP_GGML_SUPPORTED_LIST (F32,
  * F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; the
- * quantized ones repacked into the device layout of include/dcpvk/ops.h, except the F32 fallbacks
- * below; fused Q|K|V and gate|up parts of different types each in its own); norms
+ * quantized ones repacked into the device layout of include/dcpvk/ops.h; fused Q|K|V and gate|up
+ * parts of different types each in its own); norms
  * (and deepseek2's router) become F32; a missing output.weight means it is tied to
  * token_embd.weight.
  *
@@ -78,7 +78,8 @@ typedef struct dcp_model_load_config {
  * by T, else replicated (T must then be a multiple of them: vLLM's rule); FFN rows split unevenly
  * when T does not divide n_ff; attention output and FFN down projections split by input columns
  * (row-parallel; zero-padded to multiples of 4; a column slice that is not block aligned is
- * uploaded as F32); embedding and norms replicated; the output head on the first rank held (every
+ * held in its type as the whole blocks covering it, with a column window: dcp_matrix_window);
+ * embedding and norms replicated; the output head on the first rank held (every
  * process computes the logits itself, from the same all-reduced activations).
  *
  * A group spread over processes (MPI, one process per device under `mpiexec -n T`, or several
@@ -113,12 +114,13 @@ DCP_API uint64_t dcp_model_file_bytes(const dcp_model *m);
 /* Bytes of device memory the weights of local rank i use (counted by a count_only load too). */
 DCP_API uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
 
-/* Quantized matrices a rank holds as F32 instead of their file's type: a tensor-parallel slice
- * that does not start and end on the type's blocks (k-quants: 256 weights; at TP 8 the
- * row-parallel attn_output / ffn_down often cut them). Exact (dequantized), but larger. Summed
- * over the ranks held here. Fused parts of different types (a Q4_K_M file's Q6_K attn_v beside
- * Q4_K attn_q / attn_k) are not expanded: each stays in its type (a matrix of parts,
- * include/dcpvk/ops.h). */
+/* Quantized matrices a rank holds as F32 instead of their file's type. The loader holds none: a
+ * tensor-parallel slice that does not start and end on the type's blocks (k-quants: 256 weights;
+ * at TP 8 the row-parallel attn_output / ffn_down often cut them) stays in its type as the whole
+ * blocks covering its columns with a column window (dcp_matrix_window), and fused parts of
+ * different types (a Q4_K_M file's Q6_K attn_v beside Q4_K attn_q / attn_k) each stay in theirs
+ * (a matrix of parts, include/dcpvk/ops.h); so count is 0. Kept so callers that report it still
+ * build. */
 typedef struct dcp_model_fallback {
     uint32_t count;          /* matrices (rank by rank) held as F32 */
     char first[128];         /* the first: "blk.0.attn_output.weight (Q4_K) on TP rank 3: columns

@@ -33,7 +33,13 @@ extern "C" {
  * dcp_matrix_join) is the row concatenation of matrices of different types, each kept in its own
  * (a Q4_K_M file's Q4_K attn_q / attn_k beside a Q6_K attn_v): buf is NULL, type the first part's,
  * rows their sum; dcp_op_matmul records one dispatch per part into that part's rows of y, so y is
- * what one fused matrix would give. Only dcp_op_matmul takes one; the other weight ops refuse it. */
+ * what one fused matrix would give. Only dcp_op_matmul takes one; the other weight ops refuse it.
+ *
+ * A column window (cols > 0; dcp_matrix_window, made by the model loader for a row-parallel
+ * slice that cuts its type's blocks) stores rows of held_k columns (the whole blocks covering the
+ * slice, in the matrix's type) and multiplies x of k columns: x's column c < cols meets stored
+ * column col0 + c, the stored columns outside [col0, col0 + cols) are skipped. Only
+ * dcp_op_matmul takes one; the other weight ops refuse it. */
 typedef struct dcp_matrix {
     dcp_buffer *buf;
     dcp_ggml_type type;     /* a type of DCP_GGML_SUPPORTED_LIST */
@@ -41,6 +47,9 @@ typedef struct dcp_matrix {
     uint32_t scale_offset;  /* Q8_0 and block-quantized types: words before the scales; else 0 */
     uint32_t n_parts;       /* 0: one matrix (buf); > 1: parts[0 .. n_parts), rows in that order */
     struct dcp_matrix *parts; /* [n_parts] one-part matrices of the same k, owned */
+    uint32_t held_k;        /* columns of a stored row: k, or with a window the covering blocks */
+    uint32_t col0, cols;    /* window: x's columns [0, cols) meet stored [col0, col0 + cols); cols 0:
+                             * none (x's column c meets stored column c) */
 } dcp_matrix;
 
 /* Uploads the row-wise concatenation of `parts` GGUF tensors that share one type and k (part i
@@ -51,13 +60,20 @@ typedef struct dcp_matrix {
 DCP_API dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, uint32_t parts,
                                      const void *const *data, const uint32_t *part_rows, dcp_matrix *out);
 DCP_API void dcp_matrix_destroy(dcp_matrix *m);
+/* Gives the one-part matrix m (rows x held k, from dcp_matrix_create) a column window: it then
+ * multiplies x of k columns, x's column c < cols meeting stored column col0 + c (cols <= k,
+ * col0 + cols <= the held k); the stored columns outside the window are skipped, the sums exactly
+ * those of the window's weights. A full window (col0 0, cols = k = the held k) is no window.
+ * DCP_ERR_INVALID_ARGUMENT for a window that does not fit (nothing changed). */
+DCP_API dcp_status dcp_matrix_window(dcp_matrix *m, uint32_t k, uint32_t col0, uint32_t cols);
 /* Device bytes of a rows x k matrix of `type` (the buffer dcp_matrix_create makes), or 0 for an
  * unsupported type. Thread-safe. */
 DCP_API uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows);
 
 /* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T (y's rows w->rows
  * values, x's w->k). x_stride, x_offset multiples of 4. A matrix of parts: one dispatch per part,
- * part i writing y's columns [rows of parts before it, + its rows). */
+ * part i writing y's columns [rows of parts before it, + its rows). A matrix with a column window
+ * reads only x's columns [0, w->cols). */
 typedef struct dcp_matmul_args {
     const dcp_matrix *w;
     dcp_buffer *x;          /* [tokens][x_stride] f32, read from float x_offset */

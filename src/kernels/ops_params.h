@@ -21,7 +21,8 @@
  * (ceil(n_out / rows_per_wg), ceil(tokens / TB)). */
 DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 n_out;        /* N: output features (rows of W) */
-    DCP_U32 k;            /* K: input features, multiple of 4 (of the block: 32 or 256) */
+    DCP_U32 k;            /* K: columns of a stored row of W, multiple of 4 (of the block: 32 or
+                           * 256) */
     DCP_U32 tokens;       /* T: rows of x and y */
     DCP_U32 x_stride;     /* floats between rows of x, multiple of 4 */
     DCP_U32 y_stride;     /* floats between rows of y */
@@ -30,6 +31,10 @@ DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 x_offset;     /* floats before row 0 of x, multiple of 4 */
     DCP_U32 y_offset;     /* floats before output row 0 in each row of y: a part of a matrix of
                            * parts (dcp_matrix.parts) writes its rows [y_offset, y_offset + n_out) */
+    DCP_U32 x_col0;       /* window (x_cols > 0): stored column x_col0 + c meets x's column c */
+    DCP_U32 x_cols;       /* window width; the stored columns outside it are skipped. 0: no window
+                           * (stored column c meets x's column c: 16-byte loads of x). The shader's
+                           * spec constant WIN is 1 exactly when x_cols > 0 */
 };
 DCP_PARAMS_END(dcp_matmul_params)
 

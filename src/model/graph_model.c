@@ -114,7 +114,7 @@ dcp_status dcp_model_load(const dcp_model_load_config *lc, const dcp_gguf *g, co
         goto fail;
     }
     dcp_load_ctx ctx = {g, lc->count_only ? NULL : lc->progress, lc->progress_user, 0, 0,
-                        lc->devices, m->nl, m->rank_bytes, m->rank_largest, lc->count_only, &m->fallback};
+                        lc->devices, m->nl, m->rank_bytes, m->rank_largest, lc->count_only};
     if (ctx.progress && ops->count_only_cheap) {
         /* The total: the bytes of the file the ranks' slices read, counted by a pass that reads
          * and uploads nothing. */

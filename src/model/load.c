@@ -28,12 +28,22 @@ dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint
     return DCP_OK;
 }
 
-/* Whether the slice can stay in the tensor's type (block-aligned columns, padded width too). */
-static bool slice_native(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad)
+/* How a slice is held, always in its tensor's type: rows of `held` columns. Block-aligned columns
+ * (padded width too): the slice's own blocks, zero-padded to k_pad (no window). Columns that cut the
+ * type's blocks (a row-parallel slice at a TP whose column ranges do not fall on blocks): the whole
+ * blocks covering them, [floor(c0 / B), ceil((c0 + nc) / B)), and a window of nc columns from
+ * col0 = c0 - floor(c0 / B) B (dcp_matrix_window: the matmul skips the other columns). */
+typedef struct slice_layout {
+    uint32_t held, col0, cols; /* cols 0: no window */
+} slice_layout;
+
+static slice_layout layout_of(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad)
 {
     uint32_t be, bb;
     dcp_ggml_type_block(t->type, &be, &bb);
-    return s->c0 % be == 0 && s->nc % be == 0 && k_pad % be == 0;
+    if (s->c0 % be == 0 && s->nc % be == 0 && k_pad % be == 0) return (slice_layout){k_pad, 0, 0};
+    const uint32_t b0 = s->c0 / be, b1 = (s->c0 + s->nc + be - 1) / be;
+    return (slice_layout){(b1 - b0) * be, s->c0 - b0 * be, s->nc};
 }
 
 uint64_t dcp_load_cols_bytes(dcp_ggml_type type, uint64_t c0, uint64_t nc)
@@ -56,44 +66,23 @@ dcp_status dcp_load_row_f32(const dcp_gguf_tensor *t, uint64_t r, uint64_t c0, u
     return DCP_OK;
 }
 
-/* GGUF-layout bytes of a slice, zero-padded to k_pad columns, in `type` (the tensor's own type,
- * or F32). *out is malloc'd. Only the slice's bytes of the file are read (for F32 from another
- * type: the blocks covering its columns); *read adds them. */
-static dcp_status slice_bytes(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad, dcp_ggml_type type,
-                              uint8_t **out, uint64_t *read)
+/* GGUF-layout bytes of a slice in its tensor's type, rows of lay->held columns: the whole blocks
+ * covering its columns (zero-padded to the held width). *out is malloc'd. Only those bytes of the
+ * file are read; *read adds them. */
+static dcp_status slice_bytes(const dcp_gguf_tensor *t, const dcp_slice *s, const slice_layout *lay, uint8_t **out,
+                              uint64_t *read)
 {
-    dcp_status st = DCP_OK;
     uint32_t be, bb;
-    dcp_ggml_type_block(type, &be, &bb);
-    uint64_t dst_row = (uint64_t)k_pad / be * bb;
+    dcp_ggml_type_block(t->type, &be, &bb);
+    const uint64_t dst_row = (uint64_t)lay->held / be * bb, src_row = t->ne[0] / be * bb;
+    const uint64_t cover = dcp_load_cols_bytes(t->type, s->c0, s->nc); /* <= dst_row */
     uint8_t *dst = calloc((size_t)s->nr, dst_row);
-    float *scratch = NULL;
     if (!dst) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
-    uint32_t tbe, tbb;
-    dcp_ggml_type_block(t->type, &tbe, &tbb);
-    uint64_t src_row = t->ne[0] / tbe * tbb;
-    const uint8_t *src = t->data;
-    if (type == t->type) {
-        for (uint32_t r = 0; r < s->nr; r++)
-            memcpy(dst + r * dst_row, src + (uint64_t)(s->r0 + r) * src_row + (uint64_t)s->c0 / be * bb,
-                   (uint64_t)s->nc / be * bb);
-    } else {
-        scratch = malloc(((uint64_t)s->nc + 2ull * tbe) * sizeof *scratch);
-        if (!scratch) {
-            st = dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", s->name);
-            goto fail;
-        }
-        for (uint32_t r = 0; r < s->nr; r++)
-            DCP_TRY(dcp_load_row_f32(t, s->r0 + r, s->c0, s->nc, (float *)(dst + r * dst_row), scratch));
-    }
-    *read += (uint64_t)s->nr * dcp_load_cols_bytes(t->type, s->c0, s->nc);
-    free(scratch);
+    const uint8_t *src = (const uint8_t *)t->data + (uint64_t)s->c0 / be * bb;
+    for (uint32_t r = 0; r < s->nr; r++) memcpy(dst + r * dst_row, src + (uint64_t)(s->r0 + r) * src_row, cover);
+    *read += (uint64_t)s->nr * cover;
     *out = dst;
     return DCP_OK;
-fail:
-    free(scratch);
-    free(dst);
-    return st;
 }
 
 /* Adds bytes to the count of the local rank on dev. */
@@ -104,19 +93,6 @@ static void count_bytes(dcp_load_ctx *lc, const dcp_device *dev, uint64_t bytes)
             lc->rank_bytes[i] += bytes;
             if (bytes > lc->rank_largest[i]) lc->rank_largest[i] = bytes;
         }
-}
-
-/* Notes matrix part sl[i] of tensor t, held as F32 because its columns cut the type's blocks:
- * once per matrix and rank (the caller counts), with what it costs. */
-static void note_fallback(dcp_load_ctx *lc, const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad,
-                          uint64_t *native_bytes)
-{
-    uint32_t be = 1, bb = 4;
-    dcp_ggml_type_block(t->type, &be, &bb);
-    if (lc->fallback->count == 0)
-        snprintf(lc->fallback->first, sizeof lc->fallback->first, "%s (%s): columns [%u, %u) cut its %u-weight blocks",
-                 s->name, dcp_ggml_type_name(t->type), s->c0, s->c0 + s->nc, be);
-    *native_bytes += (uint64_t)k_pad * s->nr / be * bb;
 }
 
 dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,
@@ -130,47 +106,35 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     memset(out, 0, sizeof *out);
     if (n == 0 || n > DCP_LOAD_MAX_PARTS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "load: %u parts of one matrix (1..%d)", n, DCP_LOAD_MAX_PARTS);
-    /* Each part in its tensor's type where its columns fall on the type's blocks, else F32; runs
-     * of parts of one type (all of them, as a rule) make one matrix, and a matrix of several runs
-     * (a Q4_K_M Q|K|V: Q4_K q, k, then a Q6_K v) is a matrix of parts (dcp_matrix_join). */
-    dcp_ggml_type type[DCP_LOAD_MAX_PARTS];
+    /* Each part in its tensor's type (its covering blocks and a column window where its columns
+     * cut the type's blocks: layout_of); runs of parts of one type and layout (all of them, as a
+     * rule) make one matrix, and a matrix of several runs (a Q4_K_M Q|K|V: Q4_K q, k, then a
+     * Q6_K v) is a matrix of parts (dcp_matrix_join). */
+    slice_layout lay[DCP_LOAD_MAX_PARTS];
     uint32_t run_first[DCP_LOAD_MAX_PARTS + 1], n_runs = 0;
-    bool expanded = false;
-    uint64_t native_bytes = 0;
     for (uint32_t i = 0; i < n; i++) {
         DCP_TRY(dcp_load_find(lc->g, sl[i].name, k_total[i], rows_total[i], &t[i]));
-        const bool native = slice_native(t[i], &sl[i], k_pad);
-        type[i] = native ? t[i]->type : DCP_GGML_TYPE_F32;
-        if (!native && t[i]->type != DCP_GGML_TYPE_F32 && lc->fallback && !lc->count_only) {
-            note_fallback(lc, t[i], &sl[i], k_pad, &native_bytes);
-            expanded = true;
-        }
-        if (i == 0 || type[i] != type[i - 1]) run_first[n_runs++] = i;
+        lay[i] = layout_of(t[i], &sl[i], k_pad);
+        if (i == 0 || t[i]->type != t[i - 1]->type || memcmp(&lay[i], &lay[i - 1], sizeof lay[i]))
+            run_first[n_runs++] = i;
     }
     run_first[n_runs] = n;
-    uint64_t f32_bytes = 0;
-    for (uint32_t r = 0; r < n_runs; r++) {
+    for (uint32_t r = 0; r < n_runs && lc->count_only; r++) {
         uint64_t rows = 0;
         for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++) rows += sl[i].nr;
-        const dcp_ggml_type ty = type[run_first[r]];
-        const uint64_t b = dcp_matrix_bytes(ty, k_pad, rows);
-        if (ty == DCP_GGML_TYPE_F32) f32_bytes += b;
-        if (lc->count_only) { /* what dcp_matrix_create would allocate, and the limit it would apply */
-            const dcp_device_info *info = dcp_device_get_info(dev);
-            if (b > info->max_storage_buffer_range)
-                return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
-                                "%s: tensor %s: matrix of %llu x %u %s is %llu bytes, more than device %d's "
-                                "storage-buffer range of %llu bytes (use more tensor-parallel ranks)",
-                                dcp_gguf_name(lc->g), sl[run_first[r]].name, (unsigned long long)rows, k_pad,
-                                dcp_ggml_type_name(ty), (unsigned long long)b, info->logical_index,
-                                (unsigned long long)info->max_storage_buffer_range);
-            count_bytes(lc, dev, b);
-        }
-    }
-    if (expanded) { /* said once per matrix and rank (the first one named): what it costs */
-        lc->fallback->count++;
-        lc->fallback->f32_bytes += f32_bytes;
-        lc->fallback->native_bytes += native_bytes;
+        const dcp_ggml_type ty = t[run_first[r]]->type;
+        const uint32_t held = lay[run_first[r]].held;
+        const uint64_t b = dcp_matrix_bytes(ty, held, rows);
+        /* what dcp_matrix_create would allocate, and the limit it would apply */
+        const dcp_device_info *info = dcp_device_get_info(dev);
+        if (b > info->max_storage_buffer_range)
+            return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                            "%s: tensor %s: matrix of %llu x %u %s is %llu bytes, more than device %d's "
+                            "storage-buffer range of %llu bytes (use more tensor-parallel ranks)",
+                            dcp_gguf_name(lc->g), sl[run_first[r]].name, (unsigned long long)rows, held,
+                            dcp_ggml_type_name(ty), (unsigned long long)b, info->logical_index,
+                            (unsigned long long)info->max_storage_buffer_range);
+        count_bytes(lc, dev, b);
     }
     if (lc->count_only) {
         for (uint32_t i = 0; i < n; i++) lc->done += (uint64_t)sl[i].nr * dcp_load_cols_bytes(t[i]->type, sl[i].c0, sl[i].nc);
@@ -180,17 +144,20 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     for (uint32_t r = 0; r < n_runs; r++) {
         const void *data[DCP_LOAD_MAX_PARTS];
         uint32_t rows[DCP_LOAD_MAX_PARTS], np = 0;
+        const slice_layout *l = &lay[run_first[r]];
+        const dcp_ggml_type ty = t[run_first[r]]->type;
         for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++, np++) {
-            DCP_TRY(slice_bytes(t[i], &sl[i], k_pad, type[i], &bytes[i], &done));
+            DCP_TRY(slice_bytes(t[i], &sl[i], l, &bytes[i], &done));
             data[np] = bytes[i];
             rows[np] = sl[i].nr;
         }
-        st = dcp_matrix_create(dev, type[run_first[r]], k_pad, np, data, rows, &runs[r]);
+        st = dcp_matrix_create(dev, ty, l->held, np, data, rows, &runs[r]);
+        if (st == DCP_OK && l->cols) st = dcp_matrix_window(&runs[r], k_pad, l->col0, l->cols);
         if (st) {
             dcp_fail_context(st, "%s: tensor %s", dcp_gguf_name(lc->g), sl[run_first[r]].name);
             goto fail;
         }
-        count_bytes(lc, dev, dcp_matrix_bytes(type[run_first[r]], k_pad, runs[r].rows));
+        count_bytes(lc, dev, dcp_matrix_bytes(ty, l->held, runs[r].rows));
         for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++) {
             free(bytes[i]);
             bytes[i] = NULL;

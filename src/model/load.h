@@ -24,8 +24,6 @@ typedef struct dcp_load_ctx {
     uint64_t *rank_bytes;     /* [nl] device bytes of each rank's weights so far */
     uint64_t *rank_largest;   /* [nl] the largest of them (one upload: the staging buffer's size) */
     bool count_only;          /* count rank_bytes, upload nothing (the matrices stay empty) */
-    dcp_model_fallback *fallback; /* matrices with a part held as F32 because its slice cuts the
-                                   * type's blocks (may be NULL) */
 } dcp_load_ctx;
 
 /* Bytes of a row of `type` that hold columns [c0, c0 + nc): the whole blocks covering them. */
@@ -46,8 +44,9 @@ typedef struct dcp_slice {
 dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint64_t ne1, const dcp_gguf_tensor **out);
 /* Uploads the row concatenation of n (1 .. DCP_LOAD_MAX_PARTS) slices (part i of a tensor with
  * ne0 = k_total[i], ne1 = rows_total[i]) to dev as one matrix of k_pad input columns (zero
- * padding). A part keeps its tensor's type where its slice is block-aligned, else it becomes F32
- * (counted in lc->fallback). Parts of one type make one matrix (one dispatch); parts of
+ * padding). Every part keeps its tensor's type: a slice whose columns cut the type's blocks is
+ * held as the whole blocks covering them with a column window (dcp_matrix_window), its device
+ * bytes counted as those blocks. Parts of one type make one matrix (one dispatch); parts of
  * different types (Q4_K_M's Q6_K attn_v beside Q4_K attn_q, attn_k) a matrix of parts, each run
  * of one type in its own (include/dcpvk/ops.h), never expanded. */
 dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const dcp_slice *sl, const uint64_t *k_total,

@@ -42,6 +42,8 @@ dcp_status dcp_op_head_matmul(dcp_cmd *cmd, const dcp_head_matmul_args *a)
     if (w->n_parts)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "head_matmul: a matrix of %u parts of different types (matmul only)",
                         w->n_parts);
+    if (w->cols)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "head_matmul: a matrix with a column window (matmul only)");
     if (!a->heads || !a->rows || (uint64_t)a->heads * a->rows != w->rows)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "head_matmul: %u heads x %u rows do not match the %u-row matrix",
                         a->heads, a->rows, w->rows);
@@ -167,6 +169,7 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
     if (w->n_parts)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: a matrix of %u parts of different types (matmul only)", op,
                         w->n_parts);
+    if (w->cols) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: a matrix with a column window (matmul only)", op);
     if (!a->n_expert || !a->rows || (uint64_t)a->n_expert * a->rows != w->rows || !a->n_used)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: %u experts x %u rows (%u used) do not match the %u-row matrix",
                         op, a->n_expert, a->rows, a->n_used, w->rows);

@@ -95,13 +95,29 @@ dcp_status dcp_matrix_create(dcp_device *dev, dcp_ggml_type type, uint32_t k, ui
     DCP_TRY(dcp_buffer_upload(out->buf, 0, host, bytes));
     out->type = type;
     out->rows = (uint32_t)rows;
-    out->k = k;
+    out->k = out->held_k = k;
     free(host);
     return DCP_OK;
 fail:
     free(host);
     dcp_matrix_destroy(out);
     return st;
+}
+
+dcp_status dcp_matrix_window(dcp_matrix *m, uint32_t k, uint32_t col0, uint32_t cols)
+{
+    const uint32_t held = m->held_k ? m->held_k : m->k;
+    if (m->n_parts || !m->buf || cols == 0 || cols > k || (uint64_t)col0 + cols > held)
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "matrix window: columns [%u, %u) of a %u x %u %s%s for x of %u columns do not fit", col0,
+                        col0 + cols, m->rows, held, dcp_ggml_type_name(m->type),
+                        m->n_parts ? " matrix of parts" : "", k);
+    m->held_k = held;
+    m->k = k;
+    const int full = col0 == 0 && cols == k && k == held;
+    m->col0 = full ? 0 : col0;
+    m->cols = full ? 0 : cols;
+    return DCP_OK;
 }
 
 void dcp_matrix_destroy(dcp_matrix *m)
@@ -217,10 +233,10 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
     rpw *= r;
     /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
      * accumulators; the sums are the same for any value (same lanes, same order). */
-    uint32_t spec[4] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r};
+    uint32_t spec[5] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u};
     dcp_binding b[3] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}};
-    dcp_matmul_params p = {w->rows,     w->k, tokens, a->x_stride, a->y_stride, a->accumulate ? 1u : 0u,
-                           w->scale_offset, a->x_offset, y_offset};
+    dcp_matmul_params p = {w->rows,          w->held_k ? w->held_k : w->k, tokens, a->x_stride, a->y_stride,
+                           a->accumulate ? 1u : 0u, w->scale_offset, a->x_offset, y_offset, w->col0, w->cols};
     dcp_kernel_id id;
     dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);
     if (st != DCP_OK) return st;
@@ -266,6 +282,7 @@ dcp_status dcp_op_get_rows(dcp_cmd *cmd, const dcp_get_rows_args *a)
     if (w->n_parts)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "get_rows: a matrix of %u parts of different types (matmul only)",
                         w->n_parts);
+    if (w->cols) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "get_rows: a matrix with a column window (matmul only)");
     if (tokens == 0) return DCP_OK;
     if (y_stride < w->k || ((uint64_t)(tokens - 1) * y_stride + w->k) * 4 > dcp_buffer_size(y) ||
         (uint64_t)tokens * 4 > dcp_buffer_size(ids))
