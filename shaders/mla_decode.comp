@@ -9,21 +9,30 @@
 // heads x C dim parts (C = WG / HG): lane (g, part) holds its part of head g's query (QPL quads)
 // and of head g's latent output (OPL quads) in registers. The chunk is walked in tiles of T tokens:
 //   1. the workgroup loads the T rows into shared memory (f32): each cache row is read once for
-//      all HG heads of the group;
-//   2. partial scores: lane (g, part) dots its query part with each row's part;
+//      all HG heads of the group (row by row: the row's page and address computed once);
+//   2. partial scores: lane (g, part) dots its query part with each row's part, S rows at a time
+//      (each query quad read once for S rows, 4 S independent FMA chains);
 //   3. the online softmax of each head: every lane of head g sums the C partial scores of each row
 //      and keeps the running max and sum itself (the same values on each), then
-//   4. adds the probability-weighted row parts to its output part.
+//   4. adds the probability-weighted row parts to its output part, S rows at a time (each output
+//      quad read and written once for S rows).
 // Three barriers per tile. The tile keeps the cache's element type in shared memory (f32 for q8_0).
-// In phases 2 and 4 the lanes of one subgroup read the same shared-memory row entries when they
-// share a part (UNIFORM_PART: HG a multiple of the fixed subgroup size; the part then follows from
-// gl_SubgroupID alone), so that CPU drivers broadcast instead of gathering.
+// In phases 2 and 4 the lanes of one subgroup share a part when UNIFORM_PART (HG a multiple of the
+// fixed subgroup size; the part then follows from gl_SubgroupID alone). Then (BW = the subgroup
+// size) each lane reads one of BW consecutive quads of the part from shared memory and
+// subgroupBroadcast hands each quad to all lanes: one shared-memory read per BW quads instead of
+// one per quad and lane (on lavapipe those reads, not the FMAs, bounded the kernel: this halved
+// the step at 32K tokens). Without UNIFORM_PART every lane reads each quad itself (BW = 0).
+// The bounds checks fold to constants when the grid fills the workgroup and the parts divide the
+// row, so that no FMA runs under a lane mask.
 // Work per invocation is bounded by chunk_tokens (Mesa 22 lavapipe ends loops after 65,535
 // iterations per invocation; the plan sizes chunks from the per-tile iteration count). Long loops
 // over T are kept rolled (unrolled they made lavapipe's compile take minutes); the loops over the
 // register arrays are unrolled so that they stay registers (indexed arrays become if-ladders).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_control_flow_attributes : require
 #include "kv_pool.glsl"
 #include "kernels/attn_params.h"
@@ -37,6 +46,10 @@ layout(constant_id = 3) const uint DV = 512;  // latent width (values), multiple
 layout(constant_id = 4) const uint T = 8;     // tokens per tile
 layout(constant_id = 5) const uint UNIFORM_PART = 0; // 1: lane = subgroup * subgroup size + invocation,
                                                      // and HG is a multiple of the subgroup size
+layout(constant_id = 6) const uint BW = 0;    // 0: phases 2 and 4 read the tile directly; else the
+                                              // (fixed) subgroup size, with UNIFORM_PART: each lane
+                                              // reads one of BW consecutive quads of the part and
+                                              // subgroupBroadcast hands it to the others
 layout(local_size_x_id = 0) in;
 
 const uint DQ = DK / 4u;                       // quads per row
@@ -44,6 +57,12 @@ const uint DVQ = DV / 4u;                      // quads of the latent
 const uint C = WG / HG;                        // dim parts (lanes per head)
 const uint QPL = (DQ + C - 1u) / C;            // query quads per lane
 const uint OPL = (DVQ + C - 1u) / C;           // output quads per lane
+const uint S = T < 4u ? T : 4u;                // rows per sub-tile (T is a power of two)
+const uint BWS = BW == 0u ? 1u : BW;           // the broadcast loops' step
+// Constant bounds (DeepSeek's 576 = 512 + 64 at 4 parts: all true).
+const bool FULL_GRID = WG % HG == 0u;
+const bool Q_EVEN = DQ % C == 0u;
+const bool O_EVEN = DVQ % C == 0u;
 
 layout(push_constant) uniform PC { dcp_mla_decode_params p; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };          // [batch][heads][DK/4] f32
@@ -108,12 +127,12 @@ void main()
         part = lane / HG;
         g = lane % HG;
     }
-    const bool in_grid = part < C;
+    const bool in_grid = FULL_GRID || part < C;
     const uint slot = part * HG + g; // this lane's row of part_s
     vec4 qr[QPL];
     [[unroll]] for (uint i = 0u; i < QPL; i++) {
         const uint d = part * QPL + i;
-        qr[i] = in_grid && d < DQ ? q[(b * p.heads + h0 + g) * DQ + d] : vec4(0.0);
+        qr[i] = in_grid && (Q_EVEN || d < DQ) ? q[(b * p.heads + h0 + g) * DQ + d] : vec4(0.0);
     }
     vec4 acc[OPL];
     [[unroll]] for (uint j = 0u; j < OPL; j++) acc[j] = vec4(0.0);
@@ -122,32 +141,55 @@ void main()
 
     [[dont_unroll]] for (uint base = t0; base < t1; base += T) {
         const uint n = min(T, t1 - base);
-        // 1. Load the tile (rows past the chunk or on a page outside the pool load as zeros).
-        [[dont_unroll]] for (uint u = lane; u < T * DQ; u += WG) {
-            const uint tt = u / DQ, d = u % DQ;
-            TILE_T v = TILE_T(0);
-            bool ok = false;
-            if (tt < n) {
-                const uint t = base + tt;
-                const uint page = bt[b * p.bt_stride + t / p.page_size];
-                ok = page < p.total_pages;
-                if (ok)
-                    v = load_quad(page >> p.segment_shift, ((page & seg_mask) * p.page_size + t % p.page_size) * ROW_UNITS, d);
+        // 1. Load the tile row by row (rows past the chunk or on a page outside the pool load as
+        //    zeros): the row's page and address are uniform, computed once per row and not per quad.
+        [[dont_unroll]] for (uint tt = 0u; tt < T; tt++) {
+            const uint t = base + tt;
+            const uint page = tt < n ? bt[b * p.bt_stride + t / p.page_size] : p.total_pages;
+            const bool ok = page < p.total_pages;
+            const uint row = ((page & seg_mask) * p.page_size + t % p.page_size) * ROW_UNITS;
+            [[dont_unroll]] for (uint d = lane; d < DQ; d += WG) {
+                TILE_T v = TILE_T(0);
+                if (ok) v = load_quad(page >> p.segment_shift, row, d);
+                tile[tt * DQ + d] = v;
             }
-            tile[u] = v;
-            if (d == 0u) tile_ok[tt] = ok ? 1u : 0u;
+            if (lane == 0u) tile_ok[tt] = ok ? 1u : 0u;
         }
         barrier(); // tile writes -> score reads
 
-        // 2. Partial scores of this lane's head and dim part.
+        // 2. Partial scores of this lane's head and dim part, S rows at a time: each query quad
+        //    (spilled registers on CPU drivers) is read once for the S rows' FMAs.
         if (in_grid) {
-            [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) {
-                float s = 0.0;
-                [[unroll]] for (uint i = 0u; i < QPL; i++) {
-                    const uint d = part * QPL + i;
-                    if (d < DQ) s += dot(qr[i], unpack_quad(tile[tt * DQ + d]));
+            [[dont_unroll]] for (uint t0s = 0u; t0s < n; t0s += S) {
+                vec4 s[S]; // 4 S independent FMA chains: the FMA latency hides behind the others
+                [[unroll]] for (uint k = 0u; k < S; k++) s[k] = vec4(0.0);
+                if (BW != 0u) {
+                    // One tile read per lane for BW quads (the lanes of a subgroup share the part).
+                    [[unroll]] for (uint k = 0u; k < S; k++) {
+                        [[unroll]] for (uint i0 = 0u; i0 < QPL; i0 += BWS) {
+                            const uint dl = min(part * QPL + min(i0 + gl_SubgroupInvocationID, QPL - 1u), DQ - 1u);
+                            const vec4 mine = unpack_quad(tile[(t0s + k) * DQ + dl]);
+                            [[unroll]] for (uint j = 0u; j < BWS; j++) {
+                                const vec4 r = subgroupBroadcast(mine, j);
+                                if (i0 + j < QPL && (Q_EVEN || part * QPL + i0 + j < DQ))
+                                    s[k] = fma(qr[i0 + j], r, s[k]);
+                            }
+                        }
+                    }
+                } else {
+                    [[unroll]] for (uint i = 0u; i < QPL; i++) {
+                        const uint d = part * QPL + i;
+                        if (Q_EVEN || d < DQ) {
+                            const vec4 qv = qr[i];
+                            [[unroll]] for (uint k = 0u; k < S; k++) {
+                                const vec4 r = unpack_quad(tile[(t0s + k) * DQ + d]);
+                                s[k] = fma(qv, r, s[k]);
+                            }
+                        }
+                    }
                 }
-                part_s[slot * T + tt] = s;
+                [[unroll]] for (uint k = 0u; k < S; k++)
+                    part_s[slot * T + t0s + k] = (s[k].x + s[k].y) + (s[k].z + s[k].w);
             }
         }
         barrier(); // partial scores -> softmax
@@ -162,20 +204,50 @@ void main()
                 [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
                 mx = max(mx, s * p.scale);
             }
-            if (!dcp_is_neg_inf(mx)) {
+            // live: this head has a row so far. With BW the subgroup stays together for its
+            // broadcasts (a head without rows then adds zero probabilities).
+            const bool live = !dcp_is_neg_inf(mx);
+            if (BW != 0u ? subgroupAny(live) : live) {
                 const float alpha = dcp_is_neg_inf(m) ? 0.0 : exp(m - mx);
                 l *= alpha;
                 [[unroll]] for (uint j = 0u; j < OPL; j++) acc[j] *= alpha;
                 m = mx;
-                [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) {
-                    if (tile_ok[tt] == 0u) continue;
-                    float s = 0.0;
-                    [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
-                    const float pr = exp(s * p.scale - mx);
-                    l += pr;
-                    [[unroll]] for (uint j = 0u; j < OPL; j++) {
-                        const uint dq = part * OPL + j;
-                        if (dq < DVQ) acc[j] += pr * unpack_quad(tile[tt * DQ + dq]);
+                // S rows at a time: each output quad is read and written once for the S rows'
+                // FMAs (rows past n or not ok get probability 0; their tile entries are zeros).
+                [[dont_unroll]] for (uint t0s = 0u; t0s < n; t0s += S) {
+                    float pr[S];
+                    [[unroll]] for (uint k = 0u; k < S; k++) {
+                        const uint tt = t0s + k;
+                        pr[k] = 0.0;
+                        if (live && tt < n && tile_ok[tt] != 0u) {
+                            float s = 0.0;
+                            [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
+                            pr[k] = exp(s * p.scale - mx);
+                            l += pr[k];
+                        }
+                    }
+                    if (BW != 0u) {
+                        [[unroll]] for (uint k = 0u; k < S; k++) {
+                            [[unroll]] for (uint j0 = 0u; j0 < OPL; j0 += BWS) {
+                                const uint dl = min(part * OPL + min(j0 + gl_SubgroupInvocationID, OPL - 1u), DVQ - 1u);
+                                const vec4 mine = unpack_quad(tile[(t0s + k) * DQ + dl]);
+                                [[unroll]] for (uint j = 0u; j < BWS; j++) {
+                                    const vec4 r = subgroupBroadcast(mine, j);
+                                    if (j0 + j < OPL && (O_EVEN || part * OPL + j0 + j < DVQ))
+                                        acc[j0 + j] = fma(vec4(pr[k]), r, acc[j0 + j]);
+                                }
+                            }
+                        }
+                    } else {
+                        [[unroll]] for (uint j = 0u; j < OPL; j++) {
+                            const uint dq = part * OPL + j;
+                            if (O_EVEN || dq < DVQ) {
+                                vec4 a = acc[j];
+                                [[unroll]] for (uint k = 0u; k < S; k++)
+                                    a = fma(vec4(pr[k]), unpack_quad(tile[(t0s + k) * DQ + dq]), a);
+                                acc[j] = a;
+                            }
+                        }
                     }
                 }
             }
@@ -188,7 +260,7 @@ void main()
         const uint orow = p.direct != 0u ? row : chunk * p.batch * p.heads + row;
         [[unroll]] for (uint j = 0u; j < OPL; j++) {
             const uint dq = part * OPL + j;
-            if (dq < DVQ) o[orow * DVQ + dq] = l > 0.0 ? acc[j] / l : vec4(0.0);
+            if (O_EVEN || dq < DVQ) o[orow * DVQ + dq] = l > 0.0 ? acc[j] / l : vec4(0.0);
         }
         if (part == 0u) lse[orow] = l > 0.0 ? m + log(l) : dcp_neg_inf();
     }

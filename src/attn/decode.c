@@ -15,7 +15,7 @@
 enum {
     DCP_DECODE_MIN_CHUNK = 256,   /* shortest automatic chunk (tokens) */
     DCP_DECODE_MAX_PARTS = 32767, /* chunks lse_merge takes */
-    DCP_DECODE_MAX_SPEC = 6,      /* specialization constants of either kernel */
+    DCP_DECODE_MAX_SPEC = 7,      /* specialization constants of either kernel */
 };
 
 /* What a kind fixes at plan creation: its kernel and how the work is tiled. */
@@ -174,10 +174,13 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
     while (tile * 2 <= MLA_MAX_TILE && mla_shared_bytes(tile * 2, dk, elem, wg) <= info->max_shared_memory) tile *= 2;
     const uint32_t sg = info->subgroup_size;
     const uint32_t uniform_part = sg && info->min_subgroup_size == sg && hg % sg == 0 && wg % sg == 0;
+    /* With a subgroup-uniform part, phases 2 and 4 read the tile once per subgroup-size quads and
+     * share them by subgroupBroadcast (lavapipe: twice as fast as every lane reading each quad). */
+    const uint32_t bw = uniform_part && sg <= 64 ? sg : 0;
     /* Loop iterations per tile and invocation (shaders/mla_decode.comp phases 1-4, counting the
      * register loops too in case a compiler keeps them rolled). */
     const uint32_t parts = wg / hg, qpl = ceil_div(dq, parts), opl = ceil_div(dvq, parts);
-    const uint64_t per_tile = ceil_div((uint64_t)tile * dq, wg) + (uint64_t)tile * (qpl + 2 * parts + opl + 2) +
+    const uint64_t per_tile = (uint64_t)tile * (1 + ceil_div(dq, wg)) + (uint64_t)tile * (qpl + 2 * parts + opl + 2) +
                               2ull * opl + 4;
     uint64_t max_chunk = (MLA_LOOP_BUDGET - 2ull * (qpl + opl) - 16) / per_tile * tile;
     if (max_chunk > MLA_LONGEST_CHUNK) max_chunk = MLA_LONGEST_CHUNK;
@@ -188,7 +191,7 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
         .pipeline = pc->dtype == DCP_DTYPE_Q8_0  ? DCP_KERNEL_MLA_DECODE_Q8_0
                     : pc->dtype == DCP_DTYPE_F16 ? DCP_KERNEL_MLA_DECODE_F16
                                                  : DCP_KERNEL_MLA_DECODE_F32,
-        .spec = {wg, hg, dk, c->latent, tile, uniform_part},
+        .spec = {wg, hg, dk, c->latent, tile, uniform_part, bw},
         .wg = wg, .hg = hg, .od = c->latent,
         .max_chunk = (uint32_t)max_chunk, .granule = tile, .gpu_target = 512};
     return DCP_OK;
