@@ -240,9 +240,8 @@ static int load_weights(run_app *a)
     const dcp_model_fallback *fb = dcp_model_fallbacks(a->w);
     if (fb->count && a->lead)
         fprintf(stderr,
-                "%s: %u quantized matrices are held as F32 on this process's ranks (their tensor-parallel "
-                "slices cut the type's blocks): exact, %.2f MiB instead of "
-                "%.2f MiB; first: %s\n", a->prog, fb->count, fb->f32_bytes / 1048576.0,
+                "%s: %u quantized matrices are held as F32 on this process's ranks: exact, %.2f MiB "
+                "instead of %.2f MiB; first: %s\n", a->prog, fb->count, fb->f32_bytes / 1048576.0,
                 fb->native_bytes / 1048576.0, fb->first);
     return DCP_EXIT_OK;
 }

@@ -10,7 +10,8 @@
  *    {(1,1), (2,2), (4,2), (4,4)} x {a2a, ag_rs} x interleave {1, block size} x q_replicate on/off;
  *    short prompts leave shards empty at the start;
  *  - several sequences in one state: bitwise the same as alone (TP 4 / DCP 4);
- *  - B and C quantized as Q2_K (IQ4_NL fallbacks) against the oracle, TP 4 / DCP 2 = TP 1. */
+ *  - B and C quantized as Q2_K (IQ4_NL fallbacks) against the oracle, TP 4 / DCP 2 = TP 1;
+ *  - A reshaped and quantized as Q4_0 so that TP 4's column slices cut the blocks: windows, not F32. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +323,63 @@ static void test_iq4_nl_fallback(void **state)
     }
 }
 
+/* Model A reshaped so that the row-parallel matrices' rows are whole 32-weight blocks (V 24: attn_output
+ * 96 columns; dense FFN 96; experts 64) and quantized as Q4_0: at TP 4 every rank's columns (24, 24,
+ * 16) cut the blocks. attn_output and the dense and shared-expert ffn_down stay Q4_0 as the covering
+ * blocks with a column window; only the routed experts' ffn_down_exps (the MoE kernels take no
+ * window) is expanded to F32, and counted: one matrix per rank. The logits match the oracle built
+ * from the same dequantized weights at TP 1, and TP 4 gives TP 1's greedy tokens. */
+static void test_cut_blocks_window(void **state)
+{
+    (void)state;
+    char src[512], out[512];
+    dcp_test_deepseek2_config c;
+    DCP_ASSERT_OK(dcp_test_deepseek2_preset('A', &c));
+    c.head_dim_v = 24;
+    c.n_ff = 96;
+    c.n_ff_exp = 64;
+    DCP_ASSERT_OK(dcp_gguf_make_test_model_deepseek2(dcp_test_ds2_tmp("model-A-cut.gguf", src, sizeof src), &c));
+    dcp_test_ds2_tmp("model-A-cut-q4_0.gguf", out, sizeof out);
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = DCP_FTYPE_Q4_0;
+    DCP_ASSERT_OK(dcp_gguf_quantize(src, out, &qc, NULL, NULL));
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open(out, &g));
+    static const char *const cut[] = {"blk.0.attn_output.weight", "blk.0.ffn_down.weight", "blk.1.ffn_down_exps.weight",
+                                      "blk.1.ffn_down_shexp.weight"};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        const dcp_gguf_tensor *t = dcp_gguf_tensor_find(g, cut[i]);
+        assert_non_null(t);
+        if (t->type != DCP_GGML_TYPE_Q4_0)
+            fail_msg("%s is %s, not Q4_0: the test does not cut blocks", cut[i], dcp_ggml_type_name(t->type));
+    }
+    dcp_gguf_close(g);
+    const par one = {1, 1, 1, DCP_CP_A2A, false}, four = {4, 1, 1, DCP_CP_A2A, false};
+    int32_t ids[GEN_ORACLE + 1], ids4[GEN_ORACLE + 1];
+    float *logits;
+    loaded L;
+    load(&L, out, &one, 1);
+    assert_int_equal(dcp_model_fallbacks(L.m)->count, 0);
+    uint32_t total = generate(&L, GEN_ORACLE, &logits, ids);
+    unload(&L);
+    double err = oracle_error(out, logits, total, ids, 0, 0.0, 0);
+    if (!(err <= 1e-4)) fail_msg("model A cut as Q4_0: logits differ from the oracle by %.3g > 1e-4", err);
+    load(&L, out, &four, 1);
+    const dcp_model_fallback *fb = dcp_model_fallbacks(L.m);
+    printf("model A cut as Q4_0: max |logit - oracle| = %.3g at TP 1; TP 4 holds %u matrices as F32 (%.1f KiB "
+           "instead of %.1f KiB), first: %s\n", err, fb->count, fb->f32_bytes / 1024.0, fb->native_bytes / 1024.0,
+           fb->first);
+    if (fb->count != 4 || !strstr(fb->first, "ffn_down_exps") || !(fb->native_bytes < fb->f32_bytes))
+        fail_msg("TP 4: %u matrices as F32 (first: %s), expected the 4 ranks' blk.1.ffn_down_exps only", fb->count,
+                 fb->first);
+    generate(&L, GEN_ORACLE, NULL, ids4);
+    unload(&L);
+    if (memcmp(ids, ids4, sizeof ids) != 0) fail_msg("model A cut as Q4_0: TP 4 tokens differ from TP 1");
+    free(logits);
+    remove(out);
+    remove(src);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* one test by name (the GPU-assisted run) */
@@ -330,6 +388,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_iq4_nl_fallback),
+        cmocka_unit_test(test_cut_blocks_window),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -103,6 +103,22 @@ static uint64_t layer_bytes(const dcp_ds2_layer_dev *d)
     return b;
 }
 
+/* Counts the matrices of h that a quantized type was expanded to F32 for (dcp_model_fallbacks). */
+static void note_expanded(dcp_model *m, const dcp_ds2_layer_host *h, uint32_t rank)
+{
+    const dcp_ds2_host_matrix *ms[] = {&h->wq,    &h->wq_a,      &h->wkv_a,     &h->wk_b,      &h->wv_b,
+                                       &h->wo,    &h->w_gu,      &h->w_down,    &h->w_gu_exps, &h->w_down_exps,
+                                       &h->w_gu_sh, &h->w_down_sh};
+    for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+        if (!ms[j]->expanded) continue;
+        dcp_model_fallback *fb = &m->fallback;
+        if (!fb->count++)
+            snprintf(fb->first, sizeof fb->first, "%s on TP rank %u", ms[j]->expanded_why, rank);
+        fb->f32_bytes += dcp_matrix_bytes(DCP_GGML_TYPE_F32, ms[j]->k, ms[j]->rows);
+        fb->native_bytes += ms[j]->native_bytes;
+    }
+}
+
 static dcp_status ds2_load(dcp_model *m, dcp_load_ctx *lc)
 {
     dcp_status st = DCP_OK;
@@ -126,6 +142,7 @@ static dcp_status ds2_load(dcp_model *m, dcp_load_ctx *lc)
         }
         for (uint32_t l = 0; l < c->n_layer; l++) {
             DCP_TRY(dcp_ds2_layer_slice(c, &t, l, &rw->shard, &h));
+            note_expanded(m, &h, m->first + i);
             DCP_TRY(dcp_ds2_layer_upload(m->ranks[i].dev, &h, l, &rw->layers[l]));
             lc->done += dcp_ds2_layer_file_bytes(&h);
             dcp_ds2_layer_host_free(&h);

@@ -163,9 +163,17 @@ typedef struct part {
     uint32_t rows;
 } part;
 
+enum {
+    TAKE_F32 = 1,    /* held as F32 whatever the type (the router's logits) */
+    TAKE_WINDOW = 2, /* a matrix of dcp_op_matmul: columns that cut the blocks may take a window */
+};
+
 /* Concatenates parts (rows), columns [c0, c0 + nc) zero-padded to k_pad. Stays in the tensors'
- * type when they share it, f32 is not forced and the columns fall on its blocks; else F32. */
-static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uint32_t k_pad, int force_f32,
+ * type when they share it, TAKE_F32 is not asked and the columns fall on its blocks; with
+ * TAKE_WINDOW, columns that cut the blocks are held as the whole blocks covering them,
+ * [floor(c0 / B), ceil((c0 + nc) / B)), with a window of nc columns (out->win_*); else F32, and
+ * out->expanded says that a quantized type was expanded (dcp_model_fallbacks). */
+static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uint32_t k_pad, unsigned flags,
                        dcp_ds2_host_matrix *out)
 {
     dcp_status st = DCP_OK;
@@ -174,19 +182,39 @@ static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uin
     dcp_ggml_type type = p[0].t->type;
     uint32_t be, bb;
     dcp_ggml_type_block(type, &be, &bb);
-    int native = !force_f32 && c0 % be == 0 && nc % be == 0 && k_pad % be == 0;
+    int same = 1;
     uint64_t rows = 0;
     for (uint32_t i = 0; i < np; i++) {
-        native = native && p[i].t->type == type;
+        same = same && p[i].t->type == type;
         rows += p[i].rows;
     }
-    if (!native) type = DCP_GGML_TYPE_F32;
-    uint64_t dst_row = row_bytes(type, k_pad);
+    int native = same && !(flags & TAKE_F32) && c0 % be == 0 && nc % be == 0 && k_pad % be == 0;
+    uint32_t src_c0 = c0, held = k_pad, copy = nc;
+    if (!native && same && !(flags & TAKE_F32) && (flags & TAKE_WINDOW) && be > 1) {
+        native = 1;
+        src_c0 = c0 / be * be;
+        held = (c0 + nc + be - 1) / be * be - src_c0;
+        copy = held;
+        out->win_k = k_pad;
+        out->win_col0 = c0 - src_c0;
+        out->win_cols = nc;
+    }
+    if (!native) {
+        if (!(flags & TAKE_F32) && type != DCP_GGML_TYPE_F32) {
+            out->expanded = 1;
+            snprintf(out->expanded_why, sizeof out->expanded_why, "%s (%s): %s", p[0].t->name,
+                     dcp_ggml_type_name(type), same ? "columns cut its blocks" : "fused parts of different types");
+            for (uint32_t i = 0; i < np; i++)
+                out->native_bytes += (uint64_t)p[i].rows * row_bytes(p[i].t->type, (uint64_t)(nc + be - 1) / be * be);
+        }
+        type = DCP_GGML_TYPE_F32;
+    }
+    uint64_t dst_row = row_bytes(type, held);
     out->data = calloc(rows ? rows : 1, dst_row);
     if (!out->data) return dcp_fail(DCP_ERR_OUT_OF_MEMORY, "out of host memory slicing %s", p[0].t->name);
     out->type = type;
     out->rows = (uint32_t)rows;
-    out->k = k_pad;
+    out->k = held;
     uint64_t r_out = 0;
     for (uint32_t i = 0; i < np; i++) {
         const dcp_gguf_tensor *t = p[i].t;
@@ -194,8 +222,8 @@ static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uin
         const uint8_t *src = t->data;
         if (native) {
             for (uint32_t r = 0; r < p[i].rows; r++, r_out++)
-                memcpy(out->data + r_out * dst_row, src + (p[i].row0 + r) * src_row + row_bytes(type, c0),
-                       row_bytes(type, nc));
+                memcpy(out->data + r_out * dst_row, src + (p[i].row0 + r) * src_row + row_bytes(type, src_c0),
+                       row_bytes(type, copy));
             continue;
         }
         free(row);
@@ -331,18 +359,18 @@ dcp_status dcp_ds2_layer_slice(const dcp_model_config *c, const dcp_ds2_tensors 
     }
     {
         part po = {L->attn_output, 0, E};
-        DCP_TRY(take(&po, 1, s->o_head0 * V, s->o_heads * V, pad4(s->o_heads * V), 0, &out->wo));
+        DCP_TRY(take(&po, 1, s->o_head0 * V, s->o_heads * V, pad4(s->o_heads * V), TAKE_WINDOW, &out->wo));
     }
     if (!L->moe) {
         part pgu[2] = {{L->ffn_gate, s->ff0, s->ff}, {L->ffn_up, s->ff0, s->ff}};
         DCP_TRY(take(pgu, 2, 0, E, E, 0, &out->w_gu));
         part pd = {L->ffn_down, 0, E};
-        DCP_TRY(take(&pd, 1, s->ff0, s->ff, pad4(s->ff), 0, &out->w_down));
+        DCP_TRY(take(&pd, 1, s->ff0, s->ff, pad4(s->ff), TAKE_WINDOW, &out->w_down));
         return DCP_OK;
     }
     {
         part pr = {L->gate_inp, 0, X};
-        DCP_TRY(take(&pr, 1, 0, E, E, 1, &out->gate_inp));
+        DCP_TRY(take(&pr, 1, 0, E, E, TAKE_F32, &out->gate_inp));
     }
     if (L->exp_probs_b) DCP_TRY(vec_f32(L->exp_probs_b, &out->exp_probs_b));
     part *pe = calloc(2 * (size_t)X, sizeof *pe);
@@ -365,7 +393,7 @@ dcp_status dcp_ds2_layer_slice(const dcp_model_config *c, const dcp_ds2_tensors 
         part psh[2] = {{L->gate_shexp, s->fs0, s->fs}, {L->up_shexp, s->fs0, s->fs}};
         DCP_TRY(take(psh, 2, 0, E, E, 0, &out->w_gu_sh));
         part pd = {L->down_shexp, 0, E};
-        DCP_TRY(take(&pd, 1, s->fs0, s->fs, pad4(s->fs), 0, &out->w_down_sh));
+        DCP_TRY(take(&pd, 1, s->fs0, s->fs, pad4(s->fs), TAKE_WINDOW, &out->w_down_sh));
     }
     return DCP_OK;
 fail:
@@ -424,6 +452,7 @@ dcp_status dcp_ds2_matrix_upload(dcp_device *dev, const dcp_ds2_host_matrix *m, 
     const void *data = m->data;
     uint32_t rows = m->rows;
     dcp_status st = dcp_matrix_create(dev, m->type, m->k, 1, &data, &rows, out);
+    if (!st && m->win_cols && (st = dcp_matrix_window(out, m->win_k, m->win_col0, m->win_cols))) dcp_matrix_destroy(out);
     return st ? dcp_fail_context(st, "uploading %s", what) : DCP_OK;
 }
 
