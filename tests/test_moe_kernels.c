@@ -1,7 +1,7 @@
 /* The MoE kernels against their double-precision references: moe_route (softmax and sigmoid
  * gating, selection bias, group limits, renormalisation, scale; the routing shapes of the test
  * models, DeepSeek-V2-Lite, V2 and V3), moe_gate_up / moe_down (weight dtypes, padded widths, an
- * out-of-range id), and a whole MoE feed-forward of test model B's MoE layer split over TP 1, 2, 4
+ * out-of-range id; column windows cutting the blocks of block-quantized types), and a whole MoE feed-forward of test model B's MoE layer split over TP 1, 2, 4
  * (router, experts and shared expert from dcp_ds2_layer_slice / dcp_ds2_layer_upload; the ranks'
  * partial outputs summed) against the double-precision FFN. */
 #include <math.h>
@@ -207,6 +207,112 @@ static void test_expert_matmuls(void **state)
     }
 }
 
+/* Column windows (dcp_matrix_window: a row-parallel expert slice held as the whole blocks covering
+ * its columns, as the loader holds a TP rank's ffn_down_exps): moe_gate_up and moe_down through a
+ * window against the double references of the window's columns only (dcp_ref_moe_gate_up /
+ * dcp_ref_moe_down of W[:, col0 .. col0 + cols)), for a legacy block type (Q8_0, Q4_0: 32) and
+ * k-quants with and without a min (Q4_K, Q6_K: 256), windows cutting the blocks at both ends, the
+ * last only and the first only; an out-of-range id; down accumulating. x's columns past the window
+ * (its pad to 4 and the slot stride's, as far as any stored column would reach) hold NaN: a read
+ * of one would show. */
+static void test_expert_matmuls_window(void **state)
+{
+    dcp_context *ctx = *state;
+    dcp_device *dev = dcp_context_device(ctx, 0);
+    dcp_test_rng rng = {53};
+    enum { X = 3, RG = 10, RD = 19, U = 2, T = 4 };
+    static const dcp_ggml_type types[] = {DCP_GGML_TYPE_Q8_0, DCP_GGML_TYPE_Q4_0, DCP_GGML_TYPE_Q4_K,
+                                          DCP_GGML_TYPE_Q6_K};
+    /* (blocks held, col0, cols), col0 and cols in 1/256 of a block: both ends, the last, the first */
+    static const uint32_t wins[][3] = {{3, 37, 600}, {2, 0, 301}, {2, 200, 312}};
+    const uint32_t ids[T * U] = {2, 0, 1, 7 /* out of range: contributes 0 */, 0, 2, 1, 1};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t be, bb;
+        assert_true(dcp_ggml_type_block(types[ti], &be, &bb));
+        double worst = 0.0;
+        for (size_t wi = 0; wi < sizeof wins / sizeof wins[0]; wi++) {
+            const uint32_t held = wins[wi][0] * be, col0 = wins[wi][1] * be / 256, cols = wins[wi][2] * be / 256;
+            /* x's slot stride past every stored column's place: a read outside the window meets NaN */
+            const uint32_t K = (cols + 3) / 4 * 4, xus = held + 4, xs = U * xus;
+            assert_true(col0 % be != 0 || (col0 + cols) % be != 0); /* the window cuts a block */
+            /* W: gate|up [X RG][held], down [X RD][held]; deq their dequantized values */
+            const uint32_t rows[2] = {X * RG, X * RD};
+            dcp_matrix m[2];
+            float *win[2];
+            for (int d = 0; d < 2; d++) {
+                float *w = dcp_test_rand_floats(&rng, (uint64_t)rows[d] * held, -1, 1);
+                void *q = malloc((uint64_t)rows[d] * held / be * bb);
+                DCP_ASSERT_OK(dcp_ggml_from_f32(types[ti], w, q, (uint64_t)rows[d] * held));
+                DCP_ASSERT_OK(dcp_ggml_to_f32(types[ti], q, w, (uint64_t)rows[d] * held));
+                const void *parts[1] = {q};
+                DCP_ASSERT_OK(dcp_matrix_create(dev, types[ti], held, 1, parts, &rows[d], &m[d]));
+                DCP_ASSERT_OK(dcp_matrix_window(&m[d], K, col0, cols));
+                assert_int_equal(m[d].cols, cols);
+                win[d] = malloc((uint64_t)rows[d] * cols * sizeof(float)); /* the window's columns */
+                for (uint32_t r = 0; r < rows[d]; r++)
+                    memcpy(win[d] + (uint64_t)r * cols, w + (uint64_t)r * held + col0, cols * sizeof(float));
+                free(w);
+                free(q);
+            }
+            /* x: gate|up reads slot 0 of [T][U][xus] (one input per token), down every slot */
+            float *x = dcp_test_rand_floats(&rng, (uint64_t)T * xs, -1, 1);
+            float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * RD, -1, 1);
+            float *wts = dcp_test_rand_floats(&rng, T * U, 0.1f, 1.0f);
+            for (uint32_t s = 0; s < T * U; s++)
+                for (uint32_t c = cols; c < xus; c++) x[(uint64_t)s * xus + c] = NAN;
+            dcp_buffer *ib = dcp_test_upload(dev, ids, sizeof ids), *wb = dcp_test_upload(dev, wts, T * U * 4);
+            dcp_buffer *xb = dcp_test_upload(dev, x, (uint64_t)T * xs * 4);
+            dcp_buffer *gub = dcp_test_upload(dev, NULL, (uint64_t)T * U * RG * 4);
+            dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * RD * 4);
+            dcp_cmd *cmd;
+            DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+            dcp_moe_matmul_args gu = {.w = &m[0], .n_expert = X, .rows = RG, .tokens = T, .n_used = U, .ids = ib,
+                                      .weights = wb, .x = xb, .x_stride = xs, .y = gub, .y_stride = U * RG,
+                                      .y_used_stride = RG};
+            DCP_ASSERT_OK(dcp_op_moe_gate_up(cmd, &gu));
+            dcp_moe_matmul_args dn = {.w = &m[1], .n_expert = X, .rows = RD, .tokens = T, .n_used = U, .ids = ib,
+                                      .weights = wb, .x = xb, .x_stride = xs, .x_used_stride = xus, .y = yb,
+                                      .y_stride = RD, .accumulate = 1};
+            DCP_ASSERT_OK(dcp_op_moe_down(cmd, &dn));
+            DCP_ASSERT_OK(dcp_cmd_run(cmd));
+            float gug[T * U * RG], yg[T * RD], gur[T * U * RG], yr[T * RD];
+            DCP_ASSERT_OK(dcp_buffer_download(gub, 0, gug, sizeof gug));
+            DCP_ASSERT_OK(dcp_buffer_download(yb, 0, yg, sizeof yg));
+            dcp_ref_moe_gate_up(X, RG, cols, T, U, win[0], ids, x, xs, 0, gur, U * RG, RG);
+            memcpy(yr, y0, sizeof yr);
+            dcp_ref_moe_down(X, RD, cols, T, U, win[1], ids, wts, x, xs, xus, yr, RD, 1);
+            /* f32 accumulation over up to 600 products of magnitude <= 1 */
+            const double tol = 2e-6 * cols + 1e-6;
+            for (uint32_t i = 0; i < T * U * RG; i++) {
+                const double e = fabs(gug[i] - gur[i]);
+                worst = fmax(worst, e);
+                if (!(e <= tol))
+                    fail_msg("gate_up %s window [%u, %u) of %u: [%u] = %g, reference %g", dcp_ggml_type_name(types[ti]),
+                             col0, col0 + cols, held, i, gug[i], gur[i]);
+            }
+            for (uint32_t i = 0; i < T * RD; i++) {
+                const double e = fabs(yg[i] - yr[i]);
+                worst = fmax(worst, e);
+                if (!(e <= tol))
+                    fail_msg("down %s window [%u, %u) of %u: [%u] = %g, reference %g", dcp_ggml_type_name(types[ti]),
+                             col0, col0 + cols, held, i, yg[i], yr[i]);
+            }
+            dcp_cmd_destroy(cmd);
+            dcp_buffer *bufs[] = {ib, wb, xb, gub, yb};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dcp_buffer_destroy(bufs[i]);
+            for (int d = 0; d < 2; d++) {
+                dcp_matrix_destroy(&m[d]);
+                free(win[d]);
+            }
+            free(x);
+            free(y0);
+            free(wts);
+        }
+        printf("moe_gate_up / moe_down %s with column windows: max abs error %.3g\n", dcp_ggml_type_name(types[ti]),
+               worst);
+    }
+}
+
 /* Test model B's MoE layer: the whole feed-forward over TP ranks against the double FFN. */
 static void test_moe_ffn_tp(void **state)
 {
@@ -273,7 +379,7 @@ static void test_moe_ffn_tp(void **state)
             dcp_ds2_layer_dev d;
             DCP_ASSERT_OK(dcp_ds2_layer_slice(c, &m.t, 1, &s, &h));
             DCP_ASSERT_OK(dcp_ds2_layer_upload(dev, &h, 1, &d));
-            const uint32_t fp = h.w_down_exps.k, fsp = h.w_down_sh.k;
+            const uint32_t fp = d.w_down_exps.k, fsp = d.w_down_sh.k; /* x widths (a window's k) */
             dcp_buffer *xb = dcp_test_upload(dev, xn, sizeof xn);
             dcp_buffer *lgb = dcp_test_upload(dev, NULL, (uint64_t)T * X * 4);
             dcp_buffer *ib = dcp_test_upload(dev, NULL, (uint64_t)T * U * 4);
@@ -343,6 +449,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route),
         cmocka_unit_test(test_expert_matmuls),
+        cmocka_unit_test(test_expert_matmuls_window),
         cmocka_unit_test(test_moe_ffn_tp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -120,13 +120,13 @@ DCP_API uint64_t dcp_model_rank_bytes(const dcp_model *m, uint32_t local);
  * blocks covering its columns with a column window (dcp_matrix_window), and fused parts of
  * different types (a Q4_K_M file's Q6_K attn_v beside Q4_K attn_q / attn_k) each stay in theirs
  * (a matrix of parts, include/dcpvk/ops.h): a llama-family model holds none. deepseek2 holds
- * its attn_output and dense / shared-expert ffn_down slices with a window too, but still expands
- * to F32 a fused gate|up of parts of different types and a routed expert's ffn_down_exps whose
- * columns cut its blocks (the MoE kernels take no window): those are counted here. */
+ * its attn_output, dense / shared-expert ffn_down and routed experts' ffn_down_exps slices with a
+ * window too, but still expands to F32 a fused gate|up of parts of different types: those are
+ * counted here. */
 typedef struct dcp_model_fallback {
     uint32_t count;          /* matrices (rank by rank) held as F32 */
-    char first[128];         /* the first: "blk.1.ffn_down_exps.weight (Q4_K): columns cut its
-                              * blocks on TP rank 3" */
+    char first[128];         /* the first: "blk.1.ffn_gate_exps.weight (Q4_K): fused parts of
+                              * different types on TP rank 3" */
     uint64_t f32_bytes;      /* device bytes they take as F32 */
     uint64_t native_bytes;   /* what they would take in their own type */
 } dcp_model_fallback;

@@ -38,8 +38,9 @@ extern "C" {
  * A column window (cols > 0; dcp_matrix_window, made by the model loader for a row-parallel
  * slice that cuts its type's blocks) stores rows of held_k columns (the whole blocks covering the
  * slice, in the matrix's type) and multiplies x of k columns: x's column c < cols meets stored
- * column col0 + c, the stored columns outside [col0, col0 + cols) are skipped. Only
- * dcp_op_matmul takes one; the other weight ops refuse it. */
+ * column col0 + c, the stored columns outside [col0, col0 + cols) are skipped. dcp_op_matmul,
+ * dcp_op_moe_gate_up and dcp_op_moe_down take one (every expert's rows through the same window);
+ * head_matmul and get_rows refuse it. */
 typedef struct dcp_matrix {
     dcp_buffer *buf;
     dcp_ggml_type type;     /* a type of DCP_GGML_SUPPORTED_LIST */
@@ -279,7 +280,8 @@ DCP_API dcp_status dcp_op_moe_route(dcp_cmd *cmd, const dcp_moe_route_args *a);
  * (w->rows == n_expert * rows). ids / weights from dcp_op_moe_route. Input (t, j) is x[t x_stride +
  * j x_used_stride ...] (x_used_stride 0: the same input for every slot), strides multiples of 4.
  *   gate_up: y[t y_stride + j y_used_stride + n] = W_{ids[t][j]}[n] . x(t, j)
- *   down:    y[t y_stride + n] (+)= sum_j weights[t][j] W_{ids[t][j]}[n] . x(t, j) */
+ *   down:    y[t y_stride + n] (+)= sum_j weights[t][j] W_{ids[t][j]}[n] . x(t, j)
+ * x(t, j) has w->k columns; a matrix with a column window reads only its columns [0, w->cols). */
 typedef struct dcp_moe_matmul_args {
     const dcp_matrix *w;
     uint32_t n_expert, rows, tokens, n_used;

@@ -94,12 +94,14 @@ DCP_PARAMS_END(dcp_moe_route_params)
  *   down (MOE_DOWN):   y[t y_stride + n] (+)= sum_j w[t][j] sum_k W[ids[t][j] rows + n][k]
  *                      x[t x_stride + j x_used_stride + k]
  * for j < n_used, n < rows; ids [t][n_used] u32 (an id >= n_expert contributes 0), w [t][n_used] f32.
+ * With a column window (x_cols > 0: a row-parallel expert slice held as the whole blocks covering
+ * its columns) the sums over k are over c < x_cols of W[..][x_col0 + c] x[.. + c] instead.
  * One subgroup per output row; grid (ceil(rows / rows_per_wg), tokens n_used) for gate|up,
  * (ceil(rows / rows_per_wg), tokens) for down. */
 DCP_PARAMS_STRUCT(dcp_moe_matmul_params) {
     DCP_U32 n_expert;
     DCP_U32 rows;          /* output rows per expert */
-    DCP_U32 k;             /* multiple of 4 (of 32 for Q8_0) */
+    DCP_U32 k;             /* columns of a stored row of W, multiple of 4 (of the block: 32 or 256) */
     DCP_U32 tokens;
     DCP_U32 n_used;
     DCP_U32 x_stride;      /* multiple of 4 */
@@ -107,8 +109,16 @@ DCP_PARAMS_STRUCT(dcp_moe_matmul_params) {
     DCP_U32 y_stride;
     DCP_U32 y_used_stride; /* gate|up only */
     DCP_U32 accumulate;    /* down: 1 adds to y */
-    DCP_U32 scale_offset;  /* Q8_0: word offset of the f32 scales in W; else 0 */
+    DCP_U32 scale_offset;  /* Q8_0, block-quantized: word offset of the scales in W; else 0 */
+    DCP_U32 x_col0;        /* window (x_cols > 0): stored column x_col0 + c meets x's column c */
+    DCP_U32 x_cols;        /* window width; the stored columns outside it are skipped. 0: no window
+                            * (stored column c meets x's column c: 16-byte loads of x). The shader's
+                            * spec constant WIN is 1 exactly when x_cols > 0 */
 };
 DCP_PARAMS_END(dcp_moe_matmul_params)
+#ifndef VULKAN
+_Static_assert(sizeof(dcp_moe_matmul_params) == 52 && offsetof(dcp_moe_matmul_params, x_col0) == 44,
+               "dcp_moe_matmul_params layout (shaders/moe_matmul.comp)");
+#endif
 
 #endif

@@ -169,7 +169,6 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
     if (w->n_parts)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: a matrix of %u parts of different types (matmul only)", op,
                         w->n_parts);
-    if (w->cols) return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: a matrix with a column window (matmul only)", op);
     if (!a->n_expert || !a->rows || (uint64_t)a->n_expert * a->rows != w->rows || !a->n_used)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "%s: %u experts x %u rows (%u used) do not match the %u-row matrix",
                         op, a->n_expert, a->rows, a->n_used, w->rows);
@@ -186,14 +185,18 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
     if ((st = fits(op, "y", a->y, need(a->tokens, a->y_stride, yl)))) return st;
     if ((st = fits(op, "ids", a->ids, (uint64_t)a->tokens * a->n_used * 4))) return st;
     if (down && (st = fits(op, "weights", a->weights, (uint64_t)a->tokens * a->n_used * 4))) return st;
-    uint32_t spec[2];
+    /* A column window (w->cols > 0): the WIN variant reads x's columns [0, cols) a float at a time
+     * against stored columns [col0, col0 + cols) of rows of held_k. */
+    uint32_t spec[3];
     rows_spec(dcp_cmd_device(cmd), spec);
+    spec[2] = w->cols ? 1u : 0u;
     dcp_binding b[5] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}, {a->ids, 0, 0},
                         {down ? a->weights : a->ids, 0, 0}};
     dcp_moe_matmul_params p = {
-        .n_expert = a->n_expert, .rows = a->rows, .k = w->k, .tokens = a->tokens, .n_used = a->n_used,
-        .x_stride = a->x_stride, .x_used_stride = a->x_used_stride, .y_stride = a->y_stride,
-        .y_used_stride = a->y_used_stride, .accumulate = a->accumulate ? 1u : 0u, .scale_offset = w->scale_offset};
+        .n_expert = a->n_expert, .rows = a->rows, .k = w->held_k ? w->held_k : w->k, .tokens = a->tokens,
+        .n_used = a->n_used, .x_stride = a->x_stride, .x_used_stride = a->x_used_stride, .y_stride = a->y_stride,
+        .y_used_stride = a->y_used_stride, .accumulate = a->accumulate ? 1u : 0u, .scale_offset = w->scale_offset,
+        .x_col0 = w->col0, .x_cols = w->cols};
     dcp_kernel_id id;
     if ((st = dcp_ops_weight_kernel(op, down ? DCP_KERNEL_MOE_DOWN : DCP_KERNEL_MOE_MATMUL, w->type, &id))) return st;
     uint64_t groups_y = down ? a->tokens : (uint64_t)a->tokens * a->n_used;

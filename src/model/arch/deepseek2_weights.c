@@ -165,7 +165,8 @@ typedef struct part {
 
 enum {
     TAKE_F32 = 1,    /* held as F32 whatever the type (the router's logits) */
-    TAKE_WINDOW = 2, /* a matrix of dcp_op_matmul: columns that cut the blocks may take a window */
+    TAKE_WINDOW = 2, /* a row-parallel matrix (dcp_op_matmul, dcp_op_moe_down): columns that cut
+                      * the blocks take a window */
 };
 
 /* Concatenates parts (rows), columns [c0, c0 + nc) zero-padded to k_pad. Stays in the tensors'
@@ -385,7 +386,7 @@ dcp_status dcp_ds2_layer_slice(const dcp_model_config *c, const dcp_ds2_tensors 
     st = take(pe, 2 * X, 0, E, E, 0, &out->w_gu_exps);
     if (!st) {
         for (uint32_t e = 0; e < X; e++) pe[e] = (part){L->down_exps, (uint64_t)e * E, E};
-        st = take(pe, X, s->fe0, s->fe, pad4(s->fe), 0, &out->w_down_exps);
+        st = take(pe, X, s->fe0, s->fe, pad4(s->fe), TAKE_WINDOW, &out->w_down_exps);
     }
     free(pe);
     if (st) goto fail;

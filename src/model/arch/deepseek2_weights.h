@@ -95,9 +95,8 @@ dcp_status dcp_ds2_shard_for_rank(const dcp_model_config *cfg, uint32_t tp, uint
 /* A matrix in the byte layout dcp_matrix_create takes (rows of k elements of `type`, GGUF block
  * layout, rows contiguous). */
 typedef struct dcp_ds2_host_matrix {
-    dcp_ggml_type type;          /* the tensor's own type, or F32 where fused parts differ in type,
-                                  * an expert matrix's column slice does not fall on its blocks
-                                  * (`expanded`), or a legacy k_b was transposed from a
+    dcp_ggml_type type;          /* the tensor's own type, or F32 where fused parts differ in type
+                                  * (`expanded`) or a legacy k_b was transposed from a
                                   * block-quantised attn_kv_b */
     uint32_t rows, k;            /* k: columns of a stored row (with a window, the covering blocks) */
     uint8_t *data;               /* malloc'd */
@@ -105,9 +104,8 @@ typedef struct dcp_ds2_host_matrix {
     uint32_t win_k, win_col0, win_cols; /* win_cols > 0: a column window (dcp_matrix_window): x of
                                   * win_k columns, its column c < win_cols meets stored column
                                   * win_col0 + c (a row-parallel slice that cuts its type's blocks) */
-    int expanded;                /* 1: a quantized type held as F32 (fused parts of different types,
-                                  * or an expert matrix's columns cutting its blocks) */
-    char expanded_why[112];      /* "blk.1.ffn_down_exps.weight (Q4_K): columns cut its blocks" */
+    int expanded;                /* 1: a quantized type held as F32 (fused parts of different types) */
+    char expanded_why[112];      /* "blk.1.ffn_gate_exps.weight (Q4_K): fused parts of different types" */
     uint64_t native_bytes;       /* expanded: what its rows would take in their own types */
 } dcp_ds2_host_matrix;
 
