@@ -281,6 +281,51 @@ static void test_batch(void **state)
     unload(&L);
 }
 
+/* src quantized as ftype by the repository's quantizer into the scratch file `name` (its path into
+ * out, 512 bytes), opened. */
+static dcp_gguf *quantize(const char *src, dcp_ftype ftype, const char *name, char *out)
+{
+    dcp_test_ds2_tmp(name, out, 512);
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = ftype;
+    DCP_ASSERT_OK(dcp_gguf_quantize(src, out, &qc, NULL, NULL));
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open(out, &g));
+    return g;
+}
+
+/* The quantized file at path at TP 1 and at `wide`: both layouts' logits within 1e-4 of the
+ * oracle built from the same dequantized weights, and `wide` gives TP 1's greedy tokens; the test
+ * fails naming `what`. Unless fb is NULL, each load's dcp_model_fallbacks into fb[0] (TP 1) and
+ * fb[1] (wide). Returns the positions run and the oracle errors in err[0] (TP 1), err[1] (wide). */
+static uint32_t tp1_and_wide(const char *path, const par *wide, const char *what, double err[2],
+                             dcp_model_fallback fb[2])
+{
+    const par one = {1, 1, 1, DCP_CP_A2A, false};
+    int32_t ids[GEN_ORACLE + 1], ids_wide[GEN_ORACLE + 1];
+    float *logits;
+    loaded L;
+    load(&L, path, &one, 1);
+    if (fb) fb[0] = *dcp_model_fallbacks(L.m);
+    uint32_t total = generate(&L, GEN_ORACLE, &logits, ids);
+    unload(&L);
+    err[0] = oracle_error(path, logits, total, ids, 0, 0.0, 0);
+    if (!(err[0] <= 1e-4)) fail_msg("%s: logits differ from the oracle by %.3g > 1e-4", what, err[0]);
+    free(logits);
+    load(&L, path, wide, 1);
+    if (fb) fb[1] = *dcp_model_fallbacks(L.m);
+    uint32_t total_wide = generate(&L, GEN_ORACLE, &logits, ids_wide);
+    unload(&L);
+    assert_int_equal(total_wide, total);
+    err[1] = oracle_error(path, logits, total, ids_wide, 0, 0.0, 0);
+    if (!(err[1] <= 1e-4))
+        fail_msg("%s: TP %u / DCP %u logits differ from the oracle by %.3g > 1e-4", what, wide->tp, wide->dcp, err[1]);
+    if (memcmp(ids, ids_wide, sizeof ids) != 0)
+        fail_msg("%s: TP %u / DCP %u tokens differ from TP 1", what, wide->tp, wide->dcp);
+    free(logits);
+    return total;
+}
+
 /* Models B and C quantized as llama-quantize's Q2_K: their rows of 32 to 64 are not whole blocks
  * of 256, so nearly every matrix falls back to IQ4_NL (the experts' down projections, rows of 56,
  * to F16): the file loads, its logits match the oracle built from the same dequantized weights,
@@ -291,34 +336,20 @@ static void test_iq4_nl_fallback(void **state)
     (void)state;
     const char *src[2] = {path_b, path_c};
     for (int k = 0; k < 2; k++) {
-        char out[512];
-        dcp_test_ds2_tmp(k ? "model-C-q2_k.gguf" : "model-B-q2_k.gguf", out, sizeof out);
-        dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
-        qc.ftype = DCP_FTYPE_Q2_K;
-        DCP_ASSERT_OK(dcp_gguf_quantize(src[k], out, &qc, NULL, NULL));
-        dcp_gguf *g;
-        DCP_ASSERT_OK(dcp_gguf_open(out, &g));
+        char out[512], what[32];
+        dcp_gguf *g = quantize(src[k], DCP_FTYPE_Q2_K, k ? "model-C-q2_k.gguf" : "model-B-q2_k.gguf", out);
         static const char *const iq4[] = {"token_embd.weight", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_shexp.weight"};
         for (size_t i = 0; i < sizeof iq4 / sizeof iq4[0]; i++)
             assert_int_equal(dcp_gguf_tensor_find(g, iq4[i])->type, DCP_GGML_TYPE_IQ4_NL);
         const dcp_gguf_tensor *vb = dcp_gguf_tensor_find(g, k ? "blk.0.attn_kv_b.weight" : "blk.0.attn_v_b.weight");
         assert_int_equal(vb->type, DCP_GGML_TYPE_IQ4_NL);
         dcp_gguf_close(g);
-        const par one = {1, 1, 1, DCP_CP_A2A, false}, four = {4, 2, 1, DCP_CP_A2A, false};
-        int32_t ids[GEN_ORACLE + 1], ids4[GEN_ORACLE + 1];
-        float *logits;
-        loaded L;
-        load(&L, out, &one, 1);
-        uint32_t total = generate(&L, GEN_ORACLE, &logits, ids);
-        unload(&L);
-        double err = oracle_error(out, logits, total, ids, 0, 0.0, 0);
-        printf("model %c as Q2_K (IQ4_NL fallback): %u positions, max |logit - oracle| = %.3g\n", 'B' + k, total, err);
-        if (!(err <= 1e-4)) fail_msg("model %c as Q2_K: logits differ from the oracle by %.3g > 1e-4", 'B' + k, err);
-        load(&L, out, &four, 1);
-        generate(&L, GEN_ORACLE, NULL, ids4);
-        unload(&L);
-        if (memcmp(ids, ids4, sizeof ids) != 0) fail_msg("model %c as Q2_K: TP 4 / DCP 2 tokens differ from TP 1", 'B' + k);
-        free(logits);
+        const par four = {4, 2, 1, DCP_CP_A2A, false};
+        snprintf(what, sizeof what, "model %c as Q2_K", 'B' + k);
+        double err[2];
+        uint32_t total = tp1_and_wide(out, &four, what, err, NULL);
+        printf("model %c as Q2_K (IQ4_NL fallback): %u positions, max |logit - oracle| = %.3g (TP 1), %.3g (TP 4 / DCP 2)\n",
+               'B' + k, total, err[0], err[1]);
         remove(out);
     }
 }
@@ -340,12 +371,7 @@ static void test_cut_blocks_window(void **state)
     c.n_ff = 96;
     c.n_ff_exp = 64;
     DCP_ASSERT_OK(dcp_gguf_make_test_model_deepseek2(dcp_test_ds2_tmp("model-A-cut.gguf", src, sizeof src), &c));
-    dcp_test_ds2_tmp("model-A-cut-q4_0.gguf", out, sizeof out);
-    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
-    qc.ftype = DCP_FTYPE_Q4_0;
-    DCP_ASSERT_OK(dcp_gguf_quantize(src, out, &qc, NULL, NULL));
-    dcp_gguf *g;
-    DCP_ASSERT_OK(dcp_gguf_open(out, &g));
+    dcp_gguf *g = quantize(src, DCP_FTYPE_Q4_0, "model-A-cut-q4_0.gguf", out);
     static const char *const cut[] = {"blk.0.attn_output.weight", "blk.0.ffn_down.weight", "blk.1.ffn_down_exps.weight",
                                       "blk.1.ffn_down_shexp.weight"};
     for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
@@ -355,33 +381,17 @@ static void test_cut_blocks_window(void **state)
             fail_msg("%s is %s, not Q4_0: the test does not cut blocks", cut[i], dcp_ggml_type_name(t->type));
     }
     dcp_gguf_close(g);
-    const par one = {1, 1, 1, DCP_CP_A2A, false}, four = {4, 1, 1, DCP_CP_A2A, false};
-    int32_t ids[GEN_ORACLE + 1], ids4[GEN_ORACLE + 1];
-    float *logits;
-    loaded L;
-    load(&L, out, &one, 1);
-    assert_int_equal(dcp_model_fallbacks(L.m)->count, 0);
-    uint32_t total = generate(&L, GEN_ORACLE, &logits, ids);
-    unload(&L);
-    double err = oracle_error(out, logits, total, ids, 0, 0.0, 0);
-    if (!(err <= 1e-4)) fail_msg("model A cut as Q4_0: logits differ from the oracle by %.3g > 1e-4", err);
-    load(&L, out, &four, 1);
-    const dcp_model_fallback *fb = dcp_model_fallbacks(L.m);
+    const par four = {4, 1, 1, DCP_CP_A2A, false};
+    double err[2];
+    dcp_model_fallback fbs[2];
+    tp1_and_wide(out, &four, "model A cut as Q4_0", err, fbs);
+    assert_int_equal(fbs[0].count, 0);
+    const dcp_model_fallback *fb = &fbs[1];
     if (fb->count != 0)
         fail_msg("TP 4: %u matrices as F32 (%.1f KiB instead of %.1f KiB; first: %s), expected none", fb->count,
                  fb->f32_bytes / 1024.0, fb->native_bytes / 1024.0, fb->first);
-    const uint64_t bytes4 = dcp_model_bytes(L.m);
-    float *logits4;
-    uint32_t total4 = generate(&L, GEN_ORACLE, &logits4, ids4);
-    unload(&L);
-    assert_int_equal(total4, total);
-    double err4 = oracle_error(out, logits4, total4, ids4, 0, 0.0, 0);
-    printf("model A cut as Q4_0: max |logit - oracle| = %.3g at TP 1, %.3g at TP 4; TP 4 holds no matrix as F32, "
-           "%.1f KiB of weights\n", err, err4, bytes4 / 1024.0);
-    if (!(err4 <= 1e-4)) fail_msg("model A cut as Q4_0 at TP 4: logits differ from the oracle by %.3g > 1e-4", err4);
-    if (memcmp(ids, ids4, sizeof ids) != 0) fail_msg("model A cut as Q4_0: TP 4 tokens differ from TP 1");
-    free(logits);
-    free(logits4);
+    printf("model A cut as Q4_0: max |logit - oracle| = %.3g at TP 1, %.3g at TP 4; TP 4 holds no matrix as F32\n",
+           err[0], err[1]);
     remove(out);
     remove(src);
 }

@@ -70,7 +70,7 @@ static void test_matmul(void **state)
     dcp_cmd *cmd;
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     for (int ti = 0; ti < 4; ti++) {
-        double worst = 0.0;
+        dcp_test_matmul_worst worst = {0};
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int acc = 0; acc < 2; acc++) {
                 const uint32_t N = shapes[si][0], K = shapes[si][1], T = shapes[si][2];
@@ -80,42 +80,21 @@ static void test_matmul(void **state)
                 float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
                 dcp_matrix m;
                 make_matrix(dev, types[ti], N, K, w, &m, &deq);
-                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
-                dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
-                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
-                                                                    .y = yb, .y_stride = ys, .tokens = T,
-                                                                    .accumulate = acc}));
-                run(cmd);
-                float *y = malloc((uint64_t)T * ys * 4);
-                DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * ys * 4));
-                for (uint32_t t = 0; t < T; t++)
-                    for (uint32_t n = 0; n < N; n++) {
-                        double s = acc ? y0[t * ys + n] : 0.0, mag = fabs(s);
-                        for (uint32_t k = 0; k < K; k++) {
-                            double p = (double)deq[(uint64_t)n * K + k] * x[xoff + t * xs + k];
-                            s += p;
-                            mag += fabs(p);
-                        }
-                        double err = fabs(y[t * ys + n] - s);
-                        if (err > worst) worst = err;
-                        if (!(err <= MATMUL_REL * mag + 1e-7))
-                            fail_msg("matmul %s %ux%u T %u acc %d: y[%u][%u] = %g, reference %g", dcp_ggml_type_name(types[ti]),
-                                     N, K, T, acc, t, n, y[t * ys + n], s);
-                    }
-                /* The padding columns of y are never written. */
-                for (uint32_t t = 0; t < T; t++)
-                    for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == y0[t * ys + n]);
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s %ux%u T %u acc %d", dcp_ggml_type_name(types[ti]), N, K, T, acc);
+                dcp_test_check_matmul(cmd,
+                                      &(dcp_test_matmul_case){.w = &m, .ref = deq, .ref_stride = K, .cols = K, .x = x,
+                                                              .x_offset = xoff, .x_stride = xs, .y0 = y0, .y_stride = ys,
+                                                              .tokens = T, .accumulate = acc, .rel_tol = MATMUL_REL,
+                                                              .abs_tol = 1e-7, .what = what},
+                                      &worst);
                 dcp_matrix_destroy(&m);
-                dcp_buffer_destroy(xb);
-                dcp_buffer_destroy(yb);
                 free(w);
                 free(deq);
                 free(x);
                 free(y0);
-                free(y);
             }
-        printf("matmul %s: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst);
+        printf("matmul %s: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst.abs);
     }
     dcp_cmd_destroy(cmd);
 }
@@ -140,7 +119,7 @@ static void test_matmul_window(void **state)
     for (int ti = 0; ti < 4; ti++) {
         uint32_t be, bb;
         assert_true(dcp_ggml_type_block(types[ti], &be, &bb));
-        double worst = 0.0;
+        dcp_test_matmul_worst worst = {0};
         for (size_t wi = 0; wi < sizeof wins / sizeof wins[0]; wi++)
             for (int acc = 0; acc < 2; acc++) {
                 /* the window scaled to the type's block (256 for the k-quants, 32 otherwise) */
@@ -158,42 +137,22 @@ static void test_matmul_window(void **state)
                 assert_int_equal(m.k, K);
                 assert_int_equal(m.held_k, held);
                 assert_int_equal(m.cols, cols);
-                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
-                dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
-                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
-                                                                    .y = yb, .y_stride = ys, .tokens = T,
-                                                                    .accumulate = acc}));
-                run(cmd);
-                float *y = malloc((uint64_t)T * ys * 4);
-                DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * ys * 4));
-                for (uint32_t t = 0; t < T; t++)
-                    for (uint32_t n = 0; n < N; n++) {
-                        double s = acc ? y0[t * ys + n] : 0.0, mag = fabs(s);
-                        for (uint32_t c = 0; c < cols; c++) {
-                            double p = (double)deq[(uint64_t)n * held + col0 + c] * x[xoff + t * xs + c];
-                            s += p;
-                            mag += fabs(p);
-                        }
-                        double err = fabs(y[t * ys + n] - s);
-                        if (err > worst) worst = err;
-                        if (!(err <= MATMUL_REL * mag + 1e-6))
-                            fail_msg("matmul %s window [%u, %u) of %u T %u acc %d: y[%u][%u] = %g, reference %g",
-                                     dcp_ggml_type_name(types[ti]), col0, col0 + cols, held, T, acc, t, n,
-                                     y[t * ys + n], s);
-                    }
-                for (uint32_t t = 0; t < T; t++)
-                    for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == y0[t * ys + n]);
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s window [%u, %u) of %u T %u acc %d", dcp_ggml_type_name(types[ti]),
+                         col0, col0 + cols, held, T, acc);
+                dcp_test_check_matmul(cmd,
+                                      &(dcp_test_matmul_case){.w = &m, .ref = deq, .ref_stride = held, .ref_col0 = col0,
+                                                              .cols = cols, .x = x, .x_offset = xoff, .x_stride = xs,
+                                                              .y0 = y0, .y_stride = ys, .tokens = T, .accumulate = acc,
+                                                              .rel_tol = MATMUL_REL, .abs_tol = 1e-6, .what = what},
+                                      &worst);
                 dcp_matrix_destroy(&m);
-                dcp_buffer_destroy(xb);
-                dcp_buffer_destroy(yb);
                 free(w);
                 free(deq);
                 free(x);
                 free(y0);
-                free(y);
             }
-        printf("matmul %s with column windows: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst);
+        printf("matmul %s with column windows: max abs error %.3g\n", dcp_ggml_type_name(types[ti]), worst.abs);
     }
     /* A full window is no window: bitwise the unwindowed product. */
     {

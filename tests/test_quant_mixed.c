@@ -310,6 +310,39 @@ static void expect_type(const dcp_gguf *g, const char *name, dcp_ggml_type type)
     if (t->type != type) fail_msg("%s is %s, want %s", name, dcp_ggml_type_name(t->type), dcp_ggml_type_name(type));
 }
 
+/* The generated model mc quantized as Q4_K_M by the repository's quantizer into
+ * dir/dcp-vk-test-<name>-q4_k_m.gguf (its path into q_path, the F32 file removed), opened. */
+static dcp_gguf *q4_k_m_model(const dcp_test_model_config *mc, const char *name, char q_path[1024])
+{
+    char f32_path[1024];
+    snprintf(f32_path, sizeof f32_path, "%s/dcp-vk-test-%s-f32.gguf", dir, name);
+    snprintf(q_path, 1024, "%s/dcp-vk-test-%s-q4_k_m.gguf", dir, name);
+    DCP_ASSERT_OK(dcp_gguf_make_test_model(f32_path, mc));
+    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
+    qc.ftype = DCP_FTYPE_Q4_K_M;
+    DCP_ASSERT_OK(dcp_gguf_quantize(f32_path, q_path, &qc, NULL, NULL));
+    remove(f32_path);
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open(q_path, &g));
+    return g;
+}
+
+/* run_model at each of the three TPs against the dequantized reference of g; the greedy ids the
+ * same at every TP. */
+static void run_tps(dcp_context *ctx, const dcp_gguf *g, const dcp_model_config *cfg, const uint32_t tps[3],
+                    const char *label)
+{
+    dcp_test_ref_model rm;
+    dcp_test_ref_model_load(&rm, g, cfg, N_CTX);
+    int32_t ids[3][STEPS];
+    for (int i = 0; i < 3; i++) run_model(ctx, g, cfg, &rm, tps[i], label, ids[i]);
+    for (int s = 0; s < STEPS; s++)
+        if (ids[0][s] != ids[1][s] || ids[0][s] != ids[2][s])
+            fail_msg("%s: greedy id %d: %d at TP %u, %d at TP %u, %d at TP %u", label, s, ids[0][s], tps[0], ids[1][s],
+                     tps[1], ids[2][s], tps[2]);
+    dcp_test_ref_model_free(&rm);
+}
+
 static void test_q4_k_m_models(void **state)
 {
     (void)state;
@@ -326,16 +359,9 @@ static void test_q4_k_m_models(void **state)
         mc.head_dim = 64;
         mc.n_ff = 1024;
         mc.seed = 1800 + a;
-        char f32_path[1024], q_path[1024];
-        snprintf(f32_path, sizeof f32_path, "%s/dcp-vk-test-mixed-%s-f32.gguf", dir, archs[a]);
-        snprintf(q_path, sizeof q_path, "%s/dcp-vk-test-mixed-%s-q4_k_m.gguf", dir, archs[a]);
-        DCP_ASSERT_OK(dcp_gguf_make_test_model(f32_path, &mc));
-        dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
-        qc.ftype = DCP_FTYPE_Q4_K_M;
-        DCP_ASSERT_OK(dcp_gguf_quantize(f32_path, q_path, &qc, NULL, NULL));
-        remove(f32_path);
-        dcp_gguf *g;
-        DCP_ASSERT_OK(dcp_gguf_open(q_path, &g));
+        char name[32], q_path[1024];
+        snprintf(name, sizeof name, "mixed-%s", archs[a]);
+        dcp_gguf *g = q4_k_m_model(&mc, name, q_path);
         /* The mix: attn_v in Q6_K on the more-bits layers (0, 3, 6, 7 of 8), else Q4_K like attn_q. */
         expect_type(g, "blk.0.attn_q.weight", DCP_GGML_TYPE_Q4_K);
         expect_type(g, "blk.0.attn_k.weight", DCP_GGML_TYPE_Q4_K);
@@ -344,16 +370,8 @@ static void test_q4_k_m_models(void **state)
         expect_type(g, "blk.3.attn_v.weight", DCP_GGML_TYPE_Q6_K);
         dcp_model_config cfg;
         DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
-        dcp_test_ref_model rm;
-        dcp_test_ref_model_load(&rm, g, &cfg, N_CTX);
         static const uint32_t tps[3] = {1, 2, 4};
-        int32_t ids[3][STEPS];
-        for (int i = 0; i < 3; i++) run_model(ctx, g, &cfg, &rm, tps[i], archs[a], ids[i]);
-        for (int s = 0; s < STEPS; s++)
-            if (ids[0][s] != ids[1][s] || ids[0][s] != ids[2][s])
-                fail_msg("%s: greedy id %d: %d at TP 1, %d at TP 2, %d at TP 4", archs[a], s, ids[0][s], ids[1][s],
-                         ids[2][s]);
-        dcp_test_ref_model_free(&rm);
+        run_tps(ctx, g, &cfg, tps, archs[a]);
         dcp_gguf_close(g);
         remove(q_path);
     }
@@ -379,16 +397,8 @@ static void test_q4_k_m_cut_blocks(void **state)
     mc.head_dim = 64;
     mc.n_ff = 1280;
     mc.seed = 1850;
-    char f32_path[1024], q_path[1024];
-    snprintf(f32_path, sizeof f32_path, "%s/dcp-vk-test-cut-f32.gguf", dir);
-    snprintf(q_path, sizeof q_path, "%s/dcp-vk-test-cut-q4_k_m.gguf", dir);
-    DCP_ASSERT_OK(dcp_gguf_make_test_model(f32_path, &mc));
-    dcp_quantize_config qc = DCP_QUANTIZE_CONFIG_DEFAULT;
-    qc.ftype = DCP_FTYPE_Q4_K_M;
-    DCP_ASSERT_OK(dcp_gguf_quantize(f32_path, q_path, &qc, NULL, NULL));
-    remove(f32_path);
-    dcp_gguf *g;
-    DCP_ASSERT_OK(dcp_gguf_open(q_path, &g));
+    char q_path[1024];
+    dcp_gguf *g = q4_k_m_model(&mc, "cut", q_path);
     expect_type(g, "blk.1.attn_output.weight", DCP_GGML_TYPE_Q4_K);
     expect_type(g, "blk.1.ffn_down.weight", DCP_GGML_TYPE_Q4_K);
     expect_type(g, "blk.0.ffn_down.weight", DCP_GGML_TYPE_Q6_K);
@@ -399,15 +409,8 @@ static void test_q4_k_m_cut_blocks(void **state)
     assert_int_equal(cut_slices(g, &cfg, 1), 0);
     assert_int_equal(cut_slices(g, &cfg, 2), 8 * 2);
     assert_int_equal(cut_slices(g, &cfg, 8), 8 * 2 * 8);
-    dcp_test_ref_model rm;
-    dcp_test_ref_model_load(&rm, g, &cfg, N_CTX);
     static const uint32_t tps[3] = {1, 2, 8};
-    int32_t ids[3][STEPS];
-    for (int i = 0; i < 3; i++) run_model(ctx, g, &cfg, &rm, tps[i], "cut", ids[i]);
-    for (int s = 0; s < STEPS; s++)
-        if (ids[0][s] != ids[1][s] || ids[0][s] != ids[2][s])
-            fail_msg("greedy id %d: %d at TP 1, %d at TP 2, %d at TP 8", s, ids[0][s], ids[1][s], ids[2][s]);
-    dcp_test_ref_model_free(&rm);
+    run_tps(ctx, g, &cfg, tps, "cut");
     dcp_gguf_close(g);
     remove(q_path);
     dcp_test_context_done(ctx);

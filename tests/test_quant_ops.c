@@ -80,8 +80,8 @@ static float *download(dcp_buffer *b, uint64_t floats)
     return v;
 }
 
-/* Per type and shape: y (+)= W x against the reference; returns the worst error relative to
- * sum |w x| into *worst_rel. */
+/* Per type and shape: y (+)= W x against the reference (dcp_test_check_matmul); prints each
+ * type's worst error, absolute and relative to sum |w x|. */
 static void test_matmul(void **state)
 {
     dcp_device *dev = dcp_context_device(*state, 0);
@@ -92,7 +92,7 @@ static void test_matmul(void **state)
     DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
     for (int ti = 0; ti < NTYPES; ti++) {
         const dcp_quant_layout *l = dcp_quant_layout_of(qtypes[ti]);
-        double worst_rel = 0.0, worst_abs = 0.0;
+        dcp_test_matmul_worst worst = {0};
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int acc = 0; acc < 2; acc++) {
                 const uint32_t N = shapes[si][0], K = shapes[si][1] * l->block_elems, T = shapes[si][2];
@@ -102,42 +102,22 @@ static void test_matmul(void **state)
                 float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
                 dcp_matrix m;
                 make_matrix(dev, qtypes[ti], N, K, shapes[si][3], w, &m, &deq);
-                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
-                dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
-                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
-                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
-                                                                    .y = yb, .y_stride = ys, .tokens = T,
-                                                                    .accumulate = acc}));
-                DCP_ASSERT_OK(dcp_cmd_run(cmd));
-                float *y = download(yb, (uint64_t)T * ys);
-                for (uint32_t t = 0; t < T; t++)
-                    for (uint32_t n = 0; n < N; n++) {
-                        double s = acc ? y0[t * ys + n] : 0.0, mag = fabs(s);
-                        for (uint32_t k = 0; k < K; k++) {
-                            double p = (double)deq[(uint64_t)n * K + k] * x[xoff + t * xs + k];
-                            s += p;
-                            mag += fabs(p);
-                        }
-                        double err = fabs(y[t * ys + n] - s);
-                        if (err > worst_abs) worst_abs = err;
-                        if (err / (mag + 1e-30) > worst_rel) worst_rel = err / (mag + 1e-30);
-                        if (!(err <= MATMUL_REL * mag + MATMUL_ABS))
-                            fail_msg("matmul %s %ux%u T %u acc %d: y[%u][%u] = %.9g, reference %.9g",
-                                     dcp_ggml_type_name(qtypes[ti]), N, K, T, acc, t, n, y[t * ys + n], s);
-                    }
-                for (uint32_t t = 0; t < T; t++) /* the padding columns of y are never written */
-                    for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == y0[t * ys + n]);
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s %ux%u T %u acc %d", dcp_ggml_type_name(qtypes[ti]), N, K, T, acc);
+                dcp_test_check_matmul(cmd,
+                                      &(dcp_test_matmul_case){.w = &m, .ref = deq, .ref_stride = K, .cols = K, .x = x,
+                                                              .x_offset = xoff, .x_stride = xs, .y0 = y0, .y_stride = ys,
+                                                              .tokens = T, .accumulate = acc, .rel_tol = MATMUL_REL,
+                                                              .abs_tol = MATMUL_ABS, .what = what},
+                                      &worst);
                 dcp_matrix_destroy(&m);
-                dcp_buffer_destroy(xb);
-                dcp_buffer_destroy(yb);
                 free(w);
                 free(deq);
                 free(x);
                 free(y0);
-                free(y);
             }
         printf("matmul %-6s: max |y - y_ref| %.3g, max |y - y_ref| / sum|w x| %.3g\n",
-               dcp_ggml_type_name(qtypes[ti]), worst_abs, worst_rel);
+               dcp_ggml_type_name(qtypes[ti]), worst.abs, worst.rel);
     }
     dcp_cmd_destroy(cmd);
 }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The library's warnings and validation messages on the test's stderr, as the apps print them. */
 static void log_stderr(void *user, const char *message)
@@ -91,4 +92,37 @@ double dcp_test_check_lse(const char *what, const float *got, const float *want,
         if (e > worst) worst = e;
     }
     return worst;
+}
+
+void dcp_test_check_matmul(dcp_cmd *cmd, const dcp_test_matmul_case *c, dcp_test_matmul_worst *worst)
+{
+    dcp_device *dev = dcp_cmd_device(cmd);
+    const uint32_t N = c->w->rows, T = c->tokens, xs = c->x_stride, ys = c->y_stride, xoff = c->x_offset;
+    dcp_buffer *xb = dcp_test_upload(dev, c->x, (xoff + (uint64_t)T * xs) * 4);
+    dcp_buffer *yb = dcp_test_upload(dev, c->y0, (uint64_t)T * ys * 4);
+    DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+    DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = c->w, .x = xb, .x_offset = xoff, .x_stride = xs, .y = yb,
+                                                        .y_stride = ys, .tokens = T, .accumulate = c->accumulate}));
+    DCP_ASSERT_OK(dcp_cmd_run(cmd));
+    float *y = malloc((uint64_t)T * ys * 4);
+    DCP_ASSERT_OK(dcp_buffer_download(yb, 0, y, (uint64_t)T * ys * 4));
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t n = 0; n < N; n++) {
+            double s = c->accumulate ? c->y0[t * ys + n] : 0.0, mag = fabs(s);
+            for (uint32_t k = 0; k < c->cols; k++) {
+                double p = (double)c->ref[(uint64_t)n * c->ref_stride + c->ref_col0 + k] * c->x[xoff + t * xs + k];
+                s += p;
+                mag += fabs(p);
+            }
+            double err = fabs(y[t * ys + n] - s);
+            if (err > worst->abs) worst->abs = err;
+            if (err / (mag + 1e-30) > worst->rel) worst->rel = err / (mag + 1e-30);
+            if (!(err <= c->rel_tol * mag + c->abs_tol))
+                fail_msg("%s: y[%u][%u] = %.9g, reference %.9g", c->what, t, n, y[t * ys + n], s);
+        }
+    for (uint32_t t = 0; t < T; t++) /* the padding columns of y are never written */
+        for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == c->y0[t * ys + n]);
+    dcp_buffer_destroy(xb);
+    dcp_buffer_destroy(yb);
+    free(y);
 }

@@ -2,6 +2,7 @@
 #ifndef DCP_VKUTIL_H
 #define DCP_VKUTIL_H
 
+#include "dcpvk/ops.h"
 #include "dcpvk/vk.h"
 #include "testutil.h"
 
@@ -33,6 +34,32 @@ dcp_buffer *dcp_test_upload_padded(dcp_device *dev, const void *data, uint64_t b
  * -inf must match -inf exactly. Returns the max abs error seen. */
 double dcp_test_check_o(const char *what, const float *got, const float *want, uint64_t n);
 double dcp_test_check_lse(const char *what, const float *got, const float *want, uint64_t n);
+
+/* One y (+)= W x of dcp_op_matmul for dcp_test_check_matmul, and its double-precision reference:
+ * y[t][n] (+)= sum over c < cols of ref[n][ref_col0 + c] * x[x_offset + t x_stride + c] (ref_col0 0
+ * and cols w->k without a column window; the window's held columns with one). */
+typedef struct dcp_test_matmul_case {
+    const dcp_matrix *w;
+    const float *ref;          /* [w->rows][ref_stride] f32: w's dequantized values */
+    uint32_t ref_stride, ref_col0, cols;
+    const float *x;            /* [x_offset + tokens x_stride] f32 */
+    uint32_t x_offset, x_stride;
+    const float *y0;           /* [tokens][y_stride] f32: y before the op (added to when accumulating) */
+    uint32_t y_stride, tokens;
+    int accumulate;
+    double rel_tol, abs_tol;   /* |y - y_ref| <= rel_tol * sum |terms| + abs_tol (y0's term included) */
+    const char *what;          /* names the case on failure */
+} dcp_test_matmul_case;
+
+/* The worst errors dcp_test_check_matmul saw: |y - y_ref| and |y - y_ref| / sum |terms|. */
+typedef struct dcp_test_matmul_worst {
+    double abs, rel;
+} dcp_test_matmul_worst;
+
+/* Uploads c's x and y0, records the matmul on cmd (reset first), runs it and checks every y[t][n]
+ * against the reference within c's tolerance, and that y's padding columns (n >= rows) are
+ * unchanged; fails the test naming c->what. Raises *worst to the errors seen. */
+void dcp_test_check_matmul(dcp_cmd *cmd, const dcp_test_matmul_case *c, dcp_test_matmul_worst *worst);
 
 #define DCP_ASSERT_OK(expr)                                                                        \
     do {                                                                                           \

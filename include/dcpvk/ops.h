@@ -48,7 +48,8 @@ typedef struct dcp_matrix {
     uint32_t scale_offset;  /* Q8_0 and block-quantized types: words before the scales; else 0 */
     uint32_t n_parts;       /* 0: one matrix (buf); > 1: parts[0 .. n_parts), rows in that order */
     struct dcp_matrix *parts; /* [n_parts] one-part matrices of the same k, owned */
-    uint32_t held_k;        /* columns of a stored row: k, or with a window the covering blocks */
+    uint32_t held_k;        /* columns of a stored row: k, or with a window the covering blocks (a
+                             * matrix of parts: k, each part holding its own) */
     uint32_t col0, cols;    /* window: x's columns [0, cols) meet stored [col0, col0 + cols); cols 0:
                              * none (x's column c meets stored column c) */
 } dcp_matrix;

@@ -28,22 +28,13 @@ dcp_status dcp_load_find(const dcp_gguf *g, const char *name, uint64_t ne0, uint
     return DCP_OK;
 }
 
-/* How a slice is held, always in its tensor's type: rows of `held` columns. Block-aligned columns
- * (padded width too): the slice's own blocks, zero-padded to k_pad (no window). Columns that cut the
- * type's blocks (a row-parallel slice at a TP whose column ranges do not fall on blocks): the whole
- * blocks covering them, [floor(c0 / B), ceil((c0 + nc) / B)), and a window of nc columns from
- * col0 = c0 - floor(c0 / B) B (dcp_matrix_window: the matmul skips the other columns). */
-typedef struct slice_layout {
-    uint32_t held, col0, cols; /* cols 0: no window */
-} slice_layout;
-
-static slice_layout layout_of(const dcp_gguf_tensor *t, const dcp_slice *s, uint32_t k_pad)
+dcp_slice_layout dcp_load_slice_layout(dcp_ggml_type type, uint32_t c0, uint32_t nc, uint32_t k_pad)
 {
     uint32_t be, bb;
-    dcp_ggml_type_block(t->type, &be, &bb);
-    if (s->c0 % be == 0 && s->nc % be == 0 && k_pad % be == 0) return (slice_layout){k_pad, 0, 0};
-    const uint32_t b0 = s->c0 / be, b1 = (s->c0 + s->nc + be - 1) / be;
-    return (slice_layout){(b1 - b0) * be, s->c0 - b0 * be, s->nc};
+    dcp_ggml_type_block(type, &be, &bb);
+    if (c0 % be == 0 && nc % be == 0 && k_pad % be == 0) return (dcp_slice_layout){k_pad, 0, 0};
+    const uint32_t b0 = c0 / be, b1 = (c0 + nc + be - 1) / be;
+    return (dcp_slice_layout){(b1 - b0) * be, c0 - b0 * be, nc};
 }
 
 uint64_t dcp_load_cols_bytes(dcp_ggml_type type, uint64_t c0, uint64_t nc)
@@ -69,7 +60,7 @@ dcp_status dcp_load_row_f32(const dcp_gguf_tensor *t, uint64_t r, uint64_t c0, u
 /* GGUF-layout bytes of a slice in its tensor's type, rows of lay->held columns: the whole blocks
  * covering its columns (zero-padded to the held width). *out is malloc'd. Only those bytes of the
  * file are read; *read adds them. */
-static dcp_status slice_bytes(const dcp_gguf_tensor *t, const dcp_slice *s, const slice_layout *lay, uint8_t **out,
+static dcp_status slice_bytes(const dcp_gguf_tensor *t, const dcp_slice *s, const dcp_slice_layout *lay, uint8_t **out,
                               uint64_t *read)
 {
     uint32_t be, bb;
@@ -107,14 +98,14 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     if (n == 0 || n > DCP_LOAD_MAX_PARTS)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "load: %u parts of one matrix (1..%d)", n, DCP_LOAD_MAX_PARTS);
     /* Each part in its tensor's type (its covering blocks and a column window where its columns
-     * cut the type's blocks: layout_of); runs of parts of one type and layout (all of them, as a
-     * rule) make one matrix, and a matrix of several runs (a Q4_K_M Q|K|V: Q4_K q, k, then a
-     * Q6_K v) is a matrix of parts (dcp_matrix_join). */
-    slice_layout lay[DCP_LOAD_MAX_PARTS];
+     * cut the type's blocks: dcp_load_slice_layout); runs of parts of one type and layout (all of
+     * them, as a rule) make one matrix, and a matrix of several runs (a Q4_K_M Q|K|V: Q4_K q, k,
+     * then a Q6_K v) is a matrix of parts (dcp_matrix_join). */
+    dcp_slice_layout lay[DCP_LOAD_MAX_PARTS];
     uint32_t run_first[DCP_LOAD_MAX_PARTS + 1], n_runs = 0;
     for (uint32_t i = 0; i < n; i++) {
         DCP_TRY(dcp_load_find(lc->g, sl[i].name, k_total[i], rows_total[i], &t[i]));
-        lay[i] = layout_of(t[i], &sl[i], k_pad);
+        lay[i] = dcp_load_slice_layout(t[i]->type, sl[i].c0, sl[i].nc, k_pad);
         if (i == 0 || t[i]->type != t[i - 1]->type || memcmp(&lay[i], &lay[i - 1], sizeof lay[i]))
             run_first[n_runs++] = i;
     }
@@ -144,7 +135,7 @@ dcp_status dcp_load_slices(dcp_load_ctx *lc, dcp_device *dev, uint32_t n, const 
     for (uint32_t r = 0; r < n_runs; r++) {
         const void *data[DCP_LOAD_MAX_PARTS];
         uint32_t rows[DCP_LOAD_MAX_PARTS], np = 0;
-        const slice_layout *l = &lay[run_first[r]];
+        const dcp_slice_layout *l = &lay[run_first[r]];
         const dcp_ggml_type ty = t[run_first[r]]->type;
         for (uint32_t i = run_first[r]; i < run_first[r + 1]; i++, np++) {
             DCP_TRY(slice_bytes(t[i], &sl[i], l, &bytes[i], &done));

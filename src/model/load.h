@@ -28,6 +28,16 @@ typedef struct dcp_load_ctx {
 
 /* Bytes of a row of `type` that hold columns [c0, c0 + nc): the whole blocks covering them. */
 uint64_t dcp_load_cols_bytes(dcp_ggml_type type, uint64_t c0, uint64_t nc);
+/* How columns [c0, c0 + nc) of a `type` tensor, zero-padded to k_pad, are held in that type: rows
+ * of `held` columns. Block-aligned columns (padded width too): the slice's own blocks, held =
+ * k_pad, no window (cols 0). Columns that cut the type's blocks (a row-parallel slice at a TP whose
+ * column ranges do not fall on blocks): the whole blocks covering them, [floor(c0 / B),
+ * ceil((c0 + nc) / B)), and a window of cols = nc columns from col0 = c0 - floor(c0 / B) B
+ * (dcp_matrix_window: the matmul skips the other columns). Thread-safe. */
+typedef struct dcp_slice_layout {
+    uint32_t held, col0, cols; /* cols 0: no window */
+} dcp_slice_layout;
+dcp_slice_layout dcp_load_slice_layout(dcp_ggml_type type, uint32_t c0, uint32_t nc, uint32_t k_pad);
 /* Columns [c0, c0 + nc) of row r of t (rows of ne0 elements; any readable type) as f32 into dst
  * [nc], reading only the blocks that hold them (the file's other bytes are not touched, so a
  * mapped file pages in the rank's slice only). scratch: nc + 2 block elements of f32. */

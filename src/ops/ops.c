@@ -106,13 +106,12 @@ fail:
 
 dcp_status dcp_matrix_window(dcp_matrix *m, uint32_t k, uint32_t col0, uint32_t cols)
 {
-    const uint32_t held = m->held_k ? m->held_k : m->k;
+    const uint32_t held = m->held_k;
     if (m->n_parts || !m->buf || cols == 0 || cols > k || (uint64_t)col0 + cols > held)
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "matrix window: columns [%u, %u) of a %u x %u %s%s for x of %u columns do not fit", col0,
                         col0 + cols, m->rows, held, dcp_ggml_type_name(m->type),
                         m->n_parts ? " matrix of parts" : "", k);
-    m->held_k = held;
     m->k = k;
     const int full = col0 == 0 && cols == k && k == held;
     m->col0 = full ? 0 : col0;
@@ -167,7 +166,7 @@ dcp_status dcp_matrix_join(uint32_t n, dcp_matrix *parts, dcp_matrix *out)
     out->n_parts = n;
     out->type = out->parts[0].type;
     out->rows = (uint32_t)rows;
-    out->k = out->parts[0].k;
+    out->k = out->held_k = out->parts[0].k;
     return DCP_OK;
 fail:
     for (uint32_t i = 0; i < n; i++) dcp_matrix_destroy(&parts[i]);
@@ -235,7 +234,7 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
      * accumulators; the sums are the same for any value (same lanes, same order). */
     uint32_t spec[5] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u};
     dcp_binding b[3] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}};
-    dcp_matmul_params p = {w->rows,          w->held_k ? w->held_k : w->k, tokens, a->x_stride, a->y_stride,
+    dcp_matmul_params p = {w->rows, w->held_k, tokens, a->x_stride, a->y_stride,
                            a->accumulate ? 1u : 0u, w->scale_offset, a->x_offset, y_offset, w->col0, w->cols};
     dcp_kernel_id id;
     dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);

@@ -172,7 +172,8 @@ enum {
 /* Concatenates parts (rows), columns [c0, c0 + nc) zero-padded to k_pad. Stays in the tensors'
  * type when they share it, TAKE_F32 is not asked and the columns fall on its blocks; with
  * TAKE_WINDOW, columns that cut the blocks are held as the whole blocks covering them,
- * [floor(c0 / B), ceil((c0 + nc) / B)), with a window of nc columns (out->win_*); else F32, and
+ * [floor(c0 / B), ceil((c0 + nc) / B)), with a window of nc columns (out->win_*; the loader's
+ * dcp_load_slice_layout, as llama's slices); else F32, and
  * out->expanded says that a quantized type was expanded (dcp_model_fallbacks). */
 static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uint32_t k_pad, unsigned flags,
                        dcp_ds2_host_matrix *out)
@@ -189,16 +190,13 @@ static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uin
         same = same && p[i].t->type == type;
         rows += p[i].rows;
     }
-    int native = same && !(flags & TAKE_F32) && c0 % be == 0 && nc % be == 0 && k_pad % be == 0;
-    uint32_t src_c0 = c0, held = k_pad, copy = nc;
-    if (!native && same && !(flags & TAKE_F32) && (flags & TAKE_WINDOW) && be > 1) {
-        native = 1;
-        src_c0 = c0 / be * be;
-        held = (c0 + nc + be - 1) / be * be - src_c0;
-        copy = held;
+    const dcp_slice_layout lay = dcp_load_slice_layout(type, c0, nc, k_pad);
+    const int native = same && !(flags & TAKE_F32) && (!lay.cols || (flags & TAKE_WINDOW));
+    const uint32_t src_c0 = c0 - lay.col0, held = native ? lay.held : k_pad, copy = lay.cols ? lay.held : nc;
+    if (native && lay.cols) {
         out->win_k = k_pad;
-        out->win_col0 = c0 - src_c0;
-        out->win_cols = nc;
+        out->win_col0 = lay.col0;
+        out->win_cols = lay.cols;
     }
     if (!native) {
         if (!(flags & TAKE_F32) && type != DCP_GGML_TYPE_F32) {
