@@ -8,15 +8,19 @@
 // One workgroup per (chunk of the sequence, group of HG heads, sequence). Lanes form a grid of HG
 // heads x C dim parts (C = WG / HG): lane (g, part) holds its part of head g's query (QPL quads)
 // and of head g's latent output (OPL quads) in registers. The chunk is walked in tiles of T tokens:
-//   1. the workgroup loads the T rows into shared memory (f32): each cache row is read once for
-//      all HG heads of the group (row by row: the row's page and address computed once);
+//   1. the workgroup loads the T rows into shared memory: each cache row is read once for all HG
+//      heads of the group, each row by one subgroup (its page and address computed once by that
+//      subgroup; on lavapipe the whole workgroup on each row, every invocation walking all T rows,
+//      took 1.1-1.2x the step);
 //   2. partial scores: lane (g, part) dots its query part with each row's part, S rows at a time
 //      (each query quad read once for S rows, 4 S independent FMA chains);
-//   3. the online softmax of each head: every lane of head g sums the C partial scores of each row
-//      and keeps the running max and sum itself (the same values on each), then
-//   4. adds the probability-weighted row parts to its output part, S rows at a time (each output
+//   3. the scores: the workgroup sums the C partial scores of each (head, row) once into shared
+//      memory (scaled; -inf for a missing row), then every lane of head g keeps the running max and
+//      sum of its head itself (the same values on each) from those scores. Every lane summing the C
+//      partials of each row itself, twice (no barrier between), took 1.2x the step;
+//   4. lane (g, part) adds the probability-weighted row parts to its output part, S rows at a time (each output
 //      quad read and written once for S rows).
-// Three barriers per tile. The tile keeps the cache's element type in shared memory (f32 for q8_0).
+// Four barriers per tile. The tile keeps the cache's element type in shared memory (f32 for q8_0).
 // In phases 2 and 4 the lanes of one subgroup share a part when UNIFORM_PART (HG a multiple of the
 // fixed subgroup size; the part then follows from gl_SubgroupID alone). Then (BW = the subgroup
 // size) each lane reads one of BW consecutive quads of the part from shared memory and
@@ -104,6 +108,7 @@ vec4 unpack_quad(TILE_T w) { return w; }
 shared TILE_T tile[T * DQ];  // the tile's rows
 shared uint tile_ok[T];      // 1: the row exists (inside the chunk, page inside the pool)
 shared float part_s[WG * T]; // partial scores [part][head][token]
+shared float score[HG * T];  // scaled scores [head][token]; -inf: no row
 
 void main()
 {
@@ -141,19 +146,19 @@ void main()
 
     [[dont_unroll]] for (uint base = t0; base < t1; base += T) {
         const uint n = min(T, t1 - base);
-        // 1. Load the tile row by row (rows past the chunk or on a page outside the pool load as
-        //    zeros): the row's page and address are uniform, computed once per row and not per quad.
-        [[dont_unroll]] for (uint tt = 0u; tt < T; tt++) {
+        // 1. Load the tile, a row per subgroup (rows past the chunk or on a page outside the pool
+        //    load as zeros): the row's page and address are computed once per row and not per quad.
+        [[dont_unroll]] for (uint tt = gl_SubgroupID; tt < T; tt += gl_NumSubgroups) {
             const uint t = base + tt;
             const uint page = tt < n ? bt[b * p.bt_stride + t / p.page_size] : p.total_pages;
             const bool ok = page < p.total_pages;
             const uint row = ((page & seg_mask) * p.page_size + t % p.page_size) * ROW_UNITS;
-            [[dont_unroll]] for (uint d = lane; d < DQ; d += WG) {
+            [[dont_unroll]] for (uint d = gl_SubgroupInvocationID; d < DQ; d += gl_SubgroupSize) {
                 TILE_T v = TILE_T(0);
                 if (ok) v = load_quad(page >> p.segment_shift, row, d);
                 tile[tt * DQ + d] = v;
             }
-            if (lane == 0u) tile_ok[tt] = ok ? 1u : 0u;
+            if (subgroupElect()) tile_ok[tt] = ok ? 1u : 0u;
         }
         barrier(); // tile writes -> score reads
 
@@ -192,18 +197,22 @@ void main()
                     part_s[slot * T + t0s + k] = (s[k].x + s[k].y) + (s[k].z + s[k].w);
             }
         }
-        barrier(); // partial scores -> softmax
+        barrier(); // partial scores -> their sums
 
-        // 3. Online softmax of head g (each of its lanes alike) and 4. the O update of this lane's
+        // 3. The scores: lane i sums the C parts of (head, row) pairs i, i + WG, ...
+        [[dont_unroll]] for (uint i = lane; i < HG * T; i += WG) {
+            const uint gi = i / T, tt = i % T;
+            float s = 0.0;
+            [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + gi) * T + tt];
+            score[i] = tt < n && tile_ok[tt] != 0u ? s * p.scale : dcp_neg_inf();
+        }
+        barrier(); // scores -> softmax
+
+        //    Online softmax of head g (each of its lanes alike) and 4. the O update of this lane's
         //    head and part over the tile's rows (their first DV entries).
         if (in_grid) {
             float mx = m;
-            [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) {
-                if (tile_ok[tt] == 0u) continue;
-                float s = 0.0;
-                [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
-                mx = max(mx, s * p.scale);
-            }
+            [[dont_unroll]] for (uint tt = 0u; tt < n; tt++) mx = max(mx, score[g * T + tt]);
             // live: this head has a row so far. With BW the subgroup stays together for its
             // broadcasts (a head without rows then adds zero probabilities).
             const bool live = !dcp_is_neg_inf(mx);
@@ -219,10 +228,9 @@ void main()
                     [[unroll]] for (uint k = 0u; k < S; k++) {
                         const uint tt = t0s + k;
                         pr[k] = 0.0;
-                        if (live && tt < n && tile_ok[tt] != 0u) {
-                            float s = 0.0;
-                            [[dont_unroll]] for (uint c = 0u; c < C; c++) s += part_s[(c * HG + g) * T + tt];
-                            pr[k] = exp(s * p.scale - mx);
+                        const float s = score[g * T + tt];
+                        if (live && tt < n && !dcp_is_neg_inf(s)) {
+                            pr[k] = exp(s - mx);
                             l += pr[k];
                         }
                     }

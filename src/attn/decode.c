@@ -126,10 +126,10 @@ enum {
 };
 
 /* Shared memory of shaders/mla_decode.comp: the tile's rows (elem bytes each value: the cache's
- * dtype), row flags, partial scores. */
-static uint64_t mla_shared_bytes(uint32_t tile, uint32_t dk, uint32_t elem, uint32_t wg)
+ * dtype), row flags, partial scores, scores. */
+static uint64_t mla_shared_bytes(uint32_t tile, uint32_t dk, uint32_t elem, uint32_t wg, uint32_t hg)
 {
-    return (uint64_t)tile * dk * elem + tile * 4ull + (uint64_t)wg * tile * 4;
+    return (uint64_t)tile * dk * elem + tile * 4ull + (uint64_t)wg * tile * 4 + (uint64_t)hg * tile * 4;
 }
 
 static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_config *c, dcp_device *dev,
@@ -161,7 +161,7 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
     for (uint32_t h = c->q_heads < wg ? c->q_heads : wg; h >= 1; h--) {
         uint32_t parts = wg / h;
         if (c->q_heads % h == 0 && ceil_div(dvq, parts) <= MLA_MAX_OUT_QUADS &&
-            ceil_div(dq, parts) <= MLA_MAX_Q_QUADS && mla_shared_bytes(1, dk, elem, wg) <= info->max_shared_memory) {
+            ceil_div(dq, parts) <= MLA_MAX_Q_QUADS && mla_shared_bytes(1, dk, elem, wg, h) <= info->max_shared_memory) {
             hg = h;
             break;
         }
@@ -171,17 +171,23 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
                         "%u bytes of shared memory, %u invocations per workgroup", dk, c->latent,
                         info->logical_index, info->name, info->max_shared_memory, wg);
     uint32_t tile = 1;
-    while (tile * 2 <= MLA_MAX_TILE && mla_shared_bytes(tile * 2, dk, elem, wg) <= info->max_shared_memory) tile *= 2;
+    while (tile * 2 <= MLA_MAX_TILE && mla_shared_bytes(tile * 2, dk, elem, wg, hg) <= info->max_shared_memory) tile *= 2;
     const uint32_t sg = info->subgroup_size;
     const uint32_t uniform_part = sg && info->min_subgroup_size == sg && hg % sg == 0 && wg % sg == 0;
     /* With a subgroup-uniform part, phases 2 and 4 read the tile once per subgroup-size quads and
      * share them by subgroupBroadcast (lavapipe: twice as fast as every lane reading each quad). */
     const uint32_t bw = uniform_part && sg <= 64 ? sg : 0;
     /* Loop iterations per tile and invocation (shaders/mla_decode.comp phases 1-4, counting the
-     * register loops too in case a compiler keeps them rolled). */
+     * register loops too in case a compiler keeps them rolled). Phase 1 loads rows per subgroup:
+     * the most over the subgroup sizes a dispatch may get. */
     const uint32_t parts = wg / hg, qpl = ceil_div(dq, parts), opl = ceil_div(dvq, parts);
-    const uint64_t per_tile = (uint64_t)tile * (1 + ceil_div(dq, wg)) + (uint64_t)tile * (qpl + 2 * parts + opl + 2) +
-                              2ull * opl + 4;
+    uint64_t load = 0;
+    for (uint32_t n = info->min_subgroup_size ? info->min_subgroup_size : 1; n <= 128; n *= 2) {
+        const uint64_t it = (uint64_t)ceil_div(tile, ceil_div(wg, n)) * (1 + ceil_div(dq, n));
+        if (it > load) load = it;
+    }
+    const uint64_t per_tile = load + (uint64_t)ceil_div(hg * tile, wg) * (1 + parts) +
+                              (uint64_t)tile * (qpl + opl + 2) + 2ull * opl + 4;
     uint64_t max_chunk = (MLA_LOOP_BUDGET - 2ull * (qpl + opl) - 16) / per_tile * tile;
     if (max_chunk > MLA_LONGEST_CHUNK) max_chunk = MLA_LONGEST_CHUNK;
     if (max_chunk < tile)
