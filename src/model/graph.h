@@ -222,9 +222,11 @@ dcp_buffer *dcp_graph_row_parallel_out(const dcp_model_state *s, uint32_t i);
 bool dcp_graph_row_parallel_accumulate(const dcp_model_state *s);
 /* The all-reduce of every rank's part [rows][n_embd] (TP > 1; nothing with one rank). */
 dcp_status dcp_graph_all_reduce(dcp_model_state *s);
-/* The dense SwiGLU feed-forward of rank i from its normed rows xn: gu = w_gu xn ([T][2 f]: gate
- * rows then up rows), h = silu(gate) * up ([T][f_pad], padding columns kept 0), then the
- * row-parallel w_down h into the residual or part. */
+/* The dense SwiGLU feed-forward of rank i from its normed rows xn: h = silu(gate) * up
+ * ([T][f_pad], padding columns kept 0) of w_gu xn ([T][2 f]: gate rows then up rows), then the
+ * row-parallel w_down h into the residual or part. A one-part w_gu makes h in one dispatch (the
+ * SwiGLU fused into the matmul's store, gu unused); gate and up of different types (two parts) go
+ * through gu and dcp_op_swiglu (the same bits). */
 dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
                                uint32_t f, dcp_buffer *gu, dcp_buffer *h);
 /* The DCP attention steps of every layer and group held here (attns [n_layer][ng]): set to the

@@ -182,11 +182,16 @@ dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix 
     dcp_status st = DCP_OK;
     dcp_cmd *cmd = dcp_graph_cmd(s, i);
     const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = w_down->k;
-    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_gu, .x = s->r[i].xn, .x_stride = E, .y = gu, .y_stride = 2 * f,
-                                                  .tokens = T}));
-    dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-    DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gu, .x_stride = 2 * f, .y = h, .y_stride = f_pad, .n = f,
-                                                  .tokens = T}));
+    if (!w_gu->n_parts && !w_gu->cols) { /* one dispatch: the SwiGLU in the gate|up matmul's store */
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_gu, .x = s->r[i].xn, .x_stride = E, .y = h,
+                                                      .y_stride = f_pad, .tokens = T, .glu = 1}));
+    } else { /* gate and up of different types (two parts): the product, then swiglu */
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_gu, .x = s->r[i].xn, .x_stride = E, .y = gu,
+                                                      .y_stride = 2 * f, .tokens = T}));
+        dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
+        DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gu, .x_stride = 2 * f, .y = h, .y_stride = f_pad, .n = f,
+                                                      .tokens = T}));
+    }
     dcp_cmd_barrier(cmd); /* h -> down */
     DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_down, .x = h, .x_stride = f_pad,
                                                   .y = dcp_graph_row_parallel_out(s, i), .y_stride = E, .tokens = T,
