@@ -19,6 +19,14 @@
 // when that is in [0, x_cols), else x reads as 0 (w times 0 adds exactly 0: the sum is the
 // window's weights'); x is then read a float at a time. Without one (WIN 0) the same loop reads
 // x 16 bytes at a time, the window's code specialized away.
+// SwiGLU (spec constant GLU 1, dcp_op_matmul's glu): W is [2 n_out][k], gate rows then up rows;
+// a subgroup's R rows are R/2 gate rows j and the R/2 up rows n_out + j (same lanes, same order:
+// each row's sum is bitwise the one GLU 0 gives) and y[t][j] = silu(g) * u as swiglu.comp.
+// RMSNorm (spec constant NORM 1, WIN 0 only; dcp_op_matmul's norm): x's rows are normed first,
+// y = W (x * nw / sqrt(mean x^2 + eps)): each subgroup sums the squares of its tokens' full rows
+// in an order of its own (lane l: vec4 columns l, l + lanes, ..., then subgroupAdd: the same for
+// every row, weight type, part and batch), the load multiplies x by nw, and the row's sum is
+// scaled by 1 / sqrt(ss / k + eps). With both off their code is specialized away.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -30,6 +38,9 @@ layout(constant_id = 1) const uint RPW = 8;  // output rows per workgroup: subgr
 layout(constant_id = 2) const uint TB = DCP_MATMUL_TOKENS; // tokens per workgroup (1 or DCP_MATMUL_TOKENS)
 layout(constant_id = 3) const uint R = DCP_MATMUL_SUBGROUP_ROWS; // rows per subgroup
 layout(constant_id = 4) const uint WIN = 0; // 1: a column window (x_col0, x_cols)
+layout(constant_id = 5) const uint GLU = 0; // 1: y = silu(gate rows) * up rows (R even)
+layout(constant_id = 6) const uint NORM = 0; // 1: x rmsnorm'd by nw in the load (WIN 0)
+const uint RO = GLU != 0u ? R / 2u : R;    // output rows per subgroup
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform PC { dcp_matmul_params p; };
 layout(std430, binding = 0) readonly buffer W { uint w[]; };    // weights, see weights.glsl
@@ -37,6 +48,7 @@ layout(std430, binding = 0) readonly buffer W4 { uvec4 wq4[]; }; // the same, 16
 layout(std430, binding = 1) readonly buffer X { vec4 x[]; };    // [tokens][x_stride/4] f32
 layout(std430, binding = 1) readonly buffer X1 { float x1[]; }; // the same, a float at a time (window)
 layout(std430, binding = 2) buffer Y { float y[]; };            // [tokens][y_stride] f32
+layout(std430, binding = 3) readonly buffer NW { vec4 nw[]; };  // NORM: [k/4] f32 norm weights
 #define wscale_offset p.scale_offset
 #define W_UNIT_DOT 1
 #include "weights.glsl"
@@ -48,26 +60,47 @@ void main()
     const uint nu = w_units(p.k);
     const uint xs = p.x_stride / 4u;
     const uint xo = p.x_offset / 4u;
-    for (uint r0 = gl_SubgroupID * R; r0 < RPW; r0 += gl_NumSubgroups * R) {
+    float inv[TB]; // NORM: 1 / sqrt(mean x^2 + eps) of each token
+    if (NORM != 0u)
+        for (uint j = 0u; j < TB; j++) {
+            float ss = 0.0;
+            if (TB == 1u || j < nt)
+                for (uint q = gl_SubgroupInvocationID; q < p.k / 4u; q += gl_SubgroupSize) {
+                    const vec4 v = x[xo + (t0 + j) * xs + q];
+                    ss += dot(v, v);
+                }
+            inv[j] = 1.0 / sqrt(subgroupAdd(ss) / float(p.k) + p.norm_eps);
+        }
+    for (uint r0 = gl_SubgroupID * RO; r0 < RPW; r0 += gl_NumSubgroups * RO) {
         const uint n0 = gl_WorkGroupID.x * RPW + r0;
         if (n0 >= p.n_out) break; // uniform in the subgroup
-        const uint nr = min(R, p.n_out - n0);
+        const uint nr = min(RO, p.n_out - n0);
         float acc[R][TB];
         for (uint r = 0u; r < R; r++)
             for (uint j = 0u; j < TB; j++) acc[r][j] = 0.0;
         for (uint u = gl_SubgroupInvocationID; u < nu; u += gl_SubgroupSize) {
             w_raw raw[R];
-            for (uint r = 0u; r < R; r++) w_unit_load(n0 + min(r, nr - 1u), u, p.k, raw[r]);
+            for (uint r = 0u; r < R; r++) {
+                // GLU: rows r < RO gate rows n0 + r, the others up rows n_out + n0 + r - RO
+                const uint ro = GLU != 0u && r >= RO ? r - RO : r;
+                const uint up = GLU != 0u && r >= RO ? p.n_out : 0u;
+                w_unit_load(up + n0 + min(ro, nr - 1u), u, p.k, raw[r]);
+            }
             [[dont_unroll]] for (uint g = 0u; g < W_UNIT_GROUPS; g++) {
                 vec4 wq[R][W_GROUP_VEC4];
                 vec2 sc[R];
                 for (uint r = 0u; r < R; r++) w_unit_group(raw[r], g, wq[r], sc[r]);
                 const uint xg = xo + w_group_x4(u, g);
+                vec4 nv[W_GROUP_VEC4];
+                if (NORM != 0u)
+                    [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) nv[i] = nw[w_group_x4(u, g) + i];
                 for (uint j = 0u; j < TB; j++)
                     if (TB == 1u || j < nt) {
                         vec4 xv[W_GROUP_VEC4];
                         if (WIN == 0u) {
                             [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x[xg + (t0 + j) * xs + i];
+                            if (NORM != 0u)
+                                [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] *= nv[i];
                         } else {
                             const uint s0 = 4u * w_group_x4(u, g) - p.x_col0; // x column of the group's first
                             const uint xr = p.x_offset + (t0 + j) * p.x_stride;
@@ -95,9 +128,15 @@ void main()
                     }
             }
         }
-        for (uint r = 0u; r < R; r++)
+        for (uint r = 0u; r < RO; r++)
             for (uint j = 0u; j < TB; j++) {
-                const float s = subgroupAdd(acc[r][j]);
+                float s = subgroupAdd(acc[r][j]);
+                if (NORM != 0u) s *= inv[j];
+                if (GLU != 0u) {
+                    float u = subgroupAdd(acc[r + RO][j]);
+                    if (NORM != 0u) u *= inv[j];
+                    s = s / (1.0 + exp(-s)) * u; // silu(gate) * up, as swiglu.comp
+                }
                 if (r < nr && j < nt && subgroupElect()) {
                     const uint i = (t0 + j) * p.y_stride + p.y_offset + n0 + r;
                     y[i] = p.accumulate != 0u ? y[i] + s : s;

@@ -2,7 +2,9 @@
  * F32, F16, BF16 and Q8_0 weights over several shapes and token counts (plain and accumulating,
  * with row offsets), get_rows, rmsnorm, rmsnorm_heads, add_rows, rope_store (RoPE + KV page write,
  * f32 and f16 pools, NORM and NEOX pairs), swiglu, add and argmax; matmul through a column window
- * (Q8_0, Q4_K, Q6_K, Q4_0). Prints the max error of every kernel. */
+ * (Q8_0, Q4_K, Q6_K, Q4_0); matmul with the SwiGLU fused into its store (bitwise the unfused ops)
+ * and with the RMSNorm fused into its load (F32, F16, Q8_0, Q4_1, Q4_K, Q6_K, IQ4_XS). Prints the
+ * max error of every kernel. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "dcpvk/gguf.h"
 #include "dcpvk/kv.h"
 #include "kernels/kv_params.h"
+#include "ops/ops_internal.h"
 #include "dcpvk/ops.h"
 #include "ref/cp_ref.h"
 #include "ref/kv_ref.h"
@@ -199,6 +202,196 @@ static void test_matmul_window(void **state)
         free(x);
         free(ga);
         free(gb);
+    }
+    dcp_cmd_destroy(cmd);
+}
+
+/* Downloads floats [n] of b into a new array. */
+static float *download(dcp_buffer *b, uint64_t n)
+{
+    float *v = malloc(n * 4);
+    DCP_ASSERT_OK(dcp_buffer_download(b, 0, v, n * 4));
+    return v;
+}
+
+static const dcp_ggml_type fused_types[7] = {DCP_GGML_TYPE_F32,  DCP_GGML_TYPE_F16,  DCP_GGML_TYPE_Q8_0,
+                                             DCP_GGML_TYPE_Q4_1, DCP_GGML_TYPE_Q4_K, DCP_GGML_TYPE_Q6_K,
+                                             DCP_GGML_TYPE_IQ4_XS};
+static const uint32_t fused_shapes[][3] = {/* f (outputs), k, tokens: 1, one workgroup's, more */
+                                           {13, 256, 1}, {64, 512, 3}, {37, 256, 19}};
+
+/* The SwiGLU fused into the matmul (glu) against the plain product followed by dcp_op_swiglu:
+ * bitwise, with and without the fused RMSNorm, for several weight types, odd output counts and
+ * batches of 1, 3 and 19 tokens (more than one workgroup's); h's padding columns never written.
+ * The fusion's refusals: a matrix of parts, accumulate. */
+static void test_matmul_glu(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {41};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    for (int ti = 0; ti < 7; ti++)
+        for (size_t si = 0; si < sizeof fused_shapes / sizeof fused_shapes[0]; si++)
+            for (int norm = 0; norm < 2; norm++) {
+                const uint32_t F = fused_shapes[si][0], K = fused_shapes[si][1], T = fused_shapes[si][2];
+                const uint32_t xoff = 4, xs = K + 8, hs = F + 3;
+                float *w = dcp_test_rand_floats(&rng, 2ull * F * K, -1, 1), *deq;
+                float *x = dcp_test_rand_floats(&rng, xoff + (uint64_t)T * xs, -2, 2);
+                float *nw = dcp_test_rand_floats(&rng, K, 0.5f, 1.5f);
+                float *h0 = dcp_test_rand_floats(&rng, (uint64_t)T * hs, -1, 1);
+                dcp_matrix m;
+                make_matrix(dev, fused_types[ti], 2 * F, K, w, &m, &deq);
+                dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
+                dcp_buffer *nb = dcp_test_upload(dev, nw, (uint64_t)K * 4);
+                dcp_buffer *gub = dcp_test_upload(dev, NULL, (uint64_t)T * 2 * F * 4);
+                dcp_buffer *hb = dcp_test_upload(dev, h0, (uint64_t)T * hs * 4);
+                dcp_buffer *fb = dcp_test_upload(dev, h0, (uint64_t)T * hs * 4);
+                dcp_matmul_args a = {.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs, .y = gub, .y_stride = 2 * F,
+                                     .tokens = T, .norm = norm ? nb : NULL, .norm_eps = 1e-5f};
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &a));
+                dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
+                DCP_ASSERT_OK(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gub, .x_stride = 2 * F, .y = hb, .y_stride = hs,
+                                                                    .n = F, .tokens = T}));
+                a.y = fb;
+                a.y_stride = hs;
+                a.glu = 1;
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &a));
+                run(cmd);
+                float *h = download(hb, (uint64_t)T * hs), *fh = download(fb, (uint64_t)T * hs);
+                for (uint32_t t = 0; t < T; t++)
+                    for (uint32_t j = 0; j < hs; j++) {
+                        const uint64_t i = (uint64_t)t * hs + j;
+                        if (j >= F) assert_true(fh[i] == h0[i]);
+                        else if (memcmp(&fh[i], &h[i], 4))
+                            fail_msg("matmul %s %ux%u T %u norm %d with SwiGLU: h[%u][%u] = %.9g, unfused %.9g",
+                                     dcp_ggml_type_name(fused_types[ti]), 2 * F, K, T, norm, t, j, fh[i], h[i]);
+                    }
+                if (ti == 0 && si == 0 && norm == 0) {
+                    a.accumulate = 1;
+                    assert_int_equal(dcp_op_matmul(cmd, &a), DCP_ERR_INVALID_ARGUMENT);
+                    a.accumulate = 0;
+                    /* gate and up as two parts (of one type here; of different ones in a model) */
+                    dcp_matrix parts[2], joined;
+                    float *d2;
+                    make_matrix(dev, fused_types[0], F, K, w, &parts[0], &d2);
+                    free(d2);
+                    make_matrix(dev, fused_types[0], F, K, w + (uint64_t)F * K, &parts[1], &d2);
+                    free(d2);
+                    DCP_ASSERT_OK(dcp_matrix_join(2, parts, &joined)); /* moves the parts */
+                    a.w = &joined;
+                    assert_int_equal(dcp_op_matmul(cmd, &a), DCP_ERR_INVALID_ARGUMENT);
+                    assert_non_null(strstr(dcp_last_error(), "SwiGLU"));
+                    dcp_matrix_destroy(&joined);
+                }
+                dcp_matrix_destroy(&m);
+                dcp_buffer_destroy(xb);
+                dcp_buffer_destroy(nb);
+                dcp_buffer_destroy(gub);
+                dcp_buffer_destroy(hb);
+                dcp_buffer_destroy(fb);
+                free(w);
+                free(deq);
+                free(x);
+                free(nw);
+                free(h0);
+                free(h);
+                free(fh);
+            }
+    printf("matmul with SwiGLU: bitwise the product then swiglu (7 types, 3 shapes, with and without RMSNorm)\n");
+    dcp_cmd_destroy(cmd);
+}
+
+/* The RMSNorm fused into the matmul's load (norm) against a double reference of rmsnorm then the
+ * product, for several weight types and batches of 1 to 19 tokens (plain and accumulating), and
+ * batch invariance: every token's row of a 19-token dispatch is bitwise its row computed alone
+ * (the sum of squares does not depend on the dispatch). A column window is refused. */
+static void test_matmul_norm(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {43};
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    for (int ti = 0; ti < 7; ti++) {
+        double worst = 0.0;
+        for (size_t si = 0; si < sizeof fused_shapes / sizeof fused_shapes[0]; si++) {
+            const uint32_t N = 2 * fused_shapes[si][0] + 1, K = fused_shapes[si][1], T = fused_shapes[si][2];
+            const int acc = si == 1;
+            const uint32_t xoff = 8, xs = K + 4, ys = N + 2;
+            const float eps = 1e-5f;
+            float *w = dcp_test_rand_floats(&rng, (uint64_t)N * K, -1, 1), *deq;
+            float *x = dcp_test_rand_floats(&rng, xoff + (uint64_t)T * xs, -3, 3);
+            float *nw = dcp_test_rand_floats(&rng, K, 0.5f, 1.5f);
+            float *y0 = dcp_test_rand_floats(&rng, (uint64_t)T * ys, -1, 1);
+            dcp_matrix m;
+            make_matrix(dev, fused_types[ti], N, K, w, &m, &deq);
+            dcp_buffer *xb = dcp_test_upload(dev, x, (xoff + (uint64_t)T * xs) * 4);
+            dcp_buffer *nb = dcp_test_upload(dev, nw, (uint64_t)K * 4);
+            dcp_buffer *yb = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4);
+            dcp_buffer *ab = dcp_test_upload(dev, y0, (uint64_t)T * ys * 4); /* each token alone */
+            DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+            DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff, .x_stride = xs,
+                                                                .y = yb, .y_stride = ys, .tokens = T, .accumulate = acc,
+                                                                .norm = nb, .norm_eps = eps}));
+            run(cmd);
+            for (uint32_t t = 0; t < T; t++) {
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                /* token t alone: its row as row 0 of a dispatch (x from its offset, y a row of ab) */
+                dcp_buffer *yt = dcp_test_upload(dev, y0 + (uint64_t)t * ys, (uint64_t)ys * 4);
+                DCP_ASSERT_OK(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_offset = xoff + t * xs,
+                                                                    .x_stride = xs, .y = yt, .y_stride = ys,
+                                                                    .tokens = 1, .accumulate = acc, .norm = nb,
+                                                                    .norm_eps = eps}));
+                run(cmd);
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                DCP_ASSERT_OK(dcp_cmd_copy(cmd, yt, 0, ab, (uint64_t)t * ys * 4, (uint64_t)ys * 4));
+                run(cmd);
+                dcp_buffer_destroy(yt);
+            }
+            float *y = download(yb, (uint64_t)T * ys), *ya = download(ab, (uint64_t)T * ys);
+            assert_memory_equal(y, ya, (size_t)T * ys * 4);
+            for (uint32_t t = 0; t < T; t++) {
+                const float *xt = x + xoff + (uint64_t)t * xs;
+                double ss = 0.0;
+                for (uint32_t k = 0; k < K; k++) ss += (double)xt[k] * xt[k];
+                const double inv = 1.0 / sqrt(ss / K + eps);
+                for (uint32_t n = 0; n < N; n++) {
+                    double r = acc ? y0[t * ys + n] : 0.0, mag = fabs(r);
+                    for (uint32_t k = 0; k < K; k++) {
+                        double p = (double)deq[(uint64_t)n * K + k] * (xt[k] * inv * nw[k]);
+                        r += p;
+                        mag += fabs(p);
+                    }
+                    double err = fabs(y[t * ys + n] - r);
+                    if (err > worst) worst = err;
+                    if (!(err <= MATMUL_REL * mag + 1e-6))
+                        fail_msg("matmul %s %ux%u T %u acc %d with RMSNorm: y[%u][%u] = %g, reference %g",
+                                 dcp_ggml_type_name(fused_types[ti]), N, K, T, acc, t, n, y[t * ys + n], r);
+                }
+                for (uint32_t n = N; n < ys; n++) assert_true(y[t * ys + n] == y0[t * ys + n]);
+            }
+            if (ti == 4 && si == 0) { /* a column window is refused */
+                DCP_ASSERT_OK(dcp_matrix_window(&m, K, 0, K - 32));
+                DCP_ASSERT_OK(dcp_cmd_reset(cmd));
+                assert_int_equal(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &m, .x = xb, .x_stride = xs, .y = yb,
+                                                                       .y_stride = ys, .tokens = 1, .norm = nb}),
+                                 DCP_ERR_INVALID_ARGUMENT);
+                assert_non_null(strstr(dcp_last_error(), "RMSNorm"));
+            }
+            dcp_matrix_destroy(&m);
+            dcp_buffer_destroy(xb);
+            dcp_buffer_destroy(nb);
+            dcp_buffer_destroy(yb);
+            dcp_buffer_destroy(ab);
+            free(w);
+            free(deq);
+            free(x);
+            free(nw);
+            free(y0);
+            free(y);
+            free(ya);
+        }
+        printf("matmul %s with RMSNorm: max abs error %.3g\n", dcp_ggml_type_name(fused_types[ti]), worst);
     }
     dcp_cmd_destroy(cmd);
 }
@@ -605,6 +798,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_window),
+        cmocka_unit_test(test_matmul_glu),  cmocka_unit_test(test_matmul_norm),
         cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rmsnorm_parts),
         cmocka_unit_test(test_rmsnorm_heads_add_rows),
         cmocka_unit_test(test_rope_store),  cmocka_unit_test(test_argmax),

@@ -75,7 +75,14 @@ DCP_API uint64_t dcp_matrix_bytes(dcp_ggml_type type, uint32_t k, uint64_t rows)
 /* y [tokens][y_stride] (+)= x [tokens][x_stride] (from float x_offset) times W^T (y's rows w->rows
  * values, x's w->k). x_stride, x_offset multiples of 4. A matrix of parts: one dispatch per part,
  * part i writing y's columns [rows of parts before it, + its rows). A matrix with a column window
- * reads only x's columns [0, w->cols). */
+ * reads only x's columns [0, w->cols).
+ * Fused SwiGLU (glu): w is a one-part matrix without a window of 2 n rows, the n gate rows then
+ * the n up rows, and y's rows get n values, y[t][j] = silu(g) * u, g and u gate row j's and up row
+ * j's products: bitwise dcp_op_swiglu of the plain product's rows. Not with accumulate.
+ * Fused RMSNorm (norm): each row of x is first rmsnorm'd and multiplied by norm [w->k] f32,
+ * y = W^T (x / sqrt(mean_k x^2 + norm_eps) * norm) (as dcp_op_rmsnorm, then the product; the
+ * sum of squares in an order of its own, the same for every row of y, weight type, matrix part
+ * and batch). Not with a column window. Both may be combined. */
 typedef struct dcp_matmul_args {
     const dcp_matrix *w;
     dcp_buffer *x;          /* [tokens][x_stride] f32, read from float x_offset */
@@ -85,6 +92,9 @@ typedef struct dcp_matmul_args {
     uint32_t y_stride;      /* floats, >= w->rows */
     uint32_t tokens;
     int accumulate;         /* != 0: y += the product (fused residual); 0: y = it */
+    int glu;                /* != 0: y = silu(gate rows' product) * up rows' (see above) */
+    dcp_buffer *norm;       /* [w->k] f32 RMSNorm weights applied to x first, or NULL: none */
+    float norm_eps;         /* with norm: added to the mean square */
 } dcp_matmul_args;
 DCP_API dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a);
 

@@ -18,9 +18,11 @@
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
  * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS (_CPU) output rows,
  * TB tokens per workgroup (1 for a single token, else DCP_MATMUL_TOKENS); grid
- * (ceil(n_out / rows_per_wg), ceil(tokens / TB)). */
+ * (ceil(n_out / rows_per_wg), ceil(tokens / TB)). Spec constant GLU: W [2 n_out][k] (gate rows
+ * then up rows), y[t][n] = silu(gate_n . x) * (up_n . x), half the rows per subgroup. Spec constant
+ * NORM: x's rows rmsnorm'd (eps norm_eps) and multiplied by the norm weights (binding 3) first. */
 DCP_PARAMS_STRUCT(dcp_matmul_params) {
-    DCP_U32 n_out;        /* N: output features (rows of W) */
+    DCP_U32 n_out;        /* N: output features (rows of W; GLU: half of them) */
     DCP_U32 k;            /* K: columns of a stored row of W, multiple of 4 (of the block: 32 or
                            * 256) */
     DCP_U32 tokens;       /* T: rows of x and y */
@@ -35,6 +37,7 @@ DCP_PARAMS_STRUCT(dcp_matmul_params) {
     DCP_U32 x_cols;       /* window width; the stored columns outside it are skipped. 0: no window
                            * (stored column c meets x's column c: 16-byte loads of x). The shader's
                            * spec constant WIN is 1 exactly when x_cols > 0 */
+    DCP_F32 norm_eps;     /* NORM: added to the mean square; else unused */
 };
 DCP_PARAMS_END(dcp_matmul_params)
 

@@ -216,17 +216,29 @@ dcp_cmd *dcp_graph_cmd(const dcp_model_state *s, uint32_t i);
  * has recorded its norm (dcp_graph_norm_done). */
 dcp_status dcp_graph_norm(dcp_model_state *s, uint32_t i, dcp_buffer *w);
 void dcp_graph_norm_done(dcp_model_state *s);
+/* The input of a column-parallel matmul (the full n_embd columns, no window) of rank i taking
+ * rmsnorm(x) * w: sets a's x, x_offset, x_stride and norm. One rank: x itself, the norm fused into
+ * the matmul's load (a->norm = w; nothing recorded). Else xn, recorded here by dcp_graph_norm
+ * (with the pending all-reduce's sum, which also writes x back) and a barrier. The caller records
+ * the matmul; xn is then valid only in the second case (a matmul must be xn's only reader). */
+dcp_status dcp_graph_norm_matmul(dcp_model_state *s, uint32_t i, dcp_buffer *w, dcp_matmul_args *a);
 /* Where a row-parallel projection of rank i writes: straight into the residual x (accumulate) with
  * one rank, else into part. */
 dcp_buffer *dcp_graph_row_parallel_out(const dcp_model_state *s, uint32_t i);
 bool dcp_graph_row_parallel_accumulate(const dcp_model_state *s);
 /* The all-reduce of every rank's part [rows][n_embd] (TP > 1; nothing with one rank). */
 dcp_status dcp_graph_all_reduce(dcp_model_state *s);
-/* The dense SwiGLU feed-forward of rank i from its normed rows xn: gu = w_gu xn ([T][2 f]: gate
- * rows then up rows), h = silu(gate) * up ([T][f_pad], padding columns kept 0), then the
- * row-parallel w_down h into the residual or part. */
+/* The dense SwiGLU feed-forward of rank i from its normed rows xn: h = silu(gate) * up
+ * ([T][f_pad], padding columns kept 0) of w_gu xn ([T][2 f]: gate rows then up rows), then the
+ * row-parallel w_down h into the residual or part. A one-part w_gu makes h in one dispatch (the
+ * SwiGLU fused into the matmul's store, gu unused); gate and up of different types (two parts) go
+ * through gu and dcp_op_swiglu (the same bits). */
 dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
                                uint32_t f, dcp_buffer *gu, dcp_buffer *h);
+/* rmsnorm(x) * norm (dcp_graph_norm_matmul: at one rank fused into the gate|up matmul's load), then
+ * the dense FFN as dcp_graph_dense_ffn. */
+dcp_status dcp_graph_norm_ffn(dcp_model_state *s, uint32_t i, dcp_buffer *norm, const dcp_matrix *w_gu,
+                              const dcp_matrix *w_down, uint32_t f, dcp_buffer *gu, dcp_buffer *h);
 /* The DCP attention steps of every layer and group held here (attns [n_layer][ng]): set to the
  * step's rows, and their replay keys mixed into key. */
 dcp_status dcp_graph_cp_set_rows(dcp_model_state *s, dcp_cp_attn *const *attns);

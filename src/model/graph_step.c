@@ -153,6 +153,24 @@ dcp_status dcp_graph_norm(dcp_model_state *s, uint32_t i, dcp_buffer *w)
 
 void dcp_graph_norm_done(dcp_model_state *s) { s->ar_tokens = 0; }
 
+dcp_status dcp_graph_norm_matmul(dcp_model_state *s, uint32_t i, dcp_buffer *w, dcp_matmul_args *a)
+{
+    const dcp_model_config *mc = &s->m->cfg;
+    dcp_graph_rank *r = &s->r[i];
+    a->x_stride = mc->n_embd;
+    a->x_offset = 0;
+    if (s->m->tp == 1) { /* x is the whole residual: the norm in the matmul's load */
+        a->x = r->x;
+        a->norm = w;
+        a->norm_eps = mc->rms_eps;
+        return DCP_OK;
+    }
+    a->x = r->xn;
+    dcp_status st = dcp_graph_norm(s, i, w);
+    dcp_cmd_barrier(dcp_graph_cmd(s, i)); /* rmsnorm xn (and x += parts) -> the matmul */
+    return st;
+}
+
 dcp_buffer *dcp_graph_row_parallel_out(const dcp_model_state *s, uint32_t i)
 {
     return s->m->tp == 1 ? s->r[i].x : s->r[i].part;
@@ -176,23 +194,49 @@ fail:
 
 dcp_buffer *dcp_graph_rope(const dcp_model_state *s, uint32_t i) { return s->r[i].cs; }
 
-dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
-                               uint32_t f, dcp_buffer *gu, dcp_buffer *h)
+/* The dense FFN of rank i from the input of a (x, x_stride, optionally its norm). */
+static dcp_status dense_ffn(dcp_model_state *s, uint32_t i, dcp_matmul_args a, const dcp_matrix *w_down, uint32_t f,
+                            dcp_buffer *gu, dcp_buffer *h)
 {
     dcp_status st = DCP_OK;
     dcp_cmd *cmd = dcp_graph_cmd(s, i);
     const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = w_down->k;
-    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_gu, .x = s->r[i].xn, .x_stride = E, .y = gu, .y_stride = 2 * f,
-                                                  .tokens = T}));
-    dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
-    DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gu, .x_stride = 2 * f, .y = h, .y_stride = f_pad, .n = f,
-                                                  .tokens = T}));
+    a.tokens = T;
+    if (!a.w->n_parts && !a.w->cols) { /* one dispatch: the SwiGLU in the gate|up matmul's store */
+        a.y = h;
+        a.y_stride = f_pad;
+        a.glu = 1;
+        DCP_TRY(dcp_op_matmul(cmd, &a));
+    } else { /* gate and up of different types (two parts): the product, then swiglu */
+        a.y = gu;
+        a.y_stride = 2 * f;
+        DCP_TRY(dcp_op_matmul(cmd, &a));
+        dcp_cmd_barrier(cmd); /* gate|up -> swiglu */
+        DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = gu, .x_stride = 2 * f, .y = h, .y_stride = f_pad, .n = f,
+                                                      .tokens = T}));
+    }
     dcp_cmd_barrier(cmd); /* h -> down */
     DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = w_down, .x = h, .x_stride = f_pad,
                                                   .y = dcp_graph_row_parallel_out(s, i), .y_stride = E, .tokens = T,
                                                   .accumulate = dcp_graph_row_parallel_accumulate(s)}));
 fail:
     return st;
+}
+
+dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
+                               uint32_t f, dcp_buffer *gu, dcp_buffer *h)
+{
+    return dense_ffn(s, i, (dcp_matmul_args){.w = w_gu, .x = s->r[i].xn, .x_stride = s->m->cfg.n_embd}, w_down, f, gu,
+                     h);
+}
+
+dcp_status dcp_graph_norm_ffn(dcp_model_state *s, uint32_t i, dcp_buffer *norm, const dcp_matrix *w_gu,
+                              const dcp_matrix *w_down, uint32_t f, dcp_buffer *gu, dcp_buffer *h)
+{
+    dcp_matmul_args a = {.w = w_gu};
+    dcp_status st = dcp_graph_norm_matmul(s, i, norm, &a);
+    if (st != DCP_OK) return st;
+    return dense_ffn(s, i, a, w_down, f, gu, h);
 }
 
 dcp_status dcp_graph_cp_set_rows(dcp_model_state *s, dcp_cp_attn *const *attns)
@@ -210,8 +254,9 @@ uint64_t dcp_graph_cp_key(const dcp_model_state *s, dcp_cp_attn *const *attns, u
     return key;
 }
 
-/* The rows with logits, on the first rank held: final norm of every row (with the last
- * all-reduce's sum), the wanted rows gathered, the output head and the argmax of each. */
+/* The rows with logits, on the first rank held: the final norm (with the last all-reduce's sum; at
+ * one rank in the output head's load), the wanted rows gathered, the output head and the argmax of
+ * each. */
 static dcp_status head(dcp_model_state *s)
 {
     dcp_status st = DCP_OK;
@@ -220,14 +265,19 @@ static dcp_status head(dcp_model_state *s)
     const dcp_graph_rank_weights *rw = &s->m->ranks[0];
     dcp_graph_rank *r = &s->r[0];
     dcp_cmd *cmd = dcp_graph_cmd(s, 0);
-    DCP_TRY(dcp_graph_norm(s, 0, rw->out_norm));
+    /* One rank: the wanted rows of x gathered, the final norm in the output matmul's load; else the
+     * norm (with the last all-reduce's sum) of every row, then its wanted rows gathered. */
+    dcp_matmul_args a = {.w = &rw->output};
+    DCP_TRY(dcp_graph_norm_matmul(s, 0, rw->out_norm, &a));
     dcp_graph_norm_done(s);
-    dcp_cmd_barrier(cmd); /* final norm -> gather */
     for (uint32_t k = 0; k < s->n_out; k++)
-        DCP_TRY(dcp_cmd_copy(cmd, r->xn, (uint64_t)s->out_row[k] * E * 4, r->xo, (uint64_t)k * E * 4, E * 4));
+        DCP_TRY(dcp_cmd_copy(cmd, a.x, (uint64_t)s->out_row[k] * E * 4, r->xo, (uint64_t)k * E * 4, E * 4));
     dcp_cmd_barrier(cmd); /* gathered rows -> output head */
-    DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &rw->output, .x = r->xo, .x_stride = (uint32_t)E, .y = r->logits,
-                                                  .y_stride = mc->n_vocab, .tokens = s->n_out}));
+    a.x = r->xo;
+    a.y = r->logits;
+    a.y_stride = mc->n_vocab;
+    a.tokens = s->n_out;
+    DCP_TRY(dcp_op_matmul(cmd, &a));
     dcp_cmd_barrier(cmd); /* logits -> argmax */
     DCP_TRY(dcp_op_argmax(cmd, &(dcp_argmax_args){.x = r->logits, .n = mc->n_vocab, .stride = mc->n_vocab,
                                                   .rows = s->n_out, .out = r->next}));

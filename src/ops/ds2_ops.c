@@ -193,7 +193,7 @@ static dcp_status moe_matmul(dcp_cmd *cmd, const dcp_moe_matmul_args *a, int dow
     dcp_binding b[5] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}, {a->ids, 0, 0},
                         {down ? a->weights : a->ids, 0, 0}};
     dcp_moe_matmul_params p = {
-        .n_expert = a->n_expert, .rows = a->rows, .k = w->held_k ? w->held_k : w->k, .tokens = a->tokens,
+        .n_expert = a->n_expert, .rows = a->rows, .k = w->held_k, .tokens = a->tokens,
         .n_used = a->n_used, .x_stride = a->x_stride, .x_used_stride = a->x_used_stride, .y_stride = a->y_stride,
         .y_used_stride = a->y_used_stride, .accumulate = a->accumulate ? 1u : 0u, .scale_offset = w->scale_offset,
         .x_col0 = w->col0, .x_cols = w->cols};

@@ -219,27 +219,38 @@ static uint32_t matmul_subgroup_rows(const dcp_device_info *info, dcp_ggml_type 
     }
 }
 
-/* One dispatch of a one-part matrix w: its rows go to y's columns [y_offset, y_offset + rows). */
+/* One dispatch of a one-part matrix w: its rows (GLU: its gate | up row pairs) go to y's columns
+ * [y_offset, y_offset + outputs). */
 static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmul_args *a, uint32_t y_offset)
 {
-    const uint32_t tokens = a->tokens;
+    const uint32_t tokens = a->tokens, glu = a->glu ? 1u : 0u, n_out = glu ? w->rows / 2 : w->rows;
     dcp_device *dev = dcp_cmd_device(cmd);
     const dcp_device_info *info = dcp_device_get_info(dev);
     uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
     const uint32_t r = matmul_subgroup_rows(info, w->type, tokens);
-    rpw *= r;
+    rpw *= glu ? r / 2 : r; /* output rows per workgroup; GLU: a subgroup's r rows make r / 2 */
     /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
      * accumulators; the sums are the same for any value (same lanes, same order). */
-    uint32_t spec[5] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u};
-    dcp_binding b[3] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}};
-    dcp_matmul_params p = {w->rows, w->held_k, tokens, a->x_stride, a->y_stride,
-                           a->accumulate ? 1u : 0u, w->scale_offset, a->x_offset, y_offset, w->col0, w->cols};
+    uint32_t spec[7] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u, glu, a->norm ? 1u : 0u};
+    /* without a norm any valid buffer fills binding 3 (never read) */
+    dcp_binding b[4] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}, {a->norm ? a->norm : a->x, 0, 0}};
+    dcp_matmul_params p = {n_out, w->held_k, tokens, a->x_stride, a->y_stride,
+                           a->accumulate ? 1u : 0u, w->scale_offset, a->x_offset, y_offset, w->col0, w->cols,
+                           a->norm ? a->norm_eps : 0.0f};
     dcp_kernel_id id;
     dcp_status st = dcp_ops_weight_kernel("matmul", DCP_KERNEL_MATMUL, w->type, &id);
     if (st != DCP_OK) return st;
-    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(w->rows, rpw), ceil_div(tokens, spec[2]), 1);
+    return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(n_out, rpw), ceil_div(tokens, spec[2]), 1);
+}
+
+/* Whether w or one of its parts has a column window. */
+static bool has_window(const dcp_matrix *w)
+{
+    for (uint32_t i = 0; i < w->n_parts; i++)
+        if (w->parts[i].cols) return true;
+    return w->cols != 0;
 }
 
 dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
@@ -247,13 +258,23 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
     const dcp_matrix *w = a->w;
     dcp_buffer *x = a->x, *y = a->y;
     const uint32_t x_offset = a->x_offset, x_stride = a->x_stride, y_stride = a->y_stride, tokens = a->tokens;
-    if (x_stride % 4 || x_offset % 4 || x_stride < w->k || y_stride < w->rows)
+    if (x_stride % 4 || x_offset % 4 || x_stride < w->k || y_stride < (a->glu ? w->rows / 2 : w->rows))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "matmul %u x %u: x offset %u / stride %u must be multiples of 4 and >= k, y stride %u >= rows",
                         w->rows, w->k, x_offset, x_stride, y_stride);
+    const uint32_t n_out = a->glu ? w->rows / 2 : w->rows;
+    if (a->glu && (w->n_parts || w->cols || w->rows % 2 || a->accumulate))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "matmul %u x %u with SwiGLU: needs one part without a column window, an even row count "
+                        "and no accumulate (%u parts, window %u, accumulate %d)", w->rows, w->k, w->n_parts, w->cols,
+                        a->accumulate);
+    if (a->norm && (has_window(w) || (uint64_t)w->k * 4 > dcp_buffer_size(a->norm)))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                        "matmul %u x %u with RMSNorm: needs no column window and norm weights of %u floats (%llu bytes)",
+                        w->rows, w->k, w->k, (unsigned long long)dcp_buffer_size(a->norm));
     if (tokens == 0) return DCP_OK;
     uint64_t need_x = ((uint64_t)x_offset + (uint64_t)(tokens - 1) * x_stride + w->k) * 4;
-    uint64_t need_y = ((uint64_t)(tokens - 1) * y_stride + w->rows) * 4;
+    uint64_t need_y = ((uint64_t)(tokens - 1) * y_stride + n_out) * 4;
     if (need_x > dcp_buffer_size(x) || need_y > dcp_buffer_size(y))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "matmul %u x %u over %u tokens: x needs %llu bytes (has %llu), y %llu (has %llu)",

@@ -15,13 +15,14 @@
  * (converted to F32 when their types differ). DCP (size N > 1): groups of N consecutive TP ranks
  * share their KV heads; with q_replicate every rank also projects its whole group's query heads.
  *
- * One layer, per rank (the graph runs the all-reduce after each block):
+ * One layer, per rank (the graph runs the all-reduce after each block; at TP 1 each rmsnorm is
+ * fused into the load of the matmul after it, dcp_graph_norm_matmul):
  *   attention block  rmsnorm (+ the all-reduce's sum), Q|K|V matmul, RoPE of Q and K with the K/V
  *                    store into the rank's pool (only the token's owner stores it under DCP),
  *                    attention (paged decode over the rank's pool; DCP: the DCP attention step of
  *                    every group held here, rounds for its exchanges), o_proj (row-parallel)
  *   all-reduce
- *   FFN block        rmsnorm (+ sum), gate|up matmul, SwiGLU, down (row-parallel)
+ *   FFN block        rmsnorm (+ sum), gate|up matmul with the SwiGLU, down (row-parallel)
  *   all-reduce */
 #include <stdio.h>
 #include <stdlib.h>
@@ -505,11 +506,9 @@ static dcp_status attention(dcp_model_state *s, uint32_t l)
         const llama_layer *L = &rw->layers[l];
         llama_rank_state *rs = &ls->r[i];
         dcp_cmd *cmd = dcp_graph_cmd(s, i);
-        dcp_buffer *xn = s->r[i].xn;
-        DCP_TRY(dcp_graph_norm(s, i, L->attn_norm));
-        dcp_cmd_barrier(cmd); /* rmsnorm xn (and x += parts) -> qkv matmul */
-        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &L->wqkv, .x = xn, .x_stride = E, .y = rs->qkv,
-                                                       .y_stride = rs->qkv4, .tokens = T}));
+        dcp_matmul_args qkv = {.w = &L->wqkv, .y = rs->qkv, .y_stride = rs->qkv4, .tokens = T};
+        DCP_TRY(dcp_graph_norm_matmul(s, i, L->attn_norm, &qkv)); /* the norm, or x and the norm for the load */
+        DCP_TRY(dcp_op_matmul(cmd, &qkv));
         dcp_cmd_barrier(cmd); /* qkv -> bias / Q,K norm / rope_store */
         if (L->bqkv) {
             DCP_TRY(dcp_op_add_rows(cmd, &(dcp_add_rows_args){.y = rs->qkv, .y_stride = rs->qkv4, .b = L->bqkv,
@@ -572,9 +571,7 @@ static dcp_status ffn(dcp_model_state *s, uint32_t l)
         const llama_layer *L = &rw->layers[l];
         llama_rank_state *rs = &ls->r[i];
         dcp_cmd *cmd = dcp_graph_cmd(s, i);
-        DCP_TRY(dcp_graph_norm(s, i, L->ffn_norm));
-        dcp_cmd_barrier(cmd); /* xn (and x += parts) -> gate|up matmul */
-        DCP_TRY(dcp_graph_dense_ffn(s, i, &L->wgu, &L->wdown, rw->f, rs->gu, rs->h));
+        DCP_TRY(dcp_graph_norm_ffn(s, i, L->ffn_norm, &L->wgu, &L->wdown, rw->f, rs->gu, rs->h));
         dcp_cmd_barrier(cmd); /* x (residual) or part -> next layer / all-reduce */
     }
     dcp_graph_norm_done(s);
