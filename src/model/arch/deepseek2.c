@@ -496,11 +496,16 @@ static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const
     const uint32_t T = s->rows, E = c->n_embd, X = c->n_expert, U = c->n_expert_used;
     const uint32_t fe_pad = Lw->w_down_exps.k, fs_pad = Lw->w_down_sh.buf ? Lw->w_down_sh.k : 0;
     const bool shared = sh->fs > 0, acc = dcp_graph_row_parallel_accumulate(s);
+    /* one-part shared gate|up: the SwiGLU in its matmul's store (as dense_ffn); parts: then swiglu */
+    const bool sh_glu = shared && !Lw->w_gu_sh.n_parts && !Lw->w_gu_sh.cols;
     DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->gate_inp, .x = xn, .x_stride = E, .y = rs->logits_r,
                                                   .y_stride = X, .tokens = T}));
-    if (shared) DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->w_gu_sh, .x = xn, .x_stride = E, .y = rs->sgu,
-                                                              .y_stride = 2 * sh->fs, .tokens = T}));
-    dcp_cmd_barrier(cmd); /* router logits -> route; shared gate|up -> swiglu */
+    if (shared)
+        DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->w_gu_sh, .x = xn, .x_stride = E,
+                                                      .y = sh_glu ? rs->sh : rs->sgu,
+                                                      .y_stride = sh_glu ? fs_pad : 2 * sh->fs, .tokens = T,
+                                                      .glu = sh_glu}));
+    dcp_cmd_barrier(cmd); /* router logits -> route; shared gate|up -> swiglu (or shared h -> shared down) */
     dcp_moe_route_args ra;
     dcp_moe_route_args_from_config(c, &ra);
     ra.tokens = T;
@@ -510,7 +515,7 @@ static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const
     ra.ids = rs->rids;
     ra.weights = rs->rw;
     DCP_TRY(dcp_op_moe_route(cmd, &ra));
-    if (shared) DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = rs->sgu, .x_stride = 2 * sh->fs, .y = rs->sh,
+    if (shared && !sh_glu) DCP_TRY(dcp_op_swiglu(cmd, &(dcp_swiglu_args){.x = rs->sgu, .x_stride = 2 * sh->fs, .y = rs->sh,
                                                               .y_stride = fs_pad, .n = sh->fs, .tokens = T}));
     dcp_cmd_barrier(cmd); /* ids -> experts; shared h -> shared down */
     dcp_moe_matmul_args gu = {.w = &Lw->w_gu_exps, .n_expert = X, .rows = 2 * sh->fe, .tokens = T, .n_used = U,
