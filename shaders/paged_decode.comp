@@ -6,10 +6,15 @@
 // final state when the sequence has one chunk (direct), else a partial that lse_merge combines.
 //
 // Work split: the workgroup is cut into clusters of C invocations (C a power of two no larger than
-// the subgroup). A cluster owns one token at a time (token slots: WG / C per workgroup); its lanes
-// split the head dim in quads, hold their quads of the HG queries in registers, and reduce the
-// dot products with subgroup shuffles. Each cluster keeps its own online-softmax state; the slots
-// are merged once at the end of the chunk. No shared memory is touched in the token loop.
+// the subgroup). A cluster (token slot: WG / C per workgroup) owns a run of consecutive tokens of
+// the chunk, its 1 / (WG / C) share, and walks it one token at a time; its lanes split the head
+// dim in quads, hold their quads of the HG queries in registers, and reduce the dot products with
+// subgroup shuffles. Each cluster keeps its own online-softmax state; the slots are merged once at
+// the end of the chunk. No shared memory is touched in the token loop. Consecutive tokens make a
+// cluster read a page's K rows (and its V rows) as one run: lavapipe runs a workgroup's subgroups
+// one after another, and with the slots interleaved (slot s on tokens s, s + WG / C, ...) each
+// subgroup read 2 of a page's 16 rows (8 slots) and the next ones read the rest later: 1.2-3.3x
+// the step at 32K with f16, up to 1.7x with q8_0 (docs/design.md section 6).
 //
 // Page layout (pool of equal pages, split over up to DCP_KV_MAX_SEGMENTS buffers), f16, f32 or q8_0:
 //   page = K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row]; addressing in
@@ -131,27 +136,27 @@ void main()
     const uint page_units = dcp_kv_page_units(p.kv_heads, p.page_size, RU);
     const uint v_off = dcp_kv_half_units(p.kv_heads, p.page_size, RU);
 
-    // Every lane runs the same number of iterations, so the shuffles see the whole subgroup. The
-    // slot's token t advances by TS; its page and offset advance without a division per token.
-    uint t = t0 + slot;
+    // Slot `slot` owns the run of `per` consecutive tokens t0 + slot * per ... of the chunk (the
+    // last runs may be shorter or empty). Every lane runs the same number of iterations, so the
+    // shuffles see the whole subgroup. The token's page is looked up once per page; its offset
+    // advances without a division.
+    const uint n = t1 > t0 ? t1 - t0 : 0u;
+    const uint per = (n + TS - 1u) / TS;
+    uint t = t0 + slot * per;
+    const uint te = min(t + per, t1);
     uint lp = t / p.page_size;
     uint off = t % p.page_size;
     const uint seg_mask = (1u << p.segment_shift) - 1u;
-    for (uint base = t0; base < t1; base += TS) {
-        bool valid = t < t1;
-        uint seg = 0u;
-        uint kq = 0u;
-        if (valid) {
-            uint page = bt[b * p.bt_stride + lp];
-            valid = page < p.total_pages;
-            seg = valid ? page >> p.segment_shift : 0u;
-            kq = (page & seg_mask) * page_units + dcp_kv_row_in_page(kvh, off, p.page_size, RU);
-        }
-        t += TS;
-        off += TS;
-        if (off >= p.page_size) {
-            lp += off / p.page_size;
-            off %= p.page_size;
+    uint page = t < te ? bt[b * p.bt_stride + lp] : p.total_pages; // looked up once per page
+    for (uint it = 0u; it < per; it++) {
+        const bool valid = t < te && page < p.total_pages;
+        const uint seg = valid ? page >> p.segment_shift : 0u;
+        const uint kq = (page & seg_mask) * page_units + dcp_kv_row_in_page(kvh, off, p.page_size, RU);
+        t++;
+        if (++off == p.page_size) {
+            off = 0u;
+            lp++;
+            page = t < te ? bt[b * p.bt_stride + lp] : p.total_pages;
         }
         float s[HG];
         for (uint g = 0u; g < HG; g++) s[g] = 0.0;
