@@ -10,6 +10,7 @@
 #ifndef DCPVK_OPS_H
 #define DCPVK_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dcpvk/export.h"
@@ -97,6 +98,9 @@ typedef struct dcp_matmul_args {
     float norm_eps;         /* with norm: added to the mean square */
 } dcp_matmul_args;
 DCP_API dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a);
+/* Whether dcp_op_matmul can fuse the SwiGLU (glu) into w's product: one part, no column window,
+ * an even row count. Thread-safe (reads w only). */
+DCP_API bool dcp_matmul_can_glu(const dcp_matrix *w);
 
 /* y [tokens][y_stride] = rows ids[0..tokens) of W (embedding lookup), as f32. */
 typedef struct dcp_get_rows_args {

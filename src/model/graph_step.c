@@ -202,7 +202,7 @@ static dcp_status dense_ffn(dcp_model_state *s, uint32_t i, dcp_matmul_args a, c
     dcp_cmd *cmd = dcp_graph_cmd(s, i);
     const uint32_t T = s->rows, E = s->m->cfg.n_embd, f_pad = w_down->k;
     a.tokens = T;
-    if (!a.w->n_parts && !a.w->cols) { /* one dispatch: the SwiGLU in the gate|up matmul's store */
+    if (dcp_matmul_can_glu(a.w)) { /* one dispatch: the SwiGLU in the gate|up matmul's store */
         a.y = h;
         a.y_stride = f_pad;
         a.glu = 1;

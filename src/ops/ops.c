@@ -245,6 +245,8 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
     return dcp_kernel_dispatch(cmd, id, spec, b, &p, ceil_div(n_out, rpw), ceil_div(tokens, spec[2]), 1);
 }
 
+bool dcp_matmul_can_glu(const dcp_matrix *w) { return !w->n_parts && !w->cols && w->rows % 2 == 0; }
+
 /* Whether w or one of its parts has a column window. */
 static bool has_window(const dcp_matrix *w)
 {
@@ -263,7 +265,7 @@ dcp_status dcp_op_matmul(dcp_cmd *cmd, const dcp_matmul_args *a)
                         "matmul %u x %u: x offset %u / stride %u must be multiples of 4 and >= k, y stride %u >= rows",
                         w->rows, w->k, x_offset, x_stride, y_stride);
     const uint32_t n_out = a->glu ? w->rows / 2 : w->rows;
-    if (a->glu && (w->n_parts || w->cols || w->rows % 2 || a->accumulate))
+    if (a->glu && (!dcp_matmul_can_glu(w) || a->accumulate))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT,
                         "matmul %u x %u with SwiGLU: needs one part without a column window, an even row count "
                         "and no accumulate (%u parts, window %u, accumulate %d)", w->rows, w->k, w->n_parts, w->cols,

@@ -497,7 +497,7 @@ static dcp_status ffn_moe(dcp_model_state *s, const dcp_ds2_layer_dev *Lw, const
     const uint32_t fe_pad = Lw->w_down_exps.k, fs_pad = Lw->w_down_sh.buf ? Lw->w_down_sh.k : 0;
     const bool shared = sh->fs > 0, acc = dcp_graph_row_parallel_accumulate(s);
     /* one-part shared gate|up: the SwiGLU in its matmul's store (as dense_ffn); parts: then swiglu */
-    const bool sh_glu = shared && !Lw->w_gu_sh.n_parts && !Lw->w_gu_sh.cols;
+    const bool sh_glu = shared && dcp_matmul_can_glu(&Lw->w_gu_sh);
     DCP_TRY(dcp_op_matmul(cmd, &(dcp_matmul_args){.w = &Lw->gate_inp, .x = xn, .x_stride = E, .y = rs->logits_r,
                                                   .y_stride = X, .tokens = T}));
     if (shared)
