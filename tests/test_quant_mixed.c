@@ -14,7 +14,8 @@
  *   (tests/ref_model.c), the reference's greedy ids and the same ids at every TP.
  * - Slices that cut blocks: a Q4_K_M llama whose row-parallel attn_output / ffn_down slices cut
  *   the 256-weight blocks at TP 2 and 8 (E 256, Q 1024, FFN 1280), at TP 1, 2 and 8: the same
- *   checks, each cut slice held as its covering blocks in the file's type (column windows). */
+ *   checks, each cut slice held as its covering blocks in the file's type (column windows).
+ * - Gate and up of different types (Q4_K, Q8_0) at TP 1, 2 and 4: two parts, matmul then swiglu. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -416,6 +417,36 @@ static void test_q4_k_m_cut_blocks(void **state)
     dcp_test_context_done(ctx);
 }
 
+/* Gate and up of different types: a generated llama whose ffn_up is Q8_0 beside Q4_K ffn_gate
+ * (E 256, FFN 512) at TP 1, 2 and 4: each rank's gate|up is a matrix of two parts, multiplied into
+ * the state's gu and then swiglu (the fused SwiGLU needs one part): the same checks as above. The
+ * states of the other tests (one-part gate|up) hold no gu (llama's rank_needs_gu). */
+static void test_gate_up_types(void **state)
+{
+    (void)state;
+    dcp_context *ctx = dcp_test_context_of(4);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dcp-vk-test-gate-up-types.gguf", dir);
+    dcp_test_model_config mc = DCP_TEST_MODEL_CONFIG_DEFAULT;
+    mc.n_ff = 512;
+    mc.weight_type = DCP_GGML_TYPE_Q4_K;
+    mc.ffn_up_own_type = 1;
+    mc.ffn_up_type = DCP_GGML_TYPE_Q8_0;
+    mc.seed = 1870;
+    DCP_ASSERT_OK(dcp_gguf_make_test_model(path, &mc));
+    dcp_gguf *g;
+    DCP_ASSERT_OK(dcp_gguf_open(path, &g));
+    expect_type(g, "blk.0.ffn_gate.weight", DCP_GGML_TYPE_Q4_K);
+    expect_type(g, "blk.0.ffn_up.weight", DCP_GGML_TYPE_Q8_0);
+    dcp_model_config cfg;
+    DCP_ASSERT_OK(dcp_model_config_read(g, &cfg));
+    static const uint32_t tps[3] = {1, 2, 4};
+    run_tps(ctx, g, &cfg, tps, "gate|up");
+    dcp_gguf_close(g);
+    remove(path);
+    dcp_test_context_done(ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -427,6 +458,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_matmul_of_parts),
         cmocka_unit_test(test_q4_k_m_models),
         cmocka_unit_test(test_q4_k_m_cut_blocks),
+        cmocka_unit_test(test_gate_up_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

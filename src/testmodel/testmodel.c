@@ -191,6 +191,12 @@ static dcp_status check_config(const dcp_test_model_config *c, uint32_t head_dim
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: %s needs n_embd, n_ff and "
                         "n_head*head_dim to be multiples of %u (use a mix such as q4_k_m through "
                         "dcp_gguf_quantize for fallbacks)", dcp_ggml_type_name(c->weight_type), be);
+    if (c->ffn_up_own_type &&
+        (!dcp_ggml_type_supported(c->ffn_up_type) || !dcp_ggml_type_block(c->ffn_up_type, &be, &bb) ||
+         c->n_embd % be || !strcmp(c->arch, "phi3")))
+        return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: ffn_up type %s needs a supported type whose block "
+                        "divides n_embd, and a separate ffn_gate (not phi3)",
+                        dcp_ggml_type_name(c->ffn_up_type) ? dcp_ggml_type_name(c->ffn_up_type) : "?");
     if (!(c->rms_eps > 0.0f) || !(c->rope_base > 0.0f))
         return dcp_fail(DCP_ERR_INVALID_ARGUMENT, "test model: rms_eps and rope_base must be > 0");
     return DCP_OK;
@@ -291,7 +297,8 @@ dcp_status dcp_gguf_build_test_model(const dcp_test_model_config *cfg, dcp_gguf_
             DCP_TRY(add_weight(w, BLK("ffn_up.weight"), wt, 2, c->n_embd, 2ull * c->n_ff, &rng, false));
         } else {
             DCP_TRY(add_weight(w, BLK("ffn_gate.weight"), wt, 2, c->n_embd, c->n_ff, &rng, false));
-            DCP_TRY(add_weight(w, BLK("ffn_up.weight"), wt, 2, c->n_embd, c->n_ff, &rng, false));
+            DCP_TRY(add_weight(w, BLK("ffn_up.weight"), c->ffn_up_own_type ? c->ffn_up_type : wt, 2, c->n_embd,
+                               c->n_ff, &rng, false));
         }
         DCP_TRY(add_weight(w, BLK("ffn_down.weight"), wt, 2, c->n_ff, c->n_embd, &rng, false));
 #undef BLK

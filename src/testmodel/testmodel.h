@@ -31,6 +31,9 @@ typedef struct dcp_test_model_config {
     dcp_ggml_type weight_type;/* matrices (norms stay F32): any type of DCP_GGML_SUPPORTED_LIST whose
                                  block divides n_embd, n_ff and n_head*head_dim. Default F32 */
     uint64_t seed;            /* Default 1234 */
+    int ffn_up_own_type;      /* 1: ffn_up.weight in ffn_up_type instead (llama, qwen2, qwen3: gate
+                                 and up of different types; its block divides n_embd). Default 0 */
+    dcp_ggml_type ffn_up_type;
     /* RoPE scaling and Mistral's window (every llama-family arch): */
     int rope_freqs;           /* 1: write rope_freqs.weight [head_dim/2], Llama 3.x-style factors
                                  rising from 1 (fast pairs) to 8 (slow pairs). Default 0 */

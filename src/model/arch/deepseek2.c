@@ -246,23 +246,39 @@ static dcp_cp_attn_config ds2_attn_config(const dcp_model *m, const dcp_model_st
     return ac;
 }
 
+/* Whether a layer of rank i runs a dense (shared: false) or shared-expert (true) gate|up of two parts
+ * (matmul then swiglu through gu / sgu); a one-part one writes h itself. */
+static bool needs_gu(const dcp_model *m, uint32_t i, bool shared)
+{
+    const ds2_rank *r = &((const ds2_weights *)m->arch)->ranks[i];
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        const dcp_ds2_layer_dev *L = &r->layers[l];
+        if (shared ? L->moe && r->shard.fs > 0 && !dcp_matmul_can_glu(&L->w_gu_sh)
+                   : !L->moe && !dcp_matmul_can_glu(&L->w_gu))
+            return true;
+    }
+    return false;
+}
+
 /* Floats per row of rank i's activations, in the order rank_state_create allocates them (qa, qan,
  * q, kv, cn, Q, olat, lse, o, gu, h, router logits, ids, weights, expert gate/up and h, shared
- * gate/up and h); 0 is allocated as 1 (zbuf). ds2_state_bytes counts the same. */
+ * gate/up and h; gu and the shared gate/up only where a layer needs them, needs_gu); 0 is
+ * allocated as 1 (zbuf). ds2_state_bytes counts the same. */
 enum { DS2_ACTS = 18 };
 static void ds2_act_floats(const dcp_model *m, uint32_t i, uint64_t f[DS2_ACTS])
 {
     const dcp_model_config *c = &m->cfg;
     const dcp_ds2_shard *sh = &((const ds2_weights *)m->arch)->ranks[i].shard;
+    const uint64_t gu = needs_gu(m, i, false) ? 2ull * sh->ff : 0, sgu = needs_gu(m, i, true) ? 2ull * sh->fs : 0;
     const uint64_t R = c->kv_lora_rank, P = c->n_rot, QW = c->head_dim_qk, V = c->head_dim_v_mla,
                    U = c->n_expert_used;
     uint32_t f_pad, fe_pad, fs_pad;
     ffn_widths(m, i, &f_pad, &fe_pad, &fs_pad);
     const uint64_t v[DS2_ACTS] = {c->q_lora_rank,     c->q_lora_rank,  sh->q_heads * QW, R + P,
                                   R,                  sh->q_heads * (R + P), sh->o_heads * R, sh->o_heads,
-                                  (sh->o_heads * V + 3) / 4 * 4, 2ull * sh->ff, f_pad, c->n_expert,
+                                  (sh->o_heads * V + 3) / 4 * 4, gu,    f_pad, c->n_expert,
                                   U,                  U,               U * 2 * sh->fe,   U * fe_pad,
-                                  2ull * sh->fs,      fs_pad};
+                                  sgu,                fs_pad};
     for (int k = 0; k < DS2_ACTS; k++) f[k] = v[k] ? v[k] : 1;
 }
 

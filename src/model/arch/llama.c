@@ -330,13 +330,23 @@ static void llama_state_destroy(dcp_model_state *s)
     s->arch = NULL;
 }
 
-/* Floats per row of a rank's activations: qkv, q, o, lse, gu, h (rank_state_create allocates
- * [max_rows] of each, llama_state_bytes counts them). */
-enum { LLAMA_ACTS = 6 };
-static void rank_act_floats(const llama_rank *rw, uint64_t D, uint64_t f[LLAMA_ACTS])
+/* Whether a layer of the rank needs gu: a gate|up of two parts (gate and up of different types)
+ * runs matmul then swiglu through it; a one-part one writes h itself (dcp_graph_dense_ffn). */
+static bool rank_needs_gu(const llama_rank *rw, uint32_t n_layer)
 {
+    for (uint32_t l = 0; l < n_layer; l++)
+        if (!dcp_matmul_can_glu(&rw->layers[l].wgu)) return true;
+    return false;
+}
+
+/* Floats per row of a rank's activations: qkv, q, o, lse, gu (1 where no layer needs it), h
+ * (rank_state_create allocates [max_rows] of each, llama_state_bytes counts them). */
+enum { LLAMA_ACTS = 6 };
+static void rank_act_floats(const llama_rank *rw, uint64_t D, uint32_t n_layer, uint64_t f[LLAMA_ACTS])
+{
+    const uint64_t gu = rank_needs_gu(rw, n_layer) ? 2ull * rw->f : 0;
     const uint64_t v[LLAMA_ACTS] = {round4((rw->qh + 2 * rw->hkv) * (uint32_t)D), rw->qh * D, rw->hq * D, rw->hq,
-                                    2ull * rw->f, rw->f_pad};
+                                    gu, rw->f_pad};
     for (int k = 0; k < LLAMA_ACTS; k++) f[k] = v[k] ? v[k] : 1;
 }
 
@@ -368,7 +378,7 @@ static dcp_status llama_state_bytes(const dcp_model *m, uint32_t i, const dcp_mo
 {
     const llama_rank *rw = &((const llama_weights *)m->arch)->ranks[i];
     uint64_t f[LLAMA_ACTS];
-    rank_act_floats(rw, m->cfg.head_dim, f);
+    rank_act_floats(rw, m->cfg.head_dim, m->cfg.n_layer, f);
     for (int k = 0; k < LLAMA_ACTS; k++) dcp_graph_count(mem, &mem->activations, f[k] * c->max_rows * 4, "a layer activation");
     if (c->kv_dtype == DCP_DTYPE_Q8_0) {
         dcp_graph_count(mem, &mem->activations, 2ull * rw->hkv * m->cfg.head_dim * c->max_rows * 4, "the q8_0 KV stage");
@@ -411,7 +421,7 @@ static dcp_status rank_state_create(dcp_model_state *s, llama_state *ls, uint32_
     const uint64_t R = s->cfg.max_rows, D = m->cfg.head_dim;
     rs->qkv4 = round4((rw->qh + 2 * rw->hkv) * (uint32_t)D);
     uint64_t f[LLAMA_ACTS];
-    rank_act_floats(rw, D, f);
+    rank_act_floats(rw, D, m->cfg.n_layer, f);
     dcp_buffer **acts[LLAMA_ACTS] = {&rs->qkv, &rs->q, &rs->o, &rs->lse, &rs->gu, &rs->h};
     for (int k = 0; k < LLAMA_ACTS; k++) DCP_TRY(dcp_buffer_create(dev, f[k] * R * 4, DCP_MEMORY_DEVICE, acts[k]));
     /* The padding columns of h meet zero weight columns of ffn_down: keep them 0 (never NaN). */
