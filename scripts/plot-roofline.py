@@ -115,18 +115,24 @@ def frac(x):
     return "-" if x is None else f"{x:.2f}"
 
 
+def matmul_name(p):
+    """A matmul result's row: its weight type, with the fusions of `--fuse` (norm_glu_Q4_K)."""
+    k = p.get("kernel", "")
+    return k[len("matmul_"):] if k.startswith("matmul_") else p.get("type", k)
+
+
 def matmul_table(mine):
-    """Weight types down, batch sizes across: the time and the fraction of the roofline."""
+    """Weight types (and fusions) down, batch sizes across: the time and the fraction of the roofline."""
     batches = list(dict.fromkeys(p["batch"] for p in mine))
     head = "| type | bits/weight | " + " | ".join(f"batch {b}: us | of roofline" for b in batches) + " |"
     rule = "| --- | ---: | " + " | ".join("---: | ---:" for _ in batches) + " |"
     out = [head, rule]
-    for t in dict.fromkeys(p.get("type", p["kernel"]) for p in mine):
+    for t in dict.fromkeys(matmul_name(p) for p in mine):
         cells = []
         for b in batches:
-            q = next((p for p in mine if p.get("type", p["kernel"]) == t and p["batch"] == b), None)
+            q = next((p for p in mine if matmul_name(p) == t and p["batch"] == b), None)
             cells.append(f"{fmt(q.get('measured_us'))} | {frac(q.get('of_roofline'))}" if q else "- | -")
-        bits = next(p.get("bits_per_weight") for p in mine if p.get("type", p["kernel"]) == t)
+        bits = next(p.get("bits_per_weight") for p in mine if matmul_name(p) == t)
         out.append(f"| {t} | {fmt(bits)} | " + " | ".join(cells) + " |")
     return out
 
@@ -200,7 +206,7 @@ def label(p):
     """A short name for a point: the weight type and batch of a matmul, an op and its tokens, an
     attention shape."""
     if p["bench"] == "matmul":
-        return f"{p.get('type', p['kernel'])} b{p.get('batch')}"
+        return f"{matmul_name(p)} b{p.get('batch')}"
     if p["bench"] == "ops":
         return f"{p['kernel']} T{p.get('tokens')}"
     return p["shape"].replace(", batch 1", "")

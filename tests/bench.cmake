@@ -12,6 +12,11 @@ if(TARGET PkgConfig::CJSON)
   dcp_test(test_bench_matmul_json SOURCES test_bench_json.c EXE test_bench_json
            ARGS bench $<TARGET_FILE:dcp-vk-bench> matmul --rows 256 --k 256 --types f16,q8_0,q4_k --batch 1,8 --iters 2 --json
            TIMEOUT 300)
+  # the fused variant the model's gate|up runs at TP 1 (the RMSNorm in the load, the SwiGLU in the store)
+  dcp_test(test_bench_matmul_fused_json EXE test_bench_json
+           ARGS bench $<TARGET_FILE:dcp-vk-bench> matmul --rows 256 --k 256 --types f16,q4_k --batch 1,8 --iters 2
+                --fuse norm+glu --json
+           TIMEOUT 300)
   target_link_libraries(test_bench_json PRIVATE PkgConfig::CJSON)
   add_dependencies(test_bench_json dcp-vk-bench dcp-vk-run)
   dcp_test(test_bench_ops_json EXE test_bench_json

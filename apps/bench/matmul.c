@@ -24,6 +24,7 @@ typedef struct mm_opts {
     dcp_ggml_type types[MAX_TYPES];
     uint32_t batches[MAX_BATCHES];
     int json;
+    int norm, glu; /* --fuse: the RMSNorm in the load, the SwiGLU in the store (as the model runs) */
 } mm_opts;
 
 static const char *const default_types = "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_nl,iq4_xs";
@@ -38,15 +39,39 @@ static void usage(FILE *f)
             "  --batch LIST   token counts, comma-separated, each 1..4096 (default 1,8,32)\n"
             "  --iters N      timed runs per point, the median is reported (default 5, at most %d)\n"
             "  --device I     device index among $DCP_VK_DEVICES / all devices (default 0)\n"
+            "  --fuse F       none, norm, glu or norm+glu: the matmul with the RMSNorm fused into its\n"
+            "                 load and / or the SwiGLU into its store (gate rows then up rows: --rows\n"
+            "                 even, y rows / 2 wide), as the model's Q|K|V and gate|up run at TP 1\n"
+            "                 (default none)\n"
             "  --json         one JSON object instead of the table\n"
             "Weights are seeded uniform values in [-1, 1) quantized by the reference quantizers.\n"
             "read GB/s = the matrix's device bytes / the time of one matmul of B tokens (a workgroup\n"
             "reads its weights once per %d tokens); 'of yardstick' = that rate / the 16-byte\n"
             "streaming-read shader's rate on the same device; 'vs F16' = that fraction / F16's.\n"
             "roofline = max(bytes / read rate, FLOPs / FMA rate) with bytes = matrix + x + y (f32) and\n"
-            "FLOPs = 2 rows k per token (dequantization not counted); 'of roofline' = roofline / time.\n"
+            "FLOPs = 2 rows k per token (dequantization not counted); with the norm bytes count its k\n"
+            "weights too and FLOPs 3 k per token more; 'of roofline' = roofline / time.\n"
             "The yardsticks are sampled before every timed matmul; each point uses its own samples.\n",
             default_types, MAX_ITERS, DCP_MATMUL_TOKENS);
+}
+
+static int parse_fuse(const char *p, const char *v, mm_opts *o)
+{
+    static const char *const names[4] = {"none", "norm", "glu", "norm+glu"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(v, names[i]) == 0) {
+            o->norm = i & 1;
+            o->glu = i >> 1;
+            return 1;
+        }
+    fprintf(stderr, "%s: --fuse: '%s' is not a fusion (allowed: none, norm, glu, norm+glu)\n", p, v);
+    return 0;
+}
+
+/* The kernel's name in the results: matmul[_norm][_glu]_<type>. */
+static void kernel_name(const mm_opts *o, dcp_ggml_type t, char *out, size_t n)
+{
+    snprintf(out, n, "matmul%s%s_%s", o->norm ? "_norm" : "", o->glu ? "_glu" : "", dcp_ggml_type_name(t));
 }
 
 static int parse_types(const char *p, const char *v, mm_opts *o)
@@ -87,11 +112,14 @@ typedef struct mm_point {
     dcp_bench_roofline roof;
 } mm_point;
 
-/* One matmul of B tokens in a command of its own; its time into *ns. */
-static dcp_status run_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, dcp_buffer *y, uint32_t B, double *ns)
+/* One matmul of B tokens in a command of its own (nw: the norm's weights with --fuse norm, else
+ * NULL); its time into *ns. */
+static dcp_status run_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, dcp_buffer *y, dcp_buffer *nw, int glu,
+                             uint32_t B, double *ns)
 {
     uint32_t t0, t1;
-    const dcp_matmul_args args = {.w = m, .x = x, .x_stride = m->k, .y = y, .y_stride = m->rows, .tokens = B};
+    const dcp_matmul_args args = {.w = m, .x = x, .x_stride = m->k, .y = y, .y_stride = glu ? m->rows / 2 : m->rows,
+                                  .tokens = B, .glu = glu, .norm = nw, .norm_eps = 1e-5f};
     dcp_status st = dcp_cmd_reset(cmd);
     if (st == DCP_OK) st = dcp_cmd_timestamp(cmd, &t0);
     if (st == DCP_OK) st = dcp_op_matmul(cmd, &args);
@@ -104,14 +132,14 @@ static dcp_status run_matmul(dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x, d
 /* One warm-up, then `iters` times a ruler sample and a timed matmul: the median time into pt->ns,
  * the medians of those samples into pt->ys. Returns DCP_OK, or the failure (the ruler's printed). */
 static dcp_status time_matmul(dcp_bench_ruler *ruler, dcp_cmd *cmd, const dcp_matrix *m, dcp_buffer *x,
-                              dcp_buffer *y, uint32_t B, uint32_t iters, mm_point *pt)
+                              dcp_buffer *y, dcp_buffer *nw, int glu, uint32_t B, uint32_t iters, mm_point *pt)
 {
     double t[MAX_ITERS], warm;
     int first = dcp_bench_ruler_count(ruler);
-    dcp_status st = run_matmul(cmd, m, x, y, B, &warm);
+    dcp_status st = run_matmul(cmd, m, x, y, nw, glu, B, &warm);
     for (uint32_t i = 0; st == DCP_OK && i < iters; i++) {
         if (dcp_bench_ruler_sample(ruler)) return DCP_ERR_VULKAN;
-        st = run_matmul(cmd, m, x, y, B, &t[i]);
+        st = run_matmul(cmd, m, x, y, nw, glu, B, &t[i]);
     }
     if (st != DCP_OK) return st;
     pt->ns = dcp_bench_median(t, (int)iters);
@@ -129,7 +157,7 @@ static double bits_per_weight(dcp_ggml_type t)
 int dcp_bench_matmul(int argc, char **argv)
 {
     const char *p = "dcp-vk-bench matmul";
-    mm_opts o = {4096, 4096, 5, 0, 0, 0, {DCP_GGML_TYPE_F32}, {1}, 0};
+    mm_opts o = {4096, 4096, 5, 0, 0, 0, {DCP_GGML_TYPE_F32}, {1}, 0, 0, 0};
     parse_types(p, default_types, &o);
     o.nbatches = 3;
     o.batches[0] = 1;
@@ -147,6 +175,7 @@ int dcp_bench_matmul(int argc, char **argv)
         else if (strcmp(a, "--device") == 0) ok = (v = dcp_cli_value(p, argc, argv, &i)) && dcp_cli_u32(p, a, v, 0, 1023, &o.device);
         else if (strcmp(a, "--types") == 0) ok = (v = dcp_cli_value(p, argc, argv, &i)) && parse_types(p, v, &o);
         else if (strcmp(a, "--batch") == 0) ok = (v = dcp_cli_value(p, argc, argv, &i)) && parse_batches(p, v, &o);
+        else if (strcmp(a, "--fuse") == 0) ok = (v = dcp_cli_value(p, argc, argv, &i)) && parse_fuse(p, v, &o);
         else if (strcmp(a, "--json") == 0) o.json = 1;
         else {
             fprintf(stderr, "%s: unknown option '%s' (see --help)\n", p, a);
@@ -158,6 +187,10 @@ int dcp_bench_matmul(int argc, char **argv)
         fprintf(stderr, "%s: --k %u is not a multiple of 256 (the k-quant super-block)\n", p, o.k);
         return DCP_EXIT_USAGE;
     }
+    if (o.glu && o.rows % 2) {
+        fprintf(stderr, "%s: --fuse glu needs an even --rows (gate rows then up rows), not %u\n", p, o.rows);
+        return DCP_EXIT_USAGE;
+    }
     uint32_t bmax = 0;
     for (uint32_t b = 0; b < o.nbatches; b++)
         if (o.batches[b] > bmax) bmax = o.batches[b];
@@ -166,7 +199,7 @@ int dcp_bench_matmul(int argc, char **argv)
     dcp_context *ctx = NULL;
     dcp_bench_ruler *ruler = NULL;
     dcp_cmd *cmd = NULL;
-    dcp_buffer *x = NULL, *y = NULL;
+    dcp_buffer *x = NULL, *y = NULL, *nw = NULL;
     float *w = NULL, *xs = NULL;
     uint8_t *raw = NULL;
     mm_point *pts = calloc((size_t)o.ntypes * o.nbatches, sizeof *pts);
@@ -194,6 +227,11 @@ int dcp_bench_matmul(int argc, char **argv)
     st = dcp_buffer_create(dev, (uint64_t)bmax * o.k * 4, DCP_MEMORY_DEVICE, &x);
     if (st == DCP_OK) st = dcp_buffer_upload(x, 0, xs, (uint64_t)bmax * o.k * 4);
     if (st == DCP_OK) st = dcp_buffer_create(dev, (uint64_t)bmax * o.rows * 4, DCP_MEMORY_DEVICE, &y);
+    if (st == DCP_OK && o.norm) { /* the norm's weights: near 1, as trained models' */
+        for (uint32_t i = 0; i < o.k; i++) xs[i] = 1.0f + (float)((i * 40503u) % 200) * 1e-3f - 0.1f;
+        st = dcp_buffer_create(dev, (uint64_t)o.k * 4, DCP_MEMORY_DEVICE, &nw);
+        if (st == DCP_OK) st = dcp_buffer_upload(nw, 0, xs, (uint64_t)o.k * 4);
+    }
     if (st == DCP_OK) st = dcp_cmd_create(dev, &cmd);
     for (uint32_t ti = 0; st == DCP_OK && ti < o.ntypes; ti++) {
         dcp_matrix m;
@@ -207,13 +245,14 @@ int dcp_bench_matmul(int argc, char **argv)
             pt->type = o.types[ti];
             pt->batch = o.batches[b];
             pt->bytes = dcp_buffer_size(m.buf);
-            st = time_matmul(ruler, cmd, &m, x, y, o.batches[b], o.iters, pt);
+            st = time_matmul(ruler, cmd, &m, x, y, nw, o.glu, o.batches[b], o.iters, pt);
             if (st != DCP_OK) break;
             pt->bps = pt->ns > 0 ? (double)pt->bytes / (pt->ns * 1e-9) : 0.0;
             pt->fraction = pt->bps / pt->ys.stream_read_bps;
-            double io = 4.0 * o.batches[b] * ((double)o.k + o.rows); /* x in, y out (f32) */
-            pt->roof = dcp_bench_roofline_of(&pt->ys, (double)pt->bytes + io,
-                                             2.0 * o.batches[b] * (double)o.rows * o.k, pt->ns);
+            const double B = o.batches[b], out = o.glu ? o.rows / 2 : o.rows;
+            const double io = 4.0 * B * ((double)o.k + out) + (o.norm ? 4.0 * o.k : 0.0); /* x in, y out, nw */
+            const double flops = 2.0 * B * (double)o.rows * o.k + (o.norm ? 3.0 * B * o.k : 0.0);
+            pt->roof = dcp_bench_roofline_of(&pt->ys, (double)pt->bytes + io, flops, pt->ns);
         }
         dcp_matrix_destroy(&m);
     }
@@ -230,17 +269,20 @@ int dcp_bench_matmul(int argc, char **argv)
     if (o.json) {
         printf("{\"bench\": \"matmul\", \"device\": ");
         dcp_cli_json_string(stdout, info->name, strlen(info->name));
-        printf(", \"rows\": %u, \"k\": %u, \"iters\": %u, \"tokens_per_workgroup\": %d,\n \"yardsticks\": ",
-               o.rows, o.k, o.iters, DCP_MATMUL_TOKENS);
+        printf(", \"rows\": %u, \"k\": %u, \"iters\": %u, \"tokens_per_workgroup\": %d, \"norm\": %s, "
+               "\"glu\": %s,\n \"yardsticks\": ",
+               o.rows, o.k, o.iters, DCP_MATMUL_TOKENS, o.norm ? "true" : "false", o.glu ? "true" : "false");
         dcp_bench_yardsticks_json(stdout, &ys);
         printf(",\n \"results\": [");
         for (uint32_t i = 0; i < o.ntypes * o.nbatches; i++) {
             const mm_point *pt = &pts[i];
             double f16 = f16_fraction[i % o.nbatches];
-            printf("%s\n  {\"kernel\": \"matmul_%s\", \"type\": \"%s\", \"bits_per_weight\": %.4g, "
+            char kernel[64];
+            kernel_name(&o, pt->type, kernel, sizeof kernel);
+            printf("%s\n  {\"kernel\": \"%s\", \"type\": \"%s\", \"bits_per_weight\": %.4g, "
                    "\"device_bytes\": %llu, \"batch\": %u, \"us\": %.3f, \"weight_read_gbps\": %.3f, "
                    "\"weights_per_s\": %.4g, \"of_yardstick\": %.4f, \"vs_f16\": ",
-                   i ? "," : "", dcp_ggml_type_name(pt->type), dcp_ggml_type_name(pt->type), bits_per_weight(pt->type),
+                   i ? "," : "", kernel, dcp_ggml_type_name(pt->type), bits_per_weight(pt->type),
                    (unsigned long long)pt->bytes, pt->batch, pt->ns * 1e-3, pt->bps * 1e-9,
                    (double)n / (pt->ns * 1e-9), pt->fraction);
             if (f16 > 0) printf("%.4f, ", pt->fraction / f16);
@@ -250,7 +292,8 @@ int dcp_bench_matmul(int argc, char **argv)
         }
         printf("\n ]}\n");
     } else {
-        printf("matmul %u x %u on %s\n", o.rows, o.k, info->name);
+        printf("matmul %u x %u%s%s on %s\n", o.rows, o.k, o.norm ? ", RMSNorm in the load" : "",
+               o.glu ? ", SwiGLU in the store" : "", info->name);
         dcp_bench_yardsticks_text(stdout, info->name, &ys);
         printf("%-6s %6s %10s %6s %11s %10s %13s %7s %9s %12s %5s %12s\n", "type", "bits/w", "MiB", "batch", "us",
                "read GB/s", "of yardstick", "vs F16", "GFLOP/s", "roofline us", "bound", "of roofline");
@@ -271,6 +314,7 @@ out:
     dcp_cmd_destroy(cmd);
     dcp_buffer_destroy(x);
     dcp_buffer_destroy(y);
+    dcp_buffer_destroy(nw);
     dcp_context_destroy(ctx);
     free(pts);
     free(w);
