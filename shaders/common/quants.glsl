@@ -211,13 +211,13 @@ void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 // their offset, as f32; the elements at vec4 indices w_group_x4(u, g)..) and sc = (scale, min):
 // sum over the group of w * x = sc.x * sum(q * x) - sc.y * sum(x) (sc.y only for W_UNIT_MIN
 // types), the scale applied once per group and token.
-#if defined(W_Q4_1) || defined(W_Q5_1) || defined(W_Q2_K) || defined(W_Q4_K) || defined(W_Q5_K)
+#if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_1) || defined(W_Q2_K) || defined(W_Q4_K) || defined(W_Q5_K)
 #define W_UNIT_MIN 1
 #endif
 #define W_GROUP_SCALED 1 // the group's scale sc.x multiplies its sum
 
 #if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1)
-struct w_raw { uvec4 q; uint qh; vec2 dm; };   // dm: (d, m); Q4_0 / Q5_0 (d, 0)
+struct w_raw { uvec4 q; uint qh; vec2 dm; };   // dm: (d, m); Q4_0 (d, -8 d), Q5_0 (d, 0)
 void w_unit_load(uint row, uint u, uint k, out w_raw r)
 {
     const uint bi = row * (k / 32u) + u;
@@ -229,7 +229,10 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
     r.qh = w[o];
     r.q = uvec4(w[o + 1u], w[o + 2u], w[o + 3u], w[o + 4u]);
 #endif
-#if defined(W_Q4_0) || defined(W_Q5_0)
+#if defined(W_Q4_0)
+    const float d = q_d(bi);
+    r.dm = vec2(d, -8.0 * d);                     // w = d (q - 8): the offset as the group's min
+#elif defined(W_Q5_0)
     r.dm = vec2(q_d(bi), 0.0);
 #else
     r.dm = q_dm(bi);
@@ -242,9 +245,7 @@ void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 #if defined(W_Q5_0) || defined(W_Q5_1)
         a += 16.0 * q_bits4(r.qh, 16u * g + 4u * i);
 #endif
-#if defined(W_Q4_0)
-        a -= 8.0;
-#elif defined(W_Q5_0)
+#if defined(W_Q5_0)
         a -= 16.0;
 #endif
         q[i] = a;
