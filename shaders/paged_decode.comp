@@ -20,8 +20,9 @@
 //   page = K[kv_heads][page_size][row] followed by V[kv_heads][page_size][row]; addressing in
 //   shaders/common/kv_pool.glsl, in units of one load here (f32, f16), or of 32-bit words for q8_0
 //   (KV_Q8), whose rows are D int8 values then the f16 scales of the blocks of 32
-//   (src/kernels/kv_params.h): a unit of 8 values is two words of values and is dequantized in
-//   registers with its block's scale (value = d * q).
+//   (src/kernels/kv_params.h): a unit of 8 values is two words of values, whose quants enter the
+//   products as f32 with the block's scale applied once per unit and head (d (q . k), (p d) v);
+//   a lane's units are adjacent, so one scale load serves them where they share a block.
 // Work per invocation is bounded by chunk_tokens (lavapipe on Mesa 22 ends loops after 65,535
 // iterations per invocation; GPUs kill long dispatches).
 #extension GL_GOOGLE_include_directive : require
@@ -52,6 +53,14 @@ const uint RU = DU;                  // addressing units per stored row: the loa
 #endif
 const uint UPL = (DU + C - 1u) / C;  // units per lane
 const uint TS = WG / C;              // token slots per workgroup
+#ifdef KV_Q8
+// q8_0: a lane's units are adjacent (k UPL + i), so where UPL divides the 4 units of a block of
+// 32 they share one block and its scale is loaded once per row.
+const bool ONE_BLOCK = 4u % UPL == 0u;
+uint lane_unit(uint k, uint i) { return k * UPL + i; }
+#else
+uint lane_unit(uint k, uint i) { return k + i * C; } // lanes interleaved: a cluster's loads adjacent
+#endif
 
 layout(push_constant) uniform PC { dcp_paged_decode_params p; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };          // [batch][Hq][D/4] f32
@@ -67,14 +76,16 @@ vec4 unpack_q8(uint w)
     const int s = int(w);
     return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
 }
+// The scale of block blk (4 units of 8 values) of the row.
+float q8_scale(uint seg, uint row, uint blk)
+{
+    return unpackHalf2x16(kv[DCP_KV_SEG(seg)].data[row + DQ + blk / 2u])[blk & 1u];
+}
+// Unit u's 8 quants as f32, unscaled: the caller multiplies by its block's scale once per unit.
 void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
 {
-    const uint w0 = kv[DCP_KV_SEG(seg)].data[row + 2u * u];
-    const uint w1 = kv[DCP_KV_SEG(seg)].data[row + 2u * u + 1u];
-    const uint blk = u / 4u; // 4 units of 8 values per block of 32
-    const float d = unpackHalf2x16(kv[DCP_KV_SEG(seg)].data[row + DQ + blk / 2u])[blk & 1u];
-    v[0] = d * unpack_q8(w0);
-    v[1] = d * unpack_q8(w1);
+    v[0] = unpack_q8(kv[DCP_KV_SEG(seg)].data[row + 2u * u]);
+    v[1] = unpack_q8(kv[DCP_KV_SEG(seg)].data[row + 2u * u + 1u]);
 }
 #elif defined(KV_F16) && defined(KV_X8)
 layout(std430, binding = 5) readonly buffer KV { uvec4 data[]; } kv[DCP_KV_ARRAY];
@@ -93,7 +104,10 @@ void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
 }
 #else
 layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
-void load_unit(uint seg, uint row, uint u, out vec4 v[NV4]) { v[0] = kv[DCP_KV_SEG(seg)].data[row + u]; }
+void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
+{
+    v[0] = kv[DCP_KV_SEG(seg)].data[row + u];
+}
 #endif
 
 shared float slot_m[TS];        // per-slot running max of one head
@@ -115,7 +129,7 @@ void main()
     const uint t0 = chunk * p.chunk_tokens;
     const uint t1 = min(t0 + p.chunk_tokens, len);
 
-    // This lane's units of the HG (pre-scaled) queries: unit u = k + i * C holds quads
+    // This lane's units of the HG (pre-scaled) queries: unit u = lane_unit(k, i) holds quads
     // u * NV4 .. u * NV4 + NV4 - 1 of the row.
     const uint R = UPL * NV4; // vec4 registers per head
     vec4 qr[HG * R];
@@ -125,7 +139,7 @@ void main()
     for (uint g = 0u; g < HG; g++) {
         for (uint i = 0u; i < UPL; i++)
             for (uint j = 0u; j < NV4; j++) {
-                uint u = k + i * C;
+                uint u = lane_unit(k, i);
                 uint qd = u * NV4 + j;
                 qr[g * R + i * NV4 + j] = u < DU ? q[(b * p.q_heads + hq0 + g) * DQ + qd] * p.scale : vec4(0.0);
                 acc[g * R + i * NV4 + j] = vec4(0.0);
@@ -161,13 +175,25 @@ void main()
         float s[HG];
         for (uint g = 0u; g < HG; g++) s[g] = 0.0;
         if (valid) {
+#ifdef KV_Q8
+            const float d1 = ONE_BLOCK && k * UPL < DU ? q8_scale(seg, kq, k * UPL / 4u) : 0.0;
+#endif
             for (uint i = 0u; i < UPL; i++) {
-                uint u = k + i * C;
+                uint u = lane_unit(k, i);
                 if (u < DU) {
                     vec4 kk[NV4];
                     load_unit(seg, kq, u, kk);
+#ifdef KV_Q8
+                    const float d = ONE_BLOCK ? d1 : q8_scale(seg, kq, u / 4u);
+                    for (uint g = 0u; g < HG; g++) {
+                        float su = 0.0;
+                        for (uint j = 0u; j < NV4; j++) su += dot(qr[g * R + i * NV4 + j], kk[j]);
+                        s[g] += d * su;
+                    }
+#else
                     for (uint g = 0u; g < HG; g++)
                         for (uint j = 0u; j < NV4; j++) s[g] += dot(qr[g * R + i * NV4 + j], kk[j]);
+#endif
                 }
             }
         }
@@ -185,13 +211,24 @@ void main()
                 pr[g] = exp(s[g] - m[g]);
                 l[g] += pr[g];
             }
+#ifdef KV_Q8
+            const float d1 = ONE_BLOCK && k * UPL < DU ? q8_scale(seg, kq + v_off, k * UPL / 4u) : 0.0;
+#endif
             for (uint i = 0u; i < UPL; i++) {
-                uint u = k + i * C;
+                uint u = lane_unit(k, i);
                 if (u < DU) {
                     vec4 v[NV4];
                     load_unit(seg, kq + v_off, u, v);
+#ifdef KV_Q8
+                    const float d = ONE_BLOCK ? d1 : q8_scale(seg, kq + v_off, u / 4u);
+                    for (uint g = 0u; g < HG; g++) {
+                        const float w = pr[g] * d;
+                        for (uint j = 0u; j < NV4; j++) acc[g * R + i * NV4 + j] += w * v[j];
+                    }
+#else
                     for (uint g = 0u; g < HG; g++)
                         for (uint j = 0u; j < NV4; j++) acc[g * R + i * NV4 + j] += pr[g] * v[j];
+#endif
                 }
             }
         }
@@ -201,7 +238,7 @@ void main()
     for (uint g = 0u; g < HG; g++) {
         for (uint i = 0u; i < UPL; i++)
             for (uint j = 0u; j < NV4; j++) {
-                uint u = k + i * C;
+                uint u = lane_unit(k, i);
                 if (u < DU) slot_o[slot * DQ + u * NV4 + j] = acc[g * R + i * NV4 + j];
             }
         if (k == 0u) {

@@ -160,15 +160,17 @@ static const dcp_dtype dtypes[3] = {DCP_DTYPE_F32, DCP_DTYPE_F16, DCP_DTYPE_Q8_0
  * the same bytes, so the bound is the one of f32 and f16 (the dequantized values are exact in f32). */
 static void test_shapes(void **state)
 {
-    static const uint32_t dims[] = {8, 64, 128, 256, 32, 96};
+    static const uint32_t dims[] = {8, 64, 128, 256, 32, 96, 192};
     static const uint32_t groups[] = {1, 2, 4, 8};
     static const uint32_t lengths[] = {17, 0, 1000};
     uint64_t seed = 1;
     for (int t = 0; t < 3; t++)
-        for (size_t d = 0; d < 6; d++)
+        for (size_t d = 0; d < 7; d++)
             for (size_t g = 0; g < 4; g++) {
-                const bool q8_dim = dims[d] == 32 || dims[d] == 96 || dims[d] == 128;
-                if (t == 2 ? !q8_dim : (dims[d] == 32 || dims[d] == 96)) continue;
+                /* q8_0 lanes hold adjacent units of 8 values: 96, 128 (2 a lane at 8 lanes) and
+                 * 256 (4) keep a lane in one block of 32, 192 (3) straddles blocks */
+                const bool q8_dim = dims[d] % 32 == 0;
+                if (t == 2 ? !q8_dim : (dims[d] == 32 || dims[d] == 96 || dims[d] == 192)) continue;
                 decode_case c = {3, 2 * groups[g], 2, dims[d], 16, dtypes[t], lengths, 0};
                 run_case(*state, &c, seed++);
             }
