@@ -3,8 +3,9 @@
 // prefill: many). W [n_out][k] in one of the weight dtypes of weights.glsl; x, y f32; the rows go
 // to y's columns [y_offset, y_offset + n_out) (a part of a matrix of parts: one dispatch a part).
 // One subgroup per R output rows (spec constant, DCP_MATMUL_SUBGROUP_ROWS on GPUs, more where
-// the device is a CPU, see ops.c): its lanes split the rows in units (a quad, or for the
-// block-quantized types 32 or 64 weights), each lane loads a unit of each of the R rows once
+// the device is a CPU, see ops.c): its lanes split the rows in units (a quad of F32, F16, BF16;
+// a block of 32 of Q8_0; 32 or 64 weights of the other block types), each lane loads a unit of
+// each of the R rows once
 // (w_unit_load, 16-byte loads where the layout allows) and then, group by group, decodes the R
 // rows' groups (w_unit_group: integer quants as f32 and the group's scale), loads the x vectors
 // once for the R rows and adds each row's group dot product, the scale applied once per group and

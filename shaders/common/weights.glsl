@@ -6,7 +6,8 @@
 // Every type also reads a row in units of W_UNIT_GROUPS groups (what matmul and get_rows use):
 // w_units(k) units per row; w_group(row, u, g, k, wv) puts group g of unit u in
 // wv[W_GROUP_VEC4], the elements at vec4 indices w_group_x4(u, g) .. + W_GROUP_VEC4 - 1 of the
-// row. Here a unit is one group of one w4 quad; quants.glsl defines larger ones.
+// row. Here a unit is one group of one w4 quad (F32, F16, BF16) or a Q8_0 block of 32 in two
+// groups of 16; quants.glsl defines the other block types' units.
 // With W_UNIT_DOT defined (matmul), also w_unit_load / w_unit_group: a unit loaded once into a
 // struct w_raw, then decoded group by group (quants.glsl).
 //   W_F32  [rows][k] f32;  W_F16 [rows][k] IEEE half, 2 per word (element 2j in the low half);
@@ -46,7 +47,40 @@ vec4 w4(uint row, uint q, uint k)
     defined(W_IQ4_XS)
 #define W_GROUP_VEC4 4
 #include "quants.glsl"
-#elif defined(W_F32) || defined(W_F16) || defined(W_BF16) || defined(W_Q8_0)
+#elif defined(W_Q8_0)
+// A unit is one block of 32 (8 quant words, 32-byte aligned as k is a multiple of 32, and its
+// scale): group g = weights 16g .. 16g + 15.
+#define W_GROUP_VEC4 4
+#define W_UNIT_GROUPS 2
+uint w_units(uint k) { return k / 32u; }
+uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
+void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
+{
+    for (uint i = 0u; i < 4u; i++) wv[i] = w4(row, w_group_x4(u, g) + i, k);
+}
+#ifdef W_UNIT_DOT
+#define W_GROUP_SCALED 1 // the block's scale sc.x multiplies each group's sum
+vec4 q8_unpack(uint v)
+{
+    const int s = int(v);
+    return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
+}
+struct w_raw { uvec4 q[2]; float d; };
+void w_unit_load(uint row, uint u, uint k, out w_raw r)
+{
+    const uint b = row * (k / 32u) + u; // block: quant words 8 b .. 8 b + 7 of the matrix
+    r.q[0] = wq4[2u * b];
+    r.q[1] = wq4[2u * b + 1u];
+    r.d = uintBitsToFloat(w[wscale_offset + b]);
+}
+void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
+{
+    const uvec4 v = g == 0u ? r.q[0] : r.q[1];
+    [[unroll]] for (uint i = 0u; i < 4u; i++) q[i] = q8_unpack(v[i]);
+    sc = vec2(r.d, 0.0);
+}
+#endif
+#elif defined(W_F32) || defined(W_F16) || defined(W_BF16)
 #define W_UNIT_GROUPS 1
 #define W_GROUP_VEC4 1
 uint w_units(uint k) { return k / 4u; }
