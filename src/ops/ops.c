@@ -202,11 +202,14 @@ static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1)
  * always at one token, and at several tokens (TB accumulators per row) for all types but six.
  * Q4_0, Q5_0, Q5_1, Q5_K, IQ4_NL and IQ4_XS ran 0.85-0.97x as fast with 8 rows at batch 8 and 32,
  * the others 1.1-1.4x (dcp-vk-bench matmul --rows 2048 --k 2048 --batch 8,32, one run each on
- * lavapipe; docs/design.md section 10): measured, not derived. GPUs keep 4 rows. The sums do not
+ * lavapipe; docs/design.md section 10): measured, not derived. Q6_K takes 16 at every batch
+ * (4096 x 4096, 16 against 8 alternated four times: 1.22x at batch 1, 1.18x at batch 8), where
+ * F16, Q8_0, Q4_0 and Q4_K ran 0.4-0.9x as fast with 16. GPUs keep 4 rows. The sums do not
  * depend on it (same lanes, same order). */
 static uint32_t matmul_subgroup_rows(const dcp_device_info *info, dcp_ggml_type type, uint32_t tokens)
 {
     if (!info->type || strcmp(info->type, "cpu") != 0) return DCP_MATMUL_SUBGROUP_ROWS;
+    if (type == DCP_GGML_TYPE_Q6_K) return DCP_MATMUL_SUBGROUP_ROWS_CPU_Q6_K;
     if (tokens == 1) return DCP_MATMUL_SUBGROUP_ROWS_CPU;
     switch (type) {
     case DCP_GGML_TYPE_Q4_0:
