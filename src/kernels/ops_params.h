@@ -14,8 +14,8 @@
 #endif
 /* The same on a CPU device (lavapipe: lanes load one at a time, so sharing x over more rows pays). */
 #define DCP_MATMUL_SUBGROUP_ROWS_CPU 8
-/* Q6_K on a CPU device: 16 (measured, src/ops/ops.c matmul_subgroup_rows). */
-#define DCP_MATMUL_SUBGROUP_ROWS_CPU_Q6_K 16
+/* ... and for the types that share x over 16 rows there (src/ops/ops.c matmul_subgroup_rows). */
+#define DCP_MATMUL_SUBGROUP_ROWS_CPU_WIDE 16
 
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
  * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS (_CPU) output rows,

@@ -197,27 +197,27 @@ dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_ty
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
 /* Rows per subgroup of a matmul of `tokens` tokens over `type` on a device of `info`: each x load
- * is shared by that many rows. A CPU device (lavapipe) runs a subgroup as the SIMD lanes of one
- * core and loads a lane at a time, so x loads cost as much as weight loads there, and 8 rows beat 4:
- * always at one token, and at several tokens (TB accumulators per row) for all types but six.
- * Q4_0, Q5_0, Q5_1, Q5_K, IQ4_NL and IQ4_XS ran 0.85-0.97x as fast with 8 rows at batch 8 and 32,
- * the others 1.1-1.4x (dcp-vk-bench matmul --rows 2048 --k 2048 --batch 8,32, one run each on
- * lavapipe; docs/design.md section 10): measured, not derived. Q6_K takes 16 at every batch
- * (4096 x 4096, 16 against 8 alternated four times: 1.22x at batch 1, 1.18x at batch 8), where
- * F16, Q8_0, Q4_0 and Q4_K ran 0.4-0.9x as fast with 16. GPUs keep 4 rows. The sums do not
- * depend on it (same lanes, same order). */
+ * is shared by that many rows. GPUs take 4. A CPU device (lavapipe) runs a subgroup as the SIMD
+ * lanes of one core and loads a lane at a time, so x loads cost as much as weight loads there and
+ * sharing them over more rows pays, until a type's unit decode no longer fits the registers: the
+ * rows are per type and batch, measured, not derived (dcp-vk-bench matmul --rows 4096 --k 4096
+ * on lavapipe, 4, 8 and 16 alternated in one window, twice; docs/design.md section 10):
+ *   one token: 4 for Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL, IQ4_XS (1.05-1.9x their time at 8), 16 for
+ *   Q6_K (1.22x), 8 for the others (4 or 16: 0.4-0.95x);
+ *   several tokens: 4 for Q5_0, Q5_1, Q5_K, IQ4_NL, IQ4_XS, 16 for Q6_K and Q3_K (1.18-1.2x at
+ *   batch 8 and 32), 8 for the others (Q4_0 too since it sums its offset as a min: 1.25x).
+ * The sums do not depend on it (same lanes, same order). */
 static uint32_t matmul_subgroup_rows(const dcp_device_info *info, dcp_ggml_type type, uint32_t tokens)
 {
     if (!info->type || strcmp(info->type, "cpu") != 0) return DCP_MATMUL_SUBGROUP_ROWS;
-    if (type == DCP_GGML_TYPE_Q6_K) return DCP_MATMUL_SUBGROUP_ROWS_CPU_Q6_K;
-    if (tokens == 1) return DCP_MATMUL_SUBGROUP_ROWS_CPU;
     switch (type) {
-    case DCP_GGML_TYPE_Q4_0:
     case DCP_GGML_TYPE_Q5_0:
     case DCP_GGML_TYPE_Q5_1:
     case DCP_GGML_TYPE_Q5_K:
     case DCP_GGML_TYPE_IQ4_NL:
     case DCP_GGML_TYPE_IQ4_XS: return DCP_MATMUL_SUBGROUP_ROWS;
+    case DCP_GGML_TYPE_Q3_K: return tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS : DCP_MATMUL_SUBGROUP_ROWS_CPU_WIDE;
+    case DCP_GGML_TYPE_Q6_K: return DCP_MATMUL_SUBGROUP_ROWS_CPU_WIDE;
     default: return DCP_MATMUL_SUBGROUP_ROWS_CPU;
     }
 }
