@@ -202,8 +202,8 @@ static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1)
  * sharing them over more rows pays, until a type's unit decode no longer fits the registers: the
  * rows are per type and batch, measured, not derived (dcp-vk-bench matmul --rows 4096 --k 4096
  * on lavapipe, 4, 8 and 16 alternated in one window, twice; docs/design.md section 10):
- *   one token: 4 for Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL, IQ4_XS (1.05-1.9x their time at 8), 16 for
- *   Q6_K (1.22x), 8 for the others (4 or 16: 0.4-0.95x);
+ *   one token: 4 for F32, Q5_0, Q5_1, Q5_K, Q3_K, IQ4_NL, IQ4_XS (1.05-1.9x their time at 8),
+ *   16 for Q6_K (1.22x), 8 for the others (4 or 16: 0.4-0.95x);
  *   several tokens: 4 for Q5_0, Q5_1, Q5_K, IQ4_NL, IQ4_XS, 16 for Q6_K and Q3_K (1.18-1.2x at
  *   batch 8 and 32), 8 for the others (Q4_0 too since it sums its offset as a min: 1.25x).
  * The sums do not depend on it (same lanes, same order). */
@@ -216,6 +216,7 @@ static uint32_t matmul_subgroup_rows(const dcp_device_info *info, dcp_ggml_type 
     case DCP_GGML_TYPE_Q5_K:
     case DCP_GGML_TYPE_IQ4_NL:
     case DCP_GGML_TYPE_IQ4_XS: return DCP_MATMUL_SUBGROUP_ROWS;
+    case DCP_GGML_TYPE_F32: return tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS : DCP_MATMUL_SUBGROUP_ROWS_CPU;
     case DCP_GGML_TYPE_Q3_K: return tokens == 1 ? DCP_MATMUL_SUBGROUP_ROWS : DCP_MATMUL_SUBGROUP_ROWS_CPU_WIDE;
     case DCP_GGML_TYPE_Q6_K: return DCP_MATMUL_SUBGROUP_ROWS_CPU_WIDE;
     default: return DCP_MATMUL_SUBGROUP_ROWS_CPU;
