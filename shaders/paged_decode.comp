@@ -71,21 +71,21 @@ layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk
 // load_unit(seg, row, u, v): unit u of the row whose first addressing unit is `row`.
 #if defined(KV_Q8)
 layout(std430, binding = 5) readonly buffer KV { uint data[]; } kv[DCP_KV_ARRAY];
-vec4 unpack_q8(uint w)
-{
-    const int s = int(w);
-    return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
-}
 // The scale of block blk (4 units of 8 values) of the row.
 float q8_scale(uint seg, uint row, uint blk)
 {
     return unpackHalf2x16(kv[DCP_KV_SEG(seg)].data[row + DQ + blk / 2u])[blk & 1u];
 }
+// The scale of this lane's block when its units share one (ONE_BLOCK; 0 for a lane past the row).
+float lane_scale(uint seg, uint row, uint k)
+{
+    return ONE_BLOCK && k * UPL < DU ? q8_scale(seg, row, k * UPL / 4u) : 0.0;
+}
 // Unit u's 8 quants as f32, unscaled: the caller multiplies by its block's scale once per unit.
 void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
 {
-    v[0] = unpack_q8(kv[DCP_KV_SEG(seg)].data[row + 2u * u]);
-    v[1] = unpack_q8(kv[DCP_KV_SEG(seg)].data[row + 2u * u + 1u]);
+    v[0] = dcp_unpack_i8x4(kv[DCP_KV_SEG(seg)].data[row + 2u * u]);
+    v[1] = dcp_unpack_i8x4(kv[DCP_KV_SEG(seg)].data[row + 2u * u + 1u]);
 }
 #elif defined(KV_F16) && defined(KV_X8)
 layout(std430, binding = 5) readonly buffer KV { uvec4 data[]; } kv[DCP_KV_ARRAY];
@@ -104,10 +104,7 @@ void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
 }
 #else
 layout(std430, binding = 5) readonly buffer KV { vec4 data[]; } kv[DCP_KV_ARRAY];
-void load_unit(uint seg, uint row, uint u, out vec4 v[NV4])
-{
-    v[0] = kv[DCP_KV_SEG(seg)].data[row + u];
-}
+void load_unit(uint seg, uint row, uint u, out vec4 v[NV4]) { v[0] = kv[DCP_KV_SEG(seg)].data[row + u]; }
 #endif
 
 shared float slot_m[TS];        // per-slot running max of one head
@@ -176,7 +173,7 @@ void main()
         for (uint g = 0u; g < HG; g++) s[g] = 0.0;
         if (valid) {
 #ifdef KV_Q8
-            const float d1 = ONE_BLOCK && k * UPL < DU ? q8_scale(seg, kq, k * UPL / 4u) : 0.0;
+            const float d1 = lane_scale(seg, kq, k);
 #endif
             for (uint i = 0u; i < UPL; i++) {
                 uint u = lane_unit(k, i);
@@ -212,7 +209,7 @@ void main()
                 l[g] += pr[g];
             }
 #ifdef KV_Q8
-            const float d1 = ONE_BLOCK && k * UPL < DU ? q8_scale(seg, kq + v_off, k * UPL / 4u) : 0.0;
+            const float d1 = lane_scale(seg, kq + v_off, k);
 #endif
             for (uint i = 0u; i < UPL; i++) {
                 uint u = lane_unit(k, i);

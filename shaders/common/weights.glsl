@@ -17,6 +17,7 @@
 // Requires: a buffer block `W { uint w[]; }` and a uint `wscale_offset` declared before inclusion.
 #ifndef DCP_WEIGHTS_GLSL
 #define DCP_WEIGHTS_GLSL
+#include "dcp_math.glsl"
 
 vec4 w4(uint row, uint q, uint k)
 {
@@ -33,10 +34,8 @@ vec4 w4(uint row, uint q, uint k)
     return vec4(uintBitsToFloat(a << 16), uintBitsToFloat(a & 0xffff0000u), uintBitsToFloat(b << 16),
                 uintBitsToFloat(b & 0xffff0000u));
 #elif defined(W_Q8_0)
-    int v = int(w[row * (k / 4u) + q]);
     float d = uintBitsToFloat(w[wscale_offset + row * (k / 32u) + q / 8u]);
-    return d * vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8),
-                    bitfieldExtract(v, 24, 8));
+    return d * dcp_unpack_i8x4(w[row * (k / 4u) + q]);
 #else
     return vec4(0.0); // block-quantized types: read through w_unit
 #endif
@@ -60,11 +59,6 @@ void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 }
 #ifdef W_UNIT_DOT
 #define W_GROUP_SCALED 1 // the block's scale sc.x multiplies each group's sum
-vec4 q8_unpack(uint v)
-{
-    const int s = int(v);
-    return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8), bitfieldExtract(s, 24, 8));
-}
 struct w_raw { uvec4 q[2]; float d; };
 void w_unit_load(uint row, uint u, uint k, out w_raw r)
 {
@@ -76,7 +70,7 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
 void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 {
     const uvec4 v = g == 0u ? r.q[0] : r.q[1];
-    [[unroll]] for (uint i = 0u; i < 4u; i++) q[i] = q8_unpack(v[i]);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) q[i] = dcp_unpack_i8x4(v[i]);
     sc = vec2(r.d, 0.0);
 }
 #endif
