@@ -10,7 +10,8 @@
  *    {(1,1), (2,2), (4,2), (4,4)} x {a2a, ag_rs} x interleave {1, block size} x q_replicate on/off;
  *    short prompts leave shards empty at the start;
  *  - several sequences in one state: bitwise the same as alone (TP 4 / DCP 4);
- *  - B and C quantized as Q2_K (IQ4_NL fallbacks) against the oracle, TP 4 / DCP 2 = TP 1;
+ *  - B and C quantized as Q2_K (IQ4_NL fallbacks) against the oracle, TP 4 / DCP 2 = TP 1; what
+ *    is held as F32 counted (B nothing, C the k_b transposed out of its IQ4_NL attn_kv_b);
  *  - A reshaped and quantized as Q4_0 so that TP 4's column slices cut the blocks: windows, not F32. */
 #include <math.h>
 #include <stdio.h>
@@ -347,9 +348,25 @@ static void test_iq4_nl_fallback(void **state)
         const par four = {4, 2, 1, DCP_CP_A2A, false};
         snprintf(what, sizeof what, "model %c as Q2_K", 'B' + k);
         double err[2];
-        uint32_t total = tp1_and_wide(out, &four, what, err, NULL);
+        dcp_model_fallback fbs[2];
+        uint32_t total = tp1_and_wide(out, &four, what, err, fbs);
         printf("model %c as Q2_K (IQ4_NL fallback): %u positions, max |logit - oracle| = %.3g (TP 1), %.3g (TP 4 / DCP 2)\n",
                'B' + k, total, err[0], err[1]);
+        for (int w = 0; w < 2; w++)
+            printf("  %s: %u matrices as F32 (%.1f KiB, %.1f KiB in their type)%s%s\n", w ? "TP 4" : "TP 1", fbs[w].count,
+                   fbs[w].f32_bytes / 1024.0, fbs[w].native_bytes / 1024.0, fbs[w].count ? "; first: " : "",
+                   fbs[w].first);
+        /* B keeps every matrix in its type; C's legacy attn_kv_b gives k_b as its transpose, which
+         * runs across IQ4_NL's blocks: F32, one per layer and rank, and counted. */
+        if (k == 0) {
+            assert_int_equal(fbs[0].count, 0);
+            assert_int_equal(fbs[1].count, 0);
+        } else {
+            assert_true(fbs[0].count >= 1);
+            assert_non_null(strstr(fbs[0].first, "attn_kv_b.weight (IQ4_NL): k_b is its transpose"));
+            assert_int_equal(fbs[1].count, 4 * fbs[0].count);
+            assert_true(fbs[0].native_bytes > 0 && fbs[0].native_bytes < fbs[0].f32_bytes);
+        }
         remove(out);
     }
 }

@@ -267,7 +267,8 @@ static dcp_status vec_f32(const dcp_gguf_tensor *t, float **out)
 }
 
 /* k_b [heads R][N] from the legacy attn_kv_b: W_UK[h][r][n] = kv_b[h (N+V) + n][r]. Stays in
- * kv_b's type for F32 / F16 / BF16 (element copies), else F32. */
+ * kv_b's type for F32 / F16 / BF16 (element copies), else F32: the transpose runs across a block
+ * type's blocks, so a quantized kv_b's k_b is expanded (counted in dcp_model_fallbacks). */
 static dcp_status legacy_k_b(const dcp_model_config *c, const dcp_gguf_tensor *kvb, uint32_t head0, uint32_t heads,
                              dcp_ds2_host_matrix *out)
 {
@@ -286,6 +287,12 @@ static dcp_status legacy_k_b(const dcp_model_config *c, const dcp_gguf_tensor *k
     out->rows = heads * R;
     out->k = N;
     out->file_bytes = (uint64_t)heads * N * row_bytes(kvb->type, R);
+    if (type != kvb->type) {
+        out->expanded = 1;
+        out->native_bytes = out->file_bytes;
+        snprintf(out->expanded_why, sizeof out->expanded_why, "%s (%s): k_b is its transpose, across its blocks",
+                 kvb->name, dcp_ggml_type_name(kvb->type));
+    }
     uint64_t src_row = row_bytes(kvb->type, R);
     for (uint32_t h = 0; h < heads; h++) {
         const uint8_t *src = (const uint8_t *)kvb->data + (uint64_t)(head0 + h) * (N + V) * src_row;

@@ -104,7 +104,8 @@ typedef struct dcp_ds2_host_matrix {
     uint32_t win_k, win_col0, win_cols; /* win_cols > 0: a column window (dcp_matrix_window): x of
                                   * win_k columns, its column c < win_cols meets stored column
                                   * win_col0 + c (a row-parallel slice that cuts its type's blocks) */
-    int expanded;                /* 1: a quantized type held as F32 (fused parts of different types) */
+    int expanded;                /* 1: a quantized type held as F32 (fused parts of different types,
+                                  * columns cutting its blocks, or the legacy attn_kv_b's k_b) */
     char expanded_why[112];      /* "blk.1.ffn_gate_exps.weight (Q4_K): fused parts of different types" */
     uint64_t native_bytes;       /* expanded: what its rows would take in their own types */
 } dcp_ds2_host_matrix;
