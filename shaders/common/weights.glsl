@@ -55,7 +55,9 @@ uint w_units(uint k) { return k / 32u; }
 uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 {
-    for (uint i = 0u; i < 4u; i++) wv[i] = w4(row, w_group_x4(u, g) + i, k);
+    const float d = uintBitsToFloat(w[wscale_offset + row * (k / 32u) + u]); // the block's scale, once
+    const uint q0 = row * (k / 4u) + w_group_x4(u, g);
+    for (uint i = 0u; i < 4u; i++) wv[i] = d * dcp_unpack_i8x4(w[q0 + i]);
 }
 #ifdef W_UNIT_DOT
 #define W_GROUP_SCALED 1 // the block's scale sc.x multiplies each group's sum

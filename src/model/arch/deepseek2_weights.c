@@ -169,6 +169,14 @@ enum {
                       * the blocks take a window */
 };
 
+/* Marks out as a quantized tensor t held as F32 for `why` (dcp_model_fallbacks); the caller sets
+ * out->native_bytes. */
+static void mark_expanded(dcp_ds2_host_matrix *out, const dcp_gguf_tensor *t, const char *why)
+{
+    out->expanded = 1;
+    snprintf(out->expanded_why, sizeof out->expanded_why, "%s (%s): %s", t->name, dcp_ggml_type_name(t->type), why);
+}
+
 /* Concatenates parts (rows), columns [c0, c0 + nc) zero-padded to k_pad. Stays in the tensors'
  * type when they share it, TAKE_F32 is not asked and the columns fall on its blocks; with
  * TAKE_WINDOW, columns that cut the blocks are held as the whole blocks covering them,
@@ -200,9 +208,7 @@ static dcp_status take(const part *p, uint32_t np, uint32_t c0, uint32_t nc, uin
     }
     if (!native) {
         if (!(flags & TAKE_F32) && type != DCP_GGML_TYPE_F32) {
-            out->expanded = 1;
-            snprintf(out->expanded_why, sizeof out->expanded_why, "%s (%s): %s", p[0].t->name,
-                     dcp_ggml_type_name(type), same ? "columns cut its blocks" : "fused parts of different types");
+            mark_expanded(out, p[0].t, same ? "columns cut its blocks" : "fused parts of different types");
             for (uint32_t i = 0; i < np; i++)
                 out->native_bytes += (uint64_t)p[i].rows * row_bytes(p[i].t->type, (uint64_t)(nc + be - 1) / be * be);
         }
@@ -288,10 +294,8 @@ static dcp_status legacy_k_b(const dcp_model_config *c, const dcp_gguf_tensor *k
     out->k = N;
     out->file_bytes = (uint64_t)heads * N * row_bytes(kvb->type, R);
     if (type != kvb->type) {
-        out->expanded = 1;
+        mark_expanded(out, kvb, "k_b is its transpose, across its blocks");
         out->native_bytes = out->file_bytes;
-        snprintf(out->expanded_why, sizeof out->expanded_why, "%s (%s): k_b is its transpose, across its blocks",
-                 kvb->name, dcp_ggml_type_name(kvb->type));
     }
     uint64_t src_row = row_bytes(kvb->type, R);
     for (uint32_t h = 0; h < heads; h++) {
