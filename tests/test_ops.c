@@ -396,6 +396,56 @@ static void test_matmul_norm(void **state)
     dcp_cmd_destroy(cmd);
 }
 
+/* dcp_matmul_norm_pays: on a GPU always; on a CPU driver while a token's re-reads (x twice and
+ * the norm weights per 4 rows: ceil(rows / 4) k 12 bytes, summed over the parts) stay within
+ * 256 KiB; the same answer whatever the batch (it takes none). */
+static void test_matmul_norm_pays(void **state)
+{
+    dcp_device *dev = dcp_context_device(*state, 0);
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    const bool cpu = info->type && strcmp(info->type, "cpu") == 0;
+    const uint32_t k = 1024;
+    float *zeros = calloc((size_t)128 * k, sizeof(float));
+    assert_non_null(zeros);
+    struct {
+        uint32_t rows;
+        bool pays_on_cpu;
+    } cases[] = {
+        {64, true},   /* 16 x 1024 x 12 = 192 KiB */
+        {84, true},   /* 21 x 1024 x 12 = 252 KiB */
+        {85, false},  /* 22 subgroups (the last of one row) x 1024 x 12 = 264 KiB */
+        {128, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const void *data[1] = {zeros};
+        dcp_matrix m;
+        DCP_ASSERT_OK(dcp_matrix_create(dev, DCP_GGML_TYPE_F32, k, 1, data, &cases[c].rows, &m));
+        const bool want = cpu ? cases[c].pays_on_cpu : true;
+        if (dcp_matmul_norm_pays(dev, &m) != want)
+            fail_msg("%u x %u on a %s device: norm fusion pays %d, expected %d", cases[c].rows, k, cpu ? "CPU" : "GPU",
+                     !want, want);
+        dcp_matrix_destroy(&m);
+    }
+    /* A matrix of parts, 42 F32 rows then 42 F16 rows: each part counted in its own whole
+     * subgroups, (11 + 11) x 1024 x 12 = 264 KiB, where 84 rows of one part take 252. */
+    {
+        const uint32_t r = 42;
+        dcp_matrix parts[2], joined;
+        const void *data[1] = {zeros};
+        DCP_ASSERT_OK(dcp_matrix_create(dev, DCP_GGML_TYPE_F32, k, 1, data, &r, &parts[0]));
+        uint16_t *h = calloc((size_t)r * k, 2);
+        assert_non_null(h);
+        const void *hd[1] = {h};
+        DCP_ASSERT_OK(dcp_matrix_create(dev, DCP_GGML_TYPE_F16, k, 1, hd, &r, &parts[1]));
+        free(h);
+        DCP_ASSERT_OK(dcp_matrix_join(2, parts, &joined));
+        assert_int_equal(joined.n_parts, 2);
+        assert_int_equal(dcp_matmul_norm_pays(dev, &joined), !cpu);
+        dcp_matrix_destroy(&joined);
+    }
+    free(zeros);
+}
+
 static void test_matrix_bad(void **state)
 {
     dcp_device *dev = dcp_context_device(*state, 0);
@@ -799,6 +849,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_bad),  cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_window),
         cmocka_unit_test(test_matmul_glu),  cmocka_unit_test(test_matmul_norm),
+        cmocka_unit_test(test_matmul_norm_pays),
         cmocka_unit_test(test_get_rows),    cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rmsnorm_parts),
         cmocka_unit_test(test_rmsnorm_heads_add_rows),
         cmocka_unit_test(test_rope_store),  cmocka_unit_test(test_argmax),

@@ -217,10 +217,12 @@ dcp_cmd *dcp_graph_cmd(const dcp_model_state *s, uint32_t i);
 dcp_status dcp_graph_norm(dcp_model_state *s, uint32_t i, dcp_buffer *w);
 void dcp_graph_norm_done(dcp_model_state *s);
 /* The input of a column-parallel matmul (the full n_embd columns, no window) of rank i taking
- * rmsnorm(x) * w: sets a's x, x_offset, x_stride and norm. One rank: x itself, the norm fused into
- * the matmul's load (a->norm = w; nothing recorded). Else xn, recorded here by dcp_graph_norm
- * (with the pending all-reduce's sum, which also writes x back) and a barrier. The caller records
- * the matmul; xn is then valid only in the second case (a matmul must be xn's only reader). */
+ * rmsnorm(x) * w (a->w set): sets a's x, x_offset, x_stride and norm. One rank, where the fusion
+ * pays for a->w on the rank's device (dcp_matmul_norm_pays: always on GPUs, small matrices on CPU
+ * drivers): x itself, the norm fused into the matmul's load (a->norm = w; nothing recorded). Else
+ * xn, recorded here by dcp_graph_norm (with the pending all-reduce's sum, which also writes x back)
+ * and a barrier. The caller records the matmul; xn is then valid only in the second case (a matmul
+ * must be xn's only reader). */
 dcp_status dcp_graph_norm_matmul(dcp_model_state *s, uint32_t i, dcp_buffer *w, dcp_matmul_args *a);
 /* Where a row-parallel projection of rank i writes: straight into the residual x (accumulate) with
  * one rank, else into part. */
@@ -235,7 +237,8 @@ dcp_status dcp_graph_all_reduce(dcp_model_state *s);
  * through gu and dcp_op_swiglu (the same bits). */
 dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
                                uint32_t f, dcp_buffer *gu, dcp_buffer *h);
-/* rmsnorm(x) * norm (dcp_graph_norm_matmul: at one rank fused into the gate|up matmul's load), then
+/* rmsnorm(x) * norm (dcp_graph_norm_matmul: at one rank fused into the gate|up matmul's load where
+ * that pays), then
  * the dense FFN as dcp_graph_dense_ffn. */
 dcp_status dcp_graph_norm_ffn(dcp_model_state *s, uint32_t i, dcp_buffer *norm, const dcp_matrix *w_gu,
                               const dcp_matrix *w_down, uint32_t f, dcp_buffer *gu, dcp_buffer *h);

@@ -159,7 +159,8 @@ dcp_status dcp_graph_norm_matmul(dcp_model_state *s, uint32_t i, dcp_buffer *w, 
     dcp_graph_rank *r = &s->r[i];
     a->x_stride = mc->n_embd;
     a->x_offset = 0;
-    if (s->m->tp == 1) { /* x is the whole residual: the norm in the matmul's load */
+    /* x is the whole residual at one rank: the norm in the matmul's load where that pays */
+    if (s->m->tp == 1 && dcp_matmul_norm_pays(r->dev, a->w)) {
         a->x = r->x;
         a->norm = w;
         a->norm_eps = mc->rms_eps;

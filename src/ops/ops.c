@@ -251,6 +251,25 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
 
 bool dcp_matmul_can_glu(const dcp_matrix *w) { return !w->n_parts && !w->cols && w->rows % 2 == 0; }
 
+/* On a CPU driver, the most a token's fused RMSNorm may re-read (x twice and the norm weights
+ * once more per subgroup, counted at the fewest rows a subgroup takes, 4, so that the answer does
+ * not depend on the batch): below it the re-reads cost less than the rmsnorm dispatch they save.
+ * Measured on lavapipe (Mesa 25.0.7, 2 cores; dcp-vk-bench matmul --fuse norm against none,
+ * alternated, 2026-12-07): Q8_0 12288 x 4096 at one token took 10.6-11.0 ms plain and 14.8-17.2 ms
+ * fused (50 MB re-read at R 8, about 11 GB/s), an rmsnorm of 4096 floats 71-77 us; 256 KiB is
+ * about 25 us of those re-reads. */
+#define MATMUL_NORM_CPU_BYTES (256u << 10)
+
+bool dcp_matmul_norm_pays(const dcp_device *dev, const dcp_matrix *w)
+{
+    const dcp_device_info *info = dcp_device_get_info(dev);
+    if (!info->type || strcmp(info->type, "cpu") != 0) return true;
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < w->n_parts; i++) rows += ceil_div(w->parts[i].rows, DCP_MATMUL_SUBGROUP_ROWS);
+    if (!w->n_parts) rows = ceil_div(w->rows, DCP_MATMUL_SUBGROUP_ROWS);
+    return rows * w->k * 12 <= MATMUL_NORM_CPU_BYTES;
+}
+
 /* Whether w or one of its parts has a column window. */
 static bool has_window(const dcp_matrix *w)
 {

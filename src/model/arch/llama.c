@@ -11,12 +11,12 @@
  * Sharding (TP size T, rank r): query heads [r Hq/T, (r+1) Hq/T); KV heads split when Hkv % T == 0,
  * else replicated (rank r holds KV head r / (T / Hkv)); FFN rows split unevenly (the first F % T
  * ranks get one more); attn_output and ffn_down split by input columns (row-parallel), their
- * partial outputs summed by the all-reduce; Q|K|V and gate|up fused into one matrix each
- * (converted to F32 when their types differ). DCP (size N > 1): groups of N consecutive TP ranks
+ * partial outputs summed by the all-reduce; Q|K|V and gate|up fused into one matrix each (of
+ * parts, one a type, when their types differ: dcp_matrix_join). DCP (size N > 1): groups of N consecutive TP ranks
  * share their KV heads; with q_replicate every rank also projects its whole group's query heads.
  *
  * One layer, per rank (the graph runs the all-reduce after each block; at TP 1 each rmsnorm is
- * fused into the load of the matmul after it, dcp_graph_norm_matmul):
+ * fused into the load of the matmul after it where that pays, dcp_graph_norm_matmul):
  *   attention block  rmsnorm (+ the all-reduce's sum), Q|K|V matmul, RoPE of Q and K with the K/V
  *                    store into the rank's pool (only the token's owner stores it under DCP),
  *                    attention (paged decode over the rank's pool; DCP: the DCP attention step of
