@@ -57,3 +57,13 @@ if(TARGET PkgConfig::CJSON)
            ENV DCP_VK_DEVICES=0,0
            TIMEOUT 300)
 endif()
+# scripts/bench-ab.sh --quick (two builds alternated, here the build against itself) and
+# scripts/roofline-compare.py's before / after tables: every case run twice a side, every table row
+# with both runs and a speedup, bad arguments refused by name (tests/bench/bench_ab_check.py; never
+# a speed asserted).
+find_program(DCP_PYTHON3 python3)
+if(DCP_PYTHON3)
+  add_test(NAME app_bench_ab COMMAND ${DCP_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/bench/bench_ab_check.py
+           $<TARGET_FILE_DIR:dcp-vk-bench> ${PROJECT_SOURCE_DIR}/scripts ${CMAKE_CURRENT_BINARY_DIR}/bench_ab)
+  set_tests_properties(app_bench_ab PROPERTIES ENVIRONMENT "${DCP_TEST_ENV}" TIMEOUT 600)
+endif()
