@@ -5,8 +5,9 @@
 #   scripts/roofline-compare.py --before OUTDIR/*.before.json --after OUTDIR/*.after.json
 #
 # BEFORE_BUILD and AFTER_BUILD are build trees (each with dcp-vk-bench and dcp-vk-run); OUTDIR is
-# created and must be empty. Every case runs four times, before, after, after, before, so that a
-# machine that gets busier or quieter during the window weighs on both alike; each kernel bench
+# created and must be empty. Every case runs six times, before, after, after, before, before,
+# after, so that a machine that gets busier or quieter during the window weighs on both alike and
+# one disturbed run does not move a median; each kernel bench
 # samples its yardsticks beside every result (docs/design.md section 16). The cases: the
 # yardsticks; GQA paged decode at 32K (heads 32/32, 32/8, 64/8; f16 and q8_0 KV); MLA latent decode
 # at 32K (16 heads f16 and q8_0, 128 heads f16) and 128K (16 heads f16); matmul 4096 x 4096 of every
@@ -42,11 +43,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 stories=$here/tests/data/stories260K.gguf
 failed=0
 
-# ab NAME EXE ARGS...: four runs, ABBA, stdout to OUT/NAME.SIDE.json, stderr to OUT/NAME.SIDE.err.
+# ab NAME EXE ARGS...: six runs, ABBAAB, stdout to OUT/NAME.SIDE.json, stderr to OUT/NAME.SIDE.err.
 ab() {
     local name=$1 exe=$2 side dir
     shift 2
-    for side in before after after before; do
+    for side in before after after before before after; do
         dir=$before
         [ "$side" = after ] && dir=$after
         echo "$(date +%T) $side $name" >&2

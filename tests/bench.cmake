@@ -58,8 +58,8 @@ if(TARGET PkgConfig::CJSON)
            TIMEOUT 300)
 endif()
 # scripts/bench-ab.sh --quick (two builds alternated, here the build against itself) and
-# scripts/roofline-compare.py's before / after tables: every case run twice a side, every table row
-# with both runs and a speedup, bad arguments refused by name (tests/bench/bench_ab_check.py; never
+# scripts/roofline-compare.py's before / after tables: every case run three times a side, every
+# table row with each run and a speedup, bad arguments refused by name (tests/bench/bench_ab_check.py; never
 # a speed asserted).
 find_program(DCP_PYTHON3 python3)
 if(DCP_PYTHON3)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/bench-ab.sh --quick and scripts/roofline-compare.py on one build against itself: every
-run succeeds, each case has two runs a side (before, after, after, before), and the tables carry
-every case with both runs' times and roofline fractions and a speedup; bad arguments are refused
+run succeeds, each case has three runs a side (before, after, after, before, before, after), and
+the tables carry every case with each run's time and roofline fraction and a speedup; bad arguments are refused
 naming what was wrong. Never a speed asserted.
 
 usage: bench_ab_check.py BUILD_DIR SCRIPTS_DIR WORK_DIR"""
@@ -56,8 +56,8 @@ def main(build, scripts, work):
     for c in cases:
         for side in ("before", "after"):
             docs = documents(os.path.join(out, f"{c}.{side}.json"))
-            if len(docs) != 2:
-                fail(f"{c}.{side}.json: {len(docs)} documents, expected 2 (ABBA)")
+            if len(docs) != 3:
+                fail(f"{c}.{side}.json: {len(docs)} documents, expected 3 (ABBAAB)")
             if os.path.getsize(os.path.join(out, f"{c}.{side}.err")) and c.startswith(("gqa", "mla", "matmul", "ops")):
                 fail(f"{c}.{side}.err: {open(os.path.join(out, f'{c}.{side}.err')).read()[:500]!r}")
 
@@ -67,7 +67,7 @@ def main(build, scripts, work):
         fail(f"roofline-compare.py: rc {r.returncode}, stderr {r.stderr!r}")
     text = r.stdout
     run = r"[0-9.e+]+ \([0-9.]+\)"
-    two = rf"{run}, {run}"
+    two = rf"{run}, {run}, {run}"
     rows = {
         "GQA 8/2, D 64, ctx 1K, batch 1, f16": 1, "GQA 8/2, D 64, ctx 1K, batch 1, q8_0": 1,
         "MLA 4 heads, rows 64+16, ctx 512, batch 1, f16": 1, "F16": 2, "Q4_K": 2, "rmsnorm": 1, "swiglu": 1,
@@ -75,9 +75,9 @@ def main(build, scripts, work):
     for name, cols in rows.items():
         pat = r"\| " + re.escape(name) + r" \| " + r" \| ".join([rf"{two} \| {two} \| [0-9.]+x"] * cols) + r" \|"
         if not re.search(pat, text):
-            fail(f"no row for {name!r} with two runs a side and a speedup in:\n{text}")
+            fail(f"no row for {name!r} with three runs a side and a speedup in:\n{text}")
     for case, tpdcp in (("stories_tp1", "1 / 1"), ("stories_tp8_dcp2", "8 / 2")):
-        pat = rf"\| {case} \| {tpdcp} \| [0-9.]+, [0-9.]+ \| [0-9.]+, [0-9.]+ \| [0-9.]+x \| \d+ / \d+ \| \d+ / \d+ \| \d+ \| \d+ \|"
+        pat = rf"\| {case} \| {tpdcp} \| [0-9.]+, [0-9.]+, [0-9.]+ \| [0-9.]+, [0-9.]+, [0-9.]+ \| [0-9.]+x \| \d+ / \d+ \| \d+ / \d+ \| \d+ \| \d+ \|"
         if not re.search(pat, text):
             fail(f"no model row for {case}:\n{text}")
     if text.count("Yardsticks beside the results: before streaming read") != 4:
