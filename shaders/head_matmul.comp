@@ -22,6 +22,7 @@ layout(std430, binding = 0) readonly buffer W { uint w[]; };   // weights, see w
 layout(std430, binding = 1) readonly buffer X { vec4 x[]; };   // [tokens][x_stride/4] f32
 layout(std430, binding = 2) buffer Y { float y[]; };           // [tokens][y_stride] f32
 #define wscale_offset p.scale_offset
+#define W_QUAD_UNITS 1 // Q8_0 read a quad a unit: see weights.glsl
 #include "weights.glsl"
 
 const uint TB = DCP_HEAD_MATMUL_TOKENS;

@@ -7,7 +7,9 @@
 // w_units(k) units per row; w_group(row, u, g, k, wv) puts group g of unit u in
 // wv[W_GROUP_VEC4], the elements at vec4 indices w_group_x4(u, g) .. + W_GROUP_VEC4 - 1 of the
 // row. Here a unit is one group of one w4 quad (F32, F16, BF16) or a Q8_0 block of 32 in two
-// groups of 16; quants.glsl defines the other block types' units.
+// groups of 16 (a quad, like F32's, where the shader defines W_QUAD_UNITS: head_matmul, whose
+// rows of 128 would be 4 blocks, leaving most lanes of a subgroup without one); quants.glsl defines
+// the other block types' units.
 // With W_UNIT_DOT defined (matmul), also w_unit_load / w_unit_group: a unit loaded once into a
 // struct w_raw, then decoded group by group (quants.glsl).
 //   W_F32  [rows][k] f32;  W_F16 [rows][k] IEEE half, 2 per word (element 2j in the low half);
@@ -46,7 +48,7 @@ vec4 w4(uint row, uint q, uint k)
     defined(W_IQ4_XS)
 #define W_GROUP_VEC4 4
 #include "quants.glsl"
-#elif defined(W_Q8_0)
+#elif defined(W_Q8_0) && !defined(W_QUAD_UNITS)
 // A unit is one block of 32 (8 quant words, 32-byte aligned as k is a multiple of 32, and its
 // scale): group g = weights 16g .. 16g + 15.
 #define W_GROUP_VEC4 4
@@ -76,7 +78,7 @@ void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
     sc = vec2(r.d, 0.0);
 }
 #endif
-#elif defined(W_F32) || defined(W_F16) || defined(W_BF16)
+#elif defined(W_F32) || defined(W_F16) || defined(W_BF16) || defined(W_Q8_0)
 #define W_UNIT_GROUPS 1
 #define W_GROUP_VEC4 1
 uint w_units(uint k) { return k / 4u; }
