@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 
+sys.dont_write_bytecode = True  # nothing written beside the scripts
 _spec = importlib.util.spec_from_file_location(
     "plot_roofline", os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot-roofline.py"))
 roof = importlib.util.module_from_spec(_spec)
