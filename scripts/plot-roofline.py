@@ -23,6 +23,7 @@ Needs matplotlib for --png (Debian: python3-matplotlib; run it with the system P
 import argparse
 import json
 import math
+import statistics
 import sys
 
 
@@ -227,10 +228,22 @@ def plot(pts, ceilings, out):
         ridge = fma / read
         lo, hi = min(lo, ridge / 8), max(hi, ridge * 8)
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    for n, ((dev, read, fma), _) in enumerate(ceilings.items()):
+    # One ceiling per device: its runs' yardsticks as the median line, with the band between the
+    # lowest and the highest ceilings of the runs when there are several.
+    devices = list(dict.fromkeys(dev for dev, _, _ in ceilings))
+    for n, dev in enumerate(devices):
+        mine = [(read, fma) for d, read, fma in ceilings if d == dev]
         style = ["-", "--", ":", "-."][n % 4]
-        ax.plot(grid, [min(read * x, fma) for x in grid], "k" + style, lw=1.2,
-                label=f"{dev}: read {read:.3g} GB/s, FMA {fma:.3g} GFLOP/s")
+        reads, fmas = sorted(r for r, _ in mine), sorted(f for _, f in mine)
+        read, fma = statistics.median(reads), statistics.median(fmas)
+        if len(mine) == 1:
+            text = f"{dev}: read {read:.3g} GB/s, FMA {fma:.3g} GFLOP/s"
+        else:
+            text = (f"{dev}, {len(mine)} runs: read {reads[0]:.3g}-{reads[-1]:.3g} GB/s, "
+                    f"FMA {fmas[0]:.3g}-{fmas[-1]:.3g} GFLOP/s (line: medians; band: their range)")
+            ax.fill_between(grid, [min(min(r * x, f) for r, f in mine) for x in grid],
+                            [max(min(r * x, f) for r, f in mine) for x in grid], color="0.85", zorder=1)
+        ax.plot(grid, [min(read * x, fma) for x in grid], "k" + style, lw=1.2, label=text, zorder=2)
     markers = {"matmul": "o", "ops": "s", "attn": "^"}
     benches = sorted({p["bench"] for p in shown})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
