@@ -105,8 +105,9 @@ DCP_API bool dcp_matmul_can_glu(const dcp_matrix *w);
  * before it. Each subgroup of the fused matmul reads x twice (its sum of squares, then the product)
  * and the norm weights once more: on a GPU those reads hit its caches and the fusion always pays;
  * on a CPU driver (lavapipe) every one is a load, so it pays only for a small matrix, where the
- * dispatch it saves costs more (the bound and its measurement: src/ops/ops.c). Depends on w's shape and the device
- * only, never on the tokens of a step (a row's bits do not depend on its batch). Thread-safe. */
+ * dispatch it saves costs more (the bound and its measurement: src/ops/ops.c). Depends on w's
+ * shape and the device only, never on the tokens of a step (a row's bits do not depend on its
+ * batch). Thread-safe. */
 DCP_API bool dcp_matmul_norm_pays(const dcp_device *dev, const dcp_matrix *w);
 
 /* y [tokens][y_stride] = rows ids[0..tokens) of W (embedding lookup), as f32. */

@@ -238,8 +238,7 @@ dcp_status dcp_graph_all_reduce(dcp_model_state *s);
 dcp_status dcp_graph_dense_ffn(dcp_model_state *s, uint32_t i, const dcp_matrix *w_gu, const dcp_matrix *w_down,
                                uint32_t f, dcp_buffer *gu, dcp_buffer *h);
 /* rmsnorm(x) * norm (dcp_graph_norm_matmul: at one rank fused into the gate|up matmul's load where
- * that pays), then
- * the dense FFN as dcp_graph_dense_ffn. */
+ * that pays), then the dense FFN as dcp_graph_dense_ffn. */
 dcp_status dcp_graph_norm_ffn(dcp_model_state *s, uint32_t i, dcp_buffer *norm, const dcp_matrix *w_gu,
                               const dcp_matrix *w_down, uint32_t f, dcp_buffer *gu, dcp_buffer *h);
 /* The DCP attention steps of every layer and group held here (attns [n_layer][ng]): set to the

@@ -12,8 +12,8 @@
  * else replicated (rank r holds KV head r / (T / Hkv)); FFN rows split unevenly (the first F % T
  * ranks get one more); attn_output and ffn_down split by input columns (row-parallel), their
  * partial outputs summed by the all-reduce; Q|K|V and gate|up fused into one matrix each (of
- * parts, one a type, when their types differ: dcp_matrix_join). DCP (size N > 1): groups of N consecutive TP ranks
- * share their KV heads; with q_replicate every rank also projects its whole group's query heads.
+ * parts, one a type, when their types differ: dcp_matrix_join). DCP (size N > 1): groups of N
+ * consecutive TP ranks share their KV heads; with q_replicate every rank also projects its whole group's query heads.
  *
  * One layer, per rank (the graph runs the all-reduce after each block; at TP 1 each rmsnorm is
  * fused into the load of the matmul after it where that pays, dcp_graph_norm_matmul):
