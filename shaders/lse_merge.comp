@@ -6,14 +6,15 @@
 #extension GL_GOOGLE_include_directive : require
 #include "kernels/attn_params.h"
 #include "dcp_math.glsl"
+#include "out_groups.glsl"
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform PC { dcp_lse_merge_params p; };
 layout(std430, binding = 0) readonly buffer OIn { float o_in[]; };    // [P][rows][D] (strided)
 layout(std430, binding = 1) readonly buffer LIn { float lse_in[]; };  // [P][rows] (strided)
-layout(std430, binding = 2) writeonly buffer OOut { vec4 o_out[]; };  // [rows][D/4]
-layout(std430, binding = 3) writeonly buffer LOut { float lse_out[]; }; // [rows]
+layout(std430, binding = 2) writeonly buffer OOut { vec4 o_out[]; };  // [rows][D/4], or grouped
+layout(std430, binding = 3) writeonly buffer LOut { float lse_out[]; }; // [rows], or grouped
 
 void main()
 {
@@ -26,9 +27,11 @@ void main()
     float m = dcp_neg_inf();
     for (uint i = 0u; i < p.parts; i++)
         m = max(m, dcp_sanitize_lse(lse_in[i * p.lse_part_stride + row]));
+    const uint oi = dcp_out_at(row, p.out_heads, p.out_group, p.o_group_stride, dq) + q;
+    const uint li = dcp_out_at(row, p.out_heads, p.out_group, p.lse_group_stride, 1u);
     if (dcp_is_neg_inf(m)) {
-        o_out[idx] = vec4(0.0);
-        if (q == 0u) lse_out[row] = m;
+        o_out[oi] = vec4(0.0);
+        if (q == 0u) lse_out[li] = m;
         return;
     }
     vec4 acc = vec4(0.0);
@@ -41,6 +44,6 @@ void main()
         acc += w * vec4(o_in[base], o_in[base + 1u], o_in[base + 2u], o_in[base + 3u]);
         wsum += w;
     }
-    o_out[idx] = acc / wsum;
-    if (q == 0u) lse_out[row] = m + log(wsum);
+    o_out[oi] = acc / wsum;
+    if (q == 0u) lse_out[li] = m + log(wsum);
 }

@@ -42,6 +42,7 @@
 #include "kernels/attn_params.h"
 #include "kernels/mla_params.h"
 #include "dcp_math.glsl"
+#include "out_groups.glsl"
 
 layout(constant_id = 0) const uint WG = 64;   // invocations
 layout(constant_id = 1) const uint HG = 16;   // heads per workgroup (divides the heads; <= WG)
@@ -72,8 +73,8 @@ layout(push_constant) uniform PC { dcp_mla_decode_params p; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };          // [batch][heads][DK/4] f32
 layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch][bt_stride] page ids
 layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
-layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][heads][DV/4]
-layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][heads]
+layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][heads][DV/4] (direct: or grouped)
+layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][heads] (direct: or grouped)
 // The tile keeps the cache's element type: f16 rows as 4 halves per uvec2 (twice the tokens per
 // tile in the same shared memory), f32 rows as vec4.
 // q8_0 rows (KV_Q8, src/kernels/kv_params.h: DK int8 values then the f16 scales of the blocks of 32)
@@ -266,10 +267,12 @@ void main()
     if (in_grid) {
         const uint row = b * p.heads + h0 + g;
         const uint orow = p.direct != 0u ? row : chunk * p.batch * p.heads + row;
+        const uint og = p.direct != 0u ? p.out_group : 0u; // partials: plain
+        const uint ob = dcp_out_at(orow, p.heads, og, p.o_group_stride, DVQ);
         [[unroll]] for (uint j = 0u; j < OPL; j++) {
             const uint dq = part * OPL + j;
-            if (O_EVEN || dq < DVQ) o[orow * DVQ + dq] = l > 0.0 ? acc[j] / l : vec4(0.0);
+            if (O_EVEN || dq < DVQ) o[ob + dq] = l > 0.0 ? acc[j] / l : vec4(0.0);
         }
-        if (part == 0u) lse[orow] = l > 0.0 ? m + log(l) : dcp_neg_inf();
+        if (part == 0u) lse[dcp_out_at(orow, p.heads, og, p.lse_group_stride, 1u)] = l > 0.0 ? m + log(l) : dcp_neg_inf();
     }
 }

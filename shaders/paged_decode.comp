@@ -31,6 +31,7 @@
 #include "kv_pool.glsl"
 #include "kernels/attn_params.h"
 #include "dcp_math.glsl"
+#include "out_groups.glsl"
 
 layout(constant_id = 0) const uint WG = 64;  // invocations, a multiple of C
 layout(constant_id = 1) const uint HG = 1;   // query heads per workgroup (divides Hq / Hkv)
@@ -66,8 +67,8 @@ layout(push_constant) uniform PC { dcp_paged_decode_params p; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };          // [batch][Hq][D/4] f32
 layout(std430, binding = 1) readonly buffer BT { uint bt[]; };        // [batch][bt_stride] page ids
 layout(std430, binding = 2) readonly buffer Len { uint lens[]; };     // [batch] tokens
-layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][Hq][D/4]
-layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][Hq]
+layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };         // [(chunk)][batch][Hq][D/4] (direct: or grouped)
+layout(std430, binding = 4) writeonly buffer L { float lse[]; };      // [(chunk)][batch][Hq] (direct: or grouped)
 // load_unit(seg, row, u, v): unit u of the row whose first addressing unit is `row`.
 #if defined(KV_Q8)
 layout(std430, binding = 5) readonly buffer KV { uint data[]; } kv[DCP_KV_ARRAY];
@@ -258,8 +259,11 @@ void main()
                     lsum += w * slot_l[s2];
                 }
             }
-            o[orow * DQ + d] = lsum > 0.0 ? sum / lsum : vec4(0.0);
-            if (d == 0u) lse[orow] = lsum > 0.0 ? mx + log(lsum) : dcp_neg_inf();
+            const uint og = p.direct != 0u ? p.out_group : 0u; // partials: plain
+            o[dcp_out_at(orow, p.q_heads, og, p.o_group_stride, DQ) + d] = lsum > 0.0 ? sum / lsum : vec4(0.0);
+            if (d == 0u)
+                lse[dcp_out_at(orow, p.q_heads, og, p.lse_group_stride, 1u)] =
+                    lsum > 0.0 ? mx + log(lsum) : dcp_neg_inf();
         }
         barrier(); // slot_* reads -> next head's writes
     }

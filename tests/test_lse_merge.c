@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_internal.h"
 #include "dcpvk/attn.h"
 #include "ref/ref.h"
 #include "vkutil.h"
@@ -129,6 +130,72 @@ static void test_all_empty(void **state)
     for (int i = 0; i < ROWS; i++) assert_true(isinf(lout[i]) && lout[i] < 0);
 }
 
+/* Output groups (the DCP a2a's messages written in place): 2 tokens x 6 heads in 3 groups of 2,
+ * each group's O at 256-byte and LSE at 64-byte strides. Every row is bitwise the plain layout's,
+ * at its grouped place; the gaps between groups keep their bytes; bad groups are refused. */
+static void test_grouped_output(void **state)
+{
+    enum { T = 2, H = 6, G = 2, NG = 3, P = 3, OS = 256, LS = 64 };
+    dcp_device *dev = dcp_context_device(*state, 0);
+    dcp_test_rng rng = {77};
+    float o_in[P * T * H * D], lse_in[P * T * H];
+    for (uint32_t i = 0; i < P * T * H * D; i++) o_in[i] = dcp_test_rng_uniform(&rng, -1, 1);
+    for (uint32_t i = 0; i < P * T * H; i++) lse_in[i] = dcp_test_rng_uniform(&rng, -5, 5);
+    lse_in[T * H + 3] = -INFINITY; /* an empty part of one row */
+    dcp_buffer *oi, *li, *oo, *lo, *go, *gl;
+    DCP_ASSERT_OK(dcp_buffer_create(dev, sizeof o_in, DCP_MEMORY_DEVICE, &oi));
+    DCP_ASSERT_OK(dcp_buffer_create(dev, sizeof lse_in, DCP_MEMORY_DEVICE, &li));
+    DCP_ASSERT_OK(dcp_buffer_create(dev, T * H * D * 4, DCP_MEMORY_DEVICE, &oo));
+    DCP_ASSERT_OK(dcp_buffer_create(dev, T * H * 4, DCP_MEMORY_DEVICE, &lo));
+    DCP_ASSERT_OK(dcp_buffer_create(dev, NG * OS, DCP_MEMORY_DEVICE, &go));
+    DCP_ASSERT_OK(dcp_buffer_create(dev, NG * LS, DCP_MEMORY_DEVICE, &gl));
+    DCP_ASSERT_OK(dcp_buffer_upload(oi, 0, o_in, sizeof o_in));
+    DCP_ASSERT_OK(dcp_buffer_upload(li, 0, lse_in, sizeof lse_in));
+    float fill_o[NG * OS / 4], fill_l[NG * LS / 4];
+    for (uint32_t i = 0; i < NG * OS / 4; i++) fill_o[i] = 777.0f;
+    for (uint32_t i = 0; i < NG * LS / 4; i++) fill_l[i] = 777.0f;
+    DCP_ASSERT_OK(dcp_buffer_upload(go, 0, fill_o, sizeof fill_o));
+    DCP_ASSERT_OK(dcp_buffer_upload(gl, 0, fill_l, sizeof fill_l));
+    dcp_cmd *cmd;
+    DCP_ASSERT_OK(dcp_cmd_create(dev, &cmd));
+    dcp_merge_args a = {.parts = P, .rows = T * H, .head_dim = D, .o_part_stride = T * H * D,
+                        .lse_part_stride = T * H, .o_in = oi, .lse_in = li, .o_out = oo, .lse_out = lo};
+    DCP_ASSERT_OK(dcp_lse_merge_record(cmd, &a));
+    dcp_merge_args ag = a;
+    ag.o_out = go;
+    ag.lse_out = gl;
+    const dcp_out_groups g = {NG, G, OS, LS};
+    DCP_ASSERT_OK(dcp_lse_merge_record_grouped(cmd, &ag, H, &g));
+    /* refused: groups that do not make the row's heads, a stride below a group's rows, unaligned */
+    const dcp_out_groups bad[3] = {{NG, 3, OS, LS}, {NG, G, T * G * D * 4 - 16, LS}, {NG, G, OS, LS + 2}};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(dcp_lse_merge_record_grouped(cmd, &ag, H, &bad[k]), DCP_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(dcp_last_error(), "output groups"));
+    }
+    DCP_ASSERT_OK(dcp_cmd_run(cmd));
+    float po[T * H * D], pl[T * H], xo[NG * OS / 4], xl[NG * LS / 4];
+    DCP_ASSERT_OK(dcp_buffer_download(oo, 0, po, sizeof po));
+    DCP_ASSERT_OK(dcp_buffer_download(lo, 0, pl, sizeof pl));
+    DCP_ASSERT_OK(dcp_buffer_download(go, 0, xo, sizeof xo));
+    DCP_ASSERT_OK(dcp_buffer_download(gl, 0, xl, sizeof xl));
+    uint8_t o_seen[NG * OS / 4] = {0}, l_seen[NG * LS / 4] = {0};
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t h = 0; h < H; h++) {
+            const uint32_t n = h / G, w = t * G + h % G;
+            assert_memory_equal(&xo[n * OS / 4 + w * D], &po[(t * H + h) * D], D * 4);
+            assert_memory_equal(&xl[n * LS / 4 + w], &pl[t * H + h], 4);
+            memset(&o_seen[n * OS / 4 + w * D], 1, D);
+            l_seen[n * LS / 4 + w] = 1;
+        }
+    for (uint32_t i = 0; i < NG * OS / 4; i++)
+        if (!o_seen[i]) assert_true(xo[i] == 777.0f);
+    for (uint32_t i = 0; i < NG * LS / 4; i++)
+        if (!l_seen[i]) assert_true(xl[i] == 777.0f);
+    dcp_cmd_destroy(cmd);
+    dcp_buffer *all[6] = {oi, li, oo, lo, go, gl};
+    for (int k = 0; k < 6; k++) dcp_buffer_destroy(all[k]);
+}
+
 static void test_bad_args(void **state)
 {
     dcp_context *ctx = *state;
@@ -169,6 +236,7 @@ int main(void)
         cmocka_unit_test(test_one_state),     cmocka_unit_test(test_equal_states),
         cmocka_unit_test(test_dominant_state), cmocka_unit_test(test_empty_and_special),
         cmocka_unit_test(test_all_empty),     cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_grouped_output),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

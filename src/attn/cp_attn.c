@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn/attn_internal.h"
 #include "attn/cp_internal.h"
 #include "comm/put.h"
 #include "common/error.h"
@@ -23,8 +24,7 @@ typedef struct attn_rank {
     dcp_device *dev;
     dcp_decode_plan *plan; /* the local decode over the rank's shard (GQA or latent kind) */
     dcp_buffer *qfull;   /* [batch][N*Hl][QD] f32 (gathered Q; NULL with q_replicate) */
-    dcp_buffer *o_part;  /* [batch][N*Hl][OD] f32 local partial O */
-    dcp_buffer *lse_part;/* [batch][N*Hl] f32 local partial LSE */
+    dcp_buffer *o_part;  /* ag_rs: [batch][N*Hl][OD] f32 local partial O */
     uint32_t ts[4];      /* dcp_cp_attn_run: timestamp slots around the decode [0, 1] and the merge [2, 3] */
     uint32_t ts_round[4];/* and the rounds they were recorded in */
 } attn_rank;
@@ -90,7 +90,6 @@ void dcp_cp_attn_destroy(dcp_cp_attn *a)
         dcp_decode_plan_destroy(r->plan);
         dcp_buffer_destroy(r->qfull);
         dcp_buffer_destroy(r->o_part);
-        dcp_buffer_destroy(r->lse_part);
     }
     free(a->r);
     free(a->bt);
@@ -150,7 +149,8 @@ dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_co
                              uint64_t *bytes, uint64_t *largest, uint64_t *mailbox)
 {
     /* Per local rank, what dcp_cp_attn_create allocates (and its plan grows to): the local decode
-     * plan over the rank's shard (rank 0's is the longest), gathered Q, partial O and LSE. */
+     * plan over the rank's shard (rank 0's is the longest), gathered Q, and with ag_rs the partial
+     * O (a2a's decode writes its messages in place). */
     const uint32_t N = kc->dcp_size;
     const uint64_t B = c->batch, QD = kc->pool.head_dim, OD = c->latent ? c->latent : QD,
                    NH = (uint64_t)N * c->heads_local;
@@ -158,8 +158,8 @@ dcp_status dcp_cp_attn_bytes(const dcp_kv_cache_config *kc, const dcp_cp_attn_co
     const dcp_decode_config dc = plan_config(c, kc->max_blocks, (uint32_t)NH);
     dcp_status st = dcp_decode_plan_bytes(&kc->pool, &dc, local, bytes, largest);
     if (st != DCP_OK) return st;
-    const uint64_t q = B * NH * QD * 4, o = B * NH * OD * 4;
-    *bytes += (c->q_replicate ? 0 : q) + o + B * NH * 4;
+    const uint64_t q = B * NH * QD * 4, o = c->backend == DCP_CP_AG_RS ? B * NH * OD * 4 : 0;
+    *bytes += (c->q_replicate ? 0 : q) + o;
     if (!c->q_replicate && q > *largest) *largest = q;
     if (o > *largest) *largest = o;
     *mailbox = mailbox_block(c, QD, OD, N);
@@ -219,8 +219,8 @@ dcp_status dcp_cp_attn_create(dcp_comm *comm, dcp_kv_cache *cache, const dcp_cp_
         r->dev = dcp_comm_device(comm, (int)i);
         DCP_TRY(dcp_decode_plan_create(dcp_kv_cache_pool(cache, i), &dc, &r->plan));
         if (gathers_q(a)) DCP_TRY(dcp_buffer_create(r->dev, B * NH * QD * 4, DCP_MEMORY_DEVICE, &r->qfull));
-        DCP_TRY(dcp_buffer_create(r->dev, B * NH * OD * 4, DCP_MEMORY_DEVICE, &r->o_part));
-        DCP_TRY(dcp_buffer_create(r->dev, B * NH * 4, DCP_MEMORY_DEVICE, &r->lse_part));
+        if (c->backend == DCP_CP_AG_RS)
+            DCP_TRY(dcp_buffer_create(r->dev, B * NH * OD * 4, DCP_MEMORY_DEVICE, &r->o_part));
     }
     /* Mailboxes for the largest block of the step. */
     DCP_TRY(dcp_comm_reserve(comm, mailbox_block(c, QD, OD, N)));
@@ -334,12 +334,13 @@ static dcp_comm_xchg xchg(const dcp_cp_attn *a, uint32_t phase)
     return (dcp_comm_xchg){a->comm, DCP_COLL_REDUCE_SCATTER, B * Hl * OD * 4, B * Hl * OD * 4};
 }
 
-/* Phase "local": the decode of all N*Hl heads over the local shard, then a2a: the messages packed
- * straight into the put area; ag_rs: the decode writes its LSEs straight into the put area. */
+/* Phase "local": the decode of all N*Hl heads over the local shard. a2a: its output grouped by
+ * destination, each message written in place in the put area; ag_rs: its LSEs straight into the
+ * put area, its O into o_part. */
 static dcp_status record_local(dcp_cp_attn *a, uint32_t i, uint32_t round, dcp_cmd *cmd, dcp_comm_buf q)
 {
     dcp_status st = DCP_OK;
-    const uint64_t B = a->rows, QD = a->QD, OD = a->OD, Hl = a->cfg.heads_local, N = a->N;
+    const uint64_t B = a->rows, QD = a->QD, Hl = a->cfg.heads_local, N = a->N;
     attn_rank *r = &a->r[i];
     if (gathers_q(a)) {
         /* gathered own heads [src rank s][rows][Hl*QD] (s at stride) -> qfull [rows][s][Hl*QD] */
@@ -354,20 +355,18 @@ static dcp_status record_local(dcp_cp_attn *a, uint32_t i, uint32_t round, dcp_c
     }
     dcp_comm_buf out = dcp_comm_put_area(a->comm, (int)i);
     if (a->timed) r->ts[0] = stamp(cmd), r->ts_round[0] = round;
-    /* a2a: LSEs to lse_part for packing; ag_rs: straight into the put area of the all-gather */
-    dcp_buffer *lse_buf = a->cfg.backend == DCP_CP_A2A ? r->lse_part : out.buffer;
-    uint64_t lse_off = a->cfg.backend == DCP_CP_A2A ? 0 : out.offset;
-    DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, lse_buf, lse_off));
-    if (a->timed) r->ts[1] = stamp(cmd), r->ts_round[1] = round;
     if (a->cfg.backend == DCP_CP_A2A) {
-        const uint32_t slot = (uint32_t)(a2a_slot(a, a->rows) / 4);
-        dcp_cmd_barrier(cmd); /* paged_decode O/LSE -> packing */
-        /* O [b][n][Hl*OD] -> message n's O part [b][Hl*OD]; LSE [b][n][Hl] -> its LSE part [b][Hl] */
-        dcp_permute_params po = {(uint32_t)B, (uint32_t)N, (uint32_t)(Hl * OD), (uint32_t)(N * Hl * OD), slot};
-        DCP_TRY(dcp_permute_record(cmd, &po, r->o_part, 0, out.buffer, out.offset));
-        dcp_permute_params pl = {(uint32_t)B, (uint32_t)N, (uint32_t)Hl, (uint32_t)(N * Hl), slot};
-        DCP_TRY(dcp_permute_record(cmd, &pl, r->lse_part, 0, out.buffer, out.offset + a2a_lse_offset(a, a->rows)));
+        /* Each destination's message written in place by the decode (or its chunks' merge): the
+         * heads in N groups of Hl, group n's O [b][Hl][OD] at message n, its LSE [b][Hl] at the
+         * message's LSE offset. */
+        const uint64_t slot = a2a_slot(a, a->rows);
+        const dcp_out_groups og = {(uint32_t)N, (uint32_t)Hl, slot, slot};
+        DCP_TRY(dcp_decode_record_grouped(cmd, r->plan, q.buffer, q.offset, out.buffer, out.offset, out.buffer,
+                                          out.offset + a2a_lse_offset(a, a->rows), &og));
+    } else { /* ag_rs: O to o_part, LSEs straight into the put area of the all-gather */
+        DCP_TRY(dcp_decode_record(cmd, r->plan, q.buffer, q.offset, r->o_part, 0, out.buffer, out.offset));
     }
+    if (a->timed) r->ts[1] = stamp(cmd), r->ts_round[1] = round;
     dcp_comm_record_put(cmd);
     return DCP_OK;
 fail:

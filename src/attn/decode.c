@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_internal.h"
 #include "common/error.h"
 #include "dcpvk/attn.h"
 #include "dcpvk/dtype.h"
@@ -205,7 +206,9 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
 
 /* Records the kernel of plan p's kind over bindings b: one workgroup per (chunk, group of hg
  * heads, row); direct: it writes the final O and LSE, else the chunks' partials. */
-static dcp_status dispatch(dcp_cmd *cmd, const dcp_decode_plan *p, const dcp_binding *b, int direct)
+/* og: the output groups' push constants (direct only; zeros: plain). */
+static dcp_status dispatch(dcp_cmd *cmd, const dcp_decode_plan *p, const dcp_binding *b, int direct,
+                           const uint32_t og[3])
 {
     const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
     const dcp_decode_config *c = &p->cfg;
@@ -215,13 +218,15 @@ static dcp_status dispatch(dcp_cmd *cmd, const dcp_decode_plan *p, const dcp_bin
         dcp_mla_decode_params pp = {
             .batch = p->rows, .heads = c->q_heads, .page_size = pc->page_size, .chunk_tokens = p->chunk_tokens,
             .num_chunks = p->chunks, .bt_stride = c->max_blocks, .segment_shift = shift,
-            .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale};
+            .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale,
+            .out_group = og[0], .o_group_stride = og[1], .lse_group_stride = og[2]};
         return dcp_kernel_dispatch(cmd, p->sh.pipeline, p->sh.spec, b, &pp, gx, gy, gz);
     }
     dcp_paged_decode_params pp = {
         .batch = p->rows, .q_heads = c->q_heads, .kv_heads = pc->kv_heads, .page_size = pc->page_size,
         .chunk_tokens = p->chunk_tokens, .num_chunks = p->chunks, .bt_stride = c->max_blocks,
-        .segment_shift = shift, .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale};
+        .segment_shift = shift, .total_pages = pc->num_pages, .direct = (uint32_t)direct, .scale = c->scale,
+        .out_group = og[0], .o_group_stride = og[1], .lse_group_stride = og[2]};
     return dcp_kernel_dispatch(cmd, p->sh.pipeline, p->sh.spec, b, &pp, gx, gy, gz);
 }
 
@@ -405,6 +410,13 @@ fail:
 dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer *q, uint64_t q_offset,
                              dcp_buffer *o, uint64_t o_offset, dcp_buffer *lse, uint64_t lse_offset)
 {
+    return dcp_decode_record_grouped(cmd, p, q, q_offset, o, o_offset, lse, lse_offset, NULL);
+}
+
+dcp_status dcp_decode_record_grouped(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer *q, uint64_t q_offset,
+                                     dcp_buffer *o, uint64_t o_offset, dcp_buffer *lse, uint64_t lse_offset,
+                                     const dcp_out_groups *g)
+{
     dcp_status st = DCP_OK;
     const dcp_kv_pool_config *pc = dcp_kv_pool_get_config(p->pool);
     if (dcp_cmd_device(cmd) != p->dev)
@@ -412,26 +424,30 @@ dcp_status dcp_decode_record(dcp_cmd *cmd, const dcp_decode_plan *p, dcp_buffer 
                         kind_name(p->cfg.kind));
     const uint64_t rows = (uint64_t)p->rows * p->cfg.q_heads, qd = pc->head_dim, od = p->sh.od;
     const int direct = p->chunks == 1;
+    uint64_t o_bytes, lse_bytes;
+    uint32_t og[3], plain[3] = {0, 0, 0};
+    DCP_TRY(dcp_out_groups_check(kind_name(p->cfg.kind), g, p->rows, p->cfg.q_heads, (uint32_t)od, &o_bytes,
+                                 &lse_bytes, og));
     dcp_binding b[5 + DCP_KV_MAX_SEGMENTS];
     b[0] = (dcp_binding){q, q_offset, rows * qd * 4};
     b[1] = (dcp_binding){p->bt, 0, 0};
     b[2] = (dcp_binding){p->lens, 0, 0};
     if (direct) {
-        b[3] = (dcp_binding){o, o_offset, rows * od * 4};
-        b[4] = (dcp_binding){lse, lse_offset, rows * 4};
+        b[3] = (dcp_binding){o, o_offset, o_bytes};
+        b[4] = (dcp_binding){lse, lse_offset, lse_bytes};
     } else {
         b[3] = (dcp_binding){p->work_o, 0, p->chunks * rows * od * 4};
         b[4] = (dcp_binding){p->work_lse, 0, p->chunks * rows * 4};
     }
     dcp_kv_pool_bindings(p->pool, b + 5);
-    DCP_TRY(dispatch(cmd, p, b, direct));
+    DCP_TRY(dispatch(cmd, p, b, direct, direct ? og : plain));
     if (!direct) {
         dcp_cmd_barrier(cmd); /* decode partials -> lse_merge */
         dcp_merge_args m = {.parts = p->chunks, .rows = (uint32_t)rows, .head_dim = (uint32_t)od,
                             .o_part_stride = (uint32_t)(rows * od), .lse_part_stride = (uint32_t)rows,
                             .o_in = p->work_o, .lse_in = p->work_lse, .o_out = o, .o_out_offset = o_offset,
                             .lse_out = lse, .lse_out_offset = lse_offset};
-        DCP_TRY(dcp_lse_merge_record(cmd, &m));
+        DCP_TRY(dcp_lse_merge_record_grouped(cmd, &m, p->cfg.q_heads, g));
     }
     return DCP_OK;
 fail:

@@ -16,6 +16,9 @@ DCP_PARAMS_STRUCT(dcp_paged_decode_params) {
     DCP_U32 total_pages;      /* pages in the pool; larger entries are never read */
     DCP_U32 direct;           /* 1: write final O/LSE (num_chunks == 1); 0: write per-chunk partials */
     DCP_F32 scale;            /* softmax scale applied to q.k */
+    DCP_U32 out_group;        /* direct: heads per output group (shaders/common/out_groups.glsl); 0: plain */
+    DCP_U32 o_group_stride;   /* vec4s between the groups' O */
+    DCP_U32 lse_group_stride; /* floats between the groups' LSE */
 };
 DCP_PARAMS_END(dcp_paged_decode_params)
 
@@ -27,6 +30,10 @@ DCP_PARAMS_STRUCT(dcp_lse_merge_params) {
     DCP_U32 head_dim;         /* D, multiple of 4 */
     DCP_U32 o_part_stride;    /* floats between parts in o_in */
     DCP_U32 lse_part_stride;  /* floats between parts in lse_in */
+    DCP_U32 out_heads;        /* heads per token row (rows = tokens x out_heads), for out_group */
+    DCP_U32 out_group;        /* heads per output group (shaders/common/out_groups.glsl); 0: plain */
+    DCP_U32 o_group_stride;   /* vec4s between the groups' O */
+    DCP_U32 lse_group_stride; /* floats between the groups' LSE */
 };
 DCP_PARAMS_END(dcp_lse_merge_params)
 

@@ -21,10 +21,13 @@ DCP_PARAMS_STRUCT(dcp_mla_decode_params) {
     DCP_U32 total_pages;      /* pages in the pool; larger entries are never read */
     DCP_U32 direct;           /* 1: write final O/LSE (num_chunks == 1); 0: per-chunk partials */
     DCP_F32 scale;            /* softmax scale applied to q . row */
+    DCP_U32 out_group;        /* direct: heads per output group (shaders/common/out_groups.glsl); 0: plain */
+    DCP_U32 o_group_stride;   /* vec4s between the groups' O */
+    DCP_U32 lse_group_stride; /* floats between the groups' LSE */
 };
 DCP_PARAMS_END(dcp_mla_decode_params)
 #ifndef VULKAN
-_Static_assert(sizeof(dcp_mla_decode_params) == 40, "dcp_mla_decode_params layout");
+_Static_assert(sizeof(dcp_mla_decode_params) == 52, "dcp_mla_decode_params layout");
 _Static_assert(offsetof(dcp_mla_decode_params, scale) == 36, "dcp_mla_decode_params.scale offset");
 #endif
 
