@@ -205,8 +205,8 @@ static dcp_status latent_shape(const dcp_kv_pool_config *pc, const dcp_decode_co
 }
 
 /* Records the kernel of plan p's kind over bindings b: one workgroup per (chunk, group of hg
- * heads, row); direct: it writes the final O and LSE, else the chunks' partials. */
-/* og: the output groups' push constants (direct only; zeros: plain). */
+ * heads, row); direct: it writes the final O and LSE (grouped by og, the output groups' push
+ * constants: zeros for the plain layout), else the chunks' partials (og zeros). */
 static dcp_status dispatch(dcp_cmd *cmd, const dcp_decode_plan *p, const dcp_binding *b, int direct,
                            const uint32_t og[3])
 {
