@@ -267,12 +267,11 @@ void main()
     if (in_grid) {
         const uint row = b * p.heads + h0 + g;
         const uint orow = p.direct != 0u ? row : chunk * p.batch * p.heads + row;
-        const uint og = p.direct != 0u ? p.out_group : 0u; // partials: plain
-        const uint ob = dcp_out_at(orow, p.heads, og, p.o_group_stride, DVQ);
+        const uint ob = dcp_out_at(orow, p.heads, p.out_group, p.o_group_stride, DVQ);
         [[unroll]] for (uint j = 0u; j < OPL; j++) {
             const uint dq = part * OPL + j;
             if (O_EVEN || dq < DVQ) o[ob + dq] = l > 0.0 ? acc[j] / l : vec4(0.0);
         }
-        if (part == 0u) lse[dcp_out_at(orow, p.heads, og, p.lse_group_stride, 1u)] = l > 0.0 ? m + log(l) : dcp_neg_inf();
+        if (part == 0u) lse[dcp_out_at(orow, p.heads, p.out_group, p.lse_group_stride, 1u)] = l > 0.0 ? m + log(l) : dcp_neg_inf();
     }
 }

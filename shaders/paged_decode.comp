@@ -246,6 +246,7 @@ void main()
         barrier(); // slot_* writes -> reads
         const uint row = b * p.q_heads + hq0 + g;
         const uint orow = p.direct != 0u ? row : chunk * p.batch * p.q_heads + row;
+        const uint ob = dcp_out_at(orow, p.q_heads, p.out_group, p.o_group_stride, DQ);
         for (uint d = lane; d < DQ; d += WG) {
             float mx = dcp_neg_inf();
             for (uint s2 = 0u; s2 < TS; s2++) mx = max(mx, slot_m[s2]);
@@ -259,10 +260,9 @@ void main()
                     lsum += w * slot_l[s2];
                 }
             }
-            const uint og = p.direct != 0u ? p.out_group : 0u; // partials: plain
-            o[dcp_out_at(orow, p.q_heads, og, p.o_group_stride, DQ) + d] = lsum > 0.0 ? sum / lsum : vec4(0.0);
+            o[ob + d] = lsum > 0.0 ? sum / lsum : vec4(0.0);
             if (d == 0u)
-                lse[dcp_out_at(orow, p.q_heads, og, p.lse_group_stride, 1u)] =
+                lse[dcp_out_at(orow, p.q_heads, p.out_group, p.lse_group_stride, 1u)] =
                     lsum > 0.0 ? mx + log(lsum) : dcp_neg_inf();
         }
         barrier(); // slot_* reads -> next head's writes

@@ -16,7 +16,7 @@ DCP_PARAMS_STRUCT(dcp_paged_decode_params) {
     DCP_U32 total_pages;      /* pages in the pool; larger entries are never read */
     DCP_U32 direct;           /* 1: write final O/LSE (num_chunks == 1); 0: write per-chunk partials */
     DCP_F32 scale;            /* softmax scale applied to q.k */
-    DCP_U32 out_group;        /* direct: heads per output group (shaders/common/out_groups.glsl); 0: plain */
+    DCP_U32 out_group;        /* heads per output group (shaders/common/out_groups.glsl); 0: plain (partials) */
     DCP_U32 o_group_stride;   /* vec4s between the groups' O */
     DCP_U32 lse_group_stride; /* floats between the groups' LSE */
 };

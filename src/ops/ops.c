@@ -264,9 +264,8 @@ bool dcp_matmul_norm_pays(const dcp_device *dev, const dcp_matrix *w)
 {
     const dcp_device_info *info = dcp_device_get_info(dev);
     if (!info->type || strcmp(info->type, "cpu") != 0) return true;
-    uint64_t rows = 0;
+    uint64_t rows = w->n_parts ? 0 : ceil_div(w->rows, DCP_MATMUL_SUBGROUP_ROWS);
     for (uint32_t i = 0; i < w->n_parts; i++) rows += ceil_div(w->parts[i].rows, DCP_MATMUL_SUBGROUP_ROWS);
-    if (!w->n_parts) rows = ceil_div(w->rows, DCP_MATMUL_SUBGROUP_ROWS);
     return rows * w->k * 12 <= MATMUL_NORM_CPU_BYTES;
 }
 
