@@ -124,13 +124,13 @@ int main(int argc, char **argv)
                    "\"max_allocation_size\": %llu, \"max_shared_memory\": %u, "
                    "\"max_workgroup_invocations\": %u, \"timestamp_period_ns\": %g, "
                    "\"external_memory_host\": %s, \"device_group_size\": %u, \"kv_multi_segment\": %s, "
-                   "\"memory_heaps\": [",
+                   "\"matmul_layout\": \"%s\", \"memory_heaps\": [",
                    d->subgroup_size, (unsigned long long)d->min_storage_offset_alignment,
                    (unsigned long long)d->max_storage_buffer_range,
                    (unsigned long long)d->max_allocation_size, d->max_shared_memory,
                    d->max_workgroup_invocations, d->timestamp_period_ns,
                    d->has_external_memory_host ? "true" : "false", d->physical_group_size,
-                   d->kv_multi_segment ? "true" : "false");
+                   d->kv_multi_segment ? "true" : "false", d->matmul_lane_rows ? "rows" : "split");
             for (uint32_t h = 0; h < d->heap_count; h++)
                 printf("%s{\"size\": %llu, \"device_local\": %s}", h ? ", " : "",
                        (unsigned long long)d->heap_size[h], d->heap_device_local[h] ? "true" : "false");
@@ -149,8 +149,9 @@ int main(int argc, char **argv)
                    d->device_id, d->driver_name, d->driver_info, maj, min, pat);
             printf("  uuid ");
             print_uuid(d->device_uuid);
-            printf("\n  subgroup %u, shared memory %u B, workgroup <= %u invocations\n", d->subgroup_size,
-                   d->max_shared_memory, d->max_workgroup_invocations);
+            printf("\n  subgroup %u, shared memory %u B, workgroup <= %u invocations, matmul lanes %s\n",
+                   d->subgroup_size, d->max_shared_memory, d->max_workgroup_invocations,
+                   d->matmul_lane_rows ? "own rows" : "split rows");
             printf("  max storage-buffer range %llu B, offset alignment %llu B, max allocation %llu B\n",
                    (unsigned long long)d->max_storage_buffer_range, (unsigned long long)d->min_storage_offset_alignment,
                    (unsigned long long)d->max_allocation_size);

@@ -28,9 +28,16 @@
 // in an order of its own (lane l: vec4 columns l, l + lanes, ..., then subgroupAdd: the same for
 // every row, weight type, part and batch), the load multiplies x by nw, and the row's sum is
 // scaled by 1 / sqrt(ss / k + eps). With both off their code is specialized away.
+// Lanes owning rows (spec constant LR 1: dcp_device_info.matmul_lane_rows, CPU drivers, whose
+// loads run a lane at a time): lane l of a subgroup sums R whole rows n0 + r SGS + l alone, unit
+// after unit; the lanes load x a chunk at a time (lane l its vec4s l, l + SGS, ...) and each takes
+// the vec4s of a group by subgroupShuffle, so an x word is loaded once for SGS R rows, not once per
+// R (see lanes_own_rows). Rows per workgroup RPW = subgroups x SGS x R; the row's sum is in
+// another order than LR 0's, the same for any batch, R and subgroup size.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
 #include "kernels/ops_params.h"
 
@@ -41,6 +48,8 @@ layout(constant_id = 3) const uint R = DCP_MATMUL_SUBGROUP_ROWS; // rows per sub
 layout(constant_id = 4) const uint WIN = 0; // 1: a column window (x_col0, x_cols)
 layout(constant_id = 5) const uint GLU = 0; // 1: y = silu(gate rows) * up rows (R even)
 layout(constant_id = 6) const uint NORM = 0; // 1: x rmsnorm'd by nw in the load (WIN 0)
+layout(constant_id = 7) const uint LR = 0;   // 1: lanes own rows (R rows a lane, x broadcast)
+layout(constant_id = 8) const uint SGS = 8;  // LR: the subgroup size
 const uint RO = GLU != 0u ? R / 2u : R;    // output rows per subgroup
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform PC { dcp_matmul_params p; };
@@ -53,6 +62,136 @@ layout(std430, binding = 3) readonly buffer NW { vec4 nw[]; };  // NORM: [k/4] f
 #define wscale_offset p.scale_offset
 #define W_UNIT_DOT 1
 #include "weights.glsl"
+
+// x vec4s a unit of a row covers; LR: CH vec4s of x a chunk covers (two units at least, so that
+// the K-quants' pairs of units span their columns whole (w_group_rel4), and a vec4 for each
+// lane), XL of them loaded by each lane, CU units a chunk
+const uint UV4 = W_UNIT_GROUPS * W_GROUP_VEC4;
+const uint CH = 2u * UV4 > SGS ? 2u * UV4 : SGS;
+const uint XL = CH / SGS;
+const uint CU = CH / UV4;
+
+// The x vec4 q (of the row's k / 4) of token row t, windowed, normed: what both layouts read.
+vec4 x_at(uint t, uint q)
+{
+    if (WIN == 0u) {
+        vec4 v = x[p.x_offset / 4u + t * (p.x_stride / 4u) + q];
+        if (NORM != 0u) v *= nw[q];
+        return v;
+    }
+    const uint s0 = 4u * q - p.x_col0; // x column of the vec4's first
+    const uint xr = p.x_offset + t * p.x_stride;
+    vec4 v;
+    [[unroll]] for (uint e = 0u; e < 4u; e++) {
+        const uint c = s0 + e; // wraps below the window: skipped too
+        v[e] = c < p.x_cols ? x1[xr + c] : 0.0;
+    }
+    return v;
+}
+
+// A row's group g times token j's x (xv, the group's vec4s; sx their sum where the type has a
+// min): the sum of q x, the group's scale and min applied (the same expression in both layouts).
+float x_sum(vec4 xv[W_GROUP_VEC4])
+{
+    float sx = 0.0;
+    [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) sx += dot(xv[i], vec4(1.0));
+    return sx;
+}
+float group_dot(vec4 wq[W_GROUP_VEC4], vec2 sc, vec4 xv[W_GROUP_VEC4], float sx)
+{
+    float s = 0.0;
+    [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) s += dot(wq[i], xv[i]);
+#ifdef W_UNIT_MIN
+    return sc.x * s - sc.y * sx;
+#elif defined(W_GROUP_SCALED)
+    return sc.x * s;
+#else
+    return s;
+#endif
+}
+#ifdef W_UNIT_MIN
+#define X_SUM(xv) x_sum(xv)
+#else
+#define X_SUM(xv) 0.0
+#endif
+
+// An output row's value from its sum g (GLU: the gate row's, u the up row's): normed by iv, and
+// with GLU silu(g) * u as swiglu.comp.
+float row_out(float g, float u, float iv)
+{
+    if (NORM != 0u) {
+        g *= iv;
+        u *= iv;
+    }
+    return GLU != 0u ? g / (1.0 + exp(-g)) * u : g;
+}
+
+// LR 1 (CPU drivers): lane l of a subgroup owns rows n0 + r SGS + l (r < RO; GLU: those gate
+// rows and the up rows n_out + n0 + r SGS + l) and sums each over the whole row, unit after unit,
+// group after group, alone: no subgroupAdd. The lanes read x a chunk at a time, lane l the chunk's
+// vec4s l, l + SGS, ..., and every lane takes a group's vec4s by subgroupShuffle (an index the
+// same in every lane, constant once unrolled), so each x word is loaded once for SGS R rows.
+// Loop work per invocation: k / (4 CH) chunks (units, groups, rows and tokens unrolled).
+void lanes_own_rows(float inv[TB])
+{
+    const uint t0 = gl_WorkGroupID.y * TB;
+    const uint nt = min(TB, p.tokens - t0);
+    const uint nu = w_units(p.k);
+    const uint RS = SGS * RO; // output rows per subgroup
+    const uint lane = gl_SubgroupInvocationID;
+    for (uint r0 = gl_SubgroupID * RS; r0 < RPW; r0 += gl_NumSubgroups * RS) {
+        const uint n0 = gl_WorkGroupID.x * RPW + r0;
+        if (n0 >= p.n_out) break; // uniform in the subgroup
+        float acc[R][TB];
+        for (uint r = 0u; r < R; r++)
+            for (uint j = 0u; j < TB; j++) acc[r][j] = 0.0;
+        uint wrow[R];
+        for (uint r = 0u; r < R; r++) {
+            const uint ro = GLU != 0u && r >= RO ? r - RO : r;
+            const uint up = GLU != 0u && r >= RO ? p.n_out : 0u;
+            wrow[r] = up + min(n0 + ro * SGS + lane, p.n_out - 1u);
+        }
+        for (uint c = 0u; c < nu; c += CU) {
+            vec4 xl[TB][XL];
+            const uint xq0 = w_group_x4(c, 0u);
+            for (uint j = 0u; j < TB; j++)
+                [[unroll]] for (uint s = 0u; s < XL; s++) {
+                    const uint q = xq0 + s * SGS + lane;
+                    xl[j][s] = (TB == 1u || j < nt) && q < p.k / 4u ? x_at(t0 + j, q) : vec4(0.0);
+                }
+            [[unroll]] for (uint cu = 0u; cu < CU; cu++) {
+                const uint u = c + cu;
+                if (u >= nu) break; // uniform
+                w_raw raw[R];
+                for (uint r = 0u; r < R; r++) w_unit_load(wrow[r], u, p.k, raw[r]);
+                [[unroll]] for (uint g = 0u; g < W_UNIT_GROUPS; g++) {
+                    vec4 wq[R][W_GROUP_VEC4];
+                    vec2 sc[R];
+                    for (uint r = 0u; r < R; r++) w_unit_group(raw[r], g, wq[r], sc[r]);
+                    const uint v0 = (cu / 2u) * 2u * UV4 + w_group_rel4(cu % 2u, g);
+                    for (uint j = 0u; j < TB; j++)
+                        if (TB == 1u || j < nt) {
+                            vec4 xv[W_GROUP_VEC4];
+                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++)
+                                xv[i] = subgroupShuffle(xl[j][(v0 + i) / SGS], (v0 + i) % SGS);
+                            const float sx = X_SUM(xv);
+                            for (uint r = 0u; r < R; r++) acc[r][j] += group_dot(wq[r], sc[r], xv, sx);
+                        }
+                }
+            }
+        }
+        for (uint r = 0u; r < RO; r++) {
+            const uint n = n0 + r * SGS + lane;
+            for (uint j = 0u; j < TB; j++) {
+                const float s = row_out(acc[r][j], GLU != 0u ? acc[r + RO][j] : 0.0, inv[j]);
+                if (n < p.n_out && j < nt) {
+                    const uint i = (t0 + j) * p.y_stride + p.y_offset + n;
+                    y[i] = p.accumulate != 0u ? y[i] + s : s;
+                }
+            }
+        }
+    }
+}
 
 void main()
 {
@@ -72,6 +211,10 @@ void main()
                 }
             inv[j] = 1.0 / sqrt(subgroupAdd(ss) / float(p.k) + p.norm_eps);
         }
+    if (LR != 0u) {
+        lanes_own_rows(inv);
+        return;
+    }
     for (uint r0 = gl_SubgroupID * RO; r0 < RPW; r0 += gl_NumSubgroups * RO) {
         const uint n0 = gl_WorkGroupID.x * RPW + r0;
         if (n0 >= p.n_out) break; // uniform in the subgroup
@@ -91,53 +234,18 @@ void main()
                 vec4 wq[R][W_GROUP_VEC4];
                 vec2 sc[R];
                 for (uint r = 0u; r < R; r++) w_unit_group(raw[r], g, wq[r], sc[r]);
-                const uint xg = xo + w_group_x4(u, g);
-                vec4 nv[W_GROUP_VEC4];
-                if (NORM != 0u)
-                    [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) nv[i] = nw[w_group_x4(u, g) + i];
                 for (uint j = 0u; j < TB; j++)
                     if (TB == 1u || j < nt) {
                         vec4 xv[W_GROUP_VEC4];
-                        if (WIN == 0u) {
-                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x[xg + (t0 + j) * xs + i];
-                            if (NORM != 0u)
-                                [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] *= nv[i];
-                        } else {
-                            const uint s0 = 4u * w_group_x4(u, g) - p.x_col0; // x column of the group's first
-                            const uint xr = p.x_offset + (t0 + j) * p.x_stride;
-                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++)
-                                [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                                    const uint c = s0 + 4u * i + e; // wraps below the window: skipped too
-                                    xv[i][e] = c < p.x_cols ? x1[xr + c] : 0.0;
-                                }
-                        }
-#ifdef W_UNIT_MIN
-                        float sx = 0.0;
-                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) sx += dot(xv[i], vec4(1.0));
-#endif
-                        for (uint r = 0u; r < R; r++) {
-                            float s = 0.0;
-                            [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) s += dot(wq[r][i], xv[i]);
-#ifdef W_UNIT_MIN
-                            acc[r][j] += sc[r].x * s - sc[r].y * sx;
-#elif defined(W_GROUP_SCALED)
-                            acc[r][j] += sc[r].x * s;
-#else
-                            acc[r][j] += s;
-#endif
-                        }
+                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x_at(t0 + j, w_group_x4(u, g) + i);
+                        const float sx = X_SUM(xv);
+                        for (uint r = 0u; r < R; r++) acc[r][j] += group_dot(wq[r], sc[r], xv, sx);
                     }
             }
         }
         for (uint r = 0u; r < RO; r++)
             for (uint j = 0u; j < TB; j++) {
-                float s = subgroupAdd(acc[r][j]);
-                if (NORM != 0u) s *= inv[j];
-                if (GLU != 0u) {
-                    float u = subgroupAdd(acc[r + RO][j]);
-                    if (NORM != 0u) u *= inv[j];
-                    s = s / (1.0 + exp(-s)) * u; // silu(gate) * up, as swiglu.comp
-                }
+                const float s = row_out(subgroupAdd(acc[r][j]), GLU != 0u ? subgroupAdd(acc[r + RO][j]) : 0.0, inv[j]);
                 if (r < nr && j < nt && subgroupElect()) {
                     const uint i = (t0 + j) * p.y_stride + p.y_offset + n0 + r;
                     y[i] = p.accumulate != 0u ? y[i] + s : s;

@@ -12,6 +12,13 @@ set_tests_properties(app_info_align256 PROPERTIES ENVIRONMENT "DCP_VK_MIN_STORAG
 add_test(NAME app_info_bad_align COMMAND sh -c "$<TARGET_FILE:dcp-vk-info> 2>&1; echo exit=$?")
 set_tests_properties(app_info_bad_align PROPERTIES ENVIRONMENT "DCP_VK_MIN_STORAGE_ALIGN=512"
                      PASS_REGULAR_EXPRESSION "DCP_VK_MIN_STORAGE_ALIGN '512' is not a power of two in 1 \.\. 256.*exit=[1-9]")
+# matmul's layout forced (the suite's *_split_layout tests), and a value it does not take.
+add_test(NAME app_info_matmul_split COMMAND dcp-vk-info --json)
+set_tests_properties(app_info_matmul_split PROPERTIES ENVIRONMENT "DCP_VK_MATMUL_LAYOUT=split"
+                     PASS_REGULAR_EXPRESSION "\"matmul_layout\": \"split\"")
+add_test(NAME app_info_bad_matmul_layout COMMAND sh -c "$<TARGET_FILE:dcp-vk-info> 2>&1; echo exit=$?")
+set_tests_properties(app_info_bad_matmul_layout PROPERTIES ENVIRONMENT "DCP_VK_MATMUL_LAYOUT=lanes"
+                     PASS_REGULAR_EXPRESSION "DCP_VK_MATMUL_LAYOUT 'lanes' is not one of rows .*, split .*exit=[1-9]")
 # A smaller storage-buffer range for CPU drivers (test_prefix_offload_segments splits the host pool
 # with it), and one below what the knob allows.
 add_test(NAME app_info_range128k COMMAND dcp-vk-info)

@@ -1,5 +1,8 @@
 # Model kernels and the llama model step against the CPU references; stories260K greedy tokens.
 dcp_test(test_ops SOURCES test_ops.c vkutil.c)
+# The same in matmul's other layout (docs/design.md section 10): on a CPU driver the lanes own
+# rows by default, so this runs the GPUs' split layout there (and the CPU drivers' on a GPU).
+dcp_test(test_ops_split_layout EXE test_ops ENV DCP_VK_MATMUL_LAYOUT=split)
 dcp_test(test_llama SOURCES test_llama.c ref_model.c vkutil.c ARGS nodcp)
 dcp_test(test_llama_dcp EXE test_llama ARGS dcp)
 # The llama family on generated models: llama with rope_freqs / linear / YaRN, Mistral's window,

@@ -2,6 +2,8 @@
 # double matmul, batch invariance, get_rows, refused shapes.
 # lavapipe JIT-compiles two matmul variants per type (one token, several): about a minute of CPU.
 dcp_test(test_quant_ops SOURCES test_quant_ops.c vkutil.c TIMEOUT 1200 LABELS quant)
+# ... in matmul's other layout (the GPUs' on a CPU driver; see test_ops_split_layout).
+dcp_test(test_quant_ops_split_layout EXE test_quant_ops ENV DCP_VK_MATMUL_LAYOUT=split TIMEOUT 1200 LABELS quant)
 dcp_test(test_quant SOURCES test_quant.c test_gguf_util.c vkutil.c TIMEOUT 120 LABELS quant host)
 # Whole quantized models in dcp-vk-run: stories260K --quantize'd to Q4_0 and a generated Q4_K_M
 # model give the same greedy text at TP 1 and TP 8 / DCP 2 (a2a and ag_rs).

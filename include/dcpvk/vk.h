@@ -66,6 +66,10 @@ typedef struct dcp_device_info {
     uint32_t min_subgroup_size;      /* smallest subgroup a compute dispatch may get */
     bool subgroup_arithmetic;        /* compute shaders have subgroup arithmetic ops */
     bool subgroup_shuffle;           /* compute shaders have subgroup shuffles */
+    bool matmul_lane_rows;           /* matmul's lanes each own whole rows and share x by shuffles
+                                        (CPU drivers, whose lanes load one at a time); else a
+                                        subgroup's lanes split each row (GPUs).
+                                        $DCP_VK_MATMUL_LAYOUT=rows|split forces one */
     bool nonuniform_indexing;        /* storage-buffer arrays take non-uniform indices */
     bool kv_multi_segment;           /* a KV pool may span several buffers (non-uniform indexing
                                         and enough storage-buffer bindings per stage); else pools

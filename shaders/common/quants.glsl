@@ -14,7 +14,7 @@
 //   Q2_K, Q3_K: 16 bytes of qs = 64 weights, one group per 2-bit shift s (4 groups)
 //   Q6_K: 16 bytes of each ql half and of qh = 64 weights (4 groups)
 //   IQ4_NL, IQ4_XS: 16 bytes of qs = 32 weights of one (sub-)block (low nibbles = weights 0..15,
-//   high = 16..31), each nibble an index into the 16 levels q_iq4 (the format's table); the
+//   high = 16..31), each nibble an index into the 16 levels q_iq4_words (the format's table); the
 //   weight is (d * (IQ4_XS: sub-block scale - 32)) * level
 // Each weight is (scale * q - min) with q the integer quant as f32, as the CPU dequantizer
 // (src/quant/quants.c) computes it.
@@ -44,6 +44,7 @@ vec4 q_bits4(uint v, uint start) { return vec4((uvec4(v >> start) >> uvec4(0u, 1
 #define W_UNIT_GROUPS 2
 uint w_units(uint k) { return k / 32u; }
 uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
+uint w_group_rel4(uint h, uint g) { return 8u * h + 4u * g; }
 
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 {
@@ -86,6 +87,7 @@ uint w_group_x4(uint u, uint g)
     const uint r = u % 8u;
     return 64u * (u / 8u) + 16u * (r / 2u) + 4u * (r % 2u) + 8u * g;
 }
+uint w_group_rel4(uint h, uint g) { return 4u * h + 8u * g; }
 
 // 6-bit scale (x) and min (y) of sub-block j from the 12 scale bytes sc (3 words, byte 0 first).
 vec2 q_k4_scale_min(uvec3 sc, uint j)
@@ -134,6 +136,7 @@ uint w_group_x4(uint u, uint g)
     const uint r = u % 4u;
     return 64u * (u / 4u) + 32u * (r / 2u) + 4u * (r % 2u) + 8u * g;
 }
+uint w_group_rel4(uint h, uint g) { return 4u * h + 8u * g; }
 
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 {
@@ -169,14 +172,21 @@ void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 #define W_UNIT_GROUPS 2
 uint w_units(uint k) { return k / 32u; }
 uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
+uint w_group_rel4(uint h, uint g) { return 8u * h + 4u * g; }
 
-const float q_iq4[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0,
-                                  53.0, 69.0, 89.0, 113.0);
+// The format's 16 levels, as int8 packed four to a word (level 4i + b in byte b of word i):
+// -127, -104, -83, -65 | -49, -35, -22, -10 | 1, 13, 25, 38 | 53, 69, 89, 113. A nibble picks its
+// word by two selects and its byte by a shift: no table indexed per lane (a CPU driver reads such
+// a table a lane at a time).
+const uvec4 q_iq4_words = uvec4(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
 // The levels of the 4 low (hi = 0) or high nibbles of a word's bytes, as 4 lanes (byte 0 first).
 vec4 q_iq4_levels(uint v, uint hi)
 {
     const uvec4 n = (uvec4(v, v >> 8, v >> 16, v >> 24) >> (4u * hi)) & 15u;
-    return vec4(q_iq4[n.x], q_iq4[n.y], q_iq4[n.z], q_iq4[n.w]);
+    const bvec4 hi8 = greaterThanEqual(n, uvec4(8u)), hi4 = notEqual(n & 4u, uvec4(0u));
+    const uvec4 word = mix(mix(uvec4(q_iq4_words.x), uvec4(q_iq4_words.y), hi4),
+                           mix(uvec4(q_iq4_words.z), uvec4(q_iq4_words.w), hi4), hi8);
+    return vec4(ivec4(word << (24u - 8u * (n & 3u))) >> 24);
 }
 // Word offset of unit u's 16 qs bytes and its scale (d, or d * (sub-block scale - 32)).
 void q_iq4_unit(uint row, uint u, uint k, out uint o, out float dl)

@@ -55,6 +55,7 @@ vec4 w4(uint row, uint q, uint k)
 #define W_UNIT_GROUPS 2
 uint w_units(uint k) { return k / 32u; }
 uint w_group_x4(uint u, uint g) { return 8u * u + 4u * g; }
+uint w_group_rel4(uint h, uint g) { return 8u * h + 4u * g; }
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 {
     const float d = uintBitsToFloat(w[wscale_offset + row * (k / 32u) + u]); // the block's scale, once
@@ -83,6 +84,7 @@ void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 #define W_GROUP_VEC4 1
 uint w_units(uint k) { return k / 4u; }
 uint w_group_x4(uint u, uint g) { return u; }
+uint w_group_rel4(uint h, uint g) { return h; }
 void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4]) { wv[0] = w4(row, u, k); }
 #ifdef W_UNIT_DOT
 struct w_raw { vec4 v; };

@@ -16,6 +16,9 @@
 #define DCP_MATMUL_SUBGROUP_ROWS_CPU 8
 /* ... and for the types that share x over 16 rows there (src/ops/ops.c matmul_subgroup_rows). */
 #define DCP_MATMUL_SUBGROUP_ROWS_CPU_WIDE 16
+/* Rows each lane sums where lanes own rows (dcp_device_info.matmul_lane_rows: CPU drivers), a
+ * subgroup's lanes sharing each x load by shuffles: subgroup size x this rows a subgroup. */
+#define DCP_MATMUL_LANE_ROWS 2
 
 /* matmul: y[t][n] (+)= sum_k W[n][k] * x[t][k], W [n_out][k] in the weight layout of its dtype
  * (GGUF row order: k contiguous). One subgroup per DCP_MATMUL_SUBGROUP_ROWS (_CPU) output rows,

@@ -196,7 +196,9 @@ dcp_status dcp_ops_weight_kernel(const char *what, dcp_kernel_id op, dcp_ggml_ty
 
 static uint32_t ceil_div(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
-/* Rows per subgroup of a matmul of `tokens` tokens over `type` on a device of `info`: each x load
+/* Rows per subgroup of a matmul of `tokens` tokens over `type` on a device of `info` whose lanes
+ * split each row (GPUs; a CPU driver only when $DCP_VK_MATMUL_LAYOUT=split: there lanes own rows,
+ * DCP_MATMUL_LANE_ROWS each, see matmul.comp): each x load
  * is shared by that many rows. GPUs take 4. A CPU device (lavapipe) runs a subgroup as the SIMD
  * lanes of one core and loads a lane at a time, so x loads cost as much as weight loads there and
  * sharing them over more rows pays, until a type's unit decode no longer fits the registers: the
@@ -233,11 +235,16 @@ static dcp_status matmul_part(dcp_cmd *cmd, const dcp_matrix *w, const dcp_matmu
     uint32_t wg = dcp_vk_workgroup_size(dev);
     uint32_t rpw = wg / (info->subgroup_size ? info->subgroup_size : wg);
     if (rpw == 0) rpw = 1;
-    const uint32_t r = matmul_subgroup_rows(info, w->type, tokens);
-    rpw *= glu ? r / 2 : r; /* output rows per workgroup; GLU: a subgroup's r rows make r / 2 */
+    /* r: rows a subgroup (lanes splitting rows) or a lane (lanes owning rows) sums together */
+    const uint32_t lr = info->matmul_lane_rows ? 1u : 0u;
+    const uint32_t r = lr ? DCP_MATMUL_LANE_ROWS : matmul_subgroup_rows(info, w->type, tokens);
+    rpw *= glu ? r / 2 : r; /* output rows per workgroup; GLU: r rows make r / 2 */
+    if (lr) rpw *= info->subgroup_size;
     /* Tokens per workgroup: a single token (decode) gets its own variant without the unused
-     * accumulators; the sums are the same for any value (same lanes, same order). */
-    uint32_t spec[7] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u, glu, a->norm ? 1u : 0u};
+     * accumulators; the sums are the same for any value (same lanes, same order). With lanes
+     * owning rows the shader takes the subgroup size as a constant (its chunk of x). */
+    uint32_t spec[9] = {wg, rpw, tokens == 1 ? 1u : DCP_MATMUL_TOKENS, r, w->cols ? 1u : 0u, glu, a->norm ? 1u : 0u,
+                        lr, info->subgroup_size};
     /* without a norm any valid buffer fills binding 3 (never read) */
     dcp_binding b[4] = {{w->buf, 0, 0}, {a->x, 0, 0}, {a->y, 0, 0}, {a->norm ? a->norm : a->x, 0, 0}};
     dcp_matmul_params p = {n_out, w->held_k, tokens, a->x_stride, a->y_stride,

@@ -196,6 +196,19 @@ static dcp_status device_create(dcp_context *ctx, VkPhysicalDevice phys, int phy
     info->subgroup_arithmetic = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                                 (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
+    /* matmul's layout (src/ops/ops.c): lanes owning rows where a lane's load is a scalar loop (a
+     * CPU driver), lanes splitting a row on GPUs; forced either way to test both on one driver. */
+    info->matmul_lane_rows = strcmp(info->type, "cpu") == 0;
+    const char *layout_env = getenv("DCP_VK_MATMUL_LAYOUT");
+    if (layout_env && *layout_env) {
+        if (strcmp(layout_env, "rows") != 0 && strcmp(layout_env, "split") != 0) {
+            st = dcp_fail(DCP_ERR_INVALID_ARGUMENT,
+                          "$DCP_VK_MATMUL_LAYOUT '%s' is not one of rows (a lane owns whole rows), split (a "
+                          "subgroup's lanes split each row)", layout_env);
+            goto fail;
+        }
+        info->matmul_lane_rows = layout_env[0] == 'r';
+    }
     info->max_storage_buffer_range = lim->maxStorageBufferRange;
     /* A stricter storage-buffer offset alignment than the driver's, for testing on CPU drivers
      * (lavapipe says 16; some GPUs 256): every binding offset is checked against the larger. */

@@ -10,7 +10,7 @@
 
 #include "dcpvk/vk.h"
 
-#define DCP_MAX_SPEC 8      /* specialization constants of one pipeline */
+#define DCP_MAX_SPEC 9      /* specialization constants of one pipeline */
 #define DCP_MAX_BINDINGS 8  /* storage-buffer bindings of one pipeline */
 #define DCP_MAX_ARRAY 64    /* buffers of an array binding */
 
