@@ -38,6 +38,13 @@ vec2 q_dm(uint bi) { return unpackHalf2x16(w[wscale_offset + bi]); }
 
 // Bits start..start+3 of v, as 4 lanes.
 vec4 q_bits4(uint v, uint start) { return vec4((uvec4(v >> start) >> uvec4(0u, 1u, 2u, 3u)) & 1u); }
+// The 4 bytes of v as 4 lanes of f32 (byte 0 first). The matmul's units build each byte's whole
+// quant (low bits | high bits) in one word first and convert once: a few word operations for 4
+// weights, where converting each field apart and combining them in f32 took twice the operations
+// (on a CPU driver each is a vector instruction per lane group).
+vec4 q_u8x4(uint v) { return vec4(uvec4(v, v >> 8, v >> 16, v >> 24) & 255u); }
+// Bits b .. b + 3 of v moved to bit 0 of bytes 0 .. 3 (the multiply places bit j at bit 8 j).
+uint q_bits_to_bytes(uint v, uint b) { return (((v >> b) & 15u) * 0x00204081u) & 0x01010101u; }
 
 #if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1)
 // ---- blocks of 32: unit = block; group 0 = weights 0..15 (low nibbles of qs), 1 = 16..31 (high)
@@ -221,13 +228,14 @@ void w_group(uint row, uint u, uint g, uint k, out vec4 wv[W_GROUP_VEC4])
 // their offset, as f32; the elements at vec4 indices w_group_x4(u, g)..) and sc = (scale, min):
 // sum over the group of w * x = sc.x * sum(q * x) - sc.y * sum(x) (sc.y only for W_UNIT_MIN
 // types), the scale applied once per group and token.
-#if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_1) || defined(W_Q2_K) || defined(W_Q4_K) || defined(W_Q5_K)
-#define W_UNIT_MIN 1
+#if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1) || defined(W_Q2_K) || defined(W_Q3_K) || \
+    defined(W_Q4_K) || defined(W_Q5_K) || defined(W_Q6_K)
+#define W_UNIT_MIN 1 // an offset (Q4_0 8, Q5_0 16, Q3_K 4, Q6_K 32) is summed as the min: -d off sum(x)
 #endif
 #define W_GROUP_SCALED 1 // the group's scale sc.x multiplies its sum
 
 #if defined(W_Q4_0) || defined(W_Q4_1) || defined(W_Q5_0) || defined(W_Q5_1)
-struct w_raw { uvec4 q; uint qh; vec2 dm; };   // dm: (d, m); Q4_0 (d, -8 d), Q5_0 (d, 0)
+struct w_raw { uvec4 q; uint qh; vec2 dm; };   // dm: (d, m); Q4_0 (d, -8 d), Q5_0 (d, -16 d)
 void w_unit_load(uint row, uint u, uint k, out w_raw r)
 {
     const uint bi = row * (k / 32u) + u;
@@ -243,7 +251,8 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
     const float d = q_d(bi);
     r.dm = vec2(d, -8.0 * d);                     // w = d (q - 8): the offset as the group's min
 #elif defined(W_Q5_0)
-    r.dm = vec2(q_d(bi), 0.0);
+    const float d = q_d(bi);
+    r.dm = vec2(d, -16.0 * d);                    // w = d (q - 16)
 #else
     r.dm = q_dm(bi);
 #endif
@@ -251,14 +260,12 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
 void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 {
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        vec4 a = g == 0u ? q_lo4(r.q[i]) : q_hi4(r.q[i]);
 #if defined(W_Q5_0) || defined(W_Q5_1)
-        a += 16.0 * q_bits4(r.qh, 16u * g + 4u * i);
+        // nibble | the high bit (qh bit 16 g + 4 i + byte) at bit 4
+        q[i] = q_u8x4(((r.q[i] >> (4u * g)) & 0x0f0f0f0fu) | q_bits_to_bytes(r.qh, 16u * g + 4u * i) << 4);
+#else
+        q[i] = g == 0u ? q_lo4(r.q[i]) : q_hi4(r.q[i]);
 #endif
-#if defined(W_Q5_0)
-        a -= 16.0;
-#endif
-        q[i] = a;
     }
     sc = vec2(r.dm.x, -r.dm.y);
 }
@@ -287,11 +294,11 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
 void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 {
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        vec4 a = g == 0u ? q_lo4(r.q[i]) : q_hi4(r.q[i]);
 #if defined(W_Q5_K)
-        a += 16.0 * q_bit(r.qh[i], g);
+        q[i] = q_u8x4(((r.q[i] >> (4u * g)) & 0x0f0f0f0fu) | ((r.qh[i] >> g) & 0x01010101u) << 4);
+#else
+        q[i] = g == 0u ? q_lo4(r.q[i]) : q_hi4(r.q[i]);
 #endif
-        q[i] = a;
     }
     sc = vec2(r.dl[g], r.ml[g]);
 }
@@ -327,7 +334,7 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
         const uint hi = (q_k4_byte(sc, 8u + j % 4u) >> (2u * (j / 4u))) & 3u;
         r.dl[g] = d * float(int(lo | hi << 4) - 32);
     }
-    r.ml = vec4(0.0);
+    r.ml = 4.0 * r.dl;                             // w = dl (q - 4)
     r.qh = r.qh >> (4u * n);                        // bit g of each byte: group g's high bit
 #else
     r.q = wq4[13u * bi + 4u * n + h];               // ql words 16n + 4h .. (groups 0, 2)
@@ -337,21 +344,20 @@ void w_unit_load(uint row, uint u, uint k, out w_raw r)
     const float d = q_d(bi);
     [[unroll]] for (uint g = 0u; g < 4u; g++)
         r.dl[g] = d * float(bitfieldExtract(int(sc[2u * n + g / 2u]), int(8u * (2u * (g % 2u) + h)), 8));
-    r.ml = vec4(0.0);
+    r.ml = 32.0 * r.dl;                            // w = dl (q - 32)
 #endif
 }
 void w_unit_group(w_raw r, uint g, out vec4 q[W_GROUP_VEC4], out vec2 sc)
 {
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
 #if defined(W_Q2_K)
-        const vec4 a = q_2bit(r.q[i], 2u * g);
+        q[i] = q_2bit(r.q[i], 2u * g);
 #elif defined(W_Q3_K)
-        const vec4 a = q_2bit(r.q[i], 2u * g) + 4.0 * q_bit(r.qh[i], g) - 4.0;
+        q[i] = q_u8x4(((r.q[i] >> (2u * g)) & 0x03030303u) | ((r.qh[i] >> g) & 0x01010101u) << 2); // + 4 (ml)
 #else
         const uint ql = g % 2u == 0u ? r.q[i] : r.q2[i];
-        const vec4 a = (g < 2u ? q_lo4(ql) : q_hi4(ql)) + 16.0 * q_2bit(r.qh[i], 2u * g) - 32.0;
+        q[i] = q_u8x4(((ql >> (g < 2u ? 0u : 4u)) & 0x0f0f0f0fu) | ((r.qh[i] >> (2u * g)) & 0x03030303u) << 4); // + 32 (ml)
 #endif
-        q[i] = a;
     }
     sc = vec2(r.dl[g], r.ml[g]);
 }
