@@ -71,14 +71,11 @@ const uint CH = 2u * UV4 > SGS ? 2u * UV4 : SGS;
 const uint XL = CH / SGS;
 const uint CU = CH / UV4;
 
-// The x vec4 q (of the row's k / 4) of token row t, windowed, normed: what both layouts read.
+// The x vec4 q (of the row's k / 4) of token row t, windowed: what both layouts read (NORM: the
+// caller multiplies by nw[q], loaded once for all its tokens).
 vec4 x_at(uint t, uint q)
 {
-    if (WIN == 0u) {
-        vec4 v = x[p.x_offset / 4u + t * (p.x_stride / 4u) + q];
-        if (NORM != 0u) v *= nw[q];
-        return v;
-    }
+    if (WIN == 0u) return x[p.x_offset / 4u + t * (p.x_stride / 4u) + q];
     const uint s0 = 4u * q - p.x_col0; // x column of the vec4's first
     const uint xr = p.x_offset + t * p.x_stride;
     vec4 v;
@@ -154,11 +151,14 @@ void lanes_own_rows(float inv[TB])
         for (uint c = 0u; c < nu; c += CU) {
             vec4 xl[TB][XL];
             const uint xq0 = w_group_x4(c, 0u);
-            for (uint j = 0u; j < TB; j++)
-                [[unroll]] for (uint s = 0u; s < XL; s++) {
-                    const uint q = xq0 + s * SGS + lane;
+            [[unroll]] for (uint s = 0u; s < XL; s++) {
+                const uint q = xq0 + s * SGS + lane;
+                const vec4 nv = NORM != 0u && q < p.k / 4u ? nw[q] : vec4(1.0);
+                for (uint j = 0u; j < TB; j++) {
                     xl[j][s] = (TB == 1u || j < nt) && q < p.k / 4u ? x_at(t0 + j, q) : vec4(0.0);
+                    if (NORM != 0u) xl[j][s] *= nv;
                 }
+            }
             [[unroll]] for (uint cu = 0u; cu < CU; cu++) {
                 const uint u = c + cu;
                 if (u >= nu) break; // uniform
@@ -234,10 +234,16 @@ void main()
                 vec4 wq[R][W_GROUP_VEC4];
                 vec2 sc[R];
                 for (uint r = 0u; r < R; r++) w_unit_group(raw[r], g, wq[r], sc[r]);
+                vec4 nv[W_GROUP_VEC4];
+                if (NORM != 0u)
+                    [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) nv[i] = nw[w_group_x4(u, g) + i];
                 for (uint j = 0u; j < TB; j++)
                     if (TB == 1u || j < nt) {
                         vec4 xv[W_GROUP_VEC4];
-                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) xv[i] = x_at(t0 + j, w_group_x4(u, g) + i);
+                        [[unroll]] for (uint i = 0u; i < W_GROUP_VEC4; i++) {
+                            xv[i] = x_at(t0 + j, w_group_x4(u, g) + i);
+                            if (NORM != 0u) xv[i] *= nv[i];
+                        }
                         const float sx = X_SUM(xv);
                         for (uint r = 0u; r < R; r++) acc[r][j] += group_dot(wq[r], sc[r], xv, sx);
                     }
